@@ -1,0 +1,119 @@
+"""Approvals, single-use permits and their history.
+
+This app knows nothing of recovery: an approval and its permit bind to an operation by
+value (operation key, action, provider name, params digest), never by foreign key.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class Approver(models.Model):
+    """A credential that may decide approvals over the API (the customer's phone, a desk)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    token_hash = models.CharField(max_length=71, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Approval(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        DENIED = "denied"
+        EXPIRED = "expired"
+        CANCELLED = "cancelled"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    operation_key = models.CharField(max_length=200, db_index=True)
+    action = models.CharField(max_length=200)
+    provider = models.CharField(max_length=100)
+    params_digest = models.CharField(max_length=71)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    requested_by = models.CharField(max_length=100)
+    decided_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["operation_key"],
+                condition=Q(status="pending"),
+                name="approval_one_pending_per_operation",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"approval {self.id} ({self.status})"
+
+
+class Permit(models.Model):
+    """The single-use right to dispatch one exact action, issued by one approval."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        CONSUMED = "consumed"
+        EXPIRED = "expired"
+        REVOKED = "revoked"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    approval = models.OneToOneField(Approval, on_delete=models.PROTECT, related_name="permit")
+    operation_key = models.CharField(max_length=200, db_index=True)
+    action = models.CharField(max_length=200)
+    provider = models.CharField(max_length=100)
+    params_digest = models.CharField(max_length=71)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    issued_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoke_reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(expires_at__gt=models.F("issued_at")),
+                name="permit_expires_after_issue",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="consumed") | Q(consumed_at__isnull=False),
+                name="permit_consumed_has_time",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"permit {self.id} ({self.status})"
+
+
+class PermitEvent(models.Model):
+    """One line of a permit's history: issued, consumed, refused (with reason), revoked…"""
+
+    class Kind(models.TextChoices):
+        ISSUED = "issued"
+        CONSUMED = "consumed"
+        REFUSED = "refused"
+        REVOKED = "revoked"
+        REVOKE_IGNORED = "revoke_ignored"
+        EXPIRED = "expired"
+
+    permit = models.ForeignKey(Permit, on_delete=models.PROTECT, related_name="events")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    reason = models.CharField(max_length=32, blank=True)
+    actor = models.CharField(max_length=150, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["permit", "at"], name="permit_event_permit_at")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.reason}".strip()

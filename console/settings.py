@@ -1,0 +1,181 @@
+"""Settings, read from the environment through small typed helpers.
+
+A bad value stops start-up with a message naming the variable, rather than surfacing
+later as a confusing runtime error.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("SETTLE_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true or false)")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
+    if number < minimum:
+        raise ImproperlyConfigured(f"{name}={number} is below the minimum of {minimum}")
+    return number
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment, else one generated once into var/ (never committed)."""
+    value = os.environ.get("SECRET_KEY")
+    if value is not None:
+        if len(value) < 32:
+            raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters long")
+        return value
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+def _database() -> dict[str, object]:
+    url = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'settle.sqlite3'}")
+    try:
+        config: dict[str, object] = dict(dj_database_url.parse(url, conn_max_age=60))
+    except Exception as exc:  # dj-database-url raises several types for a bad URL
+        raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
+    engine = str(config.get("ENGINE", ""))
+    if engine.endswith("sqlite3"):
+        # Writers queue on BEGIN IMMEDIATE instead of failing on lock upgrade; the test
+        # database is a file so that real worker processes can share it.
+        config["OPTIONS"] = {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+        config["CONN_MAX_AGE"] = 0
+        config["TEST"] = {"NAME": str(VAR_DIR / "test_settle.sqlite3")}
+    elif engine.endswith("postgresql"):
+        config.setdefault("OPTIONS", {})
+    else:
+        raise ImproperlyConfigured(f"DATABASE_URL engine {engine!r} is not supported")
+    return config
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "guardian",
+    "approvals",
+    "recovery",
+    "console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+WSGI_APPLICATION = "console.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+ANONYMOUS_USER_NAME = None  # guardian: no anonymous user row
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+
+LOGIN_URL = "/admin/login/"
+
+# Request bodies above this are refused with 413 before they are parsed.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("SETTLE_MAX_BODY_BYTES", 256 * 1024, minimum=70 * 1024)
+
+# Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
+# embedded default, so trying Settle out needs no services.
+_broker_dir = VAR_DIR / "broker"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if CELERY_BROKER_URL == "filesystem://":
+    for sub in ("out", "processed"):
+        (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "data_folder_processed": str(_broker_dir / "processed"),
+    }
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
+}

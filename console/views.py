@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+
+from recovery.models import UNSETTLED_STATES, Operation, Provider
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """A plain landing page until the operator console lands: what is running, where."""
+    context = {
+        "providers": Provider.objects.order_by("name"),
+        "unsettled": Operation.objects.filter(state__in=UNSETTLED_STATES).count(),
+        "total": Operation.objects.count(),
+    }
+    return render(request, "home.html", context)
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return JsonResponse({"ok": True, "database": connection.vendor})
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request: HttpRequest, exception: Any = None) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse({"error": "not_found", "message": "no such endpoint"}, status=404)
+    return render(request, "404.html", status=404)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse({"error": "internal_error", "message": "unexpected error"}, status=500)
+    return HttpResponse("Internal error", status=500, content_type="text/plain")

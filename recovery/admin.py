@@ -1,0 +1,96 @@
+"""Django admin: providers and credentials are configured here or by management commands.
+
+Evidence, dispatches, receipts and the audit log are shown read-only: they are records,
+never edited by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.http import HttpRequest
+
+from recovery.models import (
+    AuditEvent,
+    Dispatch,
+    Evidence,
+    Host,
+    HostReceipt,
+    LookupAttempt,
+    Operation,
+    Provider,
+)
+from recovery.services import host_create, provider_configure
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Host)
+class HostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["name", "created_at"]
+    fields = ["name"]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: Host, form: Any, change: bool) -> None:
+        host, token = host_create(name=obj.name)
+        obj.pk, obj.token_hash = host.pk, host.token_hash
+        messages.warning(request, f"Token for {host.name} (shown once): {token}")
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["name", "adapter", "lease_seconds", "timeout_seconds", "lookup_budget"]
+    fields = [
+        "name",
+        "adapter",
+        "path",
+        "url",
+        "secret",
+        "timeout_seconds",
+        "lease_seconds",
+        "lookup_budget",
+    ]
+
+    def save_model(self, request: HttpRequest, obj: Provider, form: Any, change: bool) -> None:
+        provider, _ = provider_configure(
+            name=obj.name,
+            adapter=obj.adapter,
+            path=obj.path,
+            url=obj.url,
+            secret=obj.secret,
+            timeout_seconds=obj.timeout_seconds,
+            lease_seconds=obj.lease_seconds,
+            actor=f"user:{request.user.get_username()}",
+        )
+        Provider.objects.filter(pk=provider.pk).update(lookup_budget=obj.lookup_budget)
+        obj.pk = provider.pk
+
+
+@admin.register(Operation)
+class OperationAdmin(ReadOnlyAdmin):
+    list_display = ["key", "action", "provider", "state", "version", "recovered", "updated_at"]
+    list_filter = ["state", "provider"]
+    search_fields = ["key"]
+
+
+for model in (Dispatch, HostReceipt, Evidence, LookupAttempt):
+    admin.site.register(model, ReadOnlyAdmin)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    list_display = ["seq", "at", "kind", "operation_key", "actor"]
+    list_filter = ["kind"]
+    search_fields = ["operation_key"]

@@ -1,0 +1,452 @@
+"""The host HTTP API: thin views that parse, authenticate, call one service, answer.
+
+Every error is JSON ``{"error": <stable code>, "message": <human text>}``; nothing here
+holds a business rule.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.views.decorators.csrf import csrf_exempt
+
+from approvals import services as approvals
+from recovery import selectors, services
+from recovery.canonical import CanonicalError, strict_loads
+from recovery.models import Host, Provider
+from recovery.openapi import openapi_document
+
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$")
+DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+
+def error_response(status: int, code: str, message: str, **extra: Any) -> JsonResponse:
+    return JsonResponse({"error": code, "message": message, **extra}, status=status)
+
+
+@dataclass(frozen=True)
+class Caller:
+    kind: str  # "host", "approver" or "user"
+    name: str
+    host: Host | None = None
+    user: Any = None
+
+    @property
+    def actor(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "unauthorized", "use 'Authorization: Bearer <token>'")
+    return token.strip()
+
+
+def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
+    token = _bearer(request)
+    if token is not None:
+        host = services.host_authenticate(token=token)
+        if host is not None:
+            caller = Caller("host", host.name, host=host)
+        else:
+            approver = approvals.approver_authenticate(token=token)
+            if approver is None:
+                raise ApiError(401, "unauthorized", "unknown or revoked token")
+            caller = Caller("approver", approver.name)
+    elif "user" in allowed and request.user.is_authenticated:
+        # A console session: the browser's cookie must come with its CSRF token.
+        if CsrfViewMiddleware(lambda r: HttpResponse()).process_view(
+            request, lambda r: HttpResponse(), (), {}
+        ):
+            raise ApiError(403, "csrf_failed", "CSRF token missing or incorrect")
+        caller = Caller("user", request.user.get_username(), user=request.user)
+    else:
+        raise ApiError(401, "unauthorized", "an Authorization bearer token is required")
+    if caller.kind not in allowed:
+        raise ApiError(403, "forbidden", f"a {caller.kind} credential may not do this")
+    return caller
+
+
+def api_view(
+    *, methods: tuple[str, ...], auth: tuple[str, ...]
+) -> Callable[[Callable[..., JsonResponse]], Callable[..., HttpResponse]]:
+    """Method check, authentication and error mapping shared by every endpoint."""
+
+    def decorate(view: Callable[..., JsonResponse]) -> Callable[..., HttpResponse]:
+        @csrf_exempt
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in methods:
+                response = error_response(405, "method_not_allowed", f"use {' or '.join(methods)}")
+                response["Allow"] = ", ".join(methods)
+                return response
+            try:
+                caller = _authenticate(request, auth) if auth else None
+                return view(request, caller, *args, **kwargs)
+            except ApiError as exc:
+                return error_response(exc.status, exc.code, exc.message, **exc.extra)
+            except services.RecoveryError as exc:
+                return error_response(exc.status, exc.code, exc.message, **exc.extra)
+            except DatabaseError:
+                return error_response(
+                    503, "database_unavailable", "the database refused the change; retry"
+                )
+
+        return wrapper
+
+    return decorate
+
+
+# -- body parsing ---------------------------------------------------------------------
+
+
+def _json_body(request: HttpRequest) -> dict[str, Any]:
+    content_type = request.content_type or ""
+    if content_type not in {"application/json", ""}:
+        raise ApiError(415, "unsupported_media_type", "send Content-Type: application/json")
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise ApiError(413, "body_too_large", "the request body is too large") from None
+    if not raw:
+        raise ApiError(400, "malformed_json", "the request body is empty")
+    try:
+        body = strict_loads(raw)
+    except CanonicalError as exc:
+        raise ApiError(400, exc.code, exc.message) from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_body", "the request body must be a JSON object")
+    return body
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: type | tuple[type, ...] | None  # None: any JSON value
+    required: bool = True
+    pattern: re.Pattern[str] | None = None
+    choices: tuple[str, ...] = ()
+    max_length: int = 500
+    minimum: int | None = None
+    maximum: int | None = None
+
+
+def _parse(request: HttpRequest, spec: dict[str, Field]) -> dict[str, Any]:
+    body = _json_body(request)
+    unknown = sorted(set(body) - set(spec))
+    if unknown:
+        raise ApiError(
+            400, "unknown_field", f"unknown field(s): {', '.join(unknown)}", fields=unknown
+        )
+    values: dict[str, Any] = {}
+    for name, field in spec.items():
+        if name not in body:
+            if field.required:
+                raise ApiError(422, "missing_field", f"{name} is required", field=name)
+            continue
+        values[name] = _check_field(name, body[name], field)
+    return values
+
+
+def _check_field(name: str, value: Any, field: Field) -> Any:
+    def invalid(why: str) -> ApiError:
+        return ApiError(422, "invalid_field", f"{name} {why}", field=name)
+
+    if field.kind is None:
+        return value
+    if isinstance(value, bool) and field.kind is not bool:
+        raise invalid("has the wrong type")
+    if not isinstance(value, field.kind):
+        raise invalid("has the wrong type")
+    if isinstance(value, str):
+        if len(value) > field.max_length or "\x00" in value:
+            raise invalid(f"must be at most {field.max_length} characters, without NUL")
+        if field.pattern is not None and not field.pattern.match(value):
+            raise invalid("has an invalid format")
+        if field.choices and value not in field.choices:
+            raise invalid(f"must be one of {', '.join(field.choices)}")
+    if isinstance(value, int):
+        if field.minimum is not None and value < field.minimum:
+            raise invalid(f"must be at least {field.minimum}")
+        if field.maximum is not None and value > field.maximum:
+            raise invalid(f"must be at most {field.maximum}")
+    return value
+
+
+def _check_key(key: str) -> None:
+    if not KEY_PATTERN.match(key):
+        raise ApiError(404, "unknown_operation", "no such operation")
+
+
+def _operation(caller: Caller | None, key: str) -> Any:
+    _check_key(key)
+    assert caller is not None and caller.host is not None
+    operation = selectors.operation_for_host(host=caller.host, key=key)
+    if operation is None:
+        raise ApiError(404, "unknown_operation", f"no operation {key!r} for this host")
+    return operation
+
+
+def _uuid(value: str, code: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ApiError(404, code, "no such id") from None
+
+
+# -- endpoints ----------------------------------------------------------------------
+
+
+def _operation_summary(operation: Any) -> dict[str, Any]:
+    return {
+        "key": operation.key,
+        "state": operation.state,
+        "params_digest": operation.params_digest,
+        "version": operation.version,
+    }
+
+
+@api_view(methods=("POST",), auth=("host",))
+def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
+    values = _parse(
+        request,
+        {
+            "key": Field(str, pattern=KEY_PATTERN, max_length=200),
+            "action": Field(str, pattern=NAME_PATTERN, max_length=200),
+            "provider": Field(str, max_length=100),
+            "params": Field(dict),
+        },
+    )
+    assert caller.host is not None
+    try:
+        operation, created = services.operation_register(
+            host=caller.host,
+            key=values["key"],
+            action=values["action"],
+            provider_name=values["provider"],
+            params=values["params"],
+        )
+    except CanonicalError as exc:
+        if exc.code == "params_too_large":
+            raise ApiError(413, "params_too_large", exc.message) from None
+        raise ApiError(422, "invalid_params", exc.message, reason=exc.code) from None
+    return JsonResponse(_operation_summary(operation), status=201 if created else 200)
+
+
+@api_view(methods=("GET",), auth=("host",))
+def operation_detail(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+    operation = _operation(caller, key)
+    return JsonResponse(selectors.operation_record(operation=operation))
+
+
+@api_view(methods=("POST",), auth=("host",))
+def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+    operation = _operation(caller, key)
+    if request.body:
+        _parse(request, {})
+    assert caller.host is not None
+    approval, created = services.approval_open(operation=operation, host=caller.host)
+    return JsonResponse(
+        {"approval_id": str(approval.id), "status": approval.status},
+        status=201 if created else 200,
+    )
+
+
+@api_view(methods=("POST",), auth=("approver", "user"))
+def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
+    pk = _uuid(approval_id, "unknown_approval")
+    values = _parse(
+        request,
+        {
+            "decision": Field(str, choices=("approve", "deny")),
+            "ttl_seconds": Field(int, required=False, minimum=1, maximum=approvals.MAX_TTL_SECONDS),
+        },
+    )
+    if caller.kind == "user":
+        _require_user_perm(caller, pk)
+    approval, permit = services.approval_decision(
+        approval_id=pk,
+        approve=values["decision"] == "approve",
+        ttl_seconds=values.get("ttl_seconds", 300),
+        decided_by=caller.actor,
+    )
+    return JsonResponse(
+        {
+            "approval_id": str(approval.id),
+            "status": approval.status,
+            "permit_id": str(permit.id) if permit else None,
+            "expires_at": permit.expires_at.isoformat() if permit else None,
+        }
+    )
+
+
+def _require_user_perm(caller: Caller, approval_id: uuid.UUID) -> None:
+    from approvals.models import Approval
+
+    approval = Approval.objects.filter(pk=approval_id).first()
+    if approval is None:
+        raise ApiError(404, "unknown_approval", "no such approval")
+    provider = Provider.objects.filter(name=approval.provider).first()
+    if provider is None or not caller.user.has_perm("recovery.decide_approvals", provider):
+        raise ApiError(403, "forbidden", "you may not decide approvals for this provider")
+
+
+@api_view(methods=("POST",), auth=("host", "approver"))
+def permit_revoke(request: HttpRequest, caller: Caller, permit_id: str) -> JsonResponse:
+    pk = _uuid(permit_id, "unknown_permit")
+    values = _parse(request, {"reason": Field(str, max_length=500)})
+    if caller.kind == "host":
+        from approvals.models import Permit
+
+        permit = Permit.objects.filter(pk=pk).first()
+        assert caller.host is not None
+        if (
+            permit is None
+            or selectors.operation_for_host(host=caller.host, key=permit.operation_key) is None
+        ):
+            raise ApiError(404, "unknown_permit", "no such permit")
+    permit, revoked = services.permit_revoke(
+        permit_id=pk, reason=values["reason"], actor=caller.actor
+    )
+    return JsonResponse({"permit_id": str(permit.id), "status": permit.status, "revoked": revoked})
+
+
+@api_view(methods=("POST",), auth=("host",))
+def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+    operation = _operation(caller, key)
+    values = _parse(
+        request,
+        {
+            "worker": Field(str, pattern=NAME_PATTERN, max_length=200),
+            "params_digest": Field(str, max_length=71),
+        },
+    )
+    outcome = services.operation_dispatch(
+        operation=operation,
+        worker=values["worker"],
+        presented_digest=values["params_digest"],
+        actor=caller.actor,
+    )
+    if outcome.dispatch is None:
+        extra = {"execution_state": outcome.state} if outcome.refusal == "already_consumed" else {}
+        return error_response(409, outcome.refusal, "the permit was not consumed", **extra)
+    return JsonResponse(
+        {
+            "fencing_token": outcome.dispatch.fencing_token,
+            "permit_id": str(outcome.dispatch.permit_id),
+            "lease_expires_at": outcome.dispatch.lease_expires_at.isoformat(),
+        }
+    )
+
+
+@api_view(methods=("POST",), auth=("host",))
+def operation_heartbeat(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+    operation = _operation(caller, key)
+    values = _parse(request, {"fencing_token": Field(str, max_length=64)})
+    dispatch = services.operation_heartbeat(
+        operation=operation, fencing_token=values["fencing_token"], actor=caller.actor
+    )
+    return JsonResponse({"lease_expires_at": dispatch.lease_expires_at.isoformat()})
+
+
+@api_view(methods=("POST",), auth=("host",))
+def operation_result(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+    operation = _operation(caller, key)
+    values = _parse(
+        request,
+        {
+            "fencing_token": Field(str, max_length=64),
+            "outcome": Field(str, choices=("committed", "failed")),
+            "provider_reference": Field(str, required=False, max_length=200),
+        },
+    )
+    outcome = services.operation_report(
+        operation=operation,
+        fencing_token=values["fencing_token"],
+        outcome=values["outcome"],
+        provider_reference=values.get("provider_reference", ""),
+        actor=caller.actor,
+    )
+    return JsonResponse(
+        {"applied": outcome.applied, "state": outcome.state, "receipt": outcome.receipt_status}
+    )
+
+
+@api_view(methods=("POST",), auth=("host",))
+def operation_resume(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+    operation = _operation(caller, key)
+    values = _parse(request, {"worker": Field(str, pattern=NAME_PATTERN, max_length=200)})
+    outcome = services.operation_resume(
+        operation=operation, worker=values["worker"], actor=caller.actor
+    )
+    body: dict[str, Any] = {
+        "decision": outcome.decision,
+        "state": outcome.state,
+        "recovered": outcome.recovered,
+    }
+    if outcome.fencing_token:
+        body["fencing_token"] = outcome.fencing_token
+    return JsonResponse(body)
+
+
+@api_view(methods=("POST",), auth=())
+def provider_callbacks(request: HttpRequest, caller: None, name: str) -> JsonResponse:
+    provider = Provider.objects.filter(name=name).first()
+    if provider is None:
+        raise ApiError(404, "unknown_provider", "no such provider")
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise ApiError(413, "body_too_large", "the request body is too large") from None
+    signature = request.headers.get("X-Provider-Signature", "")
+    if not services.callback_signature_valid(provider=provider, body=raw, signature=signature):
+        raise ApiError(401, "bad_signature", "missing or wrong X-Provider-Signature")
+    values = _parse(
+        request,
+        {
+            "operation_key": Field(str, pattern=KEY_PATTERN, max_length=200),
+            "status": Field(str, choices=("committed", "failed")),
+            "params_digest": Field(str, pattern=DIGEST_PATTERN, max_length=71),
+            "reference": Field(str, max_length=200),
+            "sequence": Field(int, minimum=0, maximum=2**53),
+        },
+    )
+    outcome = services.provider_callback(
+        provider=provider,
+        operation_key=values["operation_key"],
+        status=values["status"],
+        params_digest=values["params_digest"],
+        reference=values["reference"],
+        sequence=values["sequence"],
+        raw=values,
+    )
+    body: dict[str, Any] = {"applied": outcome.applied, "state": outcome.state}
+    if outcome.reason:
+        body["reason"] = outcome.reason
+    return JsonResponse(body)
+
+
+def openapi(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(openapi_document())

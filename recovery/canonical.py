@@ -1,0 +1,135 @@
+"""Canonical JSON and the params digest that binds everything to "the exact action".
+
+RFC 8785 (JCS) serialisation via ``rfc8785``; parsing is strict on top of the standard
+library: duplicate keys, NaN/Infinity and non-finite floats are refused before anything
+is stored, so a digest can always be recomputed from what Settle keeps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import rfc8785
+
+MAX_PARAMS_BYTES = 64 * 1024
+MAX_DEPTH = 10
+MAX_SAFE_INTEGER = 2**53
+
+
+class CanonicalError(ValueError):
+    """Input that has no single canonical form Settle accepts; ``code`` is stable."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise CanonicalError("duplicate_key", f"duplicate key {key!r} in JSON object")
+        result[key] = value
+    return result
+
+
+def _refuse_constant(name: str) -> Any:
+    raise CanonicalError("non_finite_number", f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise CanonicalError("non_finite_number", f"{text} is out of the float range")
+    return value
+
+
+def strict_loads(data: bytes | str) -> Any:
+    """Parse JSON, refusing duplicate keys, NaN/Infinity and overflowing numbers."""
+    try:
+        return json.loads(
+            data,
+            object_pairs_hook=_pairs_without_duplicates,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+        )
+    except CanonicalError:
+        raise
+    except RecursionError as exc:
+        raise CanonicalError("too_deep", "JSON nesting is too deep") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CanonicalError("malformed_json", f"body is not valid JSON: {exc}") from exc
+
+
+def _check_value(value: Any, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise CanonicalError("too_deep", f"params nest deeper than {MAX_DEPTH} levels")
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, int):
+        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            raise CanonicalError("integer_out_of_range", f"integer {value} is outside ±2^53")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise CanonicalError("non_finite_number", "params hold a non-finite number")
+        return
+    if isinstance(value, str):
+        _check_text(value)
+        return
+    if isinstance(value, list):
+        for item in value:
+            _check_value(item, depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise CanonicalError("invalid_params", "object keys must be strings")
+            _check_text(key)
+            _check_value(item, depth + 1)
+        return
+    raise CanonicalError("invalid_params", f"{type(value).__name__} is not a JSON value")
+
+
+def _check_text(text: str) -> None:
+    if "\x00" in text:
+        raise CanonicalError("invalid_params", "strings may not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalError("invalid_params", "strings must be valid Unicode") from exc
+
+
+def canonical_params(params: Any) -> str:
+    """Return the canonical JSON text of a params object, or raise ``CanonicalError``."""
+    if not isinstance(params, dict):
+        raise CanonicalError("invalid_params", "params must be a JSON object")
+    _check_value(params, 1)
+    try:
+        encoded = rfc8785.dumps(params)
+    except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
+        raise CanonicalError("invalid_params", f"params cannot be canonicalised: {exc}") from exc
+    if len(encoded) > MAX_PARAMS_BYTES:
+        raise CanonicalError(
+            "params_too_large",
+            f"params are {len(encoded)} bytes canonical; the limit is {MAX_PARAMS_BYTES}",
+        )
+    return encoded.decode("utf-8")
+
+
+def canonical_dumps(value: Any) -> bytes:
+    """Canonical JSON bytes of any JSON value (audit content, journal lines)."""
+    return rfc8785.dumps(value)
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def params_digest(canonical: str) -> str:
+    """The ``sha256:<hex>`` digest of canonical params text."""
+    return sha256_digest(canonical.encode("utf-8"))

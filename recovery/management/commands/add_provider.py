@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from recovery.models import Provider
+from recovery.services import RecoveryError, provider_configure
+
+
+class Command(BaseCommand):
+    help = "Create or update a provider and its adapter settings."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--adapter", required=True, choices=Provider.Adapter.values)
+        parser.add_argument("--path", default="", help="sqlite file or journal file")
+        parser.add_argument("--url", default="", help="base URL of the http provider")
+        parser.add_argument("--secret", default="", help="HMAC secret of the http provider")
+        parser.add_argument("--timeout-seconds", type=float, default=None)
+        parser.add_argument(
+            "--lease-seconds",
+            type=int,
+            default=None,
+            help="how long a dispatch may go without heartbeat or result (default 60)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            provider, created = provider_configure(
+                name=options["name"],
+                adapter=options["adapter"],
+                path=options["path"],
+                url=options["url"],
+                secret=options["secret"],
+                timeout_seconds=options["timeout_seconds"],
+                lease_seconds=options["lease_seconds"],
+            )
+        except RecoveryError as exc:
+            raise CommandError(exc.message) from exc
+        verb = "created" if created else "updated"
+        self.stdout.write(
+            f"{verb} provider {provider.name} ({provider.adapter}, lease "
+            f"{provider.lease_seconds} s, timeout {provider.timeout_seconds} s)"
+        )

@@ -1,0 +1,277 @@
+"""Operations, dispatches, host receipts, evidence, lookups and the audit log."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+
+
+class Host(models.Model):
+    """A worker fleet that calls the host API with a bearer token (stored hashed)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    token_hash = models.CharField(max_length=71, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Provider(models.Model):
+    """A backend that performs effects; Settle only ever reads it, through its adapter."""
+
+    class Adapter(models.TextChoices):
+        SQLITE = "sqlite"
+        JOURNAL = "journal"
+        HTTP = "http"
+
+    name = models.CharField(max_length=100, unique=True)
+    adapter = models.CharField(max_length=16, choices=Adapter.choices)
+    path = models.CharField(max_length=500, blank=True)
+    url = models.CharField(max_length=500, blank=True)
+    secret = models.CharField(max_length=200, blank=True)
+    timeout_seconds = models.FloatField(default=5.0)
+    lease_seconds = models.PositiveIntegerField(default=60)
+    lookup_budget = models.PositiveIntegerField(
+        default=5, help_text="Inconclusive lookups (absent/unavailable) before reconcile."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        permissions = [
+            ("view_operations", "May view this provider's operations"),
+            ("lookup_operations", "May look up evidence for this provider's operations"),
+            ("confirm_operations", "May confirm this provider's operations"),
+            ("repair_operations", "May repair stranded receipts of this provider"),
+            ("void_operations", "May void this provider's operations"),
+            ("approve_reconciliations", "May approve another operator's reconciliation"),
+            ("decide_approvals", "May approve or deny this provider's actions"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(timeout_seconds__gt=0) & Q(timeout_seconds__lte=60),
+                name="provider_timeout_range",
+            ),
+            models.CheckConstraint(condition=Q(lease_seconds__gte=1), name="provider_lease_min"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class State(models.TextChoices):
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    DISPATCHED = "dispatched"
+    RELEASED = "released"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    RECONCILE = "reconcile"
+    VOIDED = "voided"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
+TERMINAL_STATES = frozenset(
+    {State.RELEASED, State.FAILED, State.VOIDED, State.DENIED, State.EXPIRED, State.REVOKED}
+)
+UNSETTLED_STATES = (State.UNKNOWN, State.RECONCILE)
+
+
+class Operation(models.Model):
+    """One intended effect, persisted before anything is dispatched.
+
+    ``state`` and ``version`` change only through ``recovery.transitions``.
+    """
+
+    key = models.CharField(max_length=200, unique=True)
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="operations")
+    action = models.CharField(max_length=200)
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="operations")
+    params_canonical = models.TextField()
+    params_digest = models.CharField(max_length=71)
+    state = models.CharField(max_length=20, choices=State.choices)
+    version = models.PositiveIntegerField(default=1)
+    recovered = models.BooleanField(default=False)
+    lookups_inconclusive = models.PositiveIntegerField(default=0)
+    next_lookup_at = models.DateTimeField(null=True, blank=True)
+    last_callback_sequence = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            # The console queue and the sweeper read only unsettled rows.
+            models.Index(
+                fields=["state", "updated_at", "id"],
+                condition=Q(state__in=["unknown", "reconcile"]),
+                name="operation_unsettled",
+            ),
+            models.Index(
+                fields=["next_lookup_at"],
+                condition=Q(state="unknown"),
+                name="operation_lookup_due",
+            ),
+            models.Index(fields=["provider", "state"], name="operation_provider_state"),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def params(self) -> Any:
+        return json.loads(self.params_canonical)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class Dispatch(models.Model):
+    """The one recorded attempt; created in the transaction that consumes the permit."""
+
+    operation = models.OneToOneField(Operation, on_delete=models.PROTECT, related_name="dispatch")
+    permit_id = models.UUIDField(unique=True)
+    fencing_token = models.CharField(max_length=64, unique=True)
+    worker = models.CharField(max_length=200)
+    created_at = models.DateTimeField()
+    lease_expires_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["operation"], name="dispatch_one_per_operation"),
+        ]
+        indexes = [models.Index(fields=["lease_expires_at"], name="dispatch_lease")]
+
+    def __str__(self) -> str:
+        return f"dispatch of {self.operation_id}"
+
+
+class Verdict(models.TextChoices):
+    MATCH = "match"
+    MISMATCH = "mismatch"
+    CORRUPT = "corrupt"
+    ABSENT = "absent"
+    UNAVAILABLE = "unavailable"
+
+
+class Evidence(models.Model):
+    """What the provider's own record said, captured once; never edited."""
+
+    class Source(models.TextChoices):
+        LOOKUP = "lookup"
+        CALLBACK = "callback"
+
+    operation = models.ForeignKey(Operation, on_delete=models.PROTECT, related_name="evidence")
+    source = models.CharField(max_length=10, choices=Source.choices)
+    verdict = models.CharField(max_length=12, choices=Verdict.choices)
+    provider_status = models.CharField(max_length=16, blank=True)
+    provider_reference = models.CharField(max_length=200, blank=True)
+    detail = models.CharField(max_length=500, blank=True)
+    raw = models.JSONField(default=dict)
+    raw_digest = models.CharField(max_length=71)
+    captured_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["captured_at", "id"]
+        indexes = [models.Index(fields=["operation", "captured_at"], name="evidence_operation")]
+
+    def __str__(self) -> str:
+        return f"{self.verdict} for {self.operation_id}"
+
+
+class LookupAttempt(models.Model):
+    """One look at the provider's record; the evidence it produced hangs off it."""
+
+    class Trigger(models.TextChoices):
+        RESUME = "resume"
+        TASK = "task"
+        OPERATOR = "operator"
+
+    operation = models.ForeignKey(Operation, on_delete=models.PROTECT, related_name="lookups")
+    trigger = models.CharField(max_length=10, choices=Trigger.choices)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    evidence = models.OneToOneField(
+        Evidence, null=True, blank=True, on_delete=models.PROTECT, related_name="lookup"
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["operation", "started_at"], name="lookup_operation")]
+
+    def __str__(self) -> str:
+        return f"lookup {self.pk} of {self.operation_id}"
+
+
+class HostReceipt(models.Model):
+    """The host's record of the execution; the first report wins."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    dispatch = models.OneToOneField(Dispatch, on_delete=models.PROTECT, related_name="receipt")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    provider_reference = models.CharField(max_length=200, blank=True)
+    recovered = models.BooleanField(default=False)
+    evidence = models.ForeignKey(
+        Evidence, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    reported_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(recovered=False) | Q(evidence__isnull=False),
+                name="receipt_recovery_has_evidence",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["dispatch"], condition=Q(status="running"), name="receipt_running"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"receipt {self.status}"
+
+
+class AuditEvent(models.Model):
+    """Append-only, hash-chained record of everything that happened.
+
+    ``hash`` = sha256(prev_hash + canonical JSON of the event's content); see
+    ``recovery.audit``.
+    """
+
+    seq = models.BigIntegerField(unique=True)
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=40)
+    operation_key = models.CharField(max_length=200, blank=True, db_index=True)
+    actor = models.CharField(max_length=150, blank=True)
+    data = models.JSONField(default=dict)
+    prev_hash = models.CharField(max_length=71)
+    hash = models.CharField(max_length=71, unique=True)
+
+    class Meta:
+        ordering = ["seq"]
+        indexes = [models.Index(fields=["kind", "at"], name="audit_kind_at")]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind}"
+
+
+class AuditHead(models.Model):
+    """The chain's tip; locking it serialises appends so the chain never forks."""
+
+    seq = models.BigIntegerField(default=0)
+    hash = models.CharField(max_length=71)
+
+    def __str__(self) -> str:
+        return f"head #{self.seq}"

@@ -1,0 +1,107 @@
+"""Reads: operations as a given caller may see them, and the whole record of one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from approvals.models import Permit
+from recovery.models import Dispatch, Evidence, Host, HostReceipt, Operation
+
+
+def operations_for_host(*, host: Host) -> QuerySet[Operation]:
+    return Operation.objects.filter(host=host).select_related("provider", "host")
+
+
+def operation_for_host(*, host: Host, key: str) -> Operation | None:
+    return operations_for_host(host=host).filter(key=key).first()
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def permit_record(permit: Permit) -> dict[str, Any]:
+    return {
+        "permit_id": str(permit.id),
+        "approval_id": str(permit.approval_id),
+        "status": permit.status,
+        "params_digest": permit.params_digest,
+        "issued_at": _iso(permit.issued_at),
+        "expires_at": _iso(permit.expires_at),
+        "consumed_at": _iso(permit.consumed_at),
+        "revoked_at": _iso(permit.revoked_at),
+        "history": [
+            {
+                "kind": event.kind,
+                "reason": event.reason,
+                "actor": event.actor,
+                "at": _iso(event.at),
+                "detail": event.detail,
+            }
+            for event in permit.events.all()
+        ],
+    }
+
+
+def evidence_record(evidence: Evidence) -> dict[str, Any]:
+    return {
+        "evidence_id": evidence.pk,
+        "source": evidence.source,
+        "verdict": evidence.verdict,
+        "provider_status": evidence.provider_status,
+        "provider_reference": evidence.provider_reference,
+        "detail": evidence.detail,
+        "raw": evidence.raw,
+        "raw_digest": evidence.raw_digest,
+        "captured_at": _iso(evidence.captured_at),
+    }
+
+
+def operation_record(*, operation: Operation) -> dict[str, Any]:
+    """The whole record of one operation, as the host API returns it."""
+    permit = (
+        Permit.objects.filter(operation_key=operation.key)
+        .prefetch_related("events")
+        .order_by("-issued_at")
+        .first()
+    )
+    dispatch = Dispatch.objects.filter(operation=operation).first()
+    receipt = HostReceipt.objects.filter(dispatch=dispatch).first() if dispatch else None
+    return {
+        "key": operation.key,
+        "action": operation.action,
+        "provider": operation.provider.name,
+        "params": operation.params,
+        "params_digest": operation.params_digest,
+        "state": operation.state,
+        "version": operation.version,
+        "recovered": operation.recovered,
+        "created_at": _iso(operation.created_at),
+        "updated_at": _iso(operation.updated_at),
+        "permit": permit_record(permit) if permit else None,
+        "dispatch": (
+            {
+                "worker": dispatch.worker,
+                "permit_id": str(dispatch.permit_id),
+                "created_at": _iso(dispatch.created_at),
+                "lease_expires_at": _iso(dispatch.lease_expires_at),
+                "last_heartbeat_at": _iso(dispatch.last_heartbeat_at),
+            }
+            if dispatch
+            else None
+        ),
+        "receipt": (
+            {
+                "status": receipt.status,
+                "provider_reference": receipt.provider_reference,
+                "recovered": receipt.recovered,
+                "evidence_id": receipt.evidence_id,
+                "reported_at": _iso(receipt.reported_at),
+            }
+            if receipt
+            else None
+        ),
+        "evidence": [evidence_record(e) for e in operation.evidence.order_by("captured_at", "id")],
+    }

@@ -1,0 +1,813 @@
+"""The recovery core: register, approve, dispatch once, report, look up, resume.
+
+Every function that writes runs one explicit transaction, locks the operation row
+first (then permits, then the audit head: one lock order everywhere), changes state
+only through ``operation_transition`` and audits in the same transaction.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from hashlib import sha256
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from approvals import services as approvals
+from approvals.models import Approval, Permit
+from recovery.adapters import LookupResult, ProviderConfig, evidence_lookup
+from recovery.audit import audit_append
+from recovery.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
+from recovery.models import (
+    Dispatch,
+    Evidence,
+    Host,
+    HostReceipt,
+    LookupAttempt,
+    Operation,
+    Provider,
+    State,
+    Verdict,
+)
+from recovery.transitions import Event, TransitionRefused, operation_transition
+
+
+class RecoveryError(Exception):
+    """A refused request; ``code`` is the stable error code the API returns."""
+
+    status = 409
+
+    def __init__(self, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+
+class NotFound(RecoveryError):
+    status = 404
+
+
+class Invalid(RecoveryError):
+    status = 422
+
+
+# -- credentials and providers ------------------------------------------------------
+
+
+def host_create(*, name: str) -> tuple[Host, str]:
+    """Create a host credential; the token is shown once and stored hashed."""
+    token = "sth_" + secrets.token_urlsafe(32)
+    host = Host.objects.create(name=name, token_hash=approvals.token_hash(token))
+    return host, token
+
+
+def host_authenticate(*, token: str) -> Host | None:
+    return Host.objects.filter(token_hash=approvals.token_hash(token)).first()
+
+
+@transaction.atomic
+def provider_configure(
+    *,
+    name: str,
+    adapter: str,
+    path: str = "",
+    url: str = "",
+    secret: str = "",
+    timeout_seconds: float | None = None,
+    lease_seconds: int | None = None,
+    actor: str = "admin",
+) -> tuple[Provider, bool]:
+    """Create or update a provider's adapter settings (an administrator's act, audited)."""
+    if adapter not in Provider.Adapter.values:
+        raise Invalid("invalid_adapter", f"adapter must be one of {Provider.Adapter.values}")
+    if adapter in {Provider.Adapter.SQLITE, Provider.Adapter.JOURNAL} and not path:
+        raise Invalid("missing_path", f"the {adapter} adapter needs --path")
+    if adapter == Provider.Adapter.HTTP and not (url and secret):
+        raise Invalid("missing_url", "the http adapter needs --url and --secret")
+    if timeout_seconds is not None and not 0 < timeout_seconds <= 60:
+        raise Invalid("invalid_timeout", "timeout must be more than 0 and at most 60 seconds")
+    if lease_seconds is not None and lease_seconds < 1:
+        raise Invalid("invalid_lease", "lease must be at least 1 second")
+    provider = Provider.objects.select_for_update().filter(name=name).first()
+    created = provider is None
+    if provider is None:
+        provider = Provider(name=name)
+    provider.adapter, provider.path, provider.url = adapter, path, url
+    if secret:
+        provider.secret = secret
+    if timeout_seconds is not None:
+        provider.timeout_seconds = timeout_seconds
+    if lease_seconds is not None:
+        provider.lease_seconds = lease_seconds
+    provider.save()
+    audit_append(
+        kind="provider_configured",
+        actor=actor,
+        data={
+            "provider": name,
+            "adapter": adapter,
+            "path": path,
+            "url": url,
+            "timeout_seconds": provider.timeout_seconds,
+            "lease_seconds": provider.lease_seconds,
+            "secret_changed": bool(secret),
+        },
+    )
+    return provider, created
+
+
+def provider_config(provider: Provider) -> ProviderConfig:
+    return ProviderConfig(
+        adapter=provider.adapter,
+        path=provider.path,
+        url=provider.url,
+        secret=provider.secret,
+        timeout_seconds=provider.timeout_seconds,
+    )
+
+
+# -- registration and approval ------------------------------------------------------
+
+
+def _locked(operation: Operation) -> Operation:
+    return Operation.objects.select_for_update().select_related("provider").get(pk=operation.pk)
+
+
+def _binding(operation: Operation) -> approvals.Binding:
+    return approvals.Binding(
+        operation_key=operation.key,
+        action=operation.action,
+        provider=operation.provider.name,
+        params_digest=operation.params_digest,
+    )
+
+
+def operation_register(
+    *, host: Host, key: str, action: str, provider_name: str, params: Any
+) -> tuple[Operation, bool]:
+    """Persist the intended effect before anything is dispatched; idempotent per key.
+
+    The same registration again returns the existing operation; the same key with any
+    difference (host, action, provider or params) is a ``key_conflict``.
+    """
+    canonical = canonical_params(params)
+    digest = params_digest(canonical)
+    provider = Provider.objects.filter(name=provider_name).first()
+    if provider is None:
+        raise NotFound("unknown_provider", f"no provider named {provider_name!r}")
+    try:
+        with transaction.atomic():
+            operation = Operation.objects.create(
+                key=key,
+                host=host,
+                action=action,
+                provider=provider,
+                params_canonical=canonical,
+                params_digest=digest,
+                state=State.AWAITING_APPROVAL,
+            )
+            audit_append(
+                kind="registered",
+                operation_key=key,
+                actor=f"host:{host.name}",
+                data={"action": action, "provider": provider_name, "params_digest": digest},
+            )
+            return operation, True
+    except IntegrityError:
+        existing = Operation.objects.select_related("provider").filter(key=key).first()
+        if existing is None:
+            raise
+    same = (
+        existing.host_id == host.pk
+        and existing.action == action
+        and existing.provider_id == provider.pk
+        and existing.params_digest == digest
+    )
+    if not same:
+        raise RecoveryError("key_conflict", f"operation {key!r} exists with a different action")
+    return existing, False
+
+
+@transaction.atomic
+def approval_open(*, operation: Operation, host: Host) -> tuple[Approval, bool]:
+    """Ask for a decision on the operation's exact action (or return the pending one)."""
+    operation = _locked(operation)
+    if operation.state != State.AWAITING_APPROVAL:
+        raise RecoveryError(
+            "invalid_state",
+            f"operation is {operation.state}; no approval can be opened",
+            state=operation.state,
+        )
+    approval, created = approvals.approval_request(
+        binding=_binding(operation), requested_by=f"host:{host.name}"
+    )
+    if created:
+        audit_append(
+            kind="approval_requested",
+            operation_key=operation.key,
+            actor=f"host:{host.name}",
+            data={"approval_id": str(approval.id)},
+        )
+    return approval, created
+
+
+@transaction.atomic
+def approval_decision(
+    *, approval_id: uuid.UUID, approve: bool, ttl_seconds: int, decided_by: str
+) -> tuple[Approval, Permit | None]:
+    """Record an approver's decision and move the operation with it."""
+    approval = Approval.objects.filter(pk=approval_id).first()
+    if approval is None:
+        raise NotFound("unknown_approval", "no such approval")
+    operation = Operation.objects.filter(key=approval.operation_key).first()
+    if operation is None:
+        raise NotFound("unknown_operation", "the approval's operation does not exist")
+    operation = _locked(operation)
+    approval = Approval.objects.select_for_update().get(pk=approval.pk)
+    try:
+        permit = approvals.approval_decide(
+            approval=approval, approve=approve, decided_by=decided_by, ttl_seconds=ttl_seconds
+        )
+    except approvals.ApprovalError as exc:
+        raise RecoveryError(exc.code, exc.message, status=approval.status) from exc
+    operation_transition(
+        operation=operation,
+        event=Event.APPROVE if approve else Event.DENY,
+        actor=decided_by,
+        data={"approval_id": str(approval.id)},
+    )
+    if permit is not None:
+        audit_append(
+            kind="permit_issued",
+            operation_key=operation.key,
+            actor=decided_by,
+            data={
+                "permit_id": str(permit.id),
+                "params_digest": permit.params_digest,
+                "expires_at": permit.expires_at.isoformat(),
+            },
+        )
+    return approval, permit
+
+
+@transaction.atomic
+def permit_revoke(*, permit_id: uuid.UUID, reason: str, actor: str) -> tuple[Permit, bool]:
+    """Revoke a permit; an approved operation that can no longer dispatch is closed."""
+    permit = Permit.objects.filter(pk=permit_id).first()
+    if permit is None:
+        raise NotFound("unknown_permit", "no such permit")
+    operation = Operation.objects.filter(key=permit.operation_key).first()
+    if operation is not None:
+        operation = _locked(operation)
+    permit = Permit.objects.select_for_update().get(pk=permit.pk)
+    revoked = approvals.permit_revoke(permit=permit, reason=reason, actor=actor)
+    key = permit.operation_key
+    audit_append(
+        kind="permit_revoked" if revoked else "permit_revoke_ignored",
+        operation_key=key,
+        actor=actor,
+        data={"permit_id": str(permit.id), "reason": reason, "permit_status": permit.status},
+    )
+    if revoked and operation is not None and operation.state == State.APPROVED:
+        operation_transition(operation=operation, event=Event.REVOKE, actor=actor)
+    return permit, revoked
+
+
+# -- dispatch, heartbeat, report ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DispatchOutcome:
+    refusal: str = ""
+    dispatch: Dispatch | None = None
+    state: str = ""
+
+
+@transaction.atomic
+def operation_dispatch(
+    *, operation: Operation, worker: str, presented_digest: str, actor: str
+) -> DispatchOutcome:
+    """Consume the permit and create the one dispatch, atomically, or record the refusal."""
+    operation = _locked(operation)
+    result = approvals.permit_consume(
+        binding=_binding(operation), presented_digest=presented_digest, actor=actor
+    )
+    permit = result.permit
+    permit_id = str(permit.id) if permit else ""
+    if not result.consumed:
+        if result.refusal == approvals.Refusal.EXPIRED and operation.state == State.APPROVED:
+            operation_transition(operation=operation, event=Event.EXPIRE, actor=actor)
+        audit_append(
+            kind="consume_refused",
+            operation_key=operation.key,
+            actor=actor,
+            data={"reason": result.refusal, "permit_id": permit_id, "worker": worker},
+        )
+        return DispatchOutcome(refusal=result.refusal, state=operation.state)
+    assert permit is not None
+    now = approvals.db_now()
+    dispatch = Dispatch.objects.create(
+        operation=operation,
+        permit_id=permit.id,
+        fencing_token=secrets.token_urlsafe(24),
+        worker=worker,
+        created_at=now,
+        lease_expires_at=now + timedelta(seconds=operation.provider.lease_seconds),
+    )
+    HostReceipt.objects.create(dispatch=dispatch)
+    audit_append(
+        kind="permit_consumed",
+        operation_key=operation.key,
+        actor=actor,
+        data={"permit_id": permit_id, "worker": worker},
+    )
+    operation_transition(
+        operation=operation, event=Event.DISPATCH, actor=actor, data={"worker": worker}
+    )
+    return DispatchOutcome(dispatch=dispatch, state=operation.state)
+
+
+def _dispatch_for_token(operation: Operation, fencing_token: str, actor: str) -> Dispatch:
+    dispatch = Dispatch.objects.filter(operation=operation).first()
+    if dispatch is None or not hmac.compare_digest(dispatch.fencing_token, fencing_token):
+        stale_signal(
+            operation=operation,
+            signal="stale_fencing_token",
+            actor=actor,
+            data={"dispatched": dispatch is not None},
+        )
+        raise RecoveryError(
+            "stale_fencing_token", "this fencing token does not hold the operation's dispatch"
+        )
+    return dispatch
+
+
+def operation_heartbeat(*, operation: Operation, fencing_token: str, actor: str) -> Dispatch:
+    """Extend the lease of a live dispatch; a stale token changes nothing and is recorded."""
+    with transaction.atomic():
+        operation = _locked(operation)
+        try:
+            dispatch = _dispatch_for_token(operation, fencing_token, actor)
+        except RecoveryError:
+            stale = True
+        else:
+            stale = False
+            if operation.state != State.DISPATCHED:
+                stale_signal(
+                    operation=operation, signal="heartbeat_after_lease", actor=actor, data={}
+                )
+                lost = True
+            else:
+                lost = False
+                now = approvals.db_now()
+                dispatch.last_heartbeat_at = now
+                dispatch.lease_expires_at = now + timedelta(
+                    seconds=operation.provider.lease_seconds
+                )
+                dispatch.save(update_fields=["last_heartbeat_at", "lease_expires_at"])
+    # Raise after commit so the stale signal stays on the record.
+    if stale:
+        raise RecoveryError(
+            "stale_fencing_token", "this fencing token does not hold the operation's dispatch"
+        )
+    if lost:
+        raise RecoveryError(
+            "lease_lost",
+            f"the operation is {operation.state}; the lease is gone",
+            state=operation.state,
+        )
+    return dispatch
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    applied: bool
+    state: str
+    receipt_status: str
+
+
+def operation_report(
+    *,
+    operation: Operation,
+    fencing_token: str,
+    outcome: str,
+    provider_reference: str,
+    actor: str,
+) -> ReportOutcome:
+    """Record the worker's own result. The first report wins; later ones are signals."""
+    with transaction.atomic():
+        operation = _locked(operation)
+        try:
+            dispatch = _dispatch_for_token(operation, fencing_token, actor)
+        except RecoveryError:
+            dispatch = None
+        if dispatch is not None:
+            return _report_apply(operation, dispatch, outcome, provider_reference, actor)
+    raise RecoveryError(
+        "stale_fencing_token", "this fencing token does not hold the operation's dispatch"
+    )
+
+
+def _report_apply(
+    operation: Operation, dispatch: Dispatch, outcome: str, reference: str, actor: str
+) -> ReportOutcome:
+    receipt = HostReceipt.objects.select_for_update().get(dispatch=dispatch)
+    report = {"outcome": outcome, "provider_reference": reference}
+    if receipt.status != HostReceipt.Status.RUNNING:
+        stale_signal(
+            operation=operation,
+            signal="duplicate_report",
+            actor=actor,
+            data={**report, "receipt_status": receipt.status},
+        )
+        return ReportOutcome(False, operation.state, receipt.status)
+    committed = outcome == "committed"
+    receipt.status = HostReceipt.Status.SUCCEEDED if committed else HostReceipt.Status.FAILED
+    receipt.provider_reference = reference
+    receipt.reported_at = timezone.now()
+    receipt.save(update_fields=["status", "provider_reference", "reported_at"])
+    audit_append(kind="host_report", operation_key=operation.key, actor=actor, data=report)
+    if operation.state == State.DISPATCHED:
+        operation_transition(
+            operation=operation, event=Event.COMMIT if committed else Event.FAIL, actor=actor
+        )
+    else:
+        # The lease lapsed first: only provider evidence may settle it now.
+        stale_signal(
+            operation=operation,
+            signal="report_after_lease",
+            actor=actor,
+            data={**report, "state": operation.state},
+        )
+    return ReportOutcome(True, operation.state, receipt.status)
+
+
+def stale_signal(*, operation: Operation, signal: str, actor: str, data: dict[str, Any]) -> None:
+    """Record something that arrived too late or out of turn; it changes nothing else."""
+    audit_append(
+        kind="stale_signal",
+        operation_key=operation.key,
+        actor=actor,
+        data={"signal": signal, "state": operation.state, "version": operation.version, **data},
+    )
+
+
+def _stale_after_refusal(exc: TransitionRefused, actor: str) -> None:
+    """Record a refused transition in a transaction of its own (the change rolled back)."""
+    with transaction.atomic():
+        audit_append(
+            kind="stale_signal",
+            operation_key=exc.operation_key,
+            actor=actor,
+            data={
+                "signal": "transition_refused",
+                "event": exc.event,
+                "reason": exc.reason,
+                "state": exc.state,
+                "version": exc.version,
+            },
+        )
+
+
+# -- evidence ---------------------------------------------------------------------
+
+
+LOOKUP_BACKOFF_SECONDS = (5, 15, 45, 120, 300, 900)
+
+
+def _receipt(operation: Operation) -> HostReceipt | None:
+    return HostReceipt.objects.select_for_update().filter(dispatch__operation=operation).first()
+
+
+def evidence_apply(
+    *,
+    operation: Operation,
+    result: LookupResult,
+    source: str,
+    actor: str,
+    lookup: LookupAttempt | None = None,
+) -> Evidence:
+    """Store the evidence and let it move the operation, if the rules allow.
+
+    Only ``match`` releases (rule 4); a verified record of "not performed" fails the
+    operation; contradicting the host's own report is a conflict for an operator
+    (rule 5); anything arriving after a verified completion is a stale signal.
+    Must run inside the caller's transaction with ``operation`` locked.
+    """
+    now = timezone.now()
+    raw = result.raw
+    evidence = Evidence.objects.create(
+        operation=operation,
+        source=source,
+        verdict=result.verdict,
+        provider_status=result.provider_status,
+        provider_reference=result.reference[:200],
+        detail=result.detail[:500],
+        raw=raw,
+        raw_digest=sha256_digest(canonical_dumps(raw)),
+        captured_at=now,
+    )
+    if lookup is not None:
+        lookup.evidence = evidence
+        lookup.finished_at = now
+        lookup.save(update_fields=["evidence", "finished_at"])
+    audit_append(
+        kind="evidence",
+        operation_key=operation.key,
+        actor=actor,
+        data={
+            "source": source,
+            "evidence_id": evidence.pk,
+            "verdict": result.verdict,
+            "provider_status": result.provider_status,
+            "raw_digest": evidence.raw_digest,
+        },
+    )
+    _evidence_decide(operation, evidence, actor)
+    return evidence
+
+
+def _evidence_decide(operation: Operation, evidence: Evidence, actor: str) -> None:
+    state = operation.state
+    verdict = evidence.verdict
+    committed = verdict == Verdict.MATCH and evidence.provider_status == "committed"
+    not_performed = verdict == Verdict.MATCH and evidence.provider_status == "failed"
+    receipt = _receipt(operation)
+    ref = {"evidence_id": evidence.pk, "verdict": verdict}
+
+    if state == State.FAILED and committed:
+        operation_transition(operation=operation, event=Event.CONFLICT, actor=actor, data=ref)
+        return
+    if state not in (State.DISPATCHED, State.UNKNOWN, State.RECONCILE):
+        if not (state == State.RELEASED and committed):
+            stale_signal(
+                operation=operation, signal="evidence_after_settlement", actor=actor, data=ref
+            )
+        return
+    if committed or not_performed:
+        assert receipt is not None
+        contradicts = (committed and receipt.status == HostReceipt.Status.FAILED) or (
+            not_performed and receipt.status == HostReceipt.Status.SUCCEEDED
+        )
+        if contradicts:
+            if state != State.RECONCILE:
+                operation_transition(
+                    operation=operation, event=Event.CONFLICT, actor=actor, data=ref
+                )
+            return
+        event = Event.EVIDENCE_MATCH if committed else Event.EVIDENCE_NOT_PERFORMED
+        operation_transition(
+            operation=operation,
+            event=event,
+            actor=actor,
+            data=ref,
+            recovered=True,
+            next_lookup_at=None,
+        )
+        if receipt.status == HostReceipt.Status.RUNNING:
+            _receipt_recover(operation, receipt, evidence, actor)
+        return
+    if verdict in (Verdict.MISMATCH, Verdict.CORRUPT):
+        if state != State.RECONCILE:
+            operation_transition(
+                operation=operation,
+                event=Event.ESCALATE,
+                actor=actor,
+                data=ref,
+                next_lookup_at=None,
+            )
+        return
+    # absent / unavailable: inconclusive; never success, never another attempt.
+    if state == State.UNKNOWN:
+        _inconclusive(operation, actor, ref)
+
+
+def _inconclusive(operation: Operation, actor: str, ref: dict[str, Any]) -> None:
+    count = operation.lookups_inconclusive + 1
+    if count >= operation.provider.lookup_budget:
+        operation_transition(
+            operation=operation,
+            event=Event.ESCALATE,
+            actor=actor,
+            data={**ref, "reason": "lookup_budget_spent", "lookups": count},
+            lookups_inconclusive=count,
+            next_lookup_at=None,
+        )
+        return
+    delay = LOOKUP_BACKOFF_SECONDS[min(count - 1, len(LOOKUP_BACKOFF_SECONDS) - 1)]
+    Operation.objects.filter(pk=operation.pk).update(
+        lookups_inconclusive=count, next_lookup_at=timezone.now() + timedelta(seconds=delay)
+    )
+    operation.lookups_inconclusive = count
+
+
+def _receipt_recover(
+    operation: Operation, receipt: HostReceipt, evidence: Evidence, actor: str
+) -> None:
+    """Complete a stranded receipt from verified evidence (a recovery receipt)."""
+    committed = evidence.provider_status == "committed"
+    receipt.status = HostReceipt.Status.SUCCEEDED if committed else HostReceipt.Status.FAILED
+    receipt.recovered = True
+    receipt.evidence = evidence
+    receipt.provider_reference = evidence.provider_reference
+    receipt.reported_at = timezone.now()
+    receipt.save(
+        update_fields=["status", "recovered", "evidence", "provider_reference", "reported_at"]
+    )
+    audit_append(
+        kind="receipt_recovered",
+        operation_key=operation.key,
+        actor=actor,
+        data={"evidence_id": evidence.pk, "status": receipt.status},
+    )
+
+
+def operation_lookup(*, operation: Operation, trigger: str, actor: str) -> Operation:
+    """Read the provider's record (outside any transaction) and apply it.
+
+    The network call holds no database lock; the result is applied under the operation
+    lock afterwards, so whatever happened meanwhile is judged by the current state.
+    """
+    provider = operation.provider
+    with transaction.atomic():
+        lookup = LookupAttempt.objects.create(
+            operation=operation, trigger=trigger, started_at=timezone.now()
+        )
+    result = evidence_lookup(
+        config=provider_config(provider),
+        operation_key=operation.key,
+        params_digest=operation.params_digest,
+    )
+    try:
+        with transaction.atomic():
+            locked = _locked(operation)
+            evidence_apply(
+                operation=locked,
+                result=result,
+                source=Evidence.Source.LOOKUP,
+                actor=actor,
+                lookup=lookup,
+            )
+            return locked
+    except TransitionRefused as exc:
+        _stale_after_refusal(exc, actor)
+        return Operation.objects.select_related("provider").get(pk=operation.pk)
+
+
+# -- provider callbacks -------------------------------------------------------------
+
+
+def callback_signature_valid(*, provider: Provider, body: bytes, signature: str) -> bool:
+    if not provider.secret or not signature:
+        return False
+    expected = hmac.new(provider.secret.encode("utf-8"), body, sha256).hexdigest()
+    return hmac.compare_digest(expected, signature.strip().lower())
+
+
+@dataclass(frozen=True)
+class CallbackOutcome:
+    applied: bool
+    state: str
+    reason: str = ""
+
+
+@transaction.atomic
+def provider_callback(
+    *,
+    provider: Provider,
+    operation_key: str,
+    status: str,
+    params_digest: str,
+    reference: str,
+    sequence: int,
+    raw: dict[str, Any],
+) -> CallbackOutcome:
+    """Apply a signed provider notification unless it is stale (rule 5)."""
+    operation = Operation.objects.filter(key=operation_key, provider=provider).first()
+    if operation is None:
+        raise NotFound("unknown_operation", f"no operation {operation_key!r} at this provider")
+    operation = _locked(operation)
+    actor = f"provider:{provider.name}"
+    last = operation.last_callback_sequence
+    if last is not None and sequence <= last:
+        stale_signal(
+            operation=operation,
+            signal="stale_callback_sequence",
+            actor=actor,
+            data={"sequence": sequence, "applied_sequence": last, "status": status},
+        )
+        return CallbackOutcome(False, operation.state, "stale_sequence")
+    if operation.state in (State.RELEASED, State.VOIDED):
+        stale_signal(
+            operation=operation,
+            signal="callback_after_settlement",
+            actor=actor,
+            data={"sequence": sequence, "status": status},
+        )
+        return CallbackOutcome(False, operation.state, "settled")
+    Operation.objects.filter(pk=operation.pk).update(last_callback_sequence=sequence)
+    operation.last_callback_sequence = sequence
+    verdict = Verdict.MATCH if params_digest == operation.params_digest else Verdict.MISMATCH
+    result = LookupResult(
+        verdict=verdict,
+        provider_status=status,
+        reference=reference,
+        raw=raw,
+        detail=f"signed callback, sequence {sequence}",
+    )
+    evidence_apply(operation=operation, result=result, source=Evidence.Source.CALLBACK, actor=actor)
+    return CallbackOutcome(True, operation.state)
+
+
+# -- resume ---------------------------------------------------------------------------
+
+
+class Decision:
+    WAIT = "wait"
+    DISPATCH = "dispatch"
+    IN_PROGRESS = "in_progress"
+    RELEASED = "released"
+    UNKNOWN = "unknown"
+    RECONCILE = "reconcile"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class ResumeOutcome:
+    decision: str
+    state: str
+    recovered: bool
+    fencing_token: str = ""
+
+
+_SETTLED_DECISIONS = {
+    State.RELEASED: Decision.RELEASED,
+    State.UNKNOWN: Decision.UNKNOWN,
+    State.RECONCILE: Decision.RECONCILE,
+    State.AWAITING_APPROVAL: Decision.WAIT,
+    State.DISPATCHED: Decision.IN_PROGRESS,
+}
+
+
+def _answer(operation: Operation) -> ResumeOutcome:
+    decision = _SETTLED_DECISIONS.get(State(operation.state), Decision.CLOSED)
+    return ResumeOutcome(decision, operation.state, operation.recovered)
+
+
+def _lease_lost(operation: Operation, actor: str) -> bool:
+    """Move a dispatched operation whose lease lapsed to ``unknown``; True if it is."""
+    with transaction.atomic():
+        locked = _locked(operation)
+        if locked.state != State.DISPATCHED:
+            return locked.state in (State.UNKNOWN, State.RECONCILE)
+        dispatch = Dispatch.objects.get(operation=locked)
+        if dispatch.lease_expires_at > approvals.db_now():
+            return False
+        operation_transition(
+            operation=locked,
+            event=Event.LEASE_LOST,
+            actor=actor,
+            data={"lease_expires_at": dispatch.lease_expires_at.isoformat()},
+            next_lookup_at=timezone.now(),
+        )
+        return True
+
+
+def operation_resume(*, operation: Operation, worker: str, actor: str) -> ResumeOutcome:
+    """What a fresh worker should do about ``operation``; never a second dispatch.
+
+    Only an operation that was never dispatched can be dispatched, by winning its
+    permit. A lapsed lease or an unsettled operation is looked up synchronously (bounded
+    by the provider's timeout) and released only on matching evidence.
+    """
+    state = operation.state
+    if state == State.APPROVED:
+        outcome = operation_dispatch(
+            operation=operation,
+            worker=worker,
+            presented_digest=operation.params_digest,
+            actor=actor,
+        )
+        if outcome.dispatch is not None:
+            return ResumeOutcome(
+                Decision.DISPATCH, outcome.state, False, outcome.dispatch.fencing_token
+            )
+        operation.refresh_from_db()
+        state = operation.state
+    if state == State.DISPATCHED:
+        if not _lease_lost(operation, actor):
+            operation.refresh_from_db()
+            return _answer(operation)
+        operation.refresh_from_db()
+        state = operation.state
+    if state in (State.UNKNOWN, State.RECONCILE):
+        operation = operation_lookup(
+            operation=operation, trigger=LookupAttempt.Trigger.RESUME, actor=actor
+        )
+    return _answer(operation)

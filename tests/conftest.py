@@ -1,0 +1,140 @@
+"""Shared fixtures: named credentials, a provider on disk, and an API client helper."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from approvals.services import approver_create
+from recovery.canonical import canonical_params, params_digest
+from recovery.models import Host, Provider
+from recovery.services import host_create, provider_configure
+from tests.support.providers import sqlite_provider_init
+
+PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}
+
+
+def digest_of(params: dict[str, Any]) -> str:
+    return params_digest(canonical_params(params))
+
+
+@dataclass
+class Api:
+    """A JSON client holding one bearer token."""
+
+    token: str
+    client: Client = field(default_factory=Client)
+
+    def post(self, path: str, body: Any = None, *, raw: bytes | None = None, **headers: str):
+        data = raw if raw is not None else json.dumps(body if body is not None else {})
+        return self.client.post(
+            path,
+            data=data,
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {self.token}",
+            **headers,
+        )
+
+    def get(self, path: str):
+        return self.client.get(path, HTTP_AUTHORIZATION=f"Bearer {self.token}")
+
+
+@pytest.fixture
+def provider_db(tmp_path: Path) -> Path:
+    path = tmp_path / "orders.sqlite3"
+    sqlite_provider_init(path)
+    return path
+
+
+@pytest.fixture
+def provider(db: None, provider_db: Path) -> Provider:
+    created, _ = provider_configure(
+        name="orders",
+        adapter="sqlite",
+        path=str(provider_db),
+        lease_seconds=60,
+        timeout_seconds=2,
+    )
+    return created
+
+
+@pytest.fixture
+def host_api(db: None) -> Api:
+    _, token = host_create(name="fleet-a")
+    return Api(token)
+
+
+@pytest.fixture
+def other_host_api(db: None) -> Api:
+    _, token = host_create(name="fleet-b")
+    return Api(token)
+
+
+@pytest.fixture
+def approver_api(db: None) -> Api:
+    _, token = approver_create(name="alice-phone")
+    return Api(token)
+
+
+@pytest.fixture
+def host(host_api: Api) -> Host:
+    return Host.objects.get(name="fleet-a")
+
+
+class Flow:
+    """Drives one operation through the API: register → approve → dispatch…"""
+
+    def __init__(self, host_api: Api, approver_api: Api, provider: Provider) -> None:
+        self.host_api = host_api
+        self.approver_api = approver_api
+        self.provider = provider
+
+    def register(self, key: str = "op-1", params: dict[str, Any] | None = None) -> dict[str, Any]:
+        response = self.host_api.post(
+            "/api/v1/operations",
+            {
+                "key": key,
+                "action": "payment.send",
+                "provider": self.provider.name,
+                "params": params if params is not None else PARAMS,
+            },
+        )
+        assert response.status_code in (200, 201), response.content
+        return response.json()
+
+    def approve(self, key: str = "op-1", ttl_seconds: int = 300) -> dict[str, Any]:
+        approval = self.host_api.post(f"/api/v1/operations/{key}/approvals").json()
+        response = self.approver_api.post(
+            f"/api/v1/approvals/{approval['approval_id']}/decision",
+            {"decision": "approve", "ttl_seconds": ttl_seconds},
+        )
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    def approved(self, key: str = "op-1", params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.register(key, params)
+        return self.approve(key)
+
+    def dispatch(self, key: str = "op-1", digest: str | None = None, worker: str = "w1"):
+        return self.host_api.post(
+            f"/api/v1/operations/{key}/dispatch",
+            {"worker": worker, "params_digest": digest or digest_of(PARAMS)},
+        )
+
+    def resume(self, key: str = "op-1", worker: str = "w2") -> dict[str, Any]:
+        response = self.host_api.post(f"/api/v1/operations/{key}/resume", {"worker": worker})
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    def record(self, key: str = "op-1") -> dict[str, Any]:
+        return self.host_api.get(f"/api/v1/operations/{key}").json()
+
+
+@pytest.fixture
+def flow(host_api: Api, approver_api: Api, provider: Provider) -> Flow:
+    return Flow(host_api, approver_api, provider)

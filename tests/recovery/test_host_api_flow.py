@@ -1,0 +1,143 @@
+"""The host API end to end, in-process: register, approve, dispatch once, report, resume."""
+
+from __future__ import annotations
+
+import pytest
+
+from approvals.models import PermitEvent
+from recovery.models import AuditEvent, Dispatch, Operation
+from tests.conftest import PARAMS, digest_of
+from tests.support.providers import sqlite_provider_commit
+
+pytestmark = pytest.mark.django_db
+
+
+def test_registration_is_idempotent_and_a_changed_action_conflicts(flow, host_api):
+    first = flow.register()
+    assert first["state"] == "awaiting_approval"
+    assert first["params_digest"] == digest_of(PARAMS)
+    again = host_api.post(
+        "/api/v1/operations",
+        {"key": "op-1", "action": "payment.send", "provider": "orders", "params": PARAMS},
+    )
+    assert again.status_code == 200
+    assert again.json() == first
+    changed = host_api.post(
+        "/api/v1/operations",
+        {
+            "key": "op-1",
+            "action": "payment.send",
+            "provider": "orders",
+            "params": {**PARAMS, "amount": 1251},
+        },
+    )
+    assert changed.status_code == 409
+    assert changed.json()["error"] == "key_conflict"
+    assert Operation.objects.count() == 1
+
+
+def test_key_order_and_whitespace_do_not_change_the_digest(flow, host_api):
+    flow.register()
+    reordered = (
+        b'{"key":"op-1","action":"payment.send","provider":"orders",'
+        b'"params":{ "to":"acct-7", "currency":"EUR","amount":1250 }}'
+    )
+    response = host_api.post("/api/v1/operations", raw=reordered)
+    assert response.status_code == 200
+
+
+def test_approved_dispatch_returns_a_token_and_a_second_dispatch_is_already_consumed(flow):
+    decided = flow.approved()
+    assert decided["status"] == "approved" and decided["permit_id"]
+    first = flow.dispatch()
+    assert first.status_code == 200, first.content
+    assert first.json()["permit_id"] == decided["permit_id"]
+    second = flow.dispatch(worker="w2")
+    assert second.status_code == 409
+    assert second.json()["error"] == "already_consumed"
+    assert second.json()["execution_state"] == "dispatched"
+    assert Dispatch.objects.count() == 1
+    refusals = PermitEvent.objects.filter(kind="refused")
+    assert [e.reason for e in refusals] == ["already_consumed"]
+
+
+def test_dispatch_with_another_digest_is_action_mismatch_and_recorded(flow):
+    flow.approved()
+    response = flow.dispatch(digest=digest_of({**PARAMS, "amount": 9999}))
+    assert response.status_code == 409
+    assert response.json()["error"] == "action_mismatch"
+    assert PermitEvent.objects.filter(kind="refused", reason="action_mismatch").count() == 1
+    assert Operation.objects.get().state == "approved"
+    assert flow.dispatch().status_code == 200
+
+
+def test_dispatch_without_approval_is_not_authorized(flow):
+    flow.register()
+    response = flow.dispatch()
+    assert response.status_code == 409
+    assert response.json()["error"] == "not_authorized"
+    assert AuditEvent.objects.filter(kind="consume_refused").count() == 1
+
+
+def test_committed_report_releases_and_a_second_report_is_a_stale_signal(flow, host_api):
+    flow.approved()
+    token = flow.dispatch().json()["fencing_token"]
+    first = host_api.post(
+        "/api/v1/operations/op-1/result",
+        {"fencing_token": token, "outcome": "committed", "provider_reference": "ord-1"},
+    )
+    assert first.json() == {"applied": True, "state": "released", "receipt": "succeeded"}
+    late = host_api.post(
+        "/api/v1/operations/op-1/result", {"fencing_token": token, "outcome": "failed"}
+    )
+    assert late.json() == {"applied": False, "state": "released", "receipt": "succeeded"}
+    assert AuditEvent.objects.filter(kind="stale_signal", data__signal="duplicate_report").exists()
+
+
+def test_wrong_fencing_token_changes_nothing_and_is_recorded(flow, host_api):
+    flow.approved()
+    flow.dispatch()
+    version = Operation.objects.get().version
+    response = host_api.post(
+        "/api/v1/operations/op-1/result", {"fencing_token": "forged", "outcome": "committed"}
+    )
+    assert response.status_code == 409
+    assert response.json()["error"] == "stale_fencing_token"
+    operation = Operation.objects.get()
+    assert (operation.state, operation.version) == ("dispatched", version)
+    assert AuditEvent.objects.filter(
+        kind="stale_signal", data__signal="stale_fencing_token"
+    ).exists()
+
+
+def test_resume_waits_dispatches_once_then_reports_in_progress(flow):
+    flow.register()
+    assert flow.resume()["decision"] == "wait"
+    flow.approve()
+    first = flow.resume(worker="w1")
+    assert first["decision"] == "dispatch" and first["fencing_token"]
+    second = flow.resume(worker="w2")
+    assert second == {"decision": "in_progress", "state": "dispatched", "recovered": False}
+
+
+def test_resume_after_lapsed_lease_releases_from_matching_evidence(flow, provider_db):
+    flow.approved()
+    flow.dispatch()
+    Dispatch.objects.update(lease_expires_at="2000-01-01T00:00:00Z")
+    sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="ord-9")
+    answer = flow.resume()
+    assert answer == {"decision": "released", "state": "released", "recovered": True}
+    record = flow.record()
+    assert record["receipt"]["recovered"] is True
+    assert record["receipt"]["status"] == "succeeded"
+    assert record["receipt"]["evidence_id"] == record["evidence"][-1]["evidence_id"]
+    assert record["receipt"]["provider_reference"] == "ord-9"
+
+
+def test_resume_after_lapsed_lease_without_evidence_is_unknown(flow):
+    flow.approved()
+    flow.dispatch()
+    Dispatch.objects.update(lease_expires_at="2000-01-01T00:00:00Z")
+    answer = flow.resume()
+    assert answer == {"decision": "unknown", "state": "unknown", "recovered": False}
+    assert Dispatch.objects.count() == 1
