@@ -27,6 +27,7 @@ run: install
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy recovery approvals console
 
 test: install-dev lint
 	$(VENV)/bin/pytest

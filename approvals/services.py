@@ -185,7 +185,7 @@ def permit_consume(*, binding: Binding, presented_digest: str, actor: str) -> Co
         permit=permit,
         kind=PermitEvent.Kind.CONSUMED,
         actor=actor,
-        at=permit.consumed_at,
+        at=permit.consumed_at or db_now(),
         detail=detail,
     )
     return ConsumeResult(permit=permit)

@@ -16,7 +16,8 @@ import rfc8785
 
 MAX_PARAMS_BYTES = 64 * 1024
 MAX_DEPTH = 10
-MAX_SAFE_INTEGER = 2**53
+# RFC 8785 serialises numbers as IEEE doubles: integers must be exact, |n| < 2^53.
+MAX_SAFE_INTEGER = 2**53 - 1
 
 
 class CanonicalError(ValueError):
@@ -66,17 +67,22 @@ def strict_loads(data: bytes | str) -> Any:
 
 
 def _check_value(value: Any, depth: int) -> None:
-    if depth > MAX_DEPTH:
+    """Check one value; ``depth`` counts the objects and arrays around it, itself included."""
+    if isinstance(value, (dict, list)) and depth > MAX_DEPTH:
         raise CanonicalError("too_deep", f"params nest deeper than {MAX_DEPTH} levels")
     if isinstance(value, bool) or value is None:
         return
     if isinstance(value, int):
         if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            raise CanonicalError("integer_out_of_range", f"integer {value} is outside ±2^53")
+            raise CanonicalError("integer_out_of_range", f"integer {value} is outside ±(2^53-1)")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise CanonicalError("non_finite_number", "params hold a non-finite number")
+        # Such a float is written as plain integer digits, which would read back as an
+        # integer outside the safe range: refuse it now rather than after a round trip.
+        if value.is_integer() and MAX_SAFE_INTEGER < abs(value) < 1e21:
+            raise CanonicalError("integer_out_of_range", f"{value!r} is outside ±(2^53-1)")
         return
     if isinstance(value, str):
         _check_text(value)

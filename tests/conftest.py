@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from approvals.services import approver_create
@@ -17,6 +19,23 @@ from recovery.services import host_create, provider_configure
 from tests.support.providers import sqlite_provider_init
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}
+
+# CI sets SETTLE_REQUIRE_POSTGRES: there the suite must run on PostgreSQL and nothing
+# may be skipped, so a missing service or a skip marker fails the run loudly.
+STRICT = bool(os.environ.get("SETTLE_REQUIRE_POSTGRES"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if STRICT and connection.vendor != "postgresql":
+        raise pytest.UsageError("SETTLE_REQUIRE_POSTGRES is set but DATABASE_URL is not PostgreSQL")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
+    if STRICT and skipped and exitstatus == 0:
+        reporter.write_line(f"{skipped} test(s) skipped, and CI allows none", red=True)
+        session.exitstatus = 1
 
 
 def digest_of(params: dict[str, Any]) -> str:

@@ -220,7 +220,11 @@ class Handler(BaseHTTPRequestHandler):
         params_digest = payload.get("params_digest")
         reference = payload.get("reference")
         status = payload.get("status", "committed")
-        if not all(isinstance(v, str) for v in (params_digest, reference, status)):
+        if not (
+            isinstance(params_digest, str)
+            and isinstance(reference, str)
+            and isinstance(status, str)
+        ):
             self._send_json(400, {"error": "params_digest, reference and status must be text"})
             return
         record = state.store.perform(key, params_digest, reference, status)

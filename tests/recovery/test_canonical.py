@@ -1,0 +1,106 @@
+"""Canonical JSON (RFC 8785) and the params digest."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from recovery.canonical import (
+    MAX_PARAMS_BYTES,
+    CanonicalError,
+    canonical_params,
+    params_digest,
+    strict_loads,
+)
+
+
+def test_digest_is_sha256_of_the_canonical_text():
+    canonical = canonical_params({"b": [1, 2.5, "x"], "a": {"z": None, "y": True}})
+    assert canonical == '{"a":{"y":true,"z":null},"b":[1,2.5,"x"]}'
+    expected = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    assert params_digest(canonical) == expected
+
+
+def test_numbers_take_their_shortest_form():
+    assert canonical_params({"n": 1.0, "m": 1e21, "k": 0.000001}) == (
+        '{"k":0.000001,"m":1e+21,"n":1}'
+    )
+
+
+def _nested(depth: int) -> dict:
+    """An object ``depth`` objects deep (the params object itself counts as one)."""
+    nested: dict = {"leaf": 1}
+    for _ in range(depth - 1):
+        nested = {"x": nested}
+    return nested
+
+
+@pytest.mark.parametrize(
+    ("params", "code"),
+    [
+        ([1, 2], "invalid_params"),
+        ({"n": 2**53}, "integer_out_of_range"),
+        ({"n": -(2**53)}, "integer_out_of_range"),
+        ({"n": 2.0**53}, "integer_out_of_range"),
+        ({"n": float("nan")}, "non_finite_number"),
+        ({"s": "a\x00b"}, "invalid_params"),
+        ({"s": "\ud800"}, "invalid_params"),
+        (_nested(11), "too_deep"),
+        ({"list": [[[[[[[[[[1]]]]]]]]]]}, "too_deep"),
+        ({"blob": "x" * MAX_PARAMS_BYTES}, "params_too_large"),
+    ],
+)
+def test_values_without_a_canonical_form_are_refused(params, code):
+    with pytest.raises(CanonicalError) as error:
+        canonical_params(params)
+    assert error.value.code == code
+
+
+def test_depth_ten_and_the_largest_safe_integer_are_accepted():
+    canonical_params(_nested(10))
+    canonical_params({"n": 2**53 - 1, "m": -(2**53) + 1, "big": 1e21})
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ('{"a": 1, "a": 2}', "duplicate_key"),
+        ('{"a": {"b": 1, "b": 1}}', "duplicate_key"),
+        ('{"a": NaN}', "non_finite_number"),
+        ('{"a": -Infinity}', "non_finite_number"),
+        ('{"a": 1e400}', "non_finite_number"),
+        ('{"a": ', "malformed_json"),
+        (b'{"a": "\xff"}', "malformed_json"),
+    ],
+)
+def test_strict_parsing_refuses_ambiguous_json(text, code):
+    with pytest.raises(CanonicalError) as error:
+        strict_loads(text)
+    assert error.value.code == code
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(st.text(max_size=5), json_values, max_size=4))
+def test_canonical_text_round_trips_to_the_same_digest(params):
+    try:
+        canonical = canonical_params(params)
+    except CanonicalError as error:
+        assert error.code in {"invalid_params", "too_deep", "integer_out_of_range"}
+        return
+    again = canonical_params(strict_loads(canonical))
+    assert again == canonical

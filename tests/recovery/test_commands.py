@@ -1,0 +1,84 @@
+"""Administration commands: credentials are printed once and stored hashed."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from approvals.models import Approver
+from approvals.services import token_hash
+from recovery.models import AuditEvent, Host, Provider
+
+pytestmark = pytest.mark.django_db
+
+
+def _run(*args: str) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue().strip()
+
+
+def test_create_host_prints_a_token_that_is_stored_only_as_a_hash():
+    token = _run("create_host", "fleet-a")
+    host = Host.objects.get(name="fleet-a")
+    assert token.startswith("sth_") and token not in host.token_hash
+    assert host.token_hash == token_hash(token)
+
+
+def test_create_host_refuses_a_taken_name():
+    _run("create_host", "fleet-a")
+    with pytest.raises(CommandError, match="already exists"):
+        _run("create_host", "fleet-a")
+
+
+def test_create_approver_prints_a_working_token(client):
+    token = _run("create_approver", "alice")
+    assert Approver.objects.get(name="alice").token_hash == token_hash(token)
+    response = client.post(
+        "/api/v1/approvals/00000000-0000-0000-0000-000000000000/decision",
+        data={"decision": "approve"},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert response.status_code == 404
+    assert response.json()["error"] == "unknown_approval"
+
+
+def test_add_provider_creates_then_updates_and_audits(tmp_path):
+    path = str(tmp_path / "orders.sqlite3")
+    assert _run("add_provider", "orders", "--adapter", "sqlite", "--path", path).startswith(
+        "created provider orders"
+    )
+    out = _run(
+        "add_provider",
+        "orders",
+        "--adapter",
+        "sqlite",
+        "--path",
+        path,
+        "--lease-seconds",
+        "5",
+        "--timeout-seconds",
+        "1.5",
+    )
+    assert out.startswith("updated provider orders")
+    provider = Provider.objects.get(name="orders")
+    assert (provider.lease_seconds, provider.timeout_seconds) == (5, 1.5)
+    assert AuditEvent.objects.filter(kind="provider_configured").count() == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--adapter", "sqlite"], "needs --path"),
+        (["--adapter", "http", "--url", "http://127.0.0.1:9"], "needs --url and --secret"),
+        (["--adapter", "journal", "--path", "j", "--timeout-seconds", "0"], "timeout"),
+        (["--adapter", "journal", "--path", "j", "--lease-seconds", "0"], "lease"),
+    ],
+)
+def test_add_provider_refuses_incomplete_settings(args, message):
+    with pytest.raises(CommandError, match=message):
+        _run("add_provider", "p", *args)
+    assert not Provider.objects.exists()
