@@ -21,13 +21,17 @@ from django.views.decorators.csrf import csrf_exempt
 
 from approvals import services as approvals
 from recovery import selectors, services
-from recovery.canonical import CanonicalError, strict_loads
+from recovery.canonical import MAX_SAFE_INTEGER, CanonicalError, strict_loads
 from recovery.models import Host, Provider
 from recovery.openapi import openapi_document
+from recovery.transitions import TransitionRefused
+from recovery.transitions import TransitionRefused
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$")
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
+# Fencing tokens are compared with hmac.compare_digest, which accepts only ASCII text.
+TOKEN_PATTERN = re.compile(r"^[!-~]{1,64}$")
 
 
 class ApiError(Exception):
@@ -39,7 +43,7 @@ class ApiError(Exception):
         self.extra = extra
 
 
-def error_response(status: int, code: str, message: str, **extra: Any) -> JsonResponse:
+def error_response(status: int, code: str, message: str, /, **extra: Any) -> JsonResponse:
     return JsonResponse({"error": code, "message": message, **extra}, status=status)
 
 
@@ -103,6 +107,7 @@ def api_view(
                 response = error_response(405, "method_not_allowed", f"use {' or '.join(methods)}")
                 response["Allow"] = ", ".join(methods)
                 return response
+            caller: Caller | None = None
             try:
                 caller = _authenticate(request, auth) if auth else None
                 return view(request, caller, *args, **kwargs)
@@ -110,6 +115,20 @@ def api_view(
                 return error_response(exc.status, exc.code, exc.message, **exc.extra)
             except services.RecoveryError as exc:
                 return error_response(exc.status, exc.code, exc.message, **exc.extra)
+            except TransitionRefused as exc:
+                # The operation moved on between read and write; the change rolled back.
+                return error_response(
+                    409,
+                    "invalid_state",
+                    f"the operation is {exc.state}; {exc.event} is not possible",
+                    state=exc.state,
+                )
+            except TransitionRefused as exc:
+                # The operation moved on while this request was in flight.
+                services.transition_refused_record(exc, caller.actor if caller else "api")
+                return error_response(
+                    409, "stale_state", f"the operation moved on ({exc.state})", state=exc.state
+                )
             except DatabaseError:
                 return error_response(
                     503, "database_unavailable", "the database refused the change; retry"
@@ -123,14 +142,18 @@ def api_view(
 # -- body parsing ---------------------------------------------------------------------
 
 
+def _raw_body(request: HttpRequest) -> bytes:
+    try:
+        return request.body
+    except RequestDataTooBig:
+        raise ApiError(413, "body_too_large", "the request body is too large") from None
+
+
 def _json_body(request: HttpRequest) -> dict[str, Any]:
     content_type = request.content_type or ""
     if content_type not in {"application/json", ""}:
         raise ApiError(415, "unsupported_media_type", "send Content-Type: application/json")
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        raise ApiError(413, "body_too_large", "the request body is too large") from None
+    raw = _raw_body(request)
     if not raw:
         raise ApiError(400, "malformed_json", "the request body is empty")
     try:
@@ -183,7 +206,9 @@ def _check_field(name: str, value: Any, field: Field) -> Any:
     if isinstance(value, str):
         if len(value) > field.max_length or "\x00" in value:
             raise invalid(f"must be at most {field.max_length} characters, without NUL")
-        if field.pattern is not None and not field.pattern.match(value):
+        if not _valid_unicode(value):
+            raise invalid("must be valid Unicode (no lone surrogates)")
+        if field.pattern is not None and not field.pattern.fullmatch(value):
             raise invalid("has an invalid format")
         if field.choices and value not in field.choices:
             raise invalid(f"must be one of {', '.join(field.choices)}")
@@ -195,8 +220,16 @@ def _check_field(name: str, value: Any, field: Field) -> Any:
     return value
 
 
+def _valid_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_key(key: str) -> None:
-    if not KEY_PATTERN.match(key):
+    if not KEY_PATTERN.fullmatch(key):
         raise ApiError(404, "unknown_operation", "no such operation")
 
 
@@ -236,7 +269,8 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
             "key": Field(str, pattern=KEY_PATTERN, max_length=200),
             "action": Field(str, pattern=NAME_PATTERN, max_length=200),
             "provider": Field(str, max_length=100),
-            "params": Field(dict),
+            # Any JSON value: canonical_params refuses a non-object as invalid_params.
+            "params": Field(None),
         },
     )
     assert caller.host is not None
@@ -264,7 +298,7 @@ def operation_detail(request: HttpRequest, caller: Caller, key: str) -> JsonResp
 @api_view(methods=("POST",), auth=("host",))
 def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
-    if request.body:
+    if _raw_body(request):
         _parse(request, {})
     assert caller.host is not None
     approval, created = services.approval_open(operation=operation, host=caller.host)
@@ -364,7 +398,7 @@ def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonRe
 @api_view(methods=("POST",), auth=("host",))
 def operation_heartbeat(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
-    values = _parse(request, {"fencing_token": Field(str, max_length=64)})
+    values = _parse(request, {"fencing_token": Field(str, pattern=TOKEN_PATTERN, max_length=64)})
     dispatch = services.operation_heartbeat(
         operation=operation, fencing_token=values["fencing_token"], actor=caller.actor
     )
@@ -377,7 +411,7 @@ def operation_result(request: HttpRequest, caller: Caller, key: str) -> JsonResp
     values = _parse(
         request,
         {
-            "fencing_token": Field(str, max_length=64),
+            "fencing_token": Field(str, pattern=TOKEN_PATTERN, max_length=64),
             "outcome": Field(str, choices=("committed", "failed")),
             "provider_reference": Field(str, required=False, max_length=200),
         },
@@ -413,15 +447,18 @@ def operation_resume(request: HttpRequest, caller: Caller, key: str) -> JsonResp
 
 @api_view(methods=("POST",), auth=())
 def provider_callbacks(request: HttpRequest, caller: None, name: str) -> JsonResponse:
-    provider = Provider.objects.filter(name=name).first()
+    # PostgreSQL cannot even compare a text containing NUL: such a name names nothing.
+    provider = None
+    if "\x00" not in name and len(name) <= 100:
+        provider = Provider.objects.filter(name=name).first()
     if provider is None:
         raise ApiError(404, "unknown_provider", "no such provider")
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        raise ApiError(413, "body_too_large", "the request body is too large") from None
+    raw = _raw_body(request)
     signature = request.headers.get("X-Provider-Signature", "")
-    if not services.callback_signature_valid(provider=provider, body=raw, signature=signature):
+    # hmac.compare_digest refuses non-ASCII text; such a header cannot be a hex HMAC.
+    if not signature.isascii() or not services.callback_signature_valid(
+        provider=provider, body=raw, signature=signature
+    ):
         raise ApiError(401, "bad_signature", "missing or wrong X-Provider-Signature")
     values = _parse(
         request,
@@ -430,7 +467,7 @@ def provider_callbacks(request: HttpRequest, caller: None, name: str) -> JsonRes
             "status": Field(str, choices=("committed", "failed")),
             "params_digest": Field(str, pattern=DIGEST_PATTERN, max_length=71),
             "reference": Field(str, max_length=200),
-            "sequence": Field(int, minimum=0, maximum=2**53),
+            "sequence": Field(int, minimum=0, maximum=MAX_SAFE_INTEGER),
         },
     )
     outcome = services.provider_callback(

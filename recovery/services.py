@@ -458,7 +458,7 @@ def stale_signal(*, operation: Operation, signal: str, actor: str, data: dict[st
     )
 
 
-def _stale_after_refusal(exc: TransitionRefused, actor: str) -> None:
+def transition_refused_record(exc: TransitionRefused, actor: str) -> None:
     """Record a refused transition in a transaction of its own (the change rolled back)."""
     with transaction.atomic():
         audit_append(
@@ -546,9 +546,8 @@ def _evidence_decide(operation: Operation, evidence: Evidence, actor: str) -> No
         return
     if state not in (State.DISPATCHED, State.UNKNOWN, State.RECONCILE):
         if not (state == State.RELEASED and committed):
-            stale_signal(
-                operation=operation, signal="evidence_after_settlement", actor=actor, data=ref
-            )
+            signal = "evidence_after_settlement" if operation.is_terminal else "evidence_early"
+            stale_signal(operation=operation, signal=signal, actor=actor, data=ref)
         return
     if committed or not_performed:
         assert receipt is not None
@@ -656,7 +655,7 @@ def operation_lookup(*, operation: Operation, trigger: str, actor: str) -> Opera
             )
             return locked
     except TransitionRefused as exc:
-        _stale_after_refusal(exc, actor)
+        transition_refused_record(exc, actor)
         return Operation.objects.select_related("provider").get(pk=operation.pk)
 
 
@@ -751,6 +750,8 @@ _SETTLED_DECISIONS = {
     State.UNKNOWN: Decision.UNKNOWN,
     State.RECONCILE: Decision.RECONCILE,
     State.AWAITING_APPROVAL: Decision.WAIT,
+    # Approved but not consumed by this call (a refusal was recorded): not ours to run.
+    State.APPROVED: Decision.WAIT,
     State.DISPATCHED: Decision.IN_PROGRESS,
 }
 
