@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from approvals.models import Approval, Approver, Permit, PermitEvent
@@ -135,10 +134,6 @@ class ConsumeResult:
         return not self.refusal
 
 
-def permit_for_operation(*, operation_key: str) -> Permit | None:
-    return Permit.objects.filter(operation_key=operation_key).order_by("-issued_at").first()
-
-
 def _refuse(permit: Permit, reason: str, actor: str, detail: dict[str, Any]) -> ConsumeResult:
     PermitEvent.objects.create(
         permit=permit,
@@ -160,10 +155,14 @@ def permit_consume(*, binding: Binding, presented_digest: str, actor: str) -> Co
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("permit_consume must run inside the caller's transaction")
-    latest = permit_for_operation(operation_key=binding.operation_key)
-    if latest is None:
+    permit = (
+        Permit.objects.select_for_update()
+        .filter(operation_key=binding.operation_key)
+        .order_by("-issued_at")
+        .first()
+    )
+    if permit is None:
         return ConsumeResult(permit=None, refusal=Refusal.NOT_AUTHORIZED)
-    permit = Permit.objects.select_for_update().get(pk=latest.pk)
     detail = {"presented_digest": presented_digest}
     if permit.status == Permit.Status.CONSUMED:
         return _refuse(permit, Refusal.ALREADY_CONSUMED, actor, detail)
@@ -174,19 +173,18 @@ def permit_consume(*, binding: Binding, presented_digest: str, actor: str) -> Co
         return _refuse(permit, Refusal.ACTION_MISMATCH, actor, detail)
     if permit.status == Permit.Status.EXPIRED:
         return _refuse(permit, Refusal.EXPIRED, actor, detail)
+    # Read the clock only now, with the operation and permit locked: this is the moment
+    # of consumption, however long the locks took.
+    now = db_now()
     changed = Permit.objects.filter(
-        pk=permit.pk, status=Permit.Status.ACTIVE, expires_at__gt=Now()
-    ).update(status=Permit.Status.CONSUMED, consumed_at=Now())
+        pk=permit.pk, status=Permit.Status.ACTIVE, expires_at__gt=now
+    ).update(status=Permit.Status.CONSUMED, consumed_at=now)
     if changed != 1:
         _permit_mark_expired(permit)
         return _refuse(permit, Refusal.EXPIRED, actor, detail)
-    permit.refresh_from_db()
+    permit.status, permit.consumed_at = Permit.Status.CONSUMED, now
     PermitEvent.objects.create(
-        permit=permit,
-        kind=PermitEvent.Kind.CONSUMED,
-        actor=actor,
-        at=permit.consumed_at or db_now(),
-        detail=detail,
+        permit=permit, kind=PermitEvent.Kind.CONSUMED, actor=actor, at=now, detail=detail
     )
     return ConsumeResult(permit=permit)
 

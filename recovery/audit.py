@@ -51,35 +51,56 @@ def event_hash(
 def audit_append(
     *, kind: str, operation_key: str = "", actor: str = "", data: dict[str, Any] | None = None
 ) -> AuditEvent:
-    """Append one event to the chain; must run inside the transaction of the change."""
-    if not transaction.get_connection().in_atomic_block:
+    """Append one event to the chain; must run inside the transaction of the change.
+
+    The head is advanced with a compare-and-set against the head this connection last
+    wrote, which costs one UPDATE when nobody else appended in between; otherwise (or
+    after a rollback made the remembered head wrong) it locks and re-reads the head.
+    """
+    connection = transaction.get_connection()
+    if not connection.in_atomic_block:
         raise RuntimeError("audit_append must run inside the transaction it describes")
     data = data or {}
-    head, _ = AuditHead.objects.select_for_update().get_or_create(
-        pk=1, defaults={"seq": 0, "hash": GENESIS_HASH}
-    )
     at = timezone.now()
-    seq = head.seq + 1
-    digest = event_hash(
-        prev_hash=head.hash,
-        seq=seq,
-        at=at,
-        kind=kind,
-        operation_key=operation_key,
-        actor=actor,
-        data=data,
-    )
+
+    def digest_after(seq: int, prev_hash: str) -> str:
+        return event_hash(
+            prev_hash=prev_hash,
+            seq=seq + 1,
+            at=at,
+            kind=kind,
+            operation_key=operation_key,
+            actor=actor,
+            data=data,
+        )
+
+    remembered: tuple[int, str] | None = getattr(connection, "settle_audit_head", None)
+    advanced = False
+    if remembered is not None:
+        seq, prev_hash = remembered
+        digest = digest_after(seq, prev_hash)
+        advanced = (
+            AuditHead.objects.filter(pk=1, seq=seq, hash=prev_hash).update(seq=seq + 1, hash=digest)
+            == 1
+        )
+    if not advanced:
+        head, _ = AuditHead.objects.select_for_update().get_or_create(
+            pk=1, defaults={"seq": 0, "hash": GENESIS_HASH}
+        )
+        seq, prev_hash = head.seq, head.hash
+        digest = digest_after(seq, prev_hash)
+        AuditHead.objects.filter(pk=1).update(seq=seq + 1, hash=digest)
     event = AuditEvent.objects.create(
-        seq=seq,
+        seq=seq + 1,
         at=at,
         kind=kind,
         operation_key=operation_key,
         actor=actor,
         data=data,
-        prev_hash=head.hash,
+        prev_hash=prev_hash,
         hash=digest,
     )
-    AuditHead.objects.filter(pk=1).update(seq=seq, hash=digest)
+    connection.settle_audit_head = (seq + 1, digest)
     return event
 
 
