@@ -78,7 +78,8 @@ def _database() -> dict[str, object]:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
         config["CONN_MAX_AGE"] = 0
-        config["TEST"] = {"NAME": str(VAR_DIR / "test_settle.sqlite3")}
+        # One file per test run, so that concurrent runs never share (and break) it.
+        config["TEST"] = {"NAME": str(VAR_DIR / f"test_settle_{os.getpid()}.sqlite3")}
     elif engine.endswith("postgresql"):
         config.setdefault("OPTIONS", {})
     else:

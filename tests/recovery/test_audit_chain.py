@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
@@ -85,3 +87,45 @@ def test_postgres_refuses_updates_to_audit_events():
     _append(1)
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         AuditEvent.objects.update(kind="edited")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_appenders_never_fork_the_chain():
+    """Eight threads, each with its own connection, append at once; one linear chain."""
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def appender(number: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            for i in range(15):
+                with transaction.atomic():
+                    audit_append(kind="race", data={"thread": number, "i": i})
+                    if i % 5 == 4:
+                        audit_append(kind="race-second", data={"thread": number, "i": i})
+        except BaseException as exc:  # reported below, on the test's thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=appender, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert list(audit_verify()) == []
+    assert list(AuditEvent.objects.values_list("seq", flat=True)) == list(range(1, 8 * 18 + 1))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_append_does_not_poison_the_next_one():
+    with transaction.atomic():
+        audit_append(kind="kept")
+    with pytest.raises(ZeroDivisionError), transaction.atomic():
+        audit_append(kind="rolled-back")
+        1 / 0  # noqa: B018
+    with transaction.atomic():
+        audit_append(kind="after")
+    assert list(AuditEvent.objects.values_list("kind", flat=True)) == ["kept", "after"]
+    assert list(audit_verify()) == []
