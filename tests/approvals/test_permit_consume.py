@@ -1,0 +1,123 @@
+"""Permits on their own: issued by one approval, consumed once, for one exact action."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.models import Approval, Permit, PermitEvent
+from approvals.services import (
+    ApprovalError,
+    Binding,
+    Refusal,
+    approval_decide,
+    approval_request,
+    permit_consume,
+    permit_revoke,
+)
+
+pytestmark = pytest.mark.django_db
+
+BINDING = Binding(
+    operation_key="op-1",
+    action="payment.send",
+    provider="orders",
+    params_digest="sha256:" + "a" * 64,
+)
+
+
+def _permit(ttl_seconds: int = 300) -> Permit:
+    approval, created = approval_request(binding=BINDING, requested_by="host:a")
+    assert created
+    permit = approval_decide(
+        approval=approval, approve=True, decided_by="approver:x", ttl_seconds=ttl_seconds
+    )
+    assert permit is not None
+    return permit
+
+
+def _consume(binding: Binding = BINDING, digest: str | None = None):
+    with transaction.atomic():
+        return permit_consume(
+            binding=binding, presented_digest=digest or binding.params_digest, actor="w"
+        )
+
+
+def test_permit_is_consumed_once_and_then_refused_as_already_consumed():
+    permit = _permit()
+    assert _consume().consumed
+    again = _consume()
+    assert again.refusal == Refusal.ALREADY_CONSUMED
+    history = list(PermitEvent.objects.filter(permit=permit).values_list("kind", "reason"))
+    assert history == [("issued", ""), ("consumed", ""), ("refused", "already_consumed")]
+
+
+@pytest.mark.parametrize("field", ["action", "provider", "params_digest"])
+def test_any_difference_in_the_action_is_refused_as_action_mismatch(field):
+    _permit()
+    other = dataclasses.replace(BINDING, **{field: "sha256:" + "b" * 64})
+    result = _consume(other, digest=BINDING.params_digest)
+    assert result.refusal == Refusal.ACTION_MISMATCH
+    assert Permit.objects.get().status == "active"
+
+
+def test_a_presented_digest_that_differs_is_refused():
+    _permit()
+    assert _consume(digest="sha256:" + "c" * 64).refusal == Refusal.ACTION_MISMATCH
+
+
+def test_no_permit_for_the_key_is_not_authorized():
+    assert _consume().refusal == Refusal.NOT_AUTHORIZED
+
+
+def test_permit_past_its_expiry_by_the_database_clock_is_refused():
+    permit = _permit()
+    now = timezone.now()
+    Permit.objects.filter(pk=permit.pk).update(
+        issued_at=now - timedelta(minutes=5), expires_at=now - timedelta(milliseconds=1)
+    )
+    assert _consume().refusal == Refusal.EXPIRED
+    assert Permit.objects.get().status == "expired"
+
+
+def test_revoking_an_active_permit_prevents_consumption():
+    permit = _permit()
+    assert permit_revoke(permit=permit, reason="changed mind", actor="approver:x") is True
+    assert _consume().refusal == Refusal.REVOKED
+
+
+def test_revoking_a_consumed_permit_changes_nothing_but_is_recorded():
+    permit = _permit()
+    _consume()
+    assert permit_revoke(permit=permit, reason="too late", actor="approver:x") is False
+    permit.refresh_from_db()
+    assert (permit.status, permit.revoked_at) == ("consumed", None)
+    assert PermitEvent.objects.filter(permit=permit, kind="revoke_ignored").count() == 1
+
+
+def test_an_approval_is_decided_once():
+    approval, _ = approval_request(binding=BINDING, requested_by="host:a")
+    approval_decide(approval=approval, approve=False, decided_by="approver:x", ttl_seconds=60)
+    with pytest.raises(ApprovalError) as error:
+        approval_decide(approval=approval, approve=True, decided_by="approver:y", ttl_seconds=60)
+    assert error.value.code == "already_decided"
+    assert not Permit.objects.exists()
+    assert Approval.objects.get().status == "denied"
+
+
+@pytest.mark.parametrize("ttl", [0, -1, 7 * 24 * 3600 + 1])
+def test_ttl_outside_the_allowed_range_is_refused(ttl):
+    approval, _ = approval_request(binding=BINDING, requested_by="host:a")
+    with pytest.raises(ApprovalError):
+        approval_decide(approval=approval, approve=True, decided_by="x", ttl_seconds=ttl)
+    assert Approval.objects.get().status == "pending"
+
+
+def test_a_second_request_returns_the_pending_approval():
+    first, _ = approval_request(binding=BINDING, requested_by="host:a")
+    second, created = approval_request(binding=BINDING, requested_by="host:a")
+    assert (second.pk, created) == (first.pk, False)
