@@ -1,0 +1,279 @@
+"""Workers killed with SIGKILL at precise points, and fresh processes resuming after them.
+
+Each worker is a real OS process (``tests/procs/worker.py``) talking to the live server
+over HTTP. The provider leases are one second and the tests wait for them to lapse in
+real time. Fresh resuming workers are started with the same effect configuration as the
+dead one, so a wrong ``dispatch`` decision would really perform a second effect.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recovery.models import AuditEvent, Dispatch, Evidence, HostReceipt, Verdict
+from tests.integration.conftest import (
+    PARAMS,
+    Procs,
+    ProviderHandle,
+    Settle,
+    Worker,
+    assert_audit_intact,
+    last_verdict,
+    operation,
+    permit_events,
+    permit_of,
+    wait_lease_lapsed,
+)
+from tests.support.providers import (
+    digest_of,
+    http_provider_control,
+    journal_append,
+    journal_checksum,
+    sqlite_provider_commit,
+    sqlite_provider_tamper,
+)
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+ADAPTERS = ("sqlite", "journal", "http")
+
+
+def crash(procs: Procs, key: str, provider: ProviderHandle, point: str, *extra: str) -> Worker:
+    """A worker resumes, wins the dispatch, gets to ``point`` and is SIGKILLed there."""
+    worker = procs.start(
+        key=key, provider=provider, extra=["--crash-point", point, *extra], name="doomed"
+    )
+    answer = worker.answer
+    assert answer["status"] == 200 and answer["body"]["decision"] == "dispatch", answer
+    assert answer["body"]["fencing_token"]
+    if point == "after_effect":
+        worker.wait_for("effect_committed")
+    worker.wait_for("holding")
+    assert worker.kill() == -signal.SIGKILL
+    assert "reported" not in worker.event_names()
+    # The dead worker left a stranded receipt behind.
+    assert operation(key).state == "dispatched"
+    assert HostReceipt.objects.get(dispatch__operation__key=key).status == "running"
+    return worker
+
+
+def fresh_resume(procs: Procs, key: str, provider: ProviderHandle) -> dict[str, Any]:
+    """A new process resumes; it would perform the effect again if told to dispatch."""
+    worker = procs.start(key=key, provider=provider)
+    worker.assert_clean_exit()
+    answer = worker.answer
+    assert answer["status"] == 200, answer
+    if answer["body"]["decision"] != "dispatch":
+        assert "effect_committed" not in worker.event_names()
+    return dict(answer["body"])
+
+
+def assert_one_dispatch_one_consumption(key: str) -> None:
+    assert Dispatch.objects.filter(operation__key=key).count() == 1
+    assert permit_of(key).status == "consumed"
+    assert permit_events(key, "consumed") == 1
+    assert AuditEvent.objects.filter(operation_key=key, kind="permit_consumed").count() == 1
+
+
+def assert_recovered_receipt(key: str) -> None:
+    receipt = HostReceipt.objects.select_related("evidence").get(dispatch__operation__key=key)
+    assert receipt.status == "succeeded"
+    assert receipt.recovered is True
+    assert receipt.evidence is not None
+    assert receipt.evidence.operation.key == key
+    assert receipt.evidence.verdict == Verdict.MATCH
+    assert receipt.evidence.provider_status == "committed"
+    assert receipt.evidence == Evidence.objects.filter(operation__key=key).last()
+    op = operation(key)
+    assert (op.state, op.recovered) == ("released", True)
+
+
+# -- 1. commit, then die ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ADAPTERS)
+def test_commit_then_die_is_released_from_evidence_without_a_second_effect(
+    kind: str, settle: Settle, procs: Procs, make_provider: Any
+) -> None:
+    provider = make_provider(kind, lease_seconds=1)
+    key = f"crash-commit-{kind}"
+    settle.approved(key, provider.name)
+
+    crash(procs, key, provider, "after_effect")
+    assert provider.effects(key) == 1
+    wait_lease_lapsed(key)
+
+    answer = fresh_resume(procs, key, provider)
+
+    assert answer == {"decision": "released", "state": "released", "recovered": True}
+    assert provider.effects(key) == 1
+    assert_one_dispatch_one_consumption(key)
+    assert_recovered_receipt(key)
+    record = settle.record(key)
+    assert record["receipt"]["recovered"] is True
+    assert record["receipt"]["evidence_id"] == record["evidence"][-1]["evidence_id"]
+    assert record["receipt"]["provider_reference"] == f"ref-{key}"
+    assert_audit_intact()
+
+
+# -- 2. die before the provider commits ----------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ADAPTERS)
+def test_death_before_commit_is_unknown_then_reconcile_and_never_released(
+    kind: str, settle: Settle, procs: Procs, make_provider: Any
+) -> None:
+    provider = make_provider(kind, lease_seconds=1)
+    key = f"crash-early-{kind}"
+    settle.approved(key, provider.name)
+
+    crash(procs, key, provider, "before_effect")
+    wait_lease_lapsed(key)
+
+    budget = provider.model.lookup_budget
+    assert budget >= 2
+    decisions = [fresh_resume(procs, key, provider)["decision"] for _ in range(budget)]
+    assert decisions == ["unknown"] * (budget - 1) + ["reconcile"]
+    op = operation(key)
+    assert (op.state, op.recovered, op.lookups_inconclusive) == ("reconcile", False, budget)
+
+    # Still nothing to confirm: it stays with the operator, and nothing is sent again.
+    again = fresh_resume(procs, key, provider)
+    assert again == {"decision": "reconcile", "state": "reconcile", "recovered": False}
+
+    assert provider.effects(key) == 0
+    assert_one_dispatch_one_consumption(key)
+    verdicts = set(Evidence.objects.filter(operation__key=key).values_list("verdict", flat=True))
+    assert verdicts == {Verdict.ABSENT}
+    assert HostReceipt.objects.get(dispatch__operation__key=key).status == "running"
+    assert not AuditEvent.objects.filter(
+        operation_key=key, kind="transition", data__to="released"
+    ).exists()
+    assert_audit_intact()
+
+
+# -- 3. wrong or corrupt evidence, then restored ----------------------------------------
+
+
+def _journal_repair(path: str, key: str) -> None:
+    """The provider repairs its journal: damaged lines for ``key`` are dropped."""
+    journal = Path(path)
+    kept = []
+    for line in journal.read_text("utf-8").splitlines():
+        record = json.loads(line)
+        if record.get("operation_key") == key and record.get("checksum") != journal_checksum(
+            record
+        ):
+            continue
+        kept.append(line)
+    journal.write_text("".join(f"{line}\n" for line in kept), "utf-8")
+
+
+DAMAGE = {
+    # name: (adapter, extra worker args, expected verdict)
+    "sqlite_other_params": ("sqlite", [], Verdict.MISMATCH),
+    "sqlite_order_without_receipt": ("sqlite", [], Verdict.CORRUPT),
+    "journal_bad_checksum": ("journal", ["--corrupt-checksum"], Verdict.CORRUPT),
+    "http_bad_signature": ("http", [], Verdict.CORRUPT),
+}
+
+
+def _damage(damage: str, provider: ProviderHandle, key: str) -> None:
+    if damage == "sqlite_other_params":
+        sqlite_provider_tamper(provider.path, key, "other_params", params={**PARAMS, "to": "x"})
+    elif damage == "sqlite_order_without_receipt":
+        sqlite_provider_tamper(provider.path, key, "delete_receipt")
+    elif damage == "http_bad_signature":
+        http_provider_control(provider.url, "bad_signature")
+    # journal_bad_checksum: the dying worker wrote the damaged line itself.
+
+
+def _restore(damage: str, provider: ProviderHandle, key: str) -> None:
+    if damage.startswith("sqlite"):
+        sqlite_provider_commit(
+            provider.path, operation_key=key, params=PARAMS, reference=f"ref-{key}"
+        )
+    elif damage == "journal_bad_checksum":
+        _journal_repair(provider.path, key)
+    else:
+        http_provider_control(provider.url, "normal")
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_wrong_or_corrupt_evidence_never_releases_until_valid_evidence_is_restored(
+    damage: str, settle: Settle, procs: Procs, make_provider: Any
+) -> None:
+    kind, worker_args, verdict = DAMAGE[damage]
+    provider = make_provider(kind, lease_seconds=1)
+    key = f"crash-{damage.replace('_', '-')}"
+    settle.approved(key, provider.name)
+
+    crash(procs, key, provider, "after_effect", *worker_args)
+    _damage(damage, provider, key)
+    wait_lease_lapsed(key)
+
+    answer = fresh_resume(procs, key, provider)
+    assert answer["decision"] in ("reconcile", "unknown"), answer
+    assert answer == {"decision": "reconcile", "state": "reconcile", "recovered": False}
+    assert last_verdict(key) == verdict
+    assert HostReceipt.objects.get(dispatch__operation__key=key).status == "running"
+
+    if damage == "journal_bad_checksum":
+        # A sound line with a higher seq does not outvote a damaged line for the same key
+        # (the damaged line's own seq cannot be trusted): still not released.
+        journal_append(
+            provider.path,
+            operation_key=key,
+            params_digest=digest_of(PARAMS),
+            reference=f"ref-{key}",
+        )
+        again = fresh_resume(procs, key, provider)
+        assert again == {"decision": "reconcile", "state": "reconcile", "recovered": False}
+
+    _restore(damage, provider, key)
+    answer = fresh_resume(procs, key, provider)
+
+    assert answer == {"decision": "released", "state": "released", "recovered": True}
+    assert provider.effects(key) == 1
+    assert_one_dispatch_one_consumption(key)
+    assert_recovered_receipt(key)
+    assert_audit_intact()
+
+
+# -- 5. revocation after the effect committed --------------------------------------------
+
+
+def test_revoking_after_a_committed_effect_changes_nothing_and_resume_still_confirms(
+    settle: Settle, procs: Procs, make_provider: Any
+) -> None:
+    provider = make_provider("sqlite", lease_seconds=1)
+    key = "crash-revoke"
+    permit_id = settle.approved(key, provider.name)
+
+    crash(procs, key, provider, "after_effect")
+    status, body = settle.approver.post(
+        f"/api/v1/permits/{permit_id}/revoke", {"reason": "customer changed their mind"}
+    )
+    assert status == 200, body
+    assert body == {"permit_id": permit_id, "status": "consumed", "revoked": False}
+    assert operation(key).state == "dispatched"
+    wait_lease_lapsed(key)
+
+    answer = fresh_resume(procs, key, provider)
+
+    assert answer == {"decision": "released", "state": "released", "recovered": True}
+    assert provider.effects(key) == 1
+    assert_one_dispatch_one_consumption(key)
+    assert_recovered_receipt(key)
+    assert permit_events(key, "revoke_ignored") == 1
+    assert permit_events(key, "revoked") == 0
+    assert permit_of(key).revoked_at is None
+    assert AuditEvent.objects.filter(operation_key=key, kind="permit_revoke_ignored").count() == 1
+    history = [event["kind"] for event in settle.record(key)["permit"]["history"]]
+    assert history == ["issued", "consumed", "revoke_ignored"]
+    assert_audit_intact()

@@ -1,0 +1,147 @@
+"""Late signals after a verified completion change nothing and are kept on the record.
+
+In-process (no worker processes), but over real HTTP: the provider's callback goes
+through the live server with a real HMAC-SHA256 signature of the raw body.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import sqlite3
+from typing import Any
+
+import pytest
+
+from recovery.models import AuditEvent, Evidence, HostReceipt, LookupAttempt, Verdict
+from recovery.services import operation_lookup
+from tests.integration.conftest import (
+    PARAMS,
+    Http,
+    ProviderHandle,
+    Settle,
+    assert_audit_intact,
+    last_verdict,
+    operation,
+    permit_events,
+    wait_lease_lapsed,
+)
+from tests.support.providers import digest_of, sqlite_provider_commit
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+SECRET = "callback-secret-for-orders"
+
+
+def stale_signals(key: str) -> list[str]:
+    return list(
+        AuditEvent.objects.filter(operation_key=key, kind="stale_signal")
+        .order_by("seq")
+        .values_list("data__signal", flat=True)
+    )
+
+
+def released_from_evidence(settle: Settle, provider: ProviderHandle, key: str) -> str:
+    """Dispatch, commit at the provider, lose the lease, resume: released from evidence."""
+    settle.approved(key, provider.name)
+    status, dispatched = settle.host.post(
+        f"/api/v1/operations/{key}/dispatch",
+        {"worker": "w1", "params_digest": digest_of(PARAMS)},
+    )
+    assert status == 200, dispatched
+    sqlite_provider_commit(provider.path, operation_key=key, params=PARAMS, reference="ord-1")
+    wait_lease_lapsed(key)
+    answer = settle.resume(key, worker="w2")
+    assert answer == {"decision": "released", "state": "released", "recovered": True}
+    return str(dispatched["fencing_token"])
+
+
+def signed_callback(
+    settle: Settle, provider: str, payload: dict[str, Any], secret: str = SECRET
+) -> tuple[int, dict[str, Any]]:
+    """POST a provider notification signed with HMAC-SHA256 of its raw body (no token)."""
+    raw = json.dumps(payload).encode("utf-8")
+    signature = hmac.new(secret.encode("utf-8"), raw, hashlib.sha256).hexdigest()
+    return Http(settle.base_url, "").post(
+        f"/api/v1/providers/{provider}/callbacks", raw=raw, **{"X-Provider-Signature": signature}
+    )
+
+
+def test_late_error_callback_and_stale_negative_lookup_cannot_undo_a_verified_completion(
+    settle: Settle, make_provider: Any
+) -> None:
+    provider = make_provider("sqlite", lease_seconds=1, secret=SECRET)
+    key = "late-signals"
+    fencing_token = released_from_evidence(settle, provider, key)
+    settled = operation(key)
+    assert (settled.state, settled.recovered) == ("released", True)
+    match = Evidence.objects.filter(operation__key=key).last()
+    assert match is not None
+    assert match.verdict == Verdict.MATCH
+    assert stale_signals(key) == []
+
+    # (a) A delayed provider error, correctly signed, with a higher sequence than any seen.
+    late_error = {
+        "operation_key": key,
+        "status": "failed",
+        "params_digest": digest_of(PARAMS),
+        "reference": "ord-1",
+        "sequence": 7,
+    }
+    status, body = signed_callback(settle, provider.name, late_error, secret="wrong-secret")
+    assert (status, body["error"]) == (401, "bad_signature")
+    status, body = signed_callback(settle, provider.name, late_error)
+    assert status == 200, body
+    assert body == {"applied": False, "state": "released", "reason": "settled"}
+
+    # (b) A stale negative lookup: the provider's record is (no longer) there.
+    with contextlib.closing(sqlite3.connect(provider.path)) as connection, connection:
+        connection.execute("DELETE FROM receipts WHERE operation_key = ?", (key,))
+        connection.execute("DELETE FROM orders WHERE operation_key = ?", (key,))
+    looked_up = operation_lookup(
+        operation=operation(key), trigger=LookupAttempt.Trigger.TASK, actor="test:sweeper"
+    )
+    assert looked_up.state == "released"
+    assert last_verdict(key) == Verdict.ABSENT
+    # A resume afterwards still answers from the verified completion.
+    assert settle.resume(key, worker="w3") == {
+        "decision": "released",
+        "state": "released",
+        "recovered": True,
+    }
+
+    # (c) The dead worker's late report (same fencing token), saying it failed.
+    status, body = settle.host.post(
+        f"/api/v1/operations/{key}/result", {"fencing_token": fencing_token, "outcome": "failed"}
+    )
+    assert status == 200, body
+    assert body == {"applied": False, "state": "released", "receipt": "succeeded"}
+
+    after = operation(key)
+    assert (after.state, after.version, after.recovered) == (
+        settled.state,
+        settled.version,
+        settled.recovered,
+    )
+    assert after.last_callback_sequence == settled.last_callback_sequence
+    receipt = HostReceipt.objects.get(dispatch__operation__key=key)
+    assert (receipt.status, receipt.recovered, receipt.evidence_id) == (
+        "succeeded",
+        True,
+        match.pk,
+    )
+    assert stale_signals(key) == [
+        "callback_after_settlement",
+        "evidence_after_settlement",
+        "duplicate_report",
+    ]
+    signals = AuditEvent.objects.filter(operation_key=key, kind="stale_signal").order_by("seq")
+    assert all(event.data["state"] == "released" for event in signals)
+    assert all(event.data["version"] == settled.version for event in signals)
+    assert not AuditEvent.objects.filter(
+        operation_key=key, kind="transition", seq__gt=signals[0].seq
+    ).exists()
+    assert permit_events(key, "consumed") == 1
+    assert_audit_intact()
