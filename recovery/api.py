@@ -25,7 +25,6 @@ from recovery.canonical import MAX_SAFE_INTEGER, CanonicalError, strict_loads
 from recovery.models import Host, Provider
 from recovery.openapi import openapi_document
 from recovery.transitions import TransitionRefused
-from recovery.transitions import TransitionRefused
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$")
@@ -115,14 +114,6 @@ def api_view(
                 return error_response(exc.status, exc.code, exc.message, **exc.extra)
             except services.RecoveryError as exc:
                 return error_response(exc.status, exc.code, exc.message, **exc.extra)
-            except TransitionRefused as exc:
-                # The operation moved on between read and write; the change rolled back.
-                return error_response(
-                    409,
-                    "invalid_state",
-                    f"the operation is {exc.state}; {exc.event} is not possible",
-                    state=exc.state,
-                )
             except TransitionRefused as exc:
                 # The operation moved on while this request was in flight.
                 services.transition_refused_record(exc, caller.actor if caller else "api")
