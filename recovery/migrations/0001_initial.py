@@ -5,175 +5,382 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='AuditHead',
+            name="AuditHead",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.BigIntegerField(default=0)),
-                ('hash', models.CharField(max_length=71)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("seq", models.BigIntegerField(default=0)),
+                ("hash", models.CharField(max_length=71)),
             ],
         ),
         migrations.CreateModel(
-            name='Host',
+            name="Host",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('token_hash', models.CharField(max_length=71, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("token_hash", models.CharField(max_length=71, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
         ),
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.BigIntegerField(unique=True)),
-                ('at', models.DateTimeField()),
-                ('kind', models.CharField(max_length=40)),
-                ('operation_key', models.CharField(blank=True, db_index=True, max_length=200)),
-                ('actor', models.CharField(blank=True, max_length=150)),
-                ('data', models.JSONField(default=dict)),
-                ('prev_hash', models.CharField(max_length=71)),
-                ('hash', models.CharField(max_length=71, unique=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("seq", models.BigIntegerField(unique=True)),
+                ("at", models.DateTimeField()),
+                ("kind", models.CharField(max_length=40)),
+                ("operation_key", models.CharField(blank=True, db_index=True, max_length=200)),
+                ("actor", models.CharField(blank=True, max_length=150)),
+                ("data", models.JSONField(default=dict)),
+                ("prev_hash", models.CharField(max_length=71)),
+                ("hash", models.CharField(max_length=71, unique=True)),
             ],
             options={
-                'ordering': ['seq'],
-                'indexes': [models.Index(fields=['kind', 'at'], name='audit_kind_at')],
+                "ordering": ["seq"],
+                "indexes": [models.Index(fields=["kind", "at"], name="audit_kind_at")],
             },
         ),
         migrations.CreateModel(
-            name='Operation',
+            name="Operation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=200, unique=True)),
-                ('action', models.CharField(max_length=200)),
-                ('params_canonical', models.TextField()),
-                ('params_digest', models.CharField(max_length=71)),
-                ('state', models.CharField(choices=[('awaiting_approval', 'Awaiting Approval'), ('approved', 'Approved'), ('dispatched', 'Dispatched'), ('released', 'Released'), ('failed', 'Failed'), ('unknown', 'Unknown'), ('reconcile', 'Reconcile'), ('voided', 'Voided'), ('denied', 'Denied'), ('expired', 'Expired'), ('revoked', 'Revoked')], max_length=20)),
-                ('version', models.PositiveIntegerField(default=1)),
-                ('recovered', models.BooleanField(default=False)),
-                ('lookups_inconclusive', models.PositiveIntegerField(default=0)),
-                ('next_lookup_at', models.DateTimeField(blank=True, null=True)),
-                ('last_callback_sequence', models.BigIntegerField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('host', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='operations', to='recovery.host')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=200, unique=True)),
+                ("action", models.CharField(max_length=200)),
+                ("params_canonical", models.TextField()),
+                ("params_digest", models.CharField(max_length=71)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("awaiting_approval", "Awaiting Approval"),
+                            ("approved", "Approved"),
+                            ("dispatched", "Dispatched"),
+                            ("released", "Released"),
+                            ("failed", "Failed"),
+                            ("unknown", "Unknown"),
+                            ("reconcile", "Reconcile"),
+                            ("voided", "Voided"),
+                            ("denied", "Denied"),
+                            ("expired", "Expired"),
+                            ("revoked", "Revoked"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("version", models.PositiveIntegerField(default=1)),
+                ("recovered", models.BooleanField(default=False)),
+                ("lookups_inconclusive", models.PositiveIntegerField(default=0)),
+                ("next_lookup_at", models.DateTimeField(blank=True, null=True)),
+                ("last_callback_sequence", models.BigIntegerField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "host",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="operations",
+                        to="recovery.host",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Evidence',
+            name="Evidence",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source', models.CharField(choices=[('lookup', 'Lookup'), ('callback', 'Callback')], max_length=10)),
-                ('verdict', models.CharField(choices=[('match', 'Match'), ('mismatch', 'Mismatch'), ('corrupt', 'Corrupt'), ('absent', 'Absent'), ('unavailable', 'Unavailable')], max_length=12)),
-                ('provider_status', models.CharField(blank=True, max_length=16)),
-                ('provider_reference', models.CharField(blank=True, max_length=200)),
-                ('detail', models.CharField(blank=True, max_length=500)),
-                ('raw', models.JSONField(default=dict)),
-                ('raw_digest', models.CharField(max_length=71)),
-                ('captured_at', models.DateTimeField()),
-                ('operation', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='evidence', to='recovery.operation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("lookup", "Lookup"), ("callback", "Callback")], max_length=10
+                    ),
+                ),
+                (
+                    "verdict",
+                    models.CharField(
+                        choices=[
+                            ("match", "Match"),
+                            ("mismatch", "Mismatch"),
+                            ("corrupt", "Corrupt"),
+                            ("absent", "Absent"),
+                            ("unavailable", "Unavailable"),
+                        ],
+                        max_length=12,
+                    ),
+                ),
+                ("provider_status", models.CharField(blank=True, max_length=16)),
+                ("provider_reference", models.CharField(blank=True, max_length=200)),
+                ("detail", models.CharField(blank=True, max_length=500)),
+                ("raw", models.JSONField(default=dict)),
+                ("raw_digest", models.CharField(max_length=71)),
+                ("captured_at", models.DateTimeField()),
+                (
+                    "operation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="evidence",
+                        to="recovery.operation",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['captured_at', 'id'],
+                "ordering": ["captured_at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Dispatch',
+            name="Dispatch",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('permit_id', models.UUIDField(unique=True)),
-                ('fencing_token', models.CharField(max_length=64, unique=True)),
-                ('worker', models.CharField(max_length=200)),
-                ('created_at', models.DateTimeField()),
-                ('lease_expires_at', models.DateTimeField()),
-                ('last_heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('operation', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='dispatch', to='recovery.operation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("permit_id", models.UUIDField(unique=True)),
+                ("fencing_token", models.CharField(max_length=64, unique=True)),
+                ("worker", models.CharField(max_length=200)),
+                ("created_at", models.DateTimeField()),
+                ("lease_expires_at", models.DateTimeField()),
+                ("last_heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "operation",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="dispatch",
+                        to="recovery.operation",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Provider',
+            name="Provider",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('adapter', models.CharField(choices=[('sqlite', 'Sqlite'), ('journal', 'Journal'), ('http', 'Http')], max_length=16)),
-                ('path', models.CharField(blank=True, max_length=500)),
-                ('url', models.CharField(blank=True, max_length=500)),
-                ('secret', models.CharField(blank=True, max_length=200)),
-                ('timeout_seconds', models.FloatField(default=5.0)),
-                ('lease_seconds', models.PositiveIntegerField(default=60)),
-                ('lookup_budget', models.PositiveIntegerField(default=5, help_text='Inconclusive lookups (absent/unavailable) before reconcile.')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                (
+                    "adapter",
+                    models.CharField(
+                        choices=[("sqlite", "Sqlite"), ("journal", "Journal"), ("http", "Http")],
+                        max_length=16,
+                    ),
+                ),
+                ("path", models.CharField(blank=True, max_length=500)),
+                ("url", models.CharField(blank=True, max_length=500)),
+                ("secret", models.CharField(blank=True, max_length=200)),
+                ("timeout_seconds", models.FloatField(default=5.0)),
+                ("lease_seconds", models.PositiveIntegerField(default=60)),
+                (
+                    "lookup_budget",
+                    models.PositiveIntegerField(
+                        default=5,
+                        help_text="Inconclusive lookups (absent/unavailable) before reconcile.",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'permissions': [('view_operations', "May view this provider's operations"), ('lookup_operations', "May look up evidence for this provider's operations"), ('confirm_operations', "May confirm this provider's operations"), ('repair_operations', 'May repair stranded receipts of this provider'), ('void_operations', "May void this provider's operations"), ('approve_reconciliations', "May approve another operator's reconciliation"), ('decide_approvals', "May approve or deny this provider's actions")],
-                'constraints': [models.CheckConstraint(condition=models.Q(('timeout_seconds__gt', 0), ('timeout_seconds__lte', 60)), name='provider_timeout_range'), models.CheckConstraint(condition=models.Q(('lease_seconds__gte', 1)), name='provider_lease_min')],
+                "permissions": [
+                    ("view_operations", "May view this provider's operations"),
+                    ("lookup_operations", "May look up evidence for this provider's operations"),
+                    ("confirm_operations", "May confirm this provider's operations"),
+                    ("repair_operations", "May repair stranded receipts of this provider"),
+                    ("void_operations", "May void this provider's operations"),
+                    ("approve_reconciliations", "May approve another operator's reconciliation"),
+                    ("decide_approvals", "May approve or deny this provider's actions"),
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("timeout_seconds__gt", 0), ("timeout_seconds__lte", 60)
+                        ),
+                        name="provider_timeout_range",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("lease_seconds__gte", 1)), name="provider_lease_min"
+                    ),
+                ],
             },
         ),
         migrations.AddField(
-            model_name='operation',
-            name='provider',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='operations', to='recovery.provider'),
+            model_name="operation",
+            name="provider",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="operations",
+                to="recovery.provider",
+            ),
         ),
         migrations.CreateModel(
-            name='HostReceipt',
+            name="HostReceipt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed')], default='running', max_length=10)),
-                ('provider_reference', models.CharField(blank=True, max_length=200)),
-                ('recovered', models.BooleanField(default=False)),
-                ('reported_at', models.DateTimeField(blank=True, null=True)),
-                ('dispatch', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='receipt', to='recovery.dispatch')),
-                ('evidence', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='recovery.evidence')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                        ],
+                        default="running",
+                        max_length=10,
+                    ),
+                ),
+                ("provider_reference", models.CharField(blank=True, max_length=200)),
+                ("recovered", models.BooleanField(default=False)),
+                ("reported_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "dispatch",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="receipt",
+                        to="recovery.dispatch",
+                    ),
+                ),
+                (
+                    "evidence",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="recovery.evidence",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(condition=models.Q(('status', 'running')), fields=['dispatch'], name='receipt_running')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('recovered', False), ('evidence__isnull', False), _connector='OR'), name='receipt_recovery_has_evidence')],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("status", "running")),
+                        fields=["dispatch"],
+                        name="receipt_running",
+                    )
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("recovered", False), ("evidence__isnull", False), _connector="OR"
+                        ),
+                        name="receipt_recovery_has_evidence",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='LookupAttempt',
+            name="LookupAttempt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('trigger', models.CharField(choices=[('resume', 'Resume'), ('task', 'Task'), ('operator', 'Operator')], max_length=10)),
-                ('started_at', models.DateTimeField()),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('evidence', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='lookup', to='recovery.evidence')),
-                ('operation', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='lookups', to='recovery.operation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "trigger",
+                    models.CharField(
+                        choices=[("resume", "Resume"), ("task", "Task"), ("operator", "Operator")],
+                        max_length=10,
+                    ),
+                ),
+                ("started_at", models.DateTimeField()),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "evidence",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="lookup",
+                        to="recovery.evidence",
+                    ),
+                ),
+                (
+                    "operation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="lookups",
+                        to="recovery.operation",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['operation', 'started_at'], name='lookup_operation')],
+                "indexes": [
+                    models.Index(fields=["operation", "started_at"], name="lookup_operation")
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='evidence',
-            index=models.Index(fields=['operation', 'captured_at'], name='evidence_operation'),
+            model_name="evidence",
+            index=models.Index(fields=["operation", "captured_at"], name="evidence_operation"),
         ),
         migrations.AddIndex(
-            model_name='dispatch',
-            index=models.Index(fields=['lease_expires_at'], name='dispatch_lease'),
+            model_name="dispatch",
+            index=models.Index(fields=["lease_expires_at"], name="dispatch_lease"),
         ),
         migrations.AddConstraint(
-            model_name='dispatch',
-            constraint=models.UniqueConstraint(fields=('operation',), name='dispatch_one_per_operation'),
+            model_name="dispatch",
+            constraint=models.UniqueConstraint(
+                fields=("operation",), name="dispatch_one_per_operation"
+            ),
         ),
         migrations.AddIndex(
-            model_name='operation',
-            index=models.Index(condition=models.Q(('state__in', ['unknown', 'reconcile'])), fields=['state', 'updated_at', 'id'], name='operation_unsettled'),
+            model_name="operation",
+            index=models.Index(
+                condition=models.Q(("state__in", ["unknown", "reconcile"])),
+                fields=["state", "updated_at", "id"],
+                name="operation_unsettled",
+            ),
         ),
         migrations.AddIndex(
-            model_name='operation',
-            index=models.Index(condition=models.Q(('state', 'unknown')), fields=['next_lookup_at'], name='operation_lookup_due'),
+            model_name="operation",
+            index=models.Index(
+                condition=models.Q(("state", "unknown")),
+                fields=["next_lookup_at"],
+                name="operation_lookup_due",
+            ),
         ),
         migrations.AddIndex(
-            model_name='operation',
-            index=models.Index(fields=['provider', 'state'], name='operation_provider_state'),
+            model_name="operation",
+            index=models.Index(fields=["provider", "state"], name="operation_provider_state"),
         ),
     ]
