@@ -27,6 +27,7 @@ ERROR_CODES = [
     "unknown_permit",
     "key_conflict",
     "invalid_state",
+    "stale_state",
     "already_decided",
     "invalid_ttl",
     "not_authorized",
@@ -39,6 +40,7 @@ ERROR_CODES = [
     "method_not_allowed",
     "not_found",
     "database_unavailable",
+    "internal_error",
 ]
 
 
@@ -294,7 +296,7 @@ def openapi_document() -> dict[str, Any]:
                         "status": {"enum": ["committed", "failed"]},
                         "params_digest": DIGEST,
                         "reference": STR,
-                        "sequence": {"type": "integer", "minimum": 0},
+                        "sequence": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
                     },
                     ["operation_key", "status", "params_digest", "reference", "sequence"],
                 ),

@@ -1,0 +1,175 @@
+"""The OpenAPI document: valid OpenAPI 3.1, every route with its methods, every error code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from django.test import Client
+from django.urls import resolve
+from openapi_spec_validator import validate
+
+from approvals.services import Refusal
+from recovery import urls
+from recovery.openapi import openapi_document
+
+pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Every `error` code a response under /api/ can carry (grepped from recovery/api.py,
+# recovery/services.py, approvals/services.py, recovery/canonical.py, console/views.py).
+EMITTED = {
+    # body parsing (api._json_body, canonical.strict_loads)
+    "malformed_json",
+    "duplicate_key",
+    "non_finite_number",
+    "too_deep",
+    "invalid_body",
+    "body_too_large",
+    "unsupported_media_type",
+    # field validation (api._parse)
+    "unknown_field",
+    "missing_field",
+    "invalid_field",
+    "invalid_params",
+    "params_too_large",
+    # credentials and permissions
+    "unauthorized",
+    "forbidden",
+    "csrf_failed",
+    "bad_signature",
+    "method_not_allowed",
+    # lookups
+    "unknown_operation",
+    "unknown_provider",
+    "unknown_approval",
+    "unknown_permit",
+    # business refusals (services, approvals)
+    "key_conflict",
+    "invalid_state",
+    "stale_state",
+    "already_decided",
+    "invalid_ttl",
+    "not_authorized",
+    "action_mismatch",
+    "expired",
+    "revoked",
+    "already_consumed",
+    "stale_fencing_token",
+    "lease_lost",
+    # infrastructure (api.api_view, console.views)
+    "database_unavailable",
+    "not_found",
+    "internal_error",
+}
+# Raised only by provider_configure, which the admin and `add_provider` call, never the API.
+ADMIN_ONLY = {"invalid_adapter", "missing_path", "missing_url", "invalid_timeout", "invalid_lease"}
+# CanonicalError codes that reach the API only as the `reason` of invalid_params.
+REASON_ONLY = {"integer_out_of_range"}
+
+RAISERS = re.compile(
+    r"(?:ApiError\(\s*\d+,|error_response\(\s*\d+,|RecoveryError\(|NotFound\(|Invalid\("
+    r"|ApprovalError\(|CanonicalError\()\s*\"([a-z_]+)\""
+)
+JSON_ERRORS = re.compile(r"\{\"error\": \"([a-z_]+)\"")
+SOURCES = [
+    "recovery/api.py",
+    "recovery/services.py",
+    "recovery/canonical.py",
+    "approvals/services.py",
+    "console/views.py",
+]
+
+
+def scanned_codes() -> set[str]:
+    codes: set[str] = set()
+    for name in SOURCES:
+        text = (ROOT / name).read_text()
+        codes |= set(RAISERS.findall(text)) | set(JSON_ERRORS.findall(text))
+    codes |= {value for key, value in vars(Refusal).items() if key.isupper()}
+    return codes
+
+
+def documented_path(route: str) -> str:
+    return "/api/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)
+
+
+def sample_url(route: str) -> str:
+    return "/api/" + re.sub(r"<(?:\w+:)?(\w+)>", "sample", route)
+
+
+API_ROUTES = [p for p in urls.urlpatterns if p.name != "openapi"]
+
+
+@pytest.fixture(scope="module")
+def document() -> dict:
+    return openapi_document()
+
+
+def test_the_served_document_is_valid_openapi_3_1(client: Client):
+    response = client.get("/api/openapi.json")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    served = response.json()
+    assert served == openapi_document()
+    assert served["openapi"].startswith("3.1")
+    validate(served)
+
+
+@pytest.mark.parametrize("pattern", API_ROUTES, ids=lambda p: str(p.pattern))
+def test_every_api_route_is_a_documented_path(document, pattern):
+    route = str(pattern.pattern)
+    path = documented_path(route)
+    assert resolve(sample_url(route)).func is pattern.callback
+    assert path in document["paths"], f"{path} is served but not documented"
+    item = document["paths"][path]
+    in_route = set(re.findall(r"<(?:\w+:)?(\w+)>", route))
+    declared = {p["name"] for p in item.get("parameters", []) if p["in"] == "path"}
+    assert declared == in_route
+
+
+@pytest.mark.parametrize("pattern", API_ROUTES, ids=lambda p: str(p.pattern))
+def test_every_method_a_route_allows_is_documented(document, client: Client, pattern):
+    """The API answers any other method with 405 and the Allow header: that is the truth."""
+    route = str(pattern.pattern)
+    response = client.generic("TRACE", sample_url(route))
+    assert response.status_code == 405
+    allowed = {m.strip().lower() for m in response["Allow"].split(",")}
+    item = document["paths"][documented_path(route)]
+    documented = {m for m in item if m in {"get", "post", "put", "patch", "delete"}}
+    assert documented == allowed
+
+
+def test_every_documented_path_is_served(document):
+    served = {documented_path(str(p.pattern)) for p in API_ROUTES}
+    assert set(document["paths"]) == served
+
+
+def test_every_error_code_the_api_can_emit_is_in_the_error_enum(document):
+    enum = set(document["components"]["schemas"]["Error"]["properties"]["error"]["enum"])
+    assert sorted(EMITTED - enum) == []
+
+
+def test_the_emitted_list_matches_the_codes_in_the_source():
+    """A new error code in the source must be added to EMITTED (and to the enum)."""
+    assert scanned_codes() - ADMIN_ONLY - REASON_ONLY == EMITTED
+
+
+def test_the_error_schema_requires_error_and_message(document):
+    schema = document["components"]["schemas"]["Error"]
+    assert set(schema["required"]) == {"error", "message"}
+    assert schema["properties"]["message"] == {"type": "string"}
+
+
+def test_every_operation_documents_its_errors_with_the_error_schema(document):
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            for status, response in operation["responses"].items():
+                if int(status) < 400:
+                    continue
+                schema = response["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/Error"}, (path, method, status)
