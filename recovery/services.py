@@ -349,39 +349,46 @@ def _dispatch_for_token(operation: Operation, fencing_token: str, actor: str) ->
 
 
 def operation_heartbeat(*, operation: Operation, fencing_token: str, actor: str) -> Dispatch:
-    """Extend the lease of a live dispatch; a stale token changes nothing and is recorded."""
+    """Extend the lease of a live dispatch; a stale token changes nothing and is recorded.
+
+    A lease that already lapsed is lost, whoever notices first: the heartbeat moves the
+    operation to ``unknown`` itself, so a stalled worker learns it may not carry on.
+    """
+    refusal: RecoveryError | None = None
     with transaction.atomic():
         operation = _locked(operation)
         try:
             dispatch = _dispatch_for_token(operation, fencing_token, actor)
-        except RecoveryError:
-            stale = True
+        except RecoveryError as exc:
+            refusal = exc
         else:
-            stale = False
+            now = approvals.db_now()
+            if operation.state == State.DISPATCHED and dispatch.lease_expires_at <= now:
+                operation_transition(
+                    operation=operation,
+                    event=Event.LEASE_LOST,
+                    actor=actor,
+                    data={"lease_expires_at": dispatch.lease_expires_at.isoformat()},
+                    next_lookup_at=timezone.now(),
+                )
             if operation.state != State.DISPATCHED:
                 stale_signal(
                     operation=operation, signal="heartbeat_after_lease", actor=actor, data={}
                 )
-                lost = True
+                refusal = RecoveryError(
+                    "lease_lost",
+                    f"the operation is {operation.state}; the lease is gone",
+                    state=operation.state,
+                )
             else:
-                lost = False
-                now = approvals.db_now()
                 dispatch.last_heartbeat_at = now
                 dispatch.lease_expires_at = now + timedelta(
                     seconds=operation.provider.lease_seconds
                 )
                 dispatch.save(update_fields=["last_heartbeat_at", "lease_expires_at"])
-    # Raise after commit so the stale signal stays on the record.
-    if stale:
-        raise RecoveryError(
-            "stale_fencing_token", "this fencing token does not hold the operation's dispatch"
-        )
-    if lost:
-        raise RecoveryError(
-            "lease_lost",
-            f"the operation is {operation.state}; the lease is gone",
-            state=operation.state,
-        )
+    # Raised after commit, so that the signal (and a lost lease) stay on the record.
+    if refusal is not None:
+        raise refusal
     return dispatch
 
 

@@ -141,3 +141,25 @@ def test_resume_after_lapsed_lease_without_evidence_is_unknown(flow):
     answer = flow.resume()
     assert answer == {"decision": "unknown", "state": "unknown", "recovered": False}
     assert Dispatch.objects.count() == 1
+
+
+def test_heartbeat_extends_a_live_lease(flow, host_api):
+    flow.approved()
+    token = flow.dispatch().json()["fencing_token"]
+    before = Dispatch.objects.get().lease_expires_at
+    response = host_api.post("/api/v1/operations/op-1/heartbeat", {"fencing_token": token})
+    assert response.status_code == 200
+    dispatch = Dispatch.objects.get()
+    assert dispatch.lease_expires_at >= before
+    assert dispatch.last_heartbeat_at is not None
+
+
+def test_heartbeat_after_the_lease_lapsed_loses_it_and_the_operation_is_unknown(flow, host_api):
+    flow.approved()
+    token = flow.dispatch().json()["fencing_token"]
+    Dispatch.objects.update(lease_expires_at="2000-01-01T00:00:00Z")
+    response = host_api.post("/api/v1/operations/op-1/heartbeat", {"fencing_token": token})
+    assert response.status_code == 409
+    assert response.json()["error"] == "lease_lost"
+    assert Operation.objects.get().state == "unknown"
+    assert AuditEvent.objects.filter(data__signal="heartbeat_after_lease").count() == 1
