@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.http import HttpRequest
 
+from approvals.admin import CredentialAdmin, ReadOnlyAdmin
 from recovery.models import (
     AuditEvent,
     Dispatch,
@@ -24,29 +25,9 @@ from recovery.models import (
 from recovery.services import host_create, provider_configure
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(Host)
-class HostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["name", "created_at"]
-    fields = ["name"]
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def save_model(self, request: HttpRequest, obj: Host, form: Any, change: bool) -> None:
-        host, token = host_create(name=obj.name)
-        obj.pk, obj.token_hash = host.pk, host.token_hash
-        messages.warning(request, f"Token for {host.name} (shown once): {token}")
+class HostAdmin(CredentialAdmin):
+    create = host_create
 
 
 @admin.register(Provider)
