@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from guardian.shortcuts import assign_perm
 
 from approvals.models import PermitEvent
 from recovery.models import AuditEvent, Dispatch, Operation
@@ -163,3 +166,23 @@ def test_heartbeat_after_the_lease_lapsed_loses_it_and_the_operation_is_unknown(
     assert response.json()["error"] == "lease_lost"
     assert Operation.objects.get().state == "unknown"
     assert AuditEvent.objects.filter(data__signal="heartbeat_after_lease").count() == 1
+
+
+def test_console_user_with_the_decide_permission_on_the_provider_approves(flow, provider):
+    user = get_user_model().objects.create_user(username="sup", password="unused-pw")
+    assign_perm("recovery.decide_approvals", user, provider)
+    flow.register()
+    approval = flow.host_api.post("/api/v1/operations/op-1/approvals").json()
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(user)
+    browser.get("/")  # sets the CSRF cookie, as the console page would
+    response = browser.post(
+        f"/api/v1/approvals/{approval['approval_id']}/decision",
+        data={"decision": "approve", "ttl_seconds": 60},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=browser.cookies["csrftoken"].value,
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == "approved"
+    assert Operation.objects.get().state == "approved"
+    assert AuditEvent.objects.filter(kind="transition", actor="user:sup").exists()
