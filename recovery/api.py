@@ -29,7 +29,7 @@ from recovery.transitions import TransitionRefused
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$")
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
-# Fencing tokens are compared with hmac.compare_digest, which accepts only ASCII text.
+# Fencing tokens are printable ASCII (token_urlsafe); anything else cannot be one.
 TOKEN_PATTERN = re.compile(r"^[!-~]{1,64}$")
 
 

@@ -335,7 +335,8 @@ def operation_dispatch(
 
 def _dispatch_for_token(operation: Operation, fencing_token: str, actor: str) -> Dispatch:
     dispatch = Dispatch.objects.filter(operation=operation).first()
-    if dispatch is None or not hmac.compare_digest(dispatch.fencing_token, fencing_token):
+    presented = fencing_token.encode("utf-8", "surrogatepass")
+    if dispatch is None or not hmac.compare_digest(dispatch.fencing_token.encode(), presented):
         stale_signal(
             operation=operation,
             signal="stale_fencing_token",
@@ -673,7 +674,8 @@ def callback_signature_valid(*, provider: Provider, body: bytes, signature: str)
     if not provider.secret or not signature:
         return False
     expected = hmac.new(provider.secret.encode("utf-8"), body, sha256).hexdigest()
-    return hmac.compare_digest(expected, signature.strip().lower())
+    given = signature.strip().lower().encode("utf-8", "surrogatepass")
+    return hmac.compare_digest(expected.encode("ascii"), given)
 
 
 @dataclass(frozen=True)
