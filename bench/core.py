@@ -1,9 +1,11 @@
-"""Throughput and SQL statements per operation for the recovery core, on a scratch database.
+"""Latency and SQL statements per step of the recovery core, on a scratch database.
 
     python bench/core.py [--operations 500]
 
-Runs in-process against a freshly created database (``bench_<name>``, destroyed after), so
-it never touches real data; ``DATABASE_URL`` chooses the server. Figures go in the README.
+Runs in-process against a freshly created database (``bench_<name>``, destroyed after),
+so it never touches real data; ``DATABASE_URL`` chooses the server. Each step is one
+service call, i.e. what one host API request costs below the HTTP layer. The figures
+go in the README.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -31,8 +34,7 @@ from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from approvals.services import approver_create  # noqa: E402
-from recovery.models import Dispatch, Operation  # noqa: E402
+from recovery.models import Dispatch, Host, Operation  # noqa: E402
 from recovery.services import (  # noqa: E402
     approval_decision,
     approval_open,
@@ -46,109 +48,132 @@ from recovery.services import (  # noqa: E402
 from tests.support.providers import sqlite_provider_commit, sqlite_provider_init  # noqa: E402
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7", "memo": "benchmark"}
+T = TypeVar("T")
 
 
-class Bench:
-    def handle(self, operations: int) -> None:
-        settings = connection.settings_dict
-        settings.setdefault("TEST", {})
-        settings["TEST"] = {**settings["TEST"], "NAME": _scratch_name(settings)}
-        creation = connection.creation
-        old_name = creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
-        try:
-            with tempfile.TemporaryDirectory() as scratch:
-                self._run(operations, Path(scratch))
-        finally:
-            creation.destroy_test_db(old_name, verbosity=0)
+class Meter:
+    """Wall time and SQL statements of each named step."""
 
-    def _run(self, count: int, scratch: Path) -> None:
-        provider_db = scratch / "orders.sqlite3"
-        sqlite_provider_init(provider_db)
-        provider_configure(name="bench", adapter="sqlite", path=str(provider_db), lease_seconds=60)
-        host, _ = host_create(name="bench-host")
-        approver_create(name="bench-approver")
-        print(
-            f"database: {connection.vendor}, {count} operations per path, {timezone.now():%Y-%m-%d}"
-        )
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = defaultdict(list)
+        self.statements: dict[str, list[int]] = defaultdict(list)
 
-        def happy(i: int) -> None:
-            operation = self._approved(host, f"happy-{i}")
-            outcome = operation_dispatch(
-                operation=operation,
-                worker="w",
-                presented_digest=operation.params_digest,
-                actor="bench",
-            )
-            assert outcome.dispatch is not None
-            operation_report(
-                operation=operation,
-                fencing_token=outcome.dispatch.fencing_token,
-                outcome="committed",
-                provider_reference=f"ref-{i}",
-                actor="bench",
-            )
+    def __call__(self, name: str, call: Callable[[], T]) -> T:
+        connection.queries_log.clear()
+        with CaptureQueriesContext(connection) as queries:
+            started = time.perf_counter()
+            result = call()
+            self.seconds[name].append(time.perf_counter() - started)
+        self.statements[name].append(len(queries.captured_queries))
+        return result
 
-        def recovered(i: int) -> None:
-            key = f"crash-{i}"
-            operation = self._approved(host, key)
-            operation_dispatch(
-                operation=operation,
-                worker="w",
-                presented_digest=operation.params_digest,
-                actor="bench",
-            )
-            sqlite_provider_commit(
-                provider_db, operation_key=key, params=PARAMS, reference=f"ref-{i}"
-            )
-            Dispatch.objects.filter(operation=operation).update(
-                lease_expires_at=timezone.now() - timedelta(seconds=1)
-            )
-            operation.refresh_from_db()
-            answer = operation_resume(operation=operation, worker="fresh", actor="bench")
-            assert answer.decision == "released", answer
+    def report(self) -> None:
+        print(f"{'step':<34} {'p50 ms':>8} {'p95 ms':>8} {'SQL':>5}")
+        for name, samples in self.seconds.items():
+            ordered = sorted(samples)
+            p50 = statistics.median(ordered) * 1000
+            p95 = ordered[max(0, int(len(ordered) * 0.95) - 1)] * 1000
+            sql = statistics.mean(self.statements[name])
+            print(f"{name:<34} {p50:>8.2f} {p95:>8.2f} {sql:>5.0f}")
 
-        self._measure("register → approve → dispatch → report", happy, count)
-        self._measure("… → dispatch → crash → resume (lookup, release)", recovered, count)
 
-    def _approved(self, host: Any, key: str) -> Operation:
-        operation, _ = operation_register(
+def _approved(meter: Meter, host: Host, key: str) -> Operation:
+    operation, _ = meter(
+        "register",
+        lambda: operation_register(
             host=host, key=key, action="payment.send", provider_name="bench", params=PARAMS
-        )
-        approval, _ = approval_open(operation=operation, host=host)
-        approval_decision(
+        ),
+    )
+    approval, _ = meter("open approval", lambda: approval_open(operation=operation, host=host))
+    meter(
+        "approve (issue permit)",
+        lambda: approval_decision(
             approval_id=approval.id, approve=True, ttl_seconds=300, decided_by="bench"
+        ),
+    )
+    operation.refresh_from_db()
+    return operation
+
+
+def _dispatch(meter: Meter, operation: Operation) -> Dispatch:
+    outcome = meter(
+        "dispatch (consume permit)",
+        lambda: operation_dispatch(
+            operation=operation,
+            worker="w",
+            presented_digest=operation.params_digest,
+            actor="bench",
+        ),
+    )
+    assert outcome.dispatch is not None
+    return outcome.dispatch
+
+
+def run(count: int, scratch: Path) -> None:
+    provider_db = scratch / "orders.sqlite3"
+    sqlite_provider_init(provider_db)
+    provider_configure(name="bench", adapter="sqlite", path=str(provider_db), lease_seconds=60)
+    host, _ = host_create(name="bench-host")
+    meter = Meter()
+    print(f"database: {connection.vendor}; {count} operations per path; {timezone.now():%F}")
+
+    started = time.perf_counter()
+    for i in range(count):
+        operation = _approved(meter, host, f"happy-{i}")
+        token = _dispatch(meter, operation).fencing_token
+        meter(
+            "report committed",
+            lambda op=operation, token=token: operation_report(
+                operation=op,
+                fencing_token=token,
+                outcome="committed",
+                provider_reference="ref",
+                actor="bench",
+            ),
+        )
+    happy = count / (time.perf_counter() - started)
+
+    started = time.perf_counter()
+    for i in range(count):
+        key = f"crash-{i}"
+        operation = _approved(meter, host, key)
+        _dispatch(meter, operation)
+        sqlite_provider_commit(provider_db, operation_key=key, params=PARAMS, reference="ref")
+        Dispatch.objects.filter(operation=operation).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1)
         )
         operation.refresh_from_db()
-        return operation
-
-    def _measure(self, name: str, step: Callable[[int], None], count: int) -> None:
-        durations: list[float] = []
-        statements: list[int] = []
-        started = time.perf_counter()
-        for i in range(count):
-            connection.queries_log.clear()
-            with CaptureQueriesContext(connection) as queries:
-                t0 = time.perf_counter()
-                step(i)
-                durations.append(time.perf_counter() - t0)
-            statements.append(len(queries.captured_queries))
-        elapsed = time.perf_counter() - started
-        durations.sort()
-        p50 = statistics.median(durations) * 1000
-        p95 = durations[int(len(durations) * 0.95) - 1] * 1000
-        print(
-            f"{name}: {count / elapsed:.0f} ops/s, p50 {p50:.2f} ms, p95 {p95:.2f} ms, "
-            f"{statistics.mean(statements):.0f} SQL statements per operation"
+        answer = meter(
+            "resume after crash (lookup)",
+            lambda op=operation: operation_resume(operation=op, worker="fresh", actor="bench"),
         )
+        assert answer.decision == "released", answer
+    recovered = count / (time.perf_counter() - started)
+
+    meter.report()
+    print(f"whole lifecycle, one thread: {happy:.0f} operations/s reported by the worker, ")
+    print(f"  {recovered:.0f} operations/s recovered from evidence after a crash")
 
 
-def _scratch_name(settings: dict[str, Any]) -> str:
-    if str(settings["ENGINE"]).endswith("sqlite3"):
-        return str(Path(str(settings["NAME"])).with_name("bench_settle.sqlite3"))
-    return f"bench_{settings['NAME']}"
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--operations", type=int, default=500)
+    count = parser.parse_args().operations
+    settings: dict[str, Any] = connection.settings_dict
+    engine = str(settings["ENGINE"])
+    scratch_db = (
+        str(Path(str(settings["NAME"])).with_name("bench_settle.sqlite3"))
+        if engine.endswith("sqlite3")
+        else f"bench_{settings['NAME']}"
+    )
+    settings["TEST"] = {**settings.get("TEST", {}), "NAME": scratch_db}
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            run(count, Path(scratch))
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--operations", type=int, default=500)
-    Bench().handle(parser.parse_args().operations)
+    main()
