@@ -365,13 +365,7 @@ def operation_heartbeat(*, operation: Operation, fencing_token: str, actor: str)
         else:
             now = approvals.db_now()
             if operation.state == State.DISPATCHED and dispatch.lease_expires_at <= now:
-                operation_transition(
-                    operation=operation,
-                    event=Event.LEASE_LOST,
-                    actor=actor,
-                    data={"lease_expires_at": dispatch.lease_expires_at.isoformat()},
-                    next_lookup_at=timezone.now(),
-                )
+                _lease_lapsed(operation, dispatch, actor)
             if operation.state != State.DISPATCHED:
                 stale_signal(
                     operation=operation, signal="heartbeat_after_lease", actor=actor, data={}
@@ -770,6 +764,17 @@ def _answer(operation: Operation) -> ResumeOutcome:
     return ResumeOutcome(decision, operation.state, operation.recovered)
 
 
+def _lease_lapsed(operation: Operation, dispatch: Dispatch, actor: str) -> None:
+    """The worker went quiet past its lease: the outcome is unknown until evidence says."""
+    operation_transition(
+        operation=operation,
+        event=Event.LEASE_LOST,
+        actor=actor,
+        data={"lease_expires_at": dispatch.lease_expires_at.isoformat()},
+        next_lookup_at=timezone.now(),
+    )
+
+
 def _lease_lost(operation: Operation, actor: str) -> bool:
     """Move a dispatched operation whose lease lapsed to ``unknown``; True if it is."""
     with transaction.atomic():
@@ -779,13 +784,7 @@ def _lease_lost(operation: Operation, actor: str) -> bool:
         dispatch = Dispatch.objects.get(operation=locked)
         if dispatch.lease_expires_at > approvals.db_now():
             return False
-        operation_transition(
-            operation=locked,
-            event=Event.LEASE_LOST,
-            actor=actor,
-            data={"lease_expires_at": dispatch.lease_expires_at.isoformat()},
-            next_lookup_at=timezone.now(),
-        )
+        _lease_lapsed(locked, dispatch, actor)
         return True
 
 
