@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -9,6 +10,7 @@ from django.shortcuts import render
 from recovery.models import UNSETTLED_STATES, Operation, Provider
 
 
+@login_required
 def home(request: HttpRequest) -> HttpResponse:
     """A plain landing page until the operator console lands: what is running, where."""
     context = {

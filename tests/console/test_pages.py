@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import User
 
 pytestmark = pytest.mark.django_db
 
 
+def test_home_asks_an_anonymous_visitor_to_sign_in(client):
+    response = client.get("/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
 def test_home_lists_providers_and_serves_its_stylesheet(client, provider):
+    client.force_login(User.objects.create_user("viewer", password="unused-pw"))
     page = client.get("/")
     assert page.status_code == 200
     assert b"orders" in page.content

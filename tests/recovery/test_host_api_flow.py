@@ -175,7 +175,7 @@ def test_console_user_with_the_decide_permission_on_the_provider_approves(flow, 
     approval = flow.host_api.post("/api/v1/operations/op-1/approvals").json()
     browser = Client(enforce_csrf_checks=True)
     browser.force_login(user)
-    browser.get("/")  # sets the CSRF cookie, as the console page would
+    browser.get("/")  # sets the CSRF cookie, as a console page does
     response = browser.post(
         f"/api/v1/approvals/{approval['approval_id']}/decision",
         data={"decision": "approve", "ttl_seconds": 60},
