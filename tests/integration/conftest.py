@@ -214,45 +214,29 @@ def make_provider(tmp_path: Path, transactional_db: None) -> Iterator[Any]:
 
     def make(kind: str, *, lease_seconds: int = 1, secret: str = "") -> ProviderHandle:
         name = f"orders-{kind}"
+        path = url = ""
         if kind == "sqlite":
-            path = tmp_path / "orders.sqlite3"
+            path = str(tmp_path / "orders.sqlite3")
             sqlite_provider_init(path)
-            handle = ProviderHandle(kind, name, path=str(path), secret=secret)
-            provider_configure(
-                name=name,
-                adapter="sqlite",
-                path=str(path),
-                secret=secret,
-                lease_seconds=lease_seconds,
-                timeout_seconds=5,
-            )
         elif kind == "journal":
-            path = tmp_path / "journal.jsonl"
-            path.touch()
-            handle = ProviderHandle(kind, name, path=str(path), secret=secret)
-            provider_configure(
-                name=name,
-                adapter="journal",
-                path=str(path),
-                secret=secret,
-                lease_seconds=lease_seconds,
-                timeout_seconds=5,
-            )
+            path = str(tmp_path / "journal.jsonl")
+            Path(path).touch()
         elif kind == "http":
             secret = secret or "http-provider-secret"
             process, url = http_provider_start(tmp_path, secret)
             servers.append(process)
-            handle = ProviderHandle(kind, name, url=url, secret=secret)
-            provider_configure(
-                name=name,
-                adapter="http",
-                url=url,
-                secret=secret,
-                lease_seconds=lease_seconds,
-                timeout_seconds=5,
-            )
         else:
             raise ValueError(kind)
+        handle = ProviderHandle(kind, name, path=path, url=url, secret=secret)
+        provider_configure(
+            name=name,
+            adapter=kind,
+            path=path,
+            url=url,
+            secret=secret,
+            lease_seconds=lease_seconds,
+            timeout_seconds=5,
+        )
         return handle
 
     yield make
