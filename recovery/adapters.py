@@ -432,6 +432,19 @@ def _checksum_ok(record: dict[str, Any]) -> bool:
 # --------------------------------------------------------------------------- http
 
 
+def signature_valid(*, secret: str, body: bytes, signature: str) -> bool:
+    """True when ``signature`` is the hex HMAC-SHA256 of ``body`` under ``secret``.
+
+    Shared by lookups and signed callbacks. Compared as bytes, so any text a client
+    sends is simply wrong rather than an error.
+    """
+    if not secret or not signature:
+        return False
+    expected = hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+    given = signature.strip().lower().encode("utf-8", "replace")
+    return hmac.compare_digest(expected.encode("ascii"), given)
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A redirect is not the provider's answer; report the 3xx instead of following it."""
 
@@ -492,9 +505,7 @@ def _http_verdict(
         return _corrupt(f"The provider's answer is larger than {MAX_RECORD_BYTES} bytes.", raw)
     if signature is None:
         return _corrupt(f"The provider's answer carries no {SIGNATURE_HEADER} header.", raw)
-    expected_signature = hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
-    given = signature.strip().lower().encode("utf-8", "replace")
-    if not hmac.compare_digest(expected_signature.encode("ascii"), given):
+    if not signature_valid(secret=secret, body=body, signature=signature):
         return _corrupt("The provider's answer has a wrong signature.", raw)
     try:
         record = strict_loads(body)

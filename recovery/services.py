@@ -12,7 +12,6 @@ import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from hashlib import sha256
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -20,7 +19,7 @@ from django.utils import timezone
 
 from approvals import services as approvals
 from approvals.models import Approval, Permit
-from recovery.adapters import LookupResult, ProviderConfig, evidence_lookup
+from recovery.adapters import LookupResult, ProviderConfig, evidence_lookup, signature_valid
 from recovery.audit import audit_append
 from recovery.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
 from recovery.models import (
@@ -407,13 +406,12 @@ def operation_report(
         operation = _locked(operation)
         try:
             dispatch = _dispatch_for_token(operation, fencing_token, actor)
-        except RecoveryError:
-            dispatch = None
-        if dispatch is not None:
+        except RecoveryError as exc:
+            refusal = exc
+        else:
             return _report_apply(operation, dispatch, outcome, provider_reference, actor)
-    raise RecoveryError(
-        "stale_fencing_token", "this fencing token does not hold the operation's dispatch"
-    )
+    # Raised after commit, so that the stale signal stays on the record.
+    raise refusal
 
 
 def _report_apply(
@@ -665,11 +663,7 @@ def operation_lookup(*, operation: Operation, trigger: str, actor: str) -> Opera
 
 
 def callback_signature_valid(*, provider: Provider, body: bytes, signature: str) -> bool:
-    if not provider.secret or not signature:
-        return False
-    expected = hmac.new(provider.secret.encode("utf-8"), body, sha256).hexdigest()
-    given = signature.strip().lower().encode("utf-8", "surrogatepass")
-    return hmac.compare_digest(expected.encode("ascii"), given)
+    return signature_valid(secret=provider.secret, body=body, signature=signature)
 
 
 @dataclass(frozen=True)
