@@ -307,6 +307,11 @@ class Worker:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"did not exit: {self._diagnosis()}") from None
         self._reader.join(timeout=5)
+        self._drain()
+        return code
+
+    def _drain(self) -> None:
+        """Move every event already read from stdout into ``events``."""
         while True:
             try:
                 event = self._queue.get_nowait()
@@ -316,7 +321,6 @@ class Worker:
                 self._queue.put(None)
                 break
             self.events.append(event)
-        return code
 
     def kill(self) -> int:
         """SIGKILL: no cleanup, no report, exactly like a crashed machine."""
@@ -325,15 +329,7 @@ class Worker:
 
     def event_names(self) -> list[str]:
         """Names of the events printed so far (including any not yet waited for)."""
-        while True:
-            try:
-                event = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if event is None:
-                self._queue.put(None)
-                break
-            self.events.append(event)
+        self._drain()
         return [event["event"] for event in self.events]
 
     @property
