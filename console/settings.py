@@ -47,14 +47,14 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     return number
 
 
-def _secret_key() -> str:
-    """SECRET_KEY from the environment, else one generated once into var/ (never committed)."""
-    value = os.environ.get("SECRET_KEY")
+def _generated_secret(name: str, filename: str, *, minimum: int = 32) -> str:
+    """``name`` from the environment, else one generated once into var/ (never committed)."""
+    value = os.environ.get(name)
     if value is not None:
-        if len(value) < 32:
-            raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters long")
+        if len(value) < minimum:
+            raise ImproperlyConfigured(f"{name} must be at least {minimum} characters long")
         return value
-    path = VAR_DIR / "secret_key"
+    path = VAR_DIR / filename
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
@@ -87,7 +87,14 @@ def _database() -> dict[str, object]:
     return config
 
 
-SECRET_KEY = _secret_key()
+SECRET_KEY = _generated_secret("SECRET_KEY", "secret_key")
+# Signs audit checkpoints. It must not live in the database: whoever holds only SQL
+# access cannot then rewrite history and re-sign it. Keep a copy off this machine.
+SETTLE_AUDIT_KEY = _generated_secret("SETTLE_AUDIT_KEY", "audit_key")
+# Every checkpoint is appended here as well, outside the database (ship it elsewhere).
+SETTLE_AUDIT_CHECKPOINT_FILE = Path(
+    env_str("SETTLE_AUDIT_CHECKPOINT_FILE", str(VAR_DIR / "audit-checkpoints.jsonl"))
+)
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
 
@@ -162,6 +169,10 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 
 LOGIN_URL = "/admin/login/"
+
+# Lookups of one provider that may run inside web requests at once (resume); more wait
+# for the schedule, so that one slow provider cannot hold every web worker.
+SETTLE_WEB_LOOKUPS_PER_PROVIDER = env_int("SETTLE_WEB_LOOKUPS_PER_PROVIDER", 2, minimum=1)
 
 # Request bodies above this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("SETTLE_MAX_BODY_BYTES", 256 * 1024, minimum=70 * 1024)

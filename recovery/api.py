@@ -6,6 +6,7 @@ holds a business rule.
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from recovery.canonical import MAX_SAFE_INTEGER, CanonicalError, strict_loads
 from recovery.models import Host, Provider
 from recovery.openapi import openapi_document
 from recovery.transitions import TransitionRefused
+
+logger = logging.getLogger("settle.api")
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$")
@@ -121,6 +124,7 @@ def api_view(
                     409, "stale_state", f"the operation moved on ({exc.state})", state=exc.state
                 )
             except DatabaseError:
+                logger.exception("database error in %s %s", request.method, request.path)
                 return error_response(
                     503, "database_unavailable", "the database refused the change; retry"
                 )
@@ -433,6 +437,8 @@ def operation_resume(request: HttpRequest, caller: Caller, key: str) -> JsonResp
     }
     if outcome.fencing_token:
         body["fencing_token"] = outcome.fencing_token
+    if outcome.retry_after:
+        body["retry_after"] = outcome.retry_after
     return JsonResponse(body)
 
 

@@ -1,24 +1,58 @@
-"""The append-only, hash-chained audit log.
+"""The append-only audit log: one hash chain per operation, and signed checkpoints.
 
-Every append happens inside the caller's transaction, after locking the chain head, so
-an event exists exactly when the change it describes does and the chain never forks.
+chain
+    The events of one operation, in order (``operation_key``), or of nothing in
+    particular (``""``, the system chain: providers, credentials). ``seq`` counts from 1;
+    each event's ``hash`` covers the previous event's hash and its own canonical content.
+head
+    A chain's last event. Appending to an operation's chain needs the operation's row
+    lock (``operation_lock``), which the change being audited holds anyway, so two
+    operations' writes never wait on each other; the system chain takes an advisory
+    lock. Every chain is also guarded by a unique (chain, seq): it can never fork.
+checkpoint
+    An HMAC-signed statement of chain heads (``AuditCheckpoint``) under the audit key,
+    which is not in the database, also appended to a file outside it. A chain can only
+    grow, so a checkpointed head that is later missing or different is proof of a cut,
+    a deletion, a truncation or a rewrite — even one whose hashes were all recomputed.
+window
+    Events newer than the newest checkpoint are protected by their chains alone: a
+    rewrite of those by someone with SQL access is found only by the next checkpoint's
+    comparison with its predecessors, i.e. not at all if it cuts whole new events.
+
+Events are buffered for the duration of an ``audit_transaction`` and written in one
+INSERT at its end, inside the same database transaction as the change they describe.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+import hmac
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import wraps
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar, cast
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
-from recovery.canonical import canonical_dumps
-from recovery.models import AuditEvent, AuditHead
+from recovery.canonical import canonical_dumps, sha256_digest
+from recovery.models import AuditCheckpoint, AuditEvent, Operation
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 GENESIS_HASH = "sha256:" + "0" * 64
+SYSTEM_CHAIN = ""
+# Advisory lock keys (PostgreSQL): the system chain, and the making of checkpoints.
+_SYSTEM_CHAIN_LOCK = 0x5E771E01
+_CHECKPOINT_LOCK = 0x5E771E02
+# A checkpoint scans again the events of this long before its predecessor, so that an
+# event whose transaction committed after that predecessor was made is still covered.
+CHECKPOINT_RESCAN = timedelta(minutes=2)
 
 
 def _timestamp(at: datetime) -> str:
@@ -48,79 +82,359 @@ def event_hash(
     return "sha256:" + hashlib.sha256(prev_hash.encode("ascii") + content).hexdigest()
 
 
-def audit_append(
-    *, kind: str, operation_key: str = "", actor: str = "", data: dict[str, Any] | None = None
-) -> AuditEvent:
-    """Append one event to the chain; must run inside the transaction of the change.
+# -- appending ------------------------------------------------------------------------
 
-    The head is advanced with a compare-and-set against the head this connection last
-    wrote, which costs one UPDATE when nobody else appended in between; otherwise (or
-    after a rollback made the remembered head wrong) it locks and re-reads the head.
+
+def audit_chain_locked(operation: Operation) -> Operation:
+    """Mark ``operation`` as locked by its caller, so that events may join its chain.
+
+    The chain's head is read at the first append, after the lock was granted: read in
+    the locking statement itself it could predate a holder that appended and committed
+    while that statement waited.
     """
-    connection = transaction.get_connection()
-    if not connection.in_atomic_block:
-        raise RuntimeError("audit_append must run inside the transaction it describes")
+    setattr(operation, "_audit_locked", True)  # noqa: B010 - a mark, not a field
+    return operation
+
+
+def audit_head_new(operation: Operation) -> None:
+    """A freshly inserted operation starts an empty chain (no other writer can see it)."""
+    setattr(operation, "_audit_locked", "new")  # noqa: B010
+
+
+@dataclass
+class _Buffer:
+    events: list[AuditEvent] = field(default_factory=list)
+    heads: dict[str, tuple[int, str]] = field(default_factory=dict)
+    parent: _Buffer | None = None
+
+    def head(self, chain: str) -> tuple[int, str] | None:
+        buffer: _Buffer | None = self
+        while buffer is not None:
+            if chain in buffer.heads:
+                return buffer.heads[chain]
+            buffer = buffer.parent
+        return None
+
+
+class audit_transaction:
+    """``transaction.atomic`` that also writes the events appended inside it, at its end.
+
+    Nested blocks merge their events into the enclosing one on success and drop them on
+    an exception, exactly as their savepoint does with the rows.
+    """
+
+    def __init__(self) -> None:
+        self._atomic = transaction.atomic()
+
+    def __enter__(self) -> None:
+        self._atomic.__enter__()
+        current: _Buffer | None = getattr(connection, "settle_audit", None)
+        connection.settle_audit = _Buffer(parent=current)  # type: ignore[attr-defined]
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        buffer: _Buffer = connection.settle_audit  # type: ignore[attr-defined]
+        connection.settle_audit = buffer.parent  # type: ignore[attr-defined]
+        try:
+            if exc_type is None:
+                if buffer.parent is not None:
+                    buffer.parent.events.extend(buffer.events)
+                    buffer.parent.heads.update(buffer.heads)
+                elif buffer.events:
+                    AuditEvent.objects.bulk_create(buffer.events)
+        except BaseException as error:
+            self._atomic.__exit__(type(error), error, error.__traceback__)
+            raise
+        self._atomic.__exit__(exc_type, exc, tb)
+        return None
+
+    def __call__(self, function: F) -> F:
+        @wraps(function)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            with audit_transaction():
+                return function(*args, **kwargs)
+
+        return cast(F, inner)
+
+
+def _chain_head(buffer: _Buffer, chain: str, operation: Operation | None) -> tuple[int, str]:
+    known = buffer.head(chain)
+    if known is not None:
+        return known
+    if operation is not None:
+        locked = getattr(operation, "_audit_locked", False)
+        if not locked:
+            raise RuntimeError(f"append to {chain!r} with the operation locked by operation_lock()")
+        if locked == "new":
+            return (0, GENESIS_HASH)
+    elif connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_SYSTEM_CHAIN_LOCK])
+    last = (
+        AuditEvent.objects.filter(operation_key=chain)
+        .order_by("-seq")
+        .values_list("seq", "hash")
+        .first()
+    )
+    return (0, GENESIS_HASH) if last is None else (int(last[0]), str(last[1]))
+
+
+def audit_append(
+    *,
+    kind: str,
+    operation: Operation | None = None,
+    actor: str = "",
+    data: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Add one event to its chain; it is written when the ``audit_transaction`` ends.
+
+    ``operation`` must come from ``operation_lock`` (or be freshly created, see
+    ``audit_head_new``); without one the event goes to the system chain.
+    """
+    buffer: _Buffer | None = getattr(connection, "settle_audit", None)
+    if buffer is None or not connection.in_atomic_block:
+        raise RuntimeError("audit_append must run inside the audit_transaction it describes")
+    chain = operation.key if operation is not None else SYSTEM_CHAIN
+    seq, prev_hash = _chain_head(buffer, chain, operation)
     data = data or {}
     at = timezone.now()
-
-    def digest_after(seq: int, prev_hash: str) -> str:
-        return event_hash(
-            prev_hash=prev_hash,
-            seq=seq + 1,
-            at=at,
-            kind=kind,
-            operation_key=operation_key,
-            actor=actor,
-            data=data,
-        )
-
-    remembered: tuple[int, str] | None = getattr(connection, "settle_audit_head", None)
-    advanced = False
-    if remembered is not None:
-        seq, prev_hash = remembered
-        digest = digest_after(seq, prev_hash)
-        advanced = (
-            AuditHead.objects.filter(pk=1, seq=seq, hash=prev_hash).update(seq=seq + 1, hash=digest)
-            == 1
-        )
-    if not advanced:
-        head, _ = AuditHead.objects.select_for_update().get_or_create(
-            pk=1, defaults={"seq": 0, "hash": GENESIS_HASH}
-        )
-        seq, prev_hash = head.seq, head.hash
-        digest = digest_after(seq, prev_hash)
-        AuditHead.objects.filter(pk=1).update(seq=seq + 1, hash=digest)
-    event = AuditEvent.objects.create(
+    digest = event_hash(
+        prev_hash=prev_hash,
         seq=seq + 1,
         at=at,
         kind=kind,
-        operation_key=operation_key,
+        operation_key=chain,
+        actor=actor,
+        data=data,
+    )
+    event = AuditEvent(
+        seq=seq + 1,
+        at=at,
+        kind=kind,
+        operation_key=chain,
         actor=actor,
         data=data,
         prev_hash=prev_hash,
         hash=digest,
     )
-    connection.settle_audit_head = (seq + 1, digest)
+    buffer.events.append(event)
+    buffer.heads[chain] = (seq + 1, digest)
     return event
+
+
+# -- checkpoints --------------------------------------------------------------------
+
+
+def _sign(digest: str) -> str:
+    key = str(settings.SETTLE_AUDIT_KEY).encode("utf-8")
+    return "hmac-sha256:" + hmac.new(key, digest.encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def _checkpoint_content(checkpoint: AuditCheckpoint) -> dict[str, Any]:
+    return {
+        "number": checkpoint.number,
+        "made_at": _timestamp(checkpoint.made_at),
+        "rescan_from": checkpoint.rescan_from,
+        "watermark": checkpoint.watermark,
+        "heads": checkpoint.heads,
+        "prev_digest": checkpoint.prev_digest,
+    }
+
+
+def _checkpoint_digest(checkpoint: AuditCheckpoint) -> str:
+    return sha256_digest(canonical_dumps(_checkpoint_content(checkpoint)))
+
+
+def _scan_heads(after_id: int) -> tuple[dict[str, list[Any]], int]:
+    """The newest (seq, hash) of every chain with an event whose id is above ``after_id``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT e.operation_key, e.seq, e.hash, m.top FROM recovery_auditevent e JOIN ("
+            " SELECT operation_key, MAX(seq) AS seq, MAX(id) AS top FROM recovery_auditevent"
+            " WHERE id > %s GROUP BY operation_key"
+            ") m ON e.operation_key = m.operation_key AND e.seq = m.seq",
+            [after_id],
+        )
+        rows = cursor.fetchall()
+    heads = {key: [int(seq), str(digest)] for key, seq, digest, _ in rows}
+    watermark = max((int(top) for *_, top in rows), default=after_id)
+    return heads, watermark
+
+
+def audit_checkpoint() -> AuditCheckpoint | None:
+    """Sign the heads of the chains that moved lately; None when nothing moved.
+
+    Also appended to ``SETTLE_AUDIT_CHECKPOINT_FILE``, outside the database.
+    """
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHECKPOINT_LOCK])
+        previous = AuditCheckpoint.objects.order_by("-number").first()
+        if previous is not None:
+            if not AuditEvent.objects.filter(id__gt=previous.watermark).exists():
+                return None  # nothing new since the last checkpoint
+        elif not AuditEvent.objects.exists():
+            return None
+        now = timezone.now()
+        older = (
+            AuditCheckpoint.objects.filter(made_at__lte=now - CHECKPOINT_RESCAN)
+            .order_by("-number")
+            .first()
+        )
+        rescan_from = older.watermark if older is not None else 0
+        heads, watermark = _scan_heads(rescan_from)
+        checkpoint = AuditCheckpoint(
+            number=previous.number + 1 if previous else 1,
+            made_at=now,
+            rescan_from=rescan_from,
+            watermark=watermark,
+            heads=heads,
+            prev_digest=previous.digest if previous else GENESIS_HASH,
+        )
+        checkpoint.digest = _checkpoint_digest(checkpoint)
+        checkpoint.signature = _sign(checkpoint.digest)
+        checkpoint.save()
+        transaction.on_commit(lambda: _checkpoint_file_append(checkpoint))
+    return checkpoint
+
+
+def _checkpoint_file_append(checkpoint: AuditCheckpoint) -> None:
+    path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = {
+        **_checkpoint_content(checkpoint),
+        "digest": checkpoint.digest,
+        "signature": checkpoint.signature,
+    }
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+# -- verification -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ChainBreak:
+    """The first problem found: which chain, which event (or checkpoint), and why."""
+
+    chain: str
     seq: int
     reason: str
 
+    def __str__(self) -> str:
+        where = f"chain {self.chain!r}" if self.chain else "the system chain"
+        return f"{where}, event #{self.seq}: {self.reason}" if self.seq else self.reason
 
-def audit_verify(*, chunk_size: int = 2000) -> Iterator[ChainBreak]:
-    """Walk the whole chain in order; yield the first break found (at most one)."""
+
+def _checkpoint_problem(checkpoint: AuditCheckpoint, expected_prev: str) -> str | None:
+    if checkpoint.prev_digest != expected_prev:
+        return f"checkpoint #{checkpoint.number} does not follow its predecessor"
+    if _checkpoint_digest(checkpoint) != checkpoint.digest:
+        return f"checkpoint #{checkpoint.number} was edited (its digest does not match)"
+    if not hmac.compare_digest(_sign(checkpoint.digest), checkpoint.signature):
+        return f"checkpoint #{checkpoint.number} is not signed by the audit key"
+    return None
+
+
+def _checkpoints_verified() -> tuple[list[AuditCheckpoint], str | None]:
+    """The checkpoints of the database, cross-checked with the file; or the problem."""
+    stored = list(AuditCheckpoint.objects.order_by("number"))
     expected_prev = GENESIS_HASH
-    expected_seq = 1
-    events = AuditEvent.objects.order_by("seq").iterator(chunk_size=chunk_size)
+    for number, checkpoint in enumerate(stored, start=1):
+        if checkpoint.number != number:
+            return stored, f"checkpoint #{number} is missing from the database"
+        problem = _checkpoint_problem(checkpoint, expected_prev)
+        if problem:
+            return stored, problem
+        expected_prev = checkpoint.digest
+    path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
+    if not path.exists():
+        if stored:
+            return stored, f"the checkpoint file {path} is missing"
+        return stored, None
+    by_number = {checkpoint.number: checkpoint for checkpoint in stored}
+    from_file: list[AuditCheckpoint] = []
+    expected_prev = GENESIS_HASH
+    for line_number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
+        try:
+            record = json.loads(line)
+            made_at = datetime.strptime(record["made_at"], "%Y-%m-%dT%H:%M:%S.%fZ")
+            checkpoint = AuditCheckpoint(
+                number=int(record["number"]),
+                made_at=made_at.replace(tzinfo=UTC),
+                rescan_from=int(record["rescan_from"]),
+                watermark=int(record["watermark"]),
+                heads=record["heads"],
+                prev_digest=str(record["prev_digest"]),
+                digest=str(record["digest"]),
+                signature=str(record["signature"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            return stored, f"line {line_number} of the checkpoint file is unreadable"
+        problem = _checkpoint_problem(checkpoint, expected_prev)
+        if problem:
+            return stored, f"{problem} (checkpoint file, line {line_number})"
+        expected_prev = checkpoint.digest
+        in_database = by_number.get(checkpoint.number)
+        if in_database is None:
+            return stored, (
+                f"checkpoint #{checkpoint.number} of the checkpoint file is missing from "
+                "the database"
+            )
+        if in_database.digest != checkpoint.digest:
+            return stored, f"checkpoint #{checkpoint.number} differs from the checkpoint file"
+        from_file.append(checkpoint)
+    return (stored if len(stored) >= len(from_file) else from_file), None
+
+
+def _vouched_heads(checkpoints: list[AuditCheckpoint]) -> dict[str, tuple[int, str, int]]:
+    """chain → (seq, hash, checkpoint number): the newest head each checkpoint vouches for."""
+    heads: dict[str, tuple[int, str, int]] = {}
+    for checkpoint in checkpoints:
+        for chain, (seq, digest) in checkpoint.heads.items():
+            if chain not in heads or seq >= heads[chain][0]:
+                heads[chain] = (int(seq), str(digest), checkpoint.number)
+    return heads
+
+
+def _vouched_problem(chain: str, length: int, vouched: tuple[int, str, int] | None) -> str | None:
+    if vouched is None or vouched[0] <= length:
+        return None
+    seq, _, number = vouched
+    if length == 0:
+        return f"every event of this chain is missing; checkpoint #{number} names {seq}"
+    return f"events after #{length} are missing; checkpoint #{number} names #{seq} (cut)"
+
+
+def audit_verify(*, chunk_size: int = 5000) -> Iterator[ChainBreak]:
+    """Check every checkpoint and every chain; yield the first problem found (if any)."""
+    checkpoints, problem = _checkpoints_verified()
+    if problem:
+        yield ChainBreak("", 0, problem)
+        return
+    vouched = _vouched_heads(checkpoints)
+    chain: str | None = None
+    length = 0
+    prev_hash = GENESIS_HASH
+    events = AuditEvent.objects.order_by("operation_key", "seq").iterator(chunk_size=chunk_size)
     for event in events:
-        if event.seq != expected_seq:
-            yield ChainBreak(expected_seq, f"event #{expected_seq} is missing")
+        if event.operation_key != chain:
+            if chain is not None:
+                cut = _vouched_problem(chain, length, vouched.pop(chain, None))
+                if cut:
+                    yield ChainBreak(chain, length + 1, cut)
+                    return
+            chain, length, prev_hash = event.operation_key, 0, GENESIS_HASH
+        if event.seq != length + 1:
+            yield ChainBreak(chain, length + 1, "this event is missing (deleted)")
             return
-        if event.prev_hash != expected_prev:
-            yield ChainBreak(event.seq, "prev_hash does not match the previous event's hash")
+        if event.prev_hash != prev_hash:
+            yield ChainBreak(chain, event.seq, "prev_hash does not match the previous event")
             return
         recomputed = event_hash(
             prev_hash=event.prev_hash,
@@ -132,13 +446,40 @@ def audit_verify(*, chunk_size: int = 2000) -> Iterator[ChainBreak]:
             data=event.data,
         )
         if recomputed != event.hash:
-            yield ChainBreak(event.seq, "content does not match its hash (edited)")
+            yield ChainBreak(chain, event.seq, "content does not match its hash (edited)")
             return
-        expected_prev = event.hash
-        expected_seq += 1
-    head = AuditHead.objects.filter(pk=1).first()
-    last_seq = expected_seq - 1
-    if head is not None and (head.seq != last_seq or head.hash != expected_prev):
-        yield ChainBreak(last_seq + 1, "the chain head names events that are missing")
-    elif head is None and last_seq > 0:
-        yield ChainBreak(last_seq, "the chain head is missing")
+        expected = vouched.get(chain)
+        if expected is not None and expected[0] == event.seq and expected[1] != event.hash:
+            yield ChainBreak(
+                chain,
+                event.seq,
+                f"differs from what checkpoint #{expected[2]} signed (rewritten)",
+            )
+            return
+        length, prev_hash = event.seq, event.hash
+    if chain is not None:
+        cut = _vouched_problem(chain, length, vouched.pop(chain, None))
+        if cut:
+            yield ChainBreak(chain, length + 1, cut)
+            return
+    for missing, head in sorted(vouched.items()):
+        problem = _vouched_problem(missing, 0, head)
+        if problem:
+            yield ChainBreak(missing, 1, problem)
+            return
+
+
+@dataclass(frozen=True)
+class AuditStatus:
+    """What the newest checkpoint covers, for the command and the console."""
+
+    events: int
+    chains: int
+    checkpoint: AuditCheckpoint | None
+
+
+def audit_status() -> AuditStatus:
+    latest = AuditCheckpoint.objects.order_by("-number").first()
+    events = AuditEvent.objects.count()
+    chains = AuditEvent.objects.values("operation_key").distinct().count()
+    return AuditStatus(events=events, chains=chains, checkpoint=latest)

@@ -187,22 +187,41 @@ class Evidence(models.Model):
 
 
 class LookupAttempt(models.Model):
-    """One look at the provider's record; the evidence it produced hangs off it."""
+    """One look at the provider's record; the evidence it produced hangs off it.
+
+    At most one attempt per operation is ``running`` at a time. A running attempt holds
+    a lease; one whose lease lapsed (its process died mid-lookup) is ``abandoned`` by the
+    next attempt rather than waited for forever.
+    """
 
     class Trigger(models.TextChoices):
         RESUME = "resume"
         TASK = "task"
         OPERATOR = "operator"
 
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        FINISHED = "finished"
+        ABANDONED = "abandoned"
+
     operation = models.ForeignKey(Operation, on_delete=models.PROTECT, related_name="lookups")
     trigger = models.CharField(max_length=10, choices=Trigger.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
     started_at = models.DateTimeField()
+    lease_expires_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     evidence = models.OneToOneField(
         Evidence, null=True, blank=True, on_delete=models.PROTECT, related_name="lookup"
     )
 
     class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["operation"],
+                condition=Q(status="running"),
+                name="lookup_one_running_per_operation",
+            ),
+        ]
         indexes = [models.Index(fields=["operation", "started_at"], name="lookup_operation")]
 
     def __str__(self) -> str:
@@ -246,32 +265,54 @@ class HostReceipt(models.Model):
 class AuditEvent(models.Model):
     """Append-only, hash-chained record of everything that happened.
 
-    ``hash`` = sha256(prev_hash + canonical JSON of the event's content); see
-    ``recovery.audit``.
+    Each operation has a chain of its own (``operation_key``; ``""`` is the chain of
+    events that belong to no operation): ``seq`` counts from 1 within the chain and
+    ``hash`` = sha256(prev_hash + canonical JSON of the event's content). ``id`` orders
+    events across chains. See ``recovery.audit``.
     """
 
-    seq = models.BigIntegerField(unique=True)
+    seq = models.BigIntegerField()
     at = models.DateTimeField()
     kind = models.CharField(max_length=40)
-    operation_key = models.CharField(max_length=200, blank=True, db_index=True)
+    operation_key = models.CharField(max_length=200, blank=True)
     actor = models.CharField(max_length=150, blank=True)
     data = models.JSONField(default=dict)
     prev_hash = models.CharField(max_length=71)
-    hash = models.CharField(max_length=71, unique=True)
+    hash = models.CharField(max_length=71)
 
     class Meta:
-        ordering = ["seq"]
+        ordering = ["id"]
+        constraints = [
+            # Two writers can never fork a chain: the second append at a seq fails.
+            models.UniqueConstraint(fields=["operation_key", "seq"], name="audit_chain_seq"),
+        ]
         indexes = [models.Index(fields=["kind", "at"], name="audit_kind_at")]
 
     def __str__(self) -> str:
-        return f"#{self.seq} {self.kind}"
+        return f"{self.operation_key or 'system'} #{self.seq} {self.kind}"
 
 
-class AuditHead(models.Model):
-    """The chain's tip; locking it serialises appends so the chain never forks."""
+class AuditCheckpoint(models.Model):
+    """A signed statement of every chain's head as of one moment.
 
-    seq = models.BigIntegerField(default=0)
-    hash = models.CharField(max_length=71)
+    ``heads`` holds the chains that moved since an earlier checkpoint (a delta); the
+    union of all checkpoints is the state they vouch for. ``signature`` is an HMAC of
+    ``digest`` under the audit key, which is not in the database, so rewriting history
+    needs more than SQL access. Every checkpoint is also appended to a file outside the
+    database.
+    """
+
+    number = models.BigIntegerField(unique=True)
+    made_at = models.DateTimeField()
+    rescan_from = models.BigIntegerField(help_text="Events with a higher id were scanned.")
+    watermark = models.BigIntegerField(help_text="The highest event id seen.")
+    heads = models.JSONField(default=dict)
+    prev_digest = models.CharField(max_length=71)
+    digest = models.CharField(max_length=71)
+    signature = models.CharField(max_length=80)
+
+    class Meta:
+        ordering = ["number"]
 
     def __str__(self) -> str:
-        return f"head #{self.seq}"
+        return f"checkpoint #{self.number}"

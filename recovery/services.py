@@ -1,28 +1,49 @@
 """The recovery core: register, approve, dispatch once, report, look up, resume.
 
-Every function that writes runs one explicit transaction, locks the operation row
-first (then permits, then the audit head: one lock order everywhere), changes state
-only through ``operation_transition`` and audits in the same transaction.
+Every function that writes runs one explicit ``audit_transaction``, changes state only
+through ``operation_transition`` and audits in the same transaction.
+
+Lock order, the same everywhere, so that no two calls can wait on each other in a
+cycle:
+
+1. the operation row (``operation_lock``: ``FOR NO KEY UPDATE OF`` the operation only,
+   never its provider or host, and the operation's audit chain with it);
+2. then the approvals rows bound to that operation (approval, permit);
+3. then its dispatch and host receipt.
+
+Nothing else is locked: rows of other operations are never touched, the audit log has
+no global head (an operation's chain is guarded by the operation's lock; the system
+chain by an advisory lock), and no lock is held across a network call — lookups read
+the provider outside any transaction and apply the answer under the lock afterwards.
 """
 
 from __future__ import annotations
 
 import hmac
+import math
 import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.db import IntegrityError, connection
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from approvals import services as approvals
 from approvals.models import Approval, Permit
 from recovery.adapters import LookupResult, ProviderConfig, evidence_lookup, signature_valid
-from recovery.audit import audit_append
+from recovery.audit import (
+    audit_append,
+    audit_chain_locked,
+    audit_head_new,
+    audit_transaction,
+)
 from recovery.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
 from recovery.models import (
+    UNSETTLED_STATES,
     Dispatch,
     Evidence,
     Host,
@@ -70,7 +91,7 @@ def host_authenticate(*, token: str) -> Host | None:
     return Host.objects.filter(token_hash=approvals.token_hash(token)).first()
 
 
-@transaction.atomic
+@audit_transaction()
 def provider_configure(
     *,
     name: str,
@@ -134,8 +155,19 @@ def provider_config(provider: Provider) -> ProviderConfig:
 # -- registration and approval ------------------------------------------------------
 
 
-def _locked(operation: Operation) -> Operation:
-    return Operation.objects.select_for_update().select_related("provider").get(pk=operation.pk)
+def operations_locked() -> QuerySet[Operation]:
+    """Operations as they are read for writing: locked, with their provider.
+
+    ``of=("self",)`` locks the operation row only, never its provider or host;
+    ``no_key`` lets concurrent inserts that reference the operation (dispatch,
+    evidence) check their foreign key freely.
+    """
+    return Operation.objects.select_for_update(of=("self",), no_key=True).select_related("provider")
+
+
+def operation_lock(operation: Operation) -> Operation:
+    """Lock ``operation`` (first in the lock order) and read it afresh; its chain with it."""
+    return audit_chain_locked(operations_locked().get(pk=operation.pk))
 
 
 def _binding(operation: Operation) -> approvals.Binding:
@@ -161,7 +193,7 @@ def operation_register(
     if provider is None:
         raise NotFound("unknown_provider", f"no provider named {provider_name!r}")
     try:
-        with transaction.atomic():
+        with audit_transaction():
             operation = Operation.objects.create(
                 key=key,
                 host=host,
@@ -171,9 +203,10 @@ def operation_register(
                 params_digest=digest,
                 state=State.AWAITING_APPROVAL,
             )
+            audit_head_new(operation)
             audit_append(
                 kind="registered",
-                operation_key=key,
+                operation=operation,
                 actor=f"host:{host.name}",
                 data={"action": action, "provider": provider_name, "params_digest": digest},
             )
@@ -193,10 +226,10 @@ def operation_register(
     return existing, False
 
 
-@transaction.atomic
+@audit_transaction()
 def approval_open(*, operation: Operation, host: Host) -> tuple[Approval, bool]:
     """Ask for a decision on the operation's exact action (or return the pending one)."""
-    operation = _locked(operation)
+    operation = operation_lock(operation)
     if operation.state != State.AWAITING_APPROVAL:
         raise RecoveryError(
             "invalid_state",
@@ -209,14 +242,14 @@ def approval_open(*, operation: Operation, host: Host) -> tuple[Approval, bool]:
     if created:
         audit_append(
             kind="approval_requested",
-            operation_key=operation.key,
+            operation=operation,
             actor=f"host:{host.name}",
             data={"approval_id": str(approval.id)},
         )
     return approval, created
 
 
-@transaction.atomic
+@audit_transaction()
 def approval_decision(
     *, approval_id: uuid.UUID, approve: bool, ttl_seconds: int, decided_by: str
 ) -> tuple[Approval, Permit | None]:
@@ -227,7 +260,7 @@ def approval_decision(
     operation = Operation.objects.filter(key=approval.operation_key).first()
     if operation is None:
         raise NotFound("unknown_operation", "the approval's operation does not exist")
-    operation = _locked(operation)
+    operation = operation_lock(operation)
     approval = Approval.objects.select_for_update().get(pk=approval.pk)
     try:
         permit = approvals.approval_decide(
@@ -244,7 +277,7 @@ def approval_decision(
     if permit is not None:
         audit_append(
             kind="permit_issued",
-            operation_key=operation.key,
+            operation=operation,
             actor=decided_by,
             data={
                 "permit_id": str(permit.id),
@@ -255,7 +288,7 @@ def approval_decision(
     return approval, permit
 
 
-@transaction.atomic
+@audit_transaction()
 def permit_revoke(*, permit_id: uuid.UUID, reason: str, actor: str) -> tuple[Permit, bool]:
     """Revoke a permit; an approved operation that can no longer dispatch is closed."""
     permit = Permit.objects.filter(pk=permit_id).first()
@@ -263,13 +296,12 @@ def permit_revoke(*, permit_id: uuid.UUID, reason: str, actor: str) -> tuple[Per
         raise NotFound("unknown_permit", "no such permit")
     operation = Operation.objects.filter(key=permit.operation_key).first()
     if operation is not None:
-        operation = _locked(operation)
+        operation = operation_lock(operation)
     permit = Permit.objects.select_for_update().get(pk=permit.pk)
     revoked = approvals.permit_revoke(permit=permit, reason=reason, actor=actor)
-    key = permit.operation_key
     audit_append(
         kind="permit_revoked" if revoked else "permit_revoke_ignored",
-        operation_key=key,
+        operation=operation,
         actor=actor,
         data={"permit_id": str(permit.id), "reason": reason, "permit_status": permit.status},
     )
@@ -288,12 +320,12 @@ class DispatchOutcome:
     state: str = ""
 
 
-@transaction.atomic
+@audit_transaction()
 def operation_dispatch(
     *, operation: Operation, worker: str, presented_digest: str, actor: str
 ) -> DispatchOutcome:
     """Consume the permit and create the one dispatch, atomically, or record the refusal."""
-    operation = _locked(operation)
+    operation = operation_lock(operation)
     result = approvals.permit_consume(
         binding=_binding(operation), presented_digest=presented_digest, actor=actor
     )
@@ -304,7 +336,7 @@ def operation_dispatch(
             operation_transition(operation=operation, event=Event.EXPIRE, actor=actor)
         audit_append(
             kind="consume_refused",
-            operation_key=operation.key,
+            operation=operation,
             actor=actor,
             data={"reason": result.refusal, "permit_id": permit_id, "worker": worker},
         )
@@ -322,7 +354,7 @@ def operation_dispatch(
     HostReceipt.objects.create(dispatch=dispatch)
     audit_append(
         kind="permit_consumed",
-        operation_key=operation.key,
+        operation=operation,
         actor=actor,
         data={"permit_id": permit_id, "worker": worker},
     )
@@ -355,8 +387,8 @@ def operation_heartbeat(*, operation: Operation, fencing_token: str, actor: str)
     operation to ``unknown`` itself, so a stalled worker learns it may not carry on.
     """
     refusal: RecoveryError | None = None
-    with transaction.atomic():
-        operation = _locked(operation)
+    with audit_transaction():
+        operation = operation_lock(operation)
         try:
             dispatch = _dispatch_for_token(operation, fencing_token, actor)
         except RecoveryError as exc:
@@ -402,8 +434,8 @@ def operation_report(
     actor: str,
 ) -> ReportOutcome:
     """Record the worker's own result. The first report wins; later ones are signals."""
-    with transaction.atomic():
-        operation = _locked(operation)
+    with audit_transaction():
+        operation = operation_lock(operation)
         try:
             dispatch = _dispatch_for_token(operation, fencing_token, actor)
         except RecoveryError as exc:
@@ -432,7 +464,7 @@ def _report_apply(
     receipt.provider_reference = reference
     receipt.reported_at = timezone.now()
     receipt.save(update_fields=["status", "provider_reference", "reported_at"])
-    audit_append(kind="host_report", operation_key=operation.key, actor=actor, data=report)
+    audit_append(kind="host_report", operation=operation, actor=actor, data=report)
     if operation.state == State.DISPATCHED:
         operation_transition(
             operation=operation, event=Event.COMMIT if committed else Event.FAIL, actor=actor
@@ -452,7 +484,7 @@ def stale_signal(*, operation: Operation, signal: str, actor: str, data: dict[st
     """Record something that arrived too late or out of turn; it changes nothing else."""
     audit_append(
         kind="stale_signal",
-        operation_key=operation.key,
+        operation=operation,
         actor=actor,
         data={"signal": signal, "state": operation.state, "version": operation.version, **data},
     )
@@ -460,10 +492,13 @@ def stale_signal(*, operation: Operation, signal: str, actor: str, data: dict[st
 
 def transition_refused_record(exc: TransitionRefused, actor: str) -> None:
     """Record a refused transition in a transaction of its own (the change rolled back)."""
-    with transaction.atomic():
+    with audit_transaction():
+        operation = operations_locked().filter(key=exc.operation_key).first()
+        if operation is not None:
+            audit_chain_locked(operation)
         audit_append(
             kind="stale_signal",
-            operation_key=exc.operation_key,
+            operation=operation,
             actor=actor,
             data={
                 "signal": "transition_refused",
@@ -516,10 +551,11 @@ def evidence_apply(
     if lookup is not None:
         lookup.evidence = evidence
         lookup.finished_at = now
-        lookup.save(update_fields=["evidence", "finished_at"])
+        lookup.status = LookupAttempt.Status.FINISHED
+        lookup.save(update_fields=["evidence", "finished_at", "status"])
     audit_append(
         kind="evidence",
-        operation_key=operation.key,
+        operation=operation,
         actor=actor,
         data={
             "source": source,
@@ -621,42 +657,141 @@ def _receipt_recover(
     )
     audit_append(
         kind="receipt_recovered",
-        operation_key=operation.key,
+        operation=operation,
         actor=actor,
         data={"evidence_id": evidence.pk, "status": receipt.status},
     )
 
 
-def operation_lookup(*, operation: Operation, trigger: str, actor: str) -> Operation:
-    """Read the provider's record (outside any transaction) and apply it.
+# A lookup's lease: the provider's timeout plus this. A running attempt whose lease
+# lapsed belongs to a process that died mid-lookup; the next attempt abandons it.
+LOOKUP_LEASE_MARGIN = timedelta(seconds=5)
+# How often an operation in reconcile is looked at again by resume (operators can look
+# up at any time): its evidence may be repaired at the provider.
+RECONCILE_RECHECK = timedelta(seconds=LOOKUP_BACKOFF_SECONDS[-2])
 
-    The network call holds no database lock; the result is applied under the operation
-    lock afterwards, so whatever happened meanwhile is judged by the current state.
+
+@dataclass(frozen=True)
+class LookupSlot:
+    """The outcome of asking to look up: the attempt that may run, or when to ask again."""
+
+    attempt: LookupAttempt | None
+    retry_after: int = 0
+
+
+def _seconds_until(moment: Any, now: Any) -> int:
+    return max(1, math.ceil((moment - now).total_seconds()))  # type: ignore[no-any-return]
+
+
+def lookup_start(
+    *, operation: Operation, trigger: str, actor: str, due_only: bool, provider_limit: int = 0
+) -> LookupSlot:
+    """Claim the operation's one lookup slot, or say when to ask again.
+
+    Refused while another lookup of the operation is running (its lease alive), while
+    ``due_only`` and the next lookup is not due, and while ``provider_limit`` lookups of
+    the same provider are already running (for lookups inside web requests, so that one
+    slow provider cannot hold every web worker).
     """
-    provider = operation.provider
-    with transaction.atomic():
-        lookup = LookupAttempt.objects.create(
-            operation=operation, trigger=trigger, started_at=timezone.now()
+    with audit_transaction():
+        operation = operation_lock(operation)
+        now = timezone.now()
+        if due_only and operation.next_lookup_at is not None and operation.next_lookup_at > now:
+            return LookupSlot(None, _seconds_until(operation.next_lookup_at, now))
+        running = (
+            LookupAttempt.objects.select_for_update()
+            .filter(operation=operation, status=LookupAttempt.Status.RUNNING)
+            .first()
         )
-    result = evidence_lookup(
-        config=provider_config(provider),
-        operation_key=operation.key,
-        params_digest=operation.params_digest,
-    )
+        if running is not None:
+            if running.lease_expires_at > now:
+                return LookupSlot(None, _seconds_until(running.lease_expires_at, now))
+            running.status = LookupAttempt.Status.ABANDONED
+            running.save(update_fields=["status"])
+            audit_append(
+                kind="lookup_abandoned",
+                operation=operation,
+                actor=actor,
+                data={"lookup_id": running.pk, "started_at": running.started_at.isoformat()},
+            )
+        if provider_limit and _provider_lookups_running(operation.provider, now) >= provider_limit:
+            return LookupSlot(None, math.ceil(operation.provider.timeout_seconds))
+        attempt = LookupAttempt.objects.create(
+            operation=operation,
+            trigger=trigger,
+            started_at=now,
+            lease_expires_at=now
+            + timedelta(seconds=operation.provider.timeout_seconds)
+            + LOOKUP_LEASE_MARGIN,
+        )
+        attempt.operation = operation
+        return LookupSlot(attempt)
+
+
+def _provider_lookups_running(provider: Provider, now: Any) -> int:
+    """Running in-request lookups of ``provider``; serialised per provider on PostgreSQL."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_PROVIDER_LOOKUPS, provider.pk])
+    return LookupAttempt.objects.filter(
+        operation__provider=provider,
+        trigger=LookupAttempt.Trigger.RESUME,
+        status=LookupAttempt.Status.RUNNING,
+        lease_expires_at__gt=now,
+    ).count()
+
+
+_PROVIDER_LOOKUPS = 0x5E77
+
+
+def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: str) -> Operation:
+    """Apply what a lookup found, under the operation lock, and close the attempt.
+
+    Whatever happened since the lookup started is judged by the current state (rule 5).
+    An operation still in ``reconcile`` is looked at again after ``RECONCILE_RECHECK``.
+    """
     try:
-        with transaction.atomic():
-            locked = _locked(operation)
+        with audit_transaction():
+            locked = operation_lock(attempt.operation)
             evidence_apply(
                 operation=locked,
                 result=result,
                 source=Evidence.Source.LOOKUP,
                 actor=actor,
-                lookup=lookup,
+                lookup=attempt,
             )
+            if locked.state == State.RECONCILE:
+                locked.next_lookup_at = timezone.now() + RECONCILE_RECHECK
+                Operation.objects.filter(pk=locked.pk).update(next_lookup_at=locked.next_lookup_at)
             return locked
     except TransitionRefused as exc:
         transition_refused_record(exc, actor)
+        LookupAttempt.objects.filter(pk=attempt.pk, status=LookupAttempt.Status.RUNNING).update(
+            status=LookupAttempt.Status.FINISHED, finished_at=timezone.now()
+        )
+        return Operation.objects.select_related("provider").get(pk=attempt.operation_id)
+
+
+def lookup_run(*, attempt: LookupAttempt, actor: str) -> Operation:
+    """Read the provider's record for a claimed attempt and apply it.
+
+    The network call runs outside any transaction and holds no database lock.
+    """
+    operation = attempt.operation
+    result = evidence_lookup(
+        config=provider_config(operation.provider),
+        operation_key=operation.key,
+        params_digest=operation.params_digest,
+    )
+    return lookup_finish(attempt=attempt, result=result, actor=actor)
+
+
+def operation_lookup(*, operation: Operation, trigger: str, actor: str) -> Operation:
+    """Look up now, whatever the schedule, unless a lookup of it is already running."""
+    slot = lookup_start(operation=operation, trigger=trigger, actor=actor, due_only=False)
+    if slot.attempt is None:
         return Operation.objects.select_related("provider").get(pk=operation.pk)
+    return lookup_run(attempt=slot.attempt, actor=actor)
 
 
 # -- provider callbacks -------------------------------------------------------------
@@ -673,7 +808,7 @@ class CallbackOutcome:
     reason: str = ""
 
 
-@transaction.atomic
+@audit_transaction()
 def provider_callback(
     *,
     provider: Provider,
@@ -688,7 +823,7 @@ def provider_callback(
     operation = Operation.objects.filter(key=operation_key, provider=provider).first()
     if operation is None:
         raise NotFound("unknown_operation", f"no operation {operation_key!r} at this provider")
-    operation = _locked(operation)
+    operation = operation_lock(operation)
     actor = f"provider:{provider.name}"
     last = operation.last_callback_sequence
     if last is not None and sequence <= last:
@@ -740,6 +875,8 @@ class ResumeOutcome:
     state: str
     recovered: bool
     fencing_token: str = ""
+    # Seconds until asking again is worth it: set when no lookup was made this time.
+    retry_after: int = 0
 
 
 _SETTLED_DECISIONS = {
@@ -753,9 +890,9 @@ _SETTLED_DECISIONS = {
 }
 
 
-def _answer(operation: Operation) -> ResumeOutcome:
+def _answer(operation: Operation, retry_after: int = 0) -> ResumeOutcome:
     decision = _SETTLED_DECISIONS.get(State(operation.state), Decision.CLOSED)
-    return ResumeOutcome(decision, operation.state, operation.recovered)
+    return ResumeOutcome(decision, operation.state, operation.recovered, retry_after=retry_after)
 
 
 def _lease_lapsed(operation: Operation, dispatch: Dispatch, actor: str) -> None:
@@ -771,8 +908,8 @@ def _lease_lapsed(operation: Operation, dispatch: Dispatch, actor: str) -> None:
 
 def _lease_lost(operation: Operation, actor: str) -> bool:
     """Move a dispatched operation whose lease lapsed to ``unknown``; True if it is."""
-    with transaction.atomic():
-        locked = _locked(operation)
+    with audit_transaction():
+        locked = operation_lock(operation)
         if locked.state != State.DISPATCHED:
             return locked.state in (State.UNKNOWN, State.RECONCILE)
         dispatch = Dispatch.objects.get(operation=locked)
@@ -787,7 +924,9 @@ def operation_resume(*, operation: Operation, worker: str, actor: str) -> Resume
 
     Only an operation that was never dispatched can be dispatched, by winning its
     permit. A lapsed lease or an unsettled operation is looked up synchronously (bounded
-    by the provider's timeout) and released only on matching evidence.
+    by the provider's timeout) and released only on matching evidence — but only when
+    its next lookup is due, no other lookup of it is running and the provider has a free
+    in-request lookup slot; otherwise the answer is what is known, with ``retry_after``.
     """
     state = operation.state
     if state == State.APPROVED:
@@ -809,8 +948,16 @@ def operation_resume(*, operation: Operation, worker: str, actor: str) -> Resume
             return _answer(operation)
         operation.refresh_from_db()
         state = operation.state
-    if state in (State.UNKNOWN, State.RECONCILE):
-        operation = operation_lookup(
-            operation=operation, trigger=LookupAttempt.Trigger.RESUME, actor=actor
+    if state in UNSETTLED_STATES:
+        slot = lookup_start(
+            operation=operation,
+            trigger=LookupAttempt.Trigger.RESUME,
+            actor=actor,
+            due_only=True,
+            provider_limit=settings.SETTLE_WEB_LOOKUPS_PER_PROVIDER,
         )
+        if slot.attempt is None:
+            operation.refresh_from_db()
+            return _answer(operation, slot.retry_after)
+        operation = lookup_run(attempt=slot.attempt, actor=actor)
     return _answer(operation)

@@ -101,7 +101,7 @@ def operation_transition(
         raise TransitionRefused(operation, event, "stale (state, version)")
     audit_append(
         kind="transition",
-        operation_key=operation.key,
+        operation=operation,
         actor=actor,
         data={
             "event": event,

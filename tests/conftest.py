@@ -38,6 +38,49 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = 1
 
 
+def _flush_past_audit_triggers() -> None:
+    """Let the test runner's flush TRUNCATE the append-only audit tables (PostgreSQL).
+
+    The triggers refuse TRUNCATE to everyone; between tests only, the flush runs with
+    ``session_replication_role = replica`` (superuser-only), which skips user triggers.
+    """
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    original = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self: DatabaseOperations, sql_list: list[str]) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SET session_replication_role = replica")
+        try:
+            original(self, sql_list)
+        finally:
+            with self.connection.cursor() as cursor:
+                cursor.execute("SET session_replication_role = DEFAULT")
+
+    DatabaseOperations.execute_sql_flush = execute_sql_flush  # type: ignore[method-assign]
+
+
+_flush_past_audit_triggers()
+
+
+@pytest.fixture(autouse=True)
+def _audit_checkpoint_file(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each test has a checkpoint file of its own, as each has a database of its own."""
+    folder = tmp_path_factory.mktemp("audit")
+    settings.SETTLE_AUDIT_CHECKPOINT_FILE = folder / "checkpoints.jsonl"
+
+
+def lookup_due(key: str) -> None:
+    """Time passes until the operation's next lookup is due (resume looks up only then)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from recovery.models import Operation
+
+    Operation.objects.filter(key=key).update(next_lookup_at=timezone.now() - timedelta(seconds=1))
+
+
 def digest_of(params: dict[str, Any]) -> str:
     return params_digest(canonical_params(params))
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from recovery.models import AuditEvent, Dispatch, Evidence, HostReceipt, Verdict
+from tests.conftest import lookup_due
 from tests.integration.conftest import (
     PARAMS,
     Procs,
@@ -137,10 +138,17 @@ def test_death_before_commit_is_unknown_then_reconcile_and_never_released(
 
     budget = provider.model.lookup_budget
     assert budget >= 2
-    decisions = [fresh_resume(procs, key, provider)["decision"] for _ in range(budget)]
+    decisions = []
+    for _ in range(budget):
+        decisions.append(fresh_resume(procs, key, provider)["decision"])
+        # Another resume before the back-off is over answers from what is known.
+        early = fresh_resume(procs, key, provider)
+        assert early["decision"] == decisions[-1] and early["retry_after"] > 0, early
+        lookup_due(key)
     assert decisions == ["unknown"] * (budget - 1) + ["reconcile"]
     op = operation(key)
     assert (op.state, op.recovered, op.lookups_inconclusive) == ("reconcile", False, budget)
+    assert op.lookups.count() == budget
 
     # Still nothing to confirm: it stays with the operator, and nothing is sent again.
     again = fresh_resume(procs, key, provider)
@@ -232,10 +240,12 @@ def test_wrong_or_corrupt_evidence_never_releases_until_valid_evidence_is_restor
             params_digest=digest_of(PARAMS),
             reference=f"ref-{key}",
         )
+        lookup_due(key)
         again = fresh_resume(procs, key, provider)
         assert again == {"decision": "reconcile", "state": "reconcile", "recovered": False}
 
     _restore(damage, provider, key)
+    lookup_due(key)
     answer = fresh_resume(procs, key, provider)
 
     assert answer == {"decision": "released", "state": "released", "recovered": True}

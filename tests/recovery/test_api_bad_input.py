@@ -104,7 +104,7 @@ def assert_only_recorded(before: Snapshot, **added: int) -> list[AuditEvent]:
     assert after.counts == expected
     for name, rows in before.rows.items():
         assert {pk: after.rows[name][pk] for pk in rows} == rows, name
-    return list(AuditEvent.objects.order_by("seq")[before.counts["AuditEvent"] :])
+    return list(AuditEvent.objects.order_by("id")[before.counts["AuditEvent"] :])
 
 
 def assert_error(response: Any, status: int, code: str, /, **extra: Any) -> dict[str, Any]:

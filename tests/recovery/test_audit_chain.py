@@ -1,131 +1,316 @@
-"""The hash-chained audit log and ``manage.py verify_audit``."""
+"""The audit log: a hash chain per operation, signed checkpoints, ``manage.py verify_audit``.
+
+The tamper tests act as someone with full SQL access (they switch the append-only
+triggers off, as a table owner can) but without the audit key.
+"""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
-from recovery.audit import audit_append, audit_verify
-from recovery.models import AuditEvent
+from recovery.audit import (
+    GENESIS_HASH,
+    _checkpoint_digest,
+    _sign,
+    audit_append,
+    audit_checkpoint,
+    audit_transaction,
+    audit_verify,
+    event_hash,
+)
+from recovery.models import AuditCheckpoint, AuditEvent, Operation
+from recovery.services import operation_lock, operation_register
+from tests.conftest import PARAMS
 
-pytestmark = pytest.mark.django_db
+# Transactional: checkpoints reach their file only when their transaction commits.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AUDIT_TABLES = ("recovery_auditevent", "recovery_auditcheckpoint")
 
 
-def _append(count: int) -> None:
+@pytest.fixture
+def operations(host, provider) -> list[Operation]:
+    """Three registered operations: three chains of one event each."""
+    return [
+        operation_register(
+            host=host, key=f"op-{n}", action="payment.send", provider_name="orders", params=PARAMS
+        )[0]
+        for n in range(3)
+    ]
+
+
+def _append(operation: Operation, count: int) -> None:
     for number in range(count):
-        with transaction.atomic():
-            audit_append(kind="test", operation_key=f"op-{number}", data={"n": number})
+        with audit_transaction():
+            audit_append(kind="test", operation=operation_lock(operation), data={"n": number})
 
 
-def _raw_update(sql: str, params: list) -> None:
-    """Tamper as someone with direct database access would (bypassing the trigger)."""
+def _sql(sql: str, params: list | None = None) -> None:
+    """Run SQL as a table owner would, with the append-only triggers switched off."""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE recovery_auditevent DISABLE TRIGGER USER")
-        cursor.execute(sql, params)
+            for table in AUDIT_TABLES:
+                cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        cursor.execute(sql, params or [])
         if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE recovery_auditevent ENABLE TRIGGER USER")
+            for table in AUDIT_TABLES:
+                cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
 
 
-def test_intact_chain_verifies(capsys):
-    _append(5)
+def _only_problem() -> str:
+    problems = [str(problem) for problem in audit_verify()]
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+def test_each_operation_has_a_chain_of_its_own(operations):
+    _append(operations[0], 2)
+    _append(operations[2], 1)
+    chains = {
+        key: list(AuditEvent.objects.filter(operation_key=key).order_by("seq"))
+        for key in ("op-0", "op-1", "op-2")
+    }
+    assert [e.seq for e in chains["op-0"]] == [1, 2, 3]
+    assert [e.seq for e in chains["op-1"]] == [1]
+    assert [e.seq for e in chains["op-2"]] == [1, 2]
+    assert chains["op-0"][0].prev_hash == GENESIS_HASH == chains["op-1"][0].prev_hash
+    assert chains["op-0"][1].prev_hash == chains["op-0"][0].hash
+    assert chains["op-0"][2].prev_hash == chains["op-0"][1].hash
     assert list(audit_verify()) == []
+
+
+def test_events_without_an_operation_form_the_system_chain(provider, tmp_path):
+    from recovery.services import provider_configure
+
+    provider_configure(name="ledger", adapter="journal", path=str(tmp_path / "j.jsonl"))
+    system = list(AuditEvent.objects.filter(operation_key="").order_by("seq"))
+    assert [e.kind for e in system] == ["provider_configured", "provider_configured"]
+    assert [e.seq for e in system] == [1, 2]
+    assert list(audit_verify()) == []
+
+
+def test_intact_log_verifies_and_the_command_checkpoints_it(operations, capsys):
     call_command("verify_audit")
-    assert "audit chain intact: 5 events" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # Three operations' chains and the system chain (the provider's configuration).
+    assert "audit log intact: 4 events in 4 chains" in out
+    assert "newest checkpoint #1 signed at" in out
+    checkpoint = AuditCheckpoint.objects.get()
+    assert set(checkpoint.heads) == {"", "op-0", "op-1", "op-2"}
 
 
-def test_each_event_links_to_the_previous_hash():
-    _append(3)
-    events = list(AuditEvent.objects.order_by("seq"))
-    assert [e.seq for e in events] == [1, 2, 3]
-    assert events[1].prev_hash == events[0].hash
-    assert events[2].prev_hash == events[1].hash
+def test_append_outside_an_audit_transaction_is_refused(operations):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        audit_append(kind="test", operation=operation_lock(operations[0]))
 
 
-def test_edited_row_is_named_by_verify_audit():
-    _append(5)
-    _raw_update("UPDATE recovery_auditevent SET operation_key = %s WHERE seq = %s", ["forged", 3])
-    with pytest.raises(CommandError, match=r"broken at event #3: content does not match"):
+def test_append_to_an_operation_that_was_not_locked_is_refused(operations):
+    with pytest.raises(RuntimeError, match="operation_lock"), audit_transaction():
+        audit_append(kind="test", operation=Operation.objects.get(key="op-0"))
+
+
+def test_a_rolled_back_block_leaves_no_event_and_no_gap(operations):
+    with pytest.raises(ZeroDivisionError), audit_transaction():
+        audit_append(kind="rolled-back", operation=operation_lock(operations[0]))
+        1 / 0  # noqa: B018
+    _append(operations[0], 1)
+    kinds = list(
+        AuditEvent.objects.filter(operation_key="op-0").order_by("seq").values_list("kind", "seq")
+    )
+    assert kinds == [("registered", 1), ("test", 2)]
+    assert list(audit_verify()) == []
+
+
+def test_a_failed_inner_block_drops_its_events_but_keeps_the_outer_ones(operations):
+    with audit_transaction():
+        locked = operation_lock(operations[0])
+        audit_append(kind="kept", operation=locked)
+        with pytest.raises(ZeroDivisionError), audit_transaction():
+            audit_append(kind="dropped", operation=locked)
+            1 / 0  # noqa: B018
+        audit_append(kind="kept-too", operation=locked)
+    kinds = list(AuditEvent.objects.filter(operation_key="op-0").values_list("kind", flat=True))
+    assert kinds == ["registered", "kept", "kept-too"]
+    assert list(audit_verify()) == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the triggers are PostgreSQL's")
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE recovery_auditevent SET kind = 'edited'",
+        "DELETE FROM recovery_auditevent",
+        "TRUNCATE recovery_auditevent",
+        "UPDATE recovery_auditcheckpoint SET signature = 'x'",
+        "DELETE FROM recovery_auditcheckpoint",
+        "TRUNCATE recovery_auditcheckpoint",
+    ],
+)
+def test_postgres_refuses_to_change_audit_records(operations, statement):
+    audit_checkpoint()
+    with (
+        pytest.raises(DatabaseError, match="append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(statement)
+
+
+# -- tampering, found by verify_audit ---------------------------------------------
+
+
+def test_an_edited_event_is_named(operations):
+    _append(operations[1], 3)
+    _sql(
+        "UPDATE recovery_auditevent SET actor = 'forged' WHERE operation_key = %s AND seq = %s",
+        ["op-1", 3],
+    )
+    with pytest.raises(CommandError, match=r"chain 'op-1', event #3: content does not match"):
         call_command("verify_audit")
 
 
-def test_edited_data_is_detected_even_with_a_recomputed_hash_downstream():
-    _append(4)
-    _raw_update("UPDATE recovery_auditevent SET data = %s WHERE seq = %s", ['{"n": 99}', 2])
-    (broken,) = audit_verify()
-    assert broken.seq == 2
+def test_a_deleted_event_is_named(operations):
+    _append(operations[1], 3)
+    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 2])
+    assert _only_problem() == "chain 'op-1', event #2: this event is missing (deleted)"
 
 
-def test_deleted_row_is_detected():
-    _append(4)
-    _raw_update("DELETE FROM recovery_auditevent WHERE seq = %s", [2])
-    (broken,) = audit_verify()
-    assert broken.seq == 2
-    assert "missing" in broken.reason
+def test_events_cut_from_the_tail_are_found_by_the_checkpoint(operations):
+    _append(operations[1], 3)
+    audit_checkpoint()
+    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
+    problem = _only_problem()
+    assert problem.startswith("chain 'op-1', event #3: events after #2 are missing")
+    assert "checkpoint #1 names #4 (cut)" in problem
 
 
-def test_truncated_tail_is_detected_by_the_head():
-    _append(4)
-    _raw_update("DELETE FROM recovery_auditevent WHERE seq = %s", [4])
-    (broken,) = audit_verify()
-    assert broken.seq == 4
+def test_a_truncated_log_is_found_by_the_checkpoints(operations):
+    audit_checkpoint()
+    _sql("TRUNCATE recovery_auditevent")
+    assert "every event of this chain is missing" in _only_problem()
+
+
+def test_truncating_events_and_checkpoints_is_found_by_the_checkpoint_file(operations):
+    audit_checkpoint()
+    _sql("TRUNCATE recovery_auditevent")
+    _sql("TRUNCATE recovery_auditcheckpoint")
+    assert _only_problem() == ("checkpoint #1 of the checkpoint file is missing from the database")
+
+
+def test_a_deleted_newest_checkpoint_is_found_by_the_checkpoint_file(operations):
+    audit_checkpoint()
+    _append(operations[0], 1)
+    audit_checkpoint()
+    _sql("DELETE FROM recovery_auditcheckpoint WHERE number = 2")
+    assert _only_problem() == ("checkpoint #2 of the checkpoint file is missing from the database")
+
+
+def _rewrite_chain(key: str, edit_seq: int) -> None:
+    """Edit one event and recompute every hash after it, as anyone can without the key."""
+    prev = GENESIS_HASH
+    for event in AuditEvent.objects.filter(operation_key=key).order_by("seq"):
+        if event.seq == edit_seq:
+            event.actor = "forged"
+        digest = event_hash(
+            prev_hash=prev,
+            seq=event.seq,
+            at=event.at,
+            kind=event.kind,
+            operation_key=event.operation_key,
+            actor=event.actor,
+            data=event.data,
+        )
+        _sql(
+            "UPDATE recovery_auditevent SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
+            [event.actor, prev, digest, event.pk],
+        )
+        prev = digest
+
+
+def test_a_full_rewrite_with_recomputed_hashes_is_found_by_the_signed_checkpoint(operations):
+    _append(operations[1], 3)
+    audit_checkpoint()
+    _rewrite_chain("op-1", 2)
+    assert _only_problem() == (
+        "chain 'op-1', event #4: differs from what checkpoint #1 signed (rewritten)"
+    )
+
+
+def test_a_checkpoint_re_signed_without_the_key_is_refused(operations, settings):
+    _append(operations[1], 2)
+    audit_checkpoint()
+    _rewrite_chain("op-1", 2)
+    # The forger recomputes the checkpoint too, but signs with a key of their own.
+    real_key = settings.SETTLE_AUDIT_KEY
+    settings.SETTLE_AUDIT_KEY = "the forger's key, not the real one, 32+ chars"
+    checkpoint = AuditCheckpoint.objects.get()
+    heads = dict(checkpoint.heads)
+    heads["op-1"] = [3, AuditEvent.objects.get(operation_key="op-1", seq=3).hash]
+    checkpoint.heads = heads
+    checkpoint.digest = _checkpoint_digest(checkpoint)
+    checkpoint.signature = _sign(checkpoint.digest)
+    _sql(
+        "UPDATE recovery_auditcheckpoint SET heads = %s, digest = %s, signature = %s "
+        "WHERE number = 1",
+        [json.dumps(heads), checkpoint.digest, checkpoint.signature],
+    )
+    settings.SETTLE_AUDIT_KEY = real_key
+    assert _only_problem() == "checkpoint #1 is not signed by the audit key"
+
+
+def test_a_missing_checkpoint_file_is_a_problem(operations, settings):
+    audit_checkpoint()
+    settings.SETTLE_AUDIT_CHECKPOINT_FILE.unlink()
+    assert _only_problem().startswith("the checkpoint file")
+
+
+def test_checkpoints_vouch_only_for_what_moved(operations):
+    first = audit_checkpoint()
+    assert first is not None and set(first.heads) == {"", "op-0", "op-1", "op-2"}
+    assert audit_checkpoint() is None  # nothing new
+    _append(operations[2], 1)
+    second = audit_checkpoint()
+    assert second is not None and second.prev_digest == first.digest
+    assert second.heads["op-2"][0] == 2
+    assert list(audit_verify()) == []
+
+
+# -- concurrency ----------------------------------------------------------------------
 
 
 @pytest.mark.django_db(transaction=True)
-def test_append_outside_a_transaction_is_refused():
-    with pytest.raises(RuntimeError):
-        audit_append(kind="test")
-
-
-@pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="the append-only trigger is PostgreSQL's"
-)
-def test_postgres_refuses_updates_to_audit_events():
-    _append(1)
-    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
-        AuditEvent.objects.update(kind="edited")
-
-
-@pytest.mark.django_db(transaction=True)
-def test_concurrent_appenders_never_fork_the_chain():
-    """Eight threads, each with its own connection, append at once; one linear chain."""
+def test_concurrent_appenders_on_many_operations_keep_every_chain_linear(host, provider):
+    """Eight threads, each with its own connection and operation, append at once."""
+    keys = [f"race-{n}" for n in range(8)]
+    for key in keys:
+        operation_register(
+            host=host, key=key, action="payment.send", provider_name="orders", params=PARAMS
+        )
     barrier = threading.Barrier(8)
     errors: list[BaseException] = []
 
-    def appender(number: int) -> None:
+    def appender(key: str) -> None:
         try:
+            operation = Operation.objects.get(key=key)
             barrier.wait(timeout=10)
-            for i in range(15):
-                with transaction.atomic():
-                    audit_append(kind="race", data={"thread": number, "i": i})
-                    if i % 5 == 4:
-                        audit_append(kind="race-second", data={"thread": number, "i": i})
+            _append(operation, 15)
         except BaseException as exc:  # reported below, on the test's thread
             errors.append(exc)
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=appender, args=(n,)) for n in range(8)]
+    threads = [threading.Thread(target=appender, args=(key,)) for key in keys]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
     assert errors == []
     assert list(audit_verify()) == []
-    assert list(AuditEvent.objects.values_list("seq", flat=True)) == list(range(1, 8 * 18 + 1))
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_rolled_back_append_does_not_poison_the_next_one():
-    with transaction.atomic():
-        audit_append(kind="kept")
-    with pytest.raises(ZeroDivisionError), transaction.atomic():
-        audit_append(kind="rolled-back")
-        1 / 0  # noqa: B018
-    with transaction.atomic():
-        audit_append(kind="after")
-    assert list(AuditEvent.objects.values_list("kind", flat=True)) == ["kept", "after"]
-    assert list(audit_verify()) == []
+    for key in keys:
+        seqs = list(AuditEvent.objects.filter(operation_key=key).values_list("seq", flat=True))
+        assert sorted(seqs) == list(range(1, 17))

@@ -13,7 +13,7 @@ from django.utils import timezone
 from approvals.models import Permit, PermitEvent
 from recovery.models import AuditEvent, Dispatch, HostReceipt, Operation, Provider
 from recovery.services import operation_lookup
-from tests.conftest import PARAMS, digest_of
+from tests.conftest import PARAMS, digest_of, lookup_due
 from tests.support.providers import sqlite_provider_commit, sqlite_provider_tamper
 
 pytestmark = pytest.mark.django_db
@@ -57,6 +57,7 @@ def test_mismatching_evidence_goes_to_reconcile_and_restored_evidence_releases(f
     sqlite_provider_tamper(provider_db, "op-1", "other_params")
     assert flow.resume()["decision"] == "reconcile"
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
+    lookup_due("op-1")
     assert flow.resume() == {"decision": "released", "state": "released", "recovered": True}
     assert Dispatch.objects.count() == 1
     assert PermitEvent.objects.filter(kind="consumed").count() == 1
@@ -81,8 +82,10 @@ def test_absent_evidence_stays_unknown_with_backoff_until_the_budget_is_spent(fl
         operation = Operation.objects.get()
         assert operation.lookups_inconclusive == attempt
         assert operation.next_lookup_at > timezone.now()
+        lookup_due("op-1")
     assert flow.resume()["decision"] == "reconcile"
-    assert Operation.objects.get().next_lookup_at is None
+    # In reconcile, resume looks again only after a long pause (evidence may be repaired).
+    assert Operation.objects.get().next_lookup_at > timezone.now() + timedelta(minutes=4)
     assert Dispatch.objects.count() == 1
 
 
@@ -129,6 +132,7 @@ def test_report_after_lease_lapsed_is_recorded_but_only_evidence_releases(
     assert late.json() == {"applied": True, "state": "unknown", "receipt": "succeeded"}
     assert _stale_signals("report_after_lease") == 1
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
+    lookup_due("op-1")
     assert flow.resume()["decision"] == "released"
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -413,25 +414,32 @@ class SafetyMachine(RuleBasedStateMachine):
             verdict, status = m.record.verdict(m.digest)
         self._model_evidence(m, verdict, status, "lookup")
 
-    def _model_resume(self, m: OpModel, start: str) -> tuple[str, str]:
-        """Predict ``operation_resume`` from a view whose state is ``start``."""
+    def _model_resume(self, m: OpModel, start: str, due: bool) -> tuple[str, str, bool]:
+        """Predict ``operation_resume`` from a view whose state is ``start``.
+
+        ``due``: whether the operation's next lookup was due when resume was called.
+        Returns the decision, the state, and whether resume looked up.
+        """
         state = start
         if state == State.APPROVED:
             if not self._model_consume(m, right_digest=True):
-                return Decision.DISPATCH, m.state
+                return Decision.DISPATCH, m.state, False
             state = m.state
         if state == State.DISPATCHED:
             if m.state == State.DISPATCHED:
                 if not m.lease_lapsed:
-                    return answer_for(m.state), m.state
+                    return answer_for(m.state), m.state, False
                 m.move(State.UNKNOWN)
+                due = True  # a lost lease makes the first lookup due at once
             elif m.state not in (State.UNKNOWN, State.RECONCILE):
-                return answer_for(m.state), m.state
+                return answer_for(m.state), m.state, False
             state = m.state
         if state in (State.UNKNOWN, State.RECONCILE):
+            if not due:
+                return answer_for(m.state), m.state, False
             self._model_lookup(m)
-            return answer_for(m.state), m.state
-        return answer_for(state), state
+            return answer_for(m.state), m.state, True
+        return answer_for(state), state, False
 
     # -- hosts and approvers --------------------------------------------------------
 
@@ -453,7 +461,7 @@ class SafetyMachine(RuleBasedStateMachine):
             if stage in ("crashed", "uncertain", "stranded"):
                 self._crash(m)
             if stage in ("uncertain", "stranded"):
-                self._resume(m, "w-fresh", stale_view=False)
+                self._resume(m, "w-fresh", stale_view=False, time_passed=True)
                 assert m.state == State.UNKNOWN
             if stage == "stranded":  # the dead worker's request reaches the provider late
                 self._perform(m, "committed")
@@ -691,13 +699,25 @@ class SafetyMachine(RuleBasedStateMachine):
         data=st.data(),
         worker=st.sampled_from(WORKERS),
         stale_view=st.sampled_from([False, False, True]),
+        time_passed=st.sampled_from([False, True, True]),
     )
     @step
-    def resume(self, data: st.DataObject, worker: str, stale_view: bool) -> None:
-        self._resume(self.ops[self._draw_key(data, self._registered())], worker, stale_view)
+    def resume(self, data: st.DataObject, worker: str, stale_view: bool, time_passed: bool) -> None:
+        m = self.ops[self._draw_key(data, self._registered())]
+        self._resume(m, worker, stale_view, time_passed)
 
-    def _resume(self, m: OpModel, worker: str, stale_view: bool) -> None:
-        """A fresh worker asks what to do, from a fresh read or one taken steps ago."""
+    def _resume(self, m: OpModel, worker: str, stale_view: bool, time_passed: bool) -> None:
+        """A fresh worker asks what to do, from a fresh read or one taken steps ago.
+
+        With ``time_passed`` the operation's next lookup has come due; otherwise resume
+        must respect the schedule the system set (and look up only if it is due).
+        """
+        if time_passed:
+            Operation.objects.filter(key=m.key).update(
+                next_lookup_at=timezone.now() - timedelta(seconds=1)
+            )
+        scheduled = Operation.objects.get(key=m.key).next_lookup_at
+        due = scheduled is None or scheduled <= timezone.now()
         view = self.views.pop(m.key, None) if stale_view else None
         stale = view is not None
         if view is None:
@@ -708,8 +728,10 @@ class SafetyMachine(RuleBasedStateMachine):
         outcome = services.operation_resume(
             operation=view, worker=worker, actor=f"host:fleet-a/{worker}"
         )
-        decision, state = self._model_resume(m, start)
+        decision, state, looked_up = self._model_resume(m, start, due)
         assert (outcome.decision, outcome.state) == (decision, state)
+        throttled = state in (State.UNKNOWN, State.RECONCILE) and not looked_up
+        assert (outcome.retry_after > 0) == throttled, outcome
         if decision == Decision.DISPATCH:
             self._hand_token(m, outcome.fencing_token)
         else:
@@ -880,8 +902,8 @@ class SafetyMachine(RuleBasedStateMachine):
             elif kind == PermitEvent.Kind.CONSUMED:
                 facts.consumed[permit_id] += 1
         facts.events = list(
-            AuditEvent.objects.order_by("seq").values_list(
-                "seq", "kind", "operation_key", "data", "hash"
+            AuditEvent.objects.order_by("id").values_list(
+                "id", "kind", "operation_key", "data", "hash"
             )
         )
         for _, kind, key, data, _ in facts.events:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from recovery.audit import audit_transaction
 from recovery.models import AuditEvent, Operation, State
-from recovery.services import operation_register
+from recovery.services import operation_lock, operation_register
 from recovery.transitions import TRANSITIONS, Event, TransitionRefused, operation_transition
 from tests.conftest import PARAMS
 
@@ -20,8 +21,14 @@ def operation(host, provider) -> Operation:
     return operation
 
 
+def transition(operation: Operation, event: str, actor: str) -> None:
+    """One transition in its own audited transaction, the way services make them."""
+    with audit_transaction():
+        operation_transition(operation=operation, event=event, actor=actor)
+
+
 def test_allowed_transition_bumps_version_and_is_audited(operation):
-    operation_transition(operation=operation, event=Event.APPROVE, actor="test")
+    transition(operation_lock(operation), Event.APPROVE, "test")
     row = Operation.objects.get(pk=operation.pk)
     assert (row.state, row.version) == (State.APPROVED, 2)
     event = AuditEvent.objects.filter(kind="transition").get()
@@ -35,7 +42,7 @@ def test_allowed_transition_bumps_version_and_is_audited(operation):
 
 def test_transition_not_in_the_table_is_refused_and_changes_nothing(operation):
     with pytest.raises(TransitionRefused) as refused:
-        operation_transition(operation=operation, event=Event.COMMIT, actor="test")
+        transition(operation_lock(operation), Event.COMMIT, "test")
     assert refused.value.reason == "not allowed from this state"
     row = Operation.objects.get(pk=operation.pk)
     assert (row.state, row.version) == (State.AWAITING_APPROVAL, 1)
@@ -43,10 +50,10 @@ def test_transition_not_in_the_table_is_refused_and_changes_nothing(operation):
 
 
 def test_stale_version_is_refused_by_the_compare_and_set(operation):
-    stale = Operation.objects.get(pk=operation.pk)
-    operation_transition(operation=operation, event=Event.APPROVE, actor="first")
+    stale = operation_lock(operation)
+    transition(operation_lock(operation), Event.APPROVE, "first")
     with pytest.raises(TransitionRefused) as refused:
-        operation_transition(operation=stale, event=Event.DENY, actor="late")
+        transition(stale, Event.DENY, "late")
     assert refused.value.reason == "stale (state, version)"
     row = Operation.objects.get(pk=operation.pk)
     assert (row.state, row.version) == (State.APPROVED, 2)
