@@ -1,0 +1,128 @@
+"""``console.wsgi.application`` plus a count of the SQL statements each request cost.
+
+Run in place of the production module for the SQL pass of ``bench/api.py``::
+
+    gunicorn bench.counting_wsgi -w 4 -b 127.0.0.1:PORT
+
+Every response gets two headers:
+
+``X-Settle-SQL``
+    The number of statements this request sent to the database on Django's ``default``
+    connection, counted as follows:
+
+    * every statement Django executes through a cursor, seen by
+      ``connection.execute_wrapper``: queries, DML, ``SELECT ... FOR UPDATE``, and the
+      ``SAVEPOINT`` / ``RELEASE SAVEPOINT`` / ``ROLLBACK TO SAVEPOINT`` of nested
+      ``atomic`` blocks (Django sends those through a cursor too). ``executemany`` counts
+      one statement per parameter set;
+    * +1 ``BEGIN`` per outermost transaction that executed at least one statement. On
+      psycopg 3 Django opens a transaction by turning autocommit off and psycopg sends
+      ``BEGIN`` implicitly with the transaction's first statement, so it is counted
+      there: at the first statement executed while the connection is not in autocommit
+      mode and no transaction of ours is open;
+    * +1 ``COMMIT`` or ``ROLLBACK`` when that transaction ends (the connection's
+      ``_commit`` / ``_rollback`` are wrapped: Django does not send them through
+      execute wrappers). A commit or rollback of a transaction that executed nothing
+      sends nothing and counts nothing.
+
+    Not counted: what happens when a connection is opened (the protocol handshake and
+    Django's ``SET TIME ZONE`` on a fresh connection; with ``CONN_MAX_AGE`` connections
+    are reused across requests), Django's ``is_usable`` health check (``SELECT 1`` on
+    the raw connection, only after a database error), and anything sent on other
+    connections or after the response has started (nothing, for the host API).
+
+``X-Settle-SQL-Detail``
+    The same count split up: ``statements=N begin=N commit=N rollback=N``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+
+from console.wsgi import application as django_application
+from tests.procs.fleet import SQL_DETAIL_HEADER, SQL_HEADER
+
+
+class RequestCount:
+    """Statements and transaction control of one request."""
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.begin = 0
+        self.commit = 0
+        self.rollback = 0
+        self.open = False  # a transaction whose BEGIN was counted has not ended yet
+
+    @property
+    def total(self) -> int:
+        return self.statements + self.begin + self.commit + self.rollback
+
+    def detail(self) -> str:
+        return (
+            f"statements={self.statements} begin={self.begin} "
+            f"commit={self.commit} rollback={self.rollback}"
+        )
+
+
+_current = threading.local()
+
+
+def _count() -> RequestCount | None:
+    return getattr(_current, "count", None)
+
+
+def _execute(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+    count = _count()
+    if count is not None:
+        if not connection.get_autocommit() and not count.open:
+            count.begin += 1
+            count.open = True
+        count.statements += len(params) if many and params is not None else 1
+    return execute(sql, params, many, context)
+
+
+def _ending(original: Callable[[], None], kind: str) -> Callable[[], None]:
+    def end() -> None:
+        count = _count()
+        if count is not None and count.open:
+            setattr(count, kind, getattr(count, kind) + 1)
+            count.open = False
+        original()
+
+    return end
+
+
+def _wrap_transaction_control() -> None:
+    """Wrap this thread's connection's ``_commit``/``_rollback`` once (they are per thread)."""
+    target = connections[DEFAULT_DB_ALIAS]
+    if getattr(target, "_settle_counting", False):
+        return
+    # Instance attributes shadow the methods; Django calls ``self._commit()``.
+    target._commit = _ending(target._commit, "commit")
+    target._rollback = _ending(target._rollback, "rollback")
+    target._settle_counting = True
+
+
+def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    count = RequestCount()
+    _current.count = count
+    _wrap_transaction_control()
+
+    def counting_start_response(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+        headers = [
+            *headers,
+            (SQL_HEADER, str(count.total)),
+            (SQL_DETAIL_HEADER, count.detail()),
+        ]
+        _current.count = None  # the response is decided: stop counting
+        return start_response(status, headers, *exc)
+
+    try:
+        with connection.execute_wrapper(_execute):
+            return django_application(environ, counting_start_response)
+    finally:
+        _current.count = None

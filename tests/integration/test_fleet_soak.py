@@ -1,0 +1,304 @@
+"""Soak: ten client processes drive every kind of call at once through gunicorn (4 workers).
+
+Settle runs as in production (``gunicorn console.wsgi -w 4``, ``tests/support/gunicorn.py``)
+against pytest-django's PostgreSQL test database. The clients (``tests/procs/fleet.py``)
+only speak HTTP, on three providers: a SQLite one (60 s lease) shared by racers that fight
+over the same keys, a journal one with a 1 s lease whose workers "crash" (and are resumed,
+or report late), and an HTTP one (1 s lease, signed callbacks: matching, mismatching,
+stale, forged, "not performed"), while steady clients run whole lifecycles on all three,
+with heartbeats, failed reports and revocations before and after dispatch.
+
+Each client judges every answer against what may happen at that point (a lost race's
+409 ``already_consumed`` is fine; a 5xx, a malformed answer or a transport error never
+is). Afterwards every lapsed operation is resumed once and, through the API and the
+providers' own records, the test checks: no unexpected answer, no deadlock counted by
+PostgreSQL, at most one fencing token, one consumption and one provider effect per
+operation, every release backed by the host's success receipt or by a recovery receipt
+pointing at matching evidence, each scenario's expected ending, and an intact audit chain.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+from approvals.services import approver_create
+from recovery.audit import audit_verify
+from recovery.services import host_create
+from tests.integration.conftest import Http, ProviderHandle
+from tests.procs.fleet import FleetSpec, fleet_run
+from tests.support.gunicorn import (
+    GunicornServer,
+    database_url,
+    gunicorn_running,
+    gunicorn_stop,
+    pg_deadlocks,
+    pg_wait_for_other_sessions,
+)
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+SOAK_SECONDS = 8.0
+CALLBACK_SECRET = "soak-callback-secret"
+# What each scenario must have become once the lapsed operations were resumed.
+ENDINGS = {
+    "committed": {"released"},
+    "crash_after_effect": {"released"},
+    "failed": {"failed"},
+    # Reported failed after the 1 s lease lapsed: only the provider may settle it, and
+    # it holds nothing.
+    "failed_short_lease": {"failed", "unknown", "reconcile"},
+    "crash_before_effect": {"unknown", "reconcile"},
+    "provider_failed": {"failed"},
+    "revoked": {"revoked"},
+}
+UNSETTLED = {"dispatched", "unknown", "reconcile"}
+
+
+@pytest.fixture
+def server(transactional_db: None, tmp_path: Path) -> Iterator[GunicornServer]:
+    if connection.vendor != "postgresql":
+        pytest.skip("the fleet soak runs gunicorn on the PostgreSQL test database only")
+    env = {}
+    checkpoints = getattr(settings, "SETTLE_AUDIT_CHECKPOINT_FILE", None)
+    if checkpoints is not None:  # the test's own audit checkpoint file, if Settle has one
+        env["SETTLE_AUDIT_CHECKPOINT_FILE"] = str(checkpoints)
+    with gunicorn_running(
+        database_url=database_url(connection.settings_dict),
+        log_path=tmp_path / "gunicorn.log",
+        env=env,
+    ) as running:
+        yield running
+
+
+def _provider(handle: ProviderHandle, lease_seconds: int) -> dict[str, Any]:
+    return {
+        "kind": handle.kind,
+        "name": handle.name,
+        "path": handle.path,
+        "url": handle.url,
+        "secret": handle.secret,
+        "lease_seconds": lease_seconds,
+    }
+
+
+def _fleet(
+    sqlite: dict[str, Any], journal: dict[str, Any], http: dict[str, Any]
+) -> list[FleetSpec]:
+    every = [sqlite, journal, http]
+    return [
+        *(FleetSpec(f"steady{i}", "steady", every, ["--index", str(i)]) for i in range(2)),
+        *(FleetSpec(f"racer{i}", "racer", [sqlite], ["--index", str(i)]) for i in range(3)),
+        *(FleetSpec(f"crasher{i}", "crasher", [journal], ["--index", str(i)]) for i in range(2)),
+        *(FleetSpec(f"callbacker{i}", "callbacker", [http], ["--index", str(i)]) for i in range(2)),
+        FleetSpec("resumer", "resumer", every),
+    ]
+
+
+class Outcome:
+    """Everything the clients reported, merged."""
+
+    def __init__(self, results: list[dict[str, Any]]) -> None:
+        self.failed_clients = [r for r in results if "error" in r]
+        finished = [r for r in results if "error" not in r]
+        self.unexpected = [u | {"client": r["name"]} for r in finished for u in r["unexpected"]]
+        self.violations = [v for r in finished for v in r["violations"]]
+        self.calls = Counter(
+            f"{endpoint} {status}{':' + code if code else ''}"
+            for r in finished
+            for endpoint, status, code, *_ in r["calls"]
+        )
+        self.tokens: Counter[str] = Counter()
+        self.provider: dict[str, str] = {}
+        self.intent: dict[str, str] = {}
+        for r in finished:
+            self.tokens.update(r["tokens"])
+            for key, meta in r["keys"].items():
+                self.provider[key] = meta["provider"]
+                if meta["intent"] != "aborted" or key not in self.intent:
+                    self.intent[key] = meta["intent"]
+
+    def summary(self, records: dict[str, dict[str, Any]] | None = None) -> str:
+        lines = [f"{len(self.intent)} operations; calls by answer:"]
+        lines += [f"  {n:6d}  {what}" for what, n in sorted(self.calls.items())]
+        if records is not None:
+            endings = Counter(
+                f"{intent} → {records.get(key, {}).get('state')}"
+                for key, intent in self.intent.items()
+            )
+            lines += ["scenario → state after the final resume:"]
+            lines += [f"  {n:6d}  {what}" for what, n in sorted(endings.items())]
+        return "\n".join(lines)
+
+
+def _get(host: Http, key: str) -> tuple[int, dict[str, Any]]:
+    return host.get(f"/api/v1/operations/{key}")
+
+
+def _sweep(host: Http, intents: dict[str, str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Resume every unsettled operation (leases have lapsed); return the records.
+
+    Two at a time, so that the sweep alone never exceeds a provider's in-request lookup
+    slots (``SETTLE_WEB_LOOKUPS_PER_PROVIDER``, default 2). An operation that must end
+    released and was answered ``retry_after`` (no lookup made) is resumed again, twice
+    at most, after at most a second.
+    """
+    problems: list[str] = []
+
+    def settle_one(key: str) -> tuple[str, dict[str, Any]]:
+        try:
+            return resume_lapsed(key)
+        except Exception as exc:  # a transport error or a body that is not JSON
+            problems.append(f"{key}: final sweep failed: {type(exc).__name__}: {exc}")
+            return key, {}
+
+    def resume_lapsed(key: str) -> tuple[str, dict[str, Any]]:
+        status, record = _get(host, key)
+        for attempt in range(3):
+            if status != 200 or record["state"] not in UNSETTLED:
+                break
+            path = f"/api/v1/operations/{key}/resume"
+            status, answer = host.post(path, {"worker": "sweeper"})
+            if status != 200 or answer.get("fencing_token"):
+                problems.append(f"{key}: final resume answered {status} {answer}")
+            status, record = _get(host, key)
+            retry_after = float(answer.get("retry_after") or 0)
+            if not retry_after or ENDINGS.get(intents[key]) != {"released"} or attempt == 2:
+                break
+            time.sleep(min(retry_after, 1.0))
+        if status != 200:
+            problems.append(f"{key}: GET answered {status} {record}")
+            return key, {}
+        return key, record
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        records = dict(pool.map(settle_one, sorted(intents)))
+    return records, problems
+
+
+def _safety(
+    outcome: Outcome, records: dict[str, dict[str, Any]], handles: dict[str, ProviderHandle]
+) -> list[str]:
+    """The safety rules, judged from the API's records and the providers' own records."""
+    problems = [f"violation reported by a client: {v}" for v in outcome.violations]
+    for key, record in records.items():
+        if not record:
+            continue
+        permit = record.get("permit") or {}
+        dispatch = record.get("dispatch")
+        receipt = record.get("receipt")
+        evidence = {e["evidence_id"]: e for e in record.get("evidence", [])}
+        consumed = sum(1 for event in permit.get("history", []) if event["kind"] == "consumed")
+        effects = handles[outcome.provider[key]].effects(key)
+        state = record["state"]
+        if outcome.tokens[key] > 1:
+            problems.append(f"{key}: {outcome.tokens[key]} fencing tokens handed out")
+        if consumed > 1:
+            problems.append(f"{key}: the permit was consumed {consumed} times")
+        if outcome.tokens[key] and dispatch is None:
+            problems.append(f"{key}: a fencing token was handed out but there is no dispatch")
+        if dispatch is not None and (
+            permit.get("status") != "consumed" or dispatch["permit_id"] != permit.get("permit_id")
+        ):
+            problems.append(f"{key}: dispatch without its consumed permit: {permit}")
+        if effects > 1:
+            problems.append(f"{key}: the provider holds {effects} effects")
+        if effects and dispatch is None:
+            problems.append(f"{key}: a provider effect without a dispatch")
+        if state in UNSETTLED | {"released", "failed"} and dispatch is None:
+            problems.append(f"{key}: {state} without a dispatch")
+        if state == "released":
+            if receipt is None or receipt["status"] != "succeeded":
+                problems.append(f"{key}: released without a succeeded receipt: {receipt}")
+            elif receipt["recovered"]:
+                cited = evidence.get(receipt["evidence_id"])
+                if cited is None or (cited["verdict"], cited["provider_status"]) != (
+                    "match",
+                    "committed",
+                ):
+                    problems.append(f"{key}: recovery receipt cites {cited}, not a match")
+                if not effects:
+                    problems.append(f"{key}: released from evidence the provider does not hold")
+            if record["recovered"] and not any(
+                (e["verdict"], e["provider_status"]) == ("match", "committed")
+                for e in evidence.values()
+            ):
+                problems.append(f"{key}: released as recovered without matching evidence")
+    return problems
+
+
+def _endings(outcome: Outcome, records: dict[str, dict[str, Any]]) -> list[str]:
+    problems = []
+    for key, intent in sorted(outcome.intent.items()):
+        allowed = ENDINGS.get(intent)
+        state = records.get(key, {}).get("state")
+        if allowed is not None and state not in allowed:
+            problems.append(f"{key}: {intent} ended {state}, expected one of {sorted(allowed)}")
+    return problems
+
+
+def test_fleet_of_processes_keeps_every_safety_rule_under_load(
+    server: GunicornServer, make_provider: Any, tmp_path: Path
+) -> None:
+    sqlite = make_provider("sqlite", lease_seconds=60)
+    journal = make_provider("journal", lease_seconds=1)
+    http = make_provider("http", lease_seconds=1, secret=CALLBACK_SECRET)
+    handles = {handle.name: handle for handle in (sqlite, journal, http)}
+    _, host_token = host_create(name="soak-host")
+    _, approver_token = approver_create(name="soak-approver")
+    deadlocks_before = pg_deadlocks(connection)
+
+    results = fleet_run(
+        url=server.url,
+        host_token=host_token,
+        approver_token=approver_token,
+        clients=_fleet(_provider(sqlite, 60), _provider(journal, 1), _provider(http, 1)),
+        seconds=SOAK_SECONDS,
+        directory=tmp_path / "fleet",
+    )
+    outcome = Outcome(results)
+    assert not outcome.failed_clients, outcome.failed_clients
+
+    time.sleep(1.5)  # the last 1 s leases lapse
+    records, problems = _sweep(Http(server.url, host_token), outcome.intent)
+    gunicorn_stop(server)
+    assert pg_wait_for_other_sessions(connection), "gunicorn's database sessions did not end"
+    deadlocks = pg_deadlocks(connection) - deadlocks_before
+
+    unexpected = Counter(f"{u['endpoint']} → {u.get('outcome')}" for u in outcome.unexpected)
+    if unexpected:
+        problems.insert(0, f"unexpected answers: {dict(unexpected.most_common())}")
+        problems += [f"  e.g. {u}" for u in outcome.unexpected[:8]]
+    if deadlocks:
+        problems.insert(0, f"PostgreSQL counted {deadlocks} deadlock(s) during the soak")
+    problems += _safety(outcome, records, handles)
+    problems += _endings(outcome, records)
+    breaks = list(audit_verify())
+    if breaks:
+        problems.append(f"audit chain broken: {breaks}")
+    else:
+        call_command("verify_audit")
+    print(outcome.summary(records))
+    if problems:
+        pytest.fail(
+            "\n".join(
+                [*problems[:60], outcome.summary(records), "gunicorn log:", _log_highlights(server)]
+            ),
+            pytrace=False,
+        )
+
+
+def _log_highlights(server: GunicornServer) -> str:
+    """gunicorn's log without Django's one-line warnings about 4xx answers."""
+    quiet = ("Conflict:", "Unauthorized:", "Not Found:", "Bad Request:", "Unprocessable")
+    lines = server.log_tail(200_000).splitlines()
+    return "\n".join([line for line in lines if not line.startswith(quiet)][-40:])

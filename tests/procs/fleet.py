@@ -1,0 +1,902 @@
+"""Fleet clients: OS processes that drive Settle's host API over HTTP for a bounded time.
+
+Used by ``bench/api.py`` (role ``lifecycle``) and ``tests/integration/test_fleet_soak.py``
+(the mixed roles) through :func:`fleet_run`, which starts the processes, releases them
+together and collects what each wrote. A client runs as::
+
+    python tests/procs/fleet.py --url URL --name NAME --role ROLE --seconds S \\
+        --go-file FILE --out FILE [--providers JSON] [--shared-dir DIR] [--index N]
+
+with the host token in ``SETTLE_HOST_TOKEN`` and the approver token in
+``SETTLE_APPROVER_TOKEN``. It prints ``ready`` (a JSON line, see ``tests/procs/worker.py``),
+waits for the go file, then loops until ``--seconds`` after the go file appeared, with a
+fresh connection per request (gunicorn's sync workers close every connection anyway) and
+standard library only, apart from the provider "outside tools" in
+``tests/support/providers.py``.
+
+Roles (``--providers`` is a JSON list of ``{kind, name, path, url, secret, lease_seconds}``):
+
+``lifecycle``
+    register → open approval → approve → dispatch → report committed, unique keys, on
+    the first provider, no effect performed: the benchmark's loop.
+``steady``
+    The same on each provider in turn, performing the effect at the provider, with a
+    heartbeat; some report ``failed``, some are revoked before dispatch (which is then
+    refused as ``revoked``), some after dispatch (``revoked: false``).
+``racer``
+    All racers drive the same key per time slot (``race-<n>``) on the first provider:
+    register, open, approve, then dispatch or resume; the one that gets the fencing token
+    performs the effect and reports. Racer 0 revokes every fifth key first; racer 1
+    presents forged fencing tokens.
+``crasher``
+    Dispatches on the first provider (meant to have a 1 s lease) and "crashes": stops
+    after the effect, or before it, or reports only after its lease lapsed, or resumes
+    its own lapsed operation later as a fresh worker. Crashed keys are published in
+    ``--shared-dir`` for the resumer.
+``callbacker``
+    Dispatches on the first provider (an HTTP provider with a secret), performs the
+    effect there and sends the provider's signed callbacks: matching, after a report,
+    mismatching then matching, stale sequences, a wrong signature, a record of failure.
+``resumer``
+    Resumes (twice each) the keys the crashers and callbackers published, once their
+    lease has lapsed.
+
+Every answer is checked against what the role expects at that point; anything else is
+listed under ``unexpected``. A 5xx, a body that is not a JSON object and a transport error
+are never expected. The ``--out`` file (JSON, written at the end) holds every call as
+``[endpoint, status, code, milliseconds, sql, transactions]`` (``sql``/``transactions``
+from the ``X-Settle-SQL`` headers of ``bench/counting_wsgi.py``, else null), the fencing
+tokens each key was handed, each key's provider and intended ending, and ``violations``
+(a second effect performed for one key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.procs.worker import emit, wait_for_file  # noqa: E402
+from tests.support import providers  # noqa: E402
+
+FLEET_SCRIPT = Path(__file__).resolve()
+SQL_HEADER = "X-Settle-SQL"
+SQL_DETAIL_HEADER = "X-Settle-SQL-Detail"
+PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7", "memo": "fleet"}
+OTHER_PARAMS = {**PARAMS, "amount": 9999}
+RACE_SLOT_SECONDS = 0.4
+REQUEST_TIMEOUT = 20.0
+
+
+# -- one HTTP call, measured and judged -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int  # 0: no HTTP answer at all (transport error)
+    code: str  # "" for 2xx; the error code, or "malformed" / "transport:<Exception>"
+    body: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def outcome(self) -> str:
+        """``"200"`` for a success, ``"409:already_consumed"`` for an error."""
+        return str(self.status) if self.ok else f"{self.status}:{self.code}"
+
+
+class Api:
+    """The host API over ``http.client``; every call is recorded and judged."""
+
+    def __init__(self, url: str, host_token: str, approver_token: str) -> None:
+        parts = urllib.parse.urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.tokens = {"host": host_token, "approver": approver_token, "": ""}
+        self.calls: list[list[Any]] = []
+        self.unexpected: list[dict[str, Any]] = []
+
+    def _send(
+        self, method: str, path: str, raw: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes, str | None, str | None]:
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=REQUEST_TIMEOUT)
+        try:
+            connection.request(method, path, body=raw, headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+            sql = response.getheader(SQL_HEADER)
+            detail = response.getheader(SQL_DETAIL_HEADER)
+            return int(response.status), data, sql, detail
+        finally:
+            connection.close()
+
+    def call(
+        self,
+        endpoint: str,
+        path: str,
+        body: Any = None,
+        *,
+        expect: Iterable[str],
+        key: str = "",
+        auth: str = "host",
+        method: str = "POST",
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
+        """Send one request; record ``[endpoint, status, code, ms, sql, tx]``.
+
+        ``expect`` lists the outcomes this call may have here (``Answer.outcome``); any
+        other is recorded in ``unexpected``, and a 5xx or transport error always is.
+        """
+        if raw is None and method == "POST":
+            raw = json.dumps({} if body is None else body).encode("utf-8")
+        all_headers = {"Content-Type": "application/json", **(headers or {})}
+        if self.tokens[auth]:
+            all_headers["Authorization"] = f"Bearer {self.tokens[auth]}"
+        sql: int | None = None
+        transactions: int | None = None
+        started = time.perf_counter()
+        try:
+            status, data, sql_header, detail = self._send(method, path, raw, all_headers)
+        except (OSError, http.client.HTTPException) as exc:
+            answer = Answer(0, f"transport:{type(exc).__name__}", {"message": str(exc)})
+        else:
+            answer = _parse_answer(status, data)
+            if sql_header is not None:
+                sql = int(sql_header)
+                transactions = _begin_count(detail)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        self.calls.append([endpoint, answer.status, answer.code, elapsed_ms, sql, transactions])
+        allowed = set(expect)
+        if answer.outcome not in allowed or answer.status >= 500 or answer.status == 0:
+            self.unexpected.append(
+                {
+                    "endpoint": endpoint,
+                    "key": key,
+                    "outcome": answer.outcome,
+                    "expected": sorted(allowed),
+                    "body": answer.body,
+                    "at": time.time(),
+                }
+            )
+        return answer
+
+    def check(self, answer: Answer, endpoint: str, key: str, **fields: Any) -> None:
+        """A 2xx answer whose body lacks one of ``fields`` (name=value) is unexpected too."""
+        wrong = {name: answer.body.get(name) for name, value in fields.items()}
+        if answer.ok and wrong != fields:
+            self.unexpected.append(
+                {
+                    "endpoint": endpoint,
+                    "key": key,
+                    "outcome": f"{answer.status} with {wrong}",
+                    "expected": [str(fields)],
+                    "body": answer.body,
+                }
+            )
+
+
+def _parse_answer(status: int, data: bytes) -> Answer:
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return Answer(status, "malformed", {"raw": data[:300].decode("utf-8", "replace")})
+    if not isinstance(body, dict):
+        return Answer(status, "malformed", {"raw": body})
+    if 200 <= status < 300:
+        return Answer(status, "", body)
+    code = body.get("error")
+    return Answer(status, code if isinstance(code, str) else "malformed", body)
+
+
+def _begin_count(detail: str | None) -> int | None:
+    for part in (detail or "").split():
+        name, _, value = part.partition("=")
+        if name == "begin":
+            return int(value)
+    return None
+
+
+# -- the host API, one method per endpoint ------------------------------------------------
+
+
+@dataclass
+class Provider:
+    """A provider as a client sees it: where to perform effects, and its lease."""
+
+    name: str
+    kind: str
+    lease_seconds: int = 60
+    path: str = ""  # sqlite, journal
+    url: str = ""  # http
+    secret: str = ""  # http: signs callbacks
+
+    @property
+    def short_lease(self) -> bool:
+        return self.lease_seconds <= 2
+
+
+@dataclass
+class Client:
+    """One fleet client: its API, its record of keys, tokens and violations."""
+
+    api: Api
+    name: str
+    index: int
+    providers: list[Provider]
+    shared_dir: Path | None
+    deadline: float = 0.0
+    t0: float = 0.0
+    lifecycles: int = 0
+    tokens: Counter[str] = field(default_factory=Counter)
+    keys: dict[str, dict[str, str]] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    later: list[tuple[float, str, Any]] = field(default_factory=list)
+
+    # endpoints ---------------------------------------------------------------------
+
+    def register(
+        self, key: str, provider: Provider, expect: Iterable[str] = ("201",), params: Any = None
+    ) -> Answer:
+        self.keys.setdefault(key, {"provider": provider.name, "intent": "aborted"})
+        body = {
+            "key": key,
+            "action": "payment.send",
+            "provider": provider.name,
+            "params": PARAMS if params is None else params,
+        }
+        return self.api.call("register", "/api/v1/operations", body, expect=expect, key=key)
+
+    def open_approval(self, key: str, expect: Iterable[str] = ("201",)) -> Answer:
+        path = f"/api/v1/operations/{key}/approvals"
+        return self.api.call("open approval", path, expect=expect, key=key)
+
+    def approve(self, key: str, approval_id: str, expect: Iterable[str] = ("200",)) -> Answer:
+        return self.api.call(
+            "approve",
+            f"/api/v1/approvals/{approval_id}/decision",
+            {"decision": "approve", "ttl_seconds": 300},
+            expect=expect,
+            key=key,
+            auth="approver",
+        )
+
+    def dispatch(self, key: str, expect: Iterable[str] = ("200",)) -> str:
+        """The fencing token handed out, or ""."""
+        answer = self.api.call(
+            "dispatch",
+            f"/api/v1/operations/{key}/dispatch",
+            {"worker": self.name, "params_digest": providers.digest_of(PARAMS)},
+            expect=expect,
+            key=key,
+        )
+        token = answer.body.get("fencing_token", "") if answer.ok else ""
+        if token:
+            self.tokens[key] += 1
+        return str(token)
+
+    def resume(self, key: str, decisions: Iterable[str]) -> tuple[str, str, float]:
+        """``(decision, fencing token or "", retry_after or 0)``.
+
+        A decision not in ``decisions`` is unexpected. ``retry_after`` is set when Settle
+        made no lookup this time (one is running, the next is not due, or the provider's
+        in-request lookup slots are taken).
+        """
+        answer = self.api.call(
+            "resume",
+            f"/api/v1/operations/{key}/resume",
+            {"worker": self.name},
+            expect=("200",),
+            key=key,
+        )
+        if not answer.ok:
+            return "", "", 0.0
+        decision, token = (
+            str(answer.body.get("decision")),
+            str(answer.body.get("fencing_token", "")),
+        )
+        retry_after = float(answer.body.get("retry_after") or 0)
+        if token:
+            self.tokens[key] += 1
+        if decision not in set(decisions) or bool(token) != (decision == "dispatch"):
+            self.api.unexpected.append(
+                {
+                    "endpoint": "resume",
+                    "key": key,
+                    "outcome": f"200 decision {decision}",
+                    "expected": sorted(decisions),
+                    "body": answer.body,
+                }
+            )
+        return decision, token, retry_after
+
+    def heartbeat(self, key: str, token: str, expect: Iterable[str] = ("200",)) -> Answer:
+        path = f"/api/v1/operations/{key}/heartbeat"
+        return self.api.call("heartbeat", path, {"fencing_token": token}, expect=expect, key=key)
+
+    def report(
+        self, key: str, token: str, outcome: str = "committed", expect: Iterable[str] = ("200",)
+    ) -> Answer:
+        return self.api.call(
+            f"report {outcome}",
+            f"/api/v1/operations/{key}/result",
+            {"fencing_token": token, "outcome": outcome, "provider_reference": f"ref-{key}"},
+            expect=expect,
+            key=key,
+        )
+
+    def revoke(self, key: str, permit_id: str) -> Answer:
+        return self.api.call(
+            "revoke",
+            f"/api/v1/permits/{permit_id}/revoke",
+            {"reason": f"{self.name} changed its mind"},
+            expect=("200",),
+            key=key,
+        )
+
+    def record(self, key: str) -> dict[str, Any]:
+        path = f"/api/v1/operations/{key}"
+        answer = self.api.call("record", path, method="GET", expect=("200",), key=key)
+        return answer.body if answer.ok else {}
+
+    def callback(
+        self,
+        key: str,
+        provider: Provider,
+        payload: dict[str, Any],
+        expect: Iterable[str] = ("200",),
+        secret: str = "",
+    ) -> Answer:
+        raw = json.dumps(payload).encode("utf-8")
+        signature = hmac.new(
+            (secret or provider.secret).encode("utf-8"), raw, hashlib.sha256
+        ).hexdigest()
+        return self.api.call(
+            "callback",
+            f"/api/v1/providers/{provider.name}/callbacks",
+            raw=raw,
+            expect=expect,
+            key=key,
+            auth="",
+            headers={"X-Provider-Signature": signature},
+        )
+
+    # steps -------------------------------------------------------------------------
+
+    def approved(self, key: str, provider: Provider) -> str:
+        """Register, open and approve a fresh key; the permit id, or "" if a step failed."""
+        if not self.register(key, provider).ok:
+            return ""
+        opened = self.open_approval(key)
+        if not opened.ok:
+            return ""
+        decided = self.approve(key, str(opened.body.get("approval_id")))
+        return str(decided.body.get("permit_id") or "") if decided.ok else ""
+
+    def perform(self, key: str, provider: Provider, status: str = "committed") -> int:
+        """Perform the effect at the provider (as its outside tool does); the record's seq."""
+        reference = f"ref-{key}"
+        digest = providers.digest_of(PARAMS)
+        if provider.kind == "sqlite":
+            try:
+                providers.sqlite_provider_commit(
+                    provider.path,
+                    operation_key=key,
+                    params=PARAMS,
+                    reference=reference,
+                    status=status,
+                    replace=False,
+                )
+            except sqlite3.IntegrityError:
+                self.violations.append(f"{key}: a second effect at {provider.name}")
+            return 0
+        if provider.kind == "journal":
+            line = providers.journal_append(
+                provider.path,
+                operation_key=key,
+                params_digest=digest,
+                reference=reference,
+                status=status,
+            )
+            return int(line["seq"])
+        record = providers.http_provider_perform(
+            provider.url,
+            operation_key=key,
+            params_digest=digest,
+            reference=reference,
+            status=status,
+        )
+        return int(record["seq"])
+
+    def intend(self, key: str, intent: str) -> None:
+        self.keys[key]["intent"] = intent
+
+    def publish(self, key: str, provider: Provider) -> None:
+        """Tell the resumer about a key left behind, and when its lease will have lapsed."""
+        if self.shared_dir is not None:
+            lapsed_at = time.time() + provider.lease_seconds + 0.5
+            with open(self.shared_dir / f"{self.name}.keys", "a", encoding="utf-8") as handle:
+                handle.write(f"{lapsed_at} {key}\n")
+
+    def run_due(self, *, all_of_them: bool = False) -> None:
+        """Run the deferred steps whose time has come (or all, at the end: also the steps
+        they defer in turn, which are bounded retries)."""
+        while self.later:
+            now = time.monotonic()
+            due = [item for item in self.later if all_of_them or item[0] <= now]
+            self.later = [item for item in self.later if item not in due]
+            for at, _, step in sorted(due, key=lambda item: item[0]):
+                delay = at - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                step()
+            if not all_of_them:
+                return
+
+
+# -- roles ----------------------------------------------------------------------------------
+
+
+def role_lifecycle(client: Client) -> None:
+    provider = client.providers[0]
+    for i in _iterations(client):
+        key = f"{client.name}-{i}"
+        if not client.approved(key, provider):
+            continue
+        token = client.dispatch(key)
+        if token and client.report(key, token).ok:
+            client.lifecycles += 1
+
+
+def role_steady(client: Client) -> None:
+    for i in _iterations(client):
+        provider = client.providers[i % len(client.providers)]
+        key = f"{client.name}-{i}"
+        variant = (i // len(client.providers)) % 6
+        permit_id = client.approved(key, provider)
+        if not permit_id:
+            continue
+        if variant == 4:  # revoked before dispatch: nothing may run it any more
+            revoked = client.revoke(key, permit_id)
+            client.api.check(revoked, "revoke", key, revoked=True)
+            if revoked.ok and revoked.body.get("revoked") is True:
+                client.dispatch(key, expect=("409:revoked",))
+                decision, _, _ = client.resume(key, decisions=("closed",))
+                if decision == "closed":
+                    client.intend(key, "revoked")
+            continue
+        token = client.dispatch(key)
+        if not token:
+            continue
+        if variant == 5:  # revoked after dispatch: the consumed permit stays consumed
+            revoked = client.revoke(key, permit_id)
+            client.api.check(revoked, "revoke", key, revoked=False, status="consumed")
+        lost = ("200", "409:lease_lost") if provider.short_lease else ("200",)
+        if variant == 3:
+            client.heartbeat(key, token, expect=lost)
+            report = client.report(key, token, "failed")
+            settled = {} if provider.short_lease else {"state": "failed"}
+            client.api.check(report, "report failed", key, applied=True, **settled)
+            if report.ok:
+                client.intend(key, "failed_short_lease" if provider.short_lease else "failed")
+            continue
+        client.perform(key, provider)
+        client.heartbeat(key, token, expect=lost)
+        report = client.report(key, token)
+        settled = {} if provider.short_lease else {"state": "released"}
+        client.api.check(report, "report committed", key, applied=True, **settled)
+        if report.ok:
+            client.intend(key, "committed")
+            client.lifecycles += 1
+
+
+def role_racer(client: Client) -> None:
+    provider = client.providers[0]
+    number = -1
+    while time.time() < client.deadline:
+        number = max(number + 1, int((time.time() - client.t0) / RACE_SLOT_SECONDS))
+        _race(client, provider, f"race-{number}", number)
+
+
+def _race(client: Client, provider: Provider, key: str, number: int) -> None:
+    if not client.register(key, provider, expect=("200", "201")).ok:
+        return
+    opened = client.open_approval(key, expect=("200", "201", "409:invalid_state"))
+    permit_id = ""
+    if opened.ok:
+        decided = client.approve(
+            key, str(opened.body.get("approval_id")), expect=("200", "409:already_decided")
+        )
+        if not (decided.ok or decided.code == "already_decided"):
+            return
+        permit_id = str(decided.body.get("permit_id") or "")
+    elif opened.code != "invalid_state":
+        return
+    if client.index == 0 and number % 5 == 0:
+        permit_id = permit_id or str((client.record(key).get("permit") or {}).get("permit_id", ""))
+        if permit_id:
+            client.revoke(key, permit_id)
+    if (number + client.index) % 2 == 0:
+        token = client.dispatch(key, expect=("200", "409:already_consumed", "409:revoked"))
+    else:
+        _, token, _ = client.resume(
+            key, decisions=("dispatch", "in_progress", "released", "closed")
+        )
+    if not token:
+        if client.index == 1 and number % 3 == 0:  # a loser presenting a forged token
+            forged = "forged-" + client.name
+            client.report(key, forged, expect=("409:stale_fencing_token",))
+            client.heartbeat(key, forged, expect=("409:stale_fencing_token",))
+        return
+    client.perform(key, provider)
+    client.heartbeat(key, token)
+    report = client.report(key, token)
+    client.api.check(report, "report committed", key, applied=True, state="released")
+    if report.ok:
+        client.intend(key, "committed")
+
+
+def role_crasher(client: Client) -> None:
+    provider = client.providers[0]
+    wait = provider.lease_seconds + 0.6
+    for i in _iterations(client):
+        client.run_due()
+        key = f"{client.name}-{i}"
+        if not client.approved(key, provider):
+            continue
+        token = client.dispatch(key)
+        if not token:
+            continue
+        variant = i % 4
+        if variant == 1:  # crashed before performing the effect
+            client.intend(key, "crash_before_effect")
+            client.publish(key, provider)
+            continue
+        client.perform(key, provider)
+        client.intend(key, "crash_after_effect")
+        if variant == 0:
+            client.publish(key, provider)
+        elif variant == 2:  # the worker wakes up after its lease lapsed, and reports
+            client.later.append(
+                (time.monotonic() + wait, key, lambda k=key, t=token: _late(client, k, t))
+            )
+        else:  # a fresh worker resumes it once the lease has lapsed
+            client.later.append(
+                (
+                    time.monotonic() + wait,
+                    key,
+                    lambda k=key: _fresh_worker(client, k),
+                )
+            )
+    client.run_due(all_of_them=True)
+
+
+def _fresh_worker(client: Client, key: str, tries: int = 4) -> None:
+    """Resume a lapsed operation whose effect was performed: it must be released.
+
+    ``unknown`` is fine only with ``retry_after`` (no lookup was made): then try again.
+    """
+    decision, _, retry_after = client.resume(key, decisions=("released", "unknown"))
+    if decision != "unknown":
+        return
+    if not retry_after:
+        client.api.unexpected.append(
+            {"endpoint": "resume", "key": key, "outcome": "unknown after a lookup"}
+        )
+    elif tries > 1:
+        step = (
+            time.monotonic() + min(retry_after, 1.0),
+            key,
+            lambda: _fresh_worker(client, key, tries - 1),
+        )
+        client.later.append(step)
+
+
+def _late(client: Client, key: str, token: str) -> None:
+    client.heartbeat(key, token, expect=("409:lease_lost",))
+    client.report(key, token)
+
+
+def role_callbacker(client: Client) -> None:
+    provider = client.providers[0]
+    digest = providers.digest_of(PARAMS)
+    for i in _iterations(client):
+        key = f"{client.name}-{i}"
+        if not client.approved(key, provider):
+            continue
+        token = client.dispatch(key)
+        if not token:
+            continue
+        variant = i % 5
+        status = "failed" if variant == 4 else "committed"
+        seq = client.perform(key, provider, status=status)
+        payload = {
+            "operation_key": key,
+            "status": status,
+            "params_digest": digest,
+            "reference": f"ref-{key}",
+            "sequence": seq,
+        }
+        check = client.api.check
+        if variant == 0:  # the worker crashed; the provider's callback settles it
+            check(client.callback(key, provider, payload), "callback", key, state="released")
+            client.intend(key, "committed")
+        elif variant == 1:  # the worker's report first, then the provider's callback
+            client.report(key, token)
+            check(client.callback(key, provider, payload), "callback", key, state="released")
+            client.intend(key, "committed")
+        elif variant == 2:  # evidence for other params, then the real one, then a replay
+            other = {**payload, "params_digest": providers.digest_of(OTHER_PARAMS)}
+            mismatch = client.callback(key, provider, other)
+            check(mismatch, "callback", key, applied=True, state="reconcile")
+            newer = {**payload, "sequence": seq + 1}
+            check(client.callback(key, provider, newer), "callback", key, state="released")
+            replay = client.callback(key, provider, newer)
+            check(replay, "callback", key, applied=False, reason="stale_sequence")
+            client.intend(key, "committed")
+        elif variant == 3:  # a forged callback, then the worker crashes
+            client.callback(key, provider, payload, expect=("401:bad_signature",), secret="forged")
+            client.intend(key, "crash_after_effect")
+            client.publish(key, provider)
+        else:  # the provider's own record says "not performed"
+            failed = client.callback(key, provider, payload)
+            check(failed, "callback", key, applied=True, state="failed")
+            client.intend(key, "provider_failed")
+
+
+def role_resumer(client: Client) -> None:
+    assert client.shared_dir is not None
+    resumed: Counter[str] = Counter()
+    while time.time() < client.deadline:
+        due = [
+            key
+            for lapsed_at, key in _published(client.shared_dir)
+            if lapsed_at < time.time() and resumed[key] < 2
+        ]
+        for key in due[:5]:
+            resumed[key] += 1
+            client.resume(key, decisions=("released", "unknown", "reconcile", "in_progress"))
+        if not due:
+            time.sleep(0.05)
+
+
+def _published(directory: Path) -> list[tuple[float, str]]:
+    found = []
+    for path in sorted(directory.glob("*.keys")):
+        for line in path.read_text("utf-8").splitlines():
+            at, _, key = line.partition(" ")
+            with contextlib.suppress(ValueError):
+                found.append((float(at), key))
+    return found
+
+
+def _iterations(client: Client) -> Iterable[int]:
+    i = 0
+    while time.time() < client.deadline:
+        yield i
+        i += 1
+
+
+ROLES = {
+    "lifecycle": role_lifecycle,
+    "steady": role_steady,
+    "racer": role_racer,
+    "crasher": role_crasher,
+    "callbacker": role_callbacker,
+    "resumer": role_resumer,
+}
+
+
+# -- the client process ------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--name", required=True, help="client name; also its keys' prefix")
+    parser.add_argument("--role", choices=ROLES, required=True)
+    parser.add_argument("--index", type=int, default=0, help="index among clients of the role")
+    parser.add_argument("--seconds", type=float, required=True)
+    parser.add_argument("--go-file", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--providers", default="[]", help="JSON list of providers")
+    parser.add_argument("--shared-dir", default="")
+    parser.add_argument("--gate-timeout", type=float, default=120.0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    api = Api(
+        args.url,
+        os.environ.get("SETTLE_HOST_TOKEN", ""),
+        os.environ.get("SETTLE_APPROVER_TOKEN", ""),
+    )
+    client = Client(
+        api=api,
+        name=args.name,
+        index=args.index,
+        providers=[Provider(**p) for p in json.loads(args.providers)],
+        shared_dir=Path(args.shared_dir) if args.shared_dir else None,
+    )
+    emit("ready")
+    wait_for_file(args.go_file, args.gate_timeout, "go")
+    client.t0 = os.stat(args.go_file).st_mtime
+    client.deadline = client.t0 + args.seconds
+    started = time.time()
+    ROLES[args.role](client)
+    result = {
+        "name": args.name,
+        "role": args.role,
+        "started": started,
+        "finished": time.time(),
+        "lifecycles": client.lifecycles,
+        "calls": api.calls,
+        "unexpected": api.unexpected,
+        "tokens": dict(client.tokens),
+        "keys": client.keys,
+        "violations": client.violations,
+    }
+    temporary = Path(args.out + ".tmp")
+    temporary.write_text(json.dumps(result), "utf-8")
+    temporary.replace(args.out)
+    emit("done", calls=len(api.calls))
+    return 0
+
+
+# -- the parent's side ----------------------------------------------------------------------
+
+
+@dataclass
+class FleetSpec:
+    """One client to start: its name, role, providers (``--providers``) and more arguments."""
+
+    name: str
+    role: str
+    providers: list[dict[str, Any]] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
+
+
+def fleet_run(
+    *,
+    url: str,
+    host_token: str,
+    approver_token: str,
+    clients: list[FleetSpec],
+    seconds: float,
+    directory: Path,
+    ready_timeout: float = 60.0,
+    grace: float = 60.0,
+) -> list[dict[str, Any]]:
+    """Start every client, release them together, wait (bounded) and collect their results.
+
+    Whatever happens, every process started here is killed (if still running) and reaped
+    before this returns or raises. A client that wrote no result is returned as
+    ``{"name", "role", "error", "exit_code"}`` with its stderr's tail.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    shared = directory / "shared"
+    shared.mkdir(exist_ok=True)
+    go_file = directory / "go"
+    env = {
+        **os.environ,
+        "SETTLE_HOST_TOKEN": host_token,
+        "SETTLE_APPROVER_TOKEN": approver_token,
+        "PYTHONUNBUFFERED": "1",
+    }
+    started: list[tuple[FleetSpec, subprocess.Popen[bytes]]] = []
+    try:
+        for spec in clients:
+            command = [
+                sys.executable,
+                str(FLEET_SCRIPT),
+                "--url",
+                url,
+                "--name",
+                spec.name,
+                "--role",
+                spec.role,
+                "--seconds",
+                str(seconds),
+                "--go-file",
+                str(go_file),
+                "--out",
+                str(directory / f"{spec.name}.json"),
+                "--providers",
+                json.dumps(spec.providers),
+                "--shared-dir",
+                str(shared),
+                *spec.args,
+            ]
+            with (
+                open(directory / f"{spec.name}.stdout", "wb") as stdout,
+                open(directory / f"{spec.name}.stderr", "wb") as stderr,
+            ):
+                process = subprocess.Popen(
+                    command,
+                    cwd=REPO_ROOT,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                )
+            started.append((spec, process))
+        _await_ready(directory, started, time.monotonic() + ready_timeout)
+        go_file.touch()
+        deadline = time.monotonic() + seconds + grace
+        for spec, process in started:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"fleet client {spec.name} did not finish in time") from None
+    finally:
+        for _, process in started:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
+    return [_result(directory, spec, process) for spec, process in started]
+
+
+def _await_ready(
+    directory: Path, started: list[tuple[FleetSpec, subprocess.Popen[bytes]]], deadline: float
+) -> None:
+    waiting = {spec.name: process for spec, process in started}
+    while waiting:
+        for name, process in list(waiting.items()):
+            with contextlib.suppress(OSError):
+                if '"event": "ready"' in (directory / f"{name}.stdout").read_text("utf-8"):
+                    del waiting[name]
+                    continue
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"fleet client {name} exited before ready: {_tail(directory, name)}"
+                )
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"fleet clients not ready in time: {sorted(waiting)}")
+        time.sleep(0.02)
+
+
+def _tail(directory: Path, name: str) -> str:
+    with contextlib.suppress(OSError):
+        return (directory / f"{name}.stderr").read_text("utf-8", "replace")[-2000:]
+    return ""
+
+
+def _result(directory: Path, spec: FleetSpec, process: subprocess.Popen[bytes]) -> dict[str, Any]:
+    path = directory / f"{spec.name}.json"
+    try:
+        result: dict[str, Any] = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {
+            "name": spec.name,
+            "role": spec.role,
+            "exit_code": process.returncode,
+            "error": _tail(directory, spec.name) or "no result written",
+        }
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
