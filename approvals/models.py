@@ -56,7 +56,12 @@ class Approval(models.Model):
 
 
 class Permit(models.Model):
-    """The single-use right to dispatch one exact action, issued by one approval."""
+    """The single-use right to dispatch one exact action, issued by one approval.
+
+    Its own row records its lifecycle (issued, consumed, revoked: when and by whom);
+    ``PermitEvent`` records what the row cannot hold: every refusal, ignored
+    revocations, expiry. ``approvals.selectors.permit_history`` merges the two.
+    """
 
     class Status(models.TextChoices):
         ACTIVE = "active"
@@ -74,7 +79,9 @@ class Permit(models.Model):
     issued_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     consumed_at = models.DateTimeField(null=True, blank=True)
+    consumed_by = models.CharField(max_length=150, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=150, blank=True)
     revoke_reason = models.CharField(max_length=500, blank=True)
 
     class Meta:
@@ -94,7 +101,11 @@ class Permit(models.Model):
 
 
 class PermitEvent(models.Model):
-    """One line of a permit's history: issued, consumed, refused (with reason), revoked…"""
+    """One line of a permit's history that its row cannot hold: a refusal, an expiry…
+
+    ``issued``, ``consumed`` and ``revoked`` lines were written here before the permit
+    row recorded them itself; they remain valid kinds for history read back.
+    """
 
     class Kind(models.TextChoices):
         ISSUED = "issued"

@@ -14,11 +14,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import DateTimeField, Func, Value
 from django.utils import timezone
 
 from approvals.models import Approval, Approver, Permit, PermitEvent
 
 MAX_TTL_SECONDS = 7 * 24 * 3600
+APPROVER_TOKEN_PREFIX = "sta_"
 
 
 class Refusal:
@@ -52,7 +54,7 @@ def token_hash(token: str) -> str:
 
 def approver_create(*, name: str) -> tuple[Approver, str]:
     """Create an approver credential; the token is returned once and stored hashed."""
-    token = "sta_" + secrets.token_urlsafe(32)
+    token = APPROVER_TOKEN_PREFIX + secrets.token_urlsafe(32)
     approver = Approver.objects.create(name=name, token_hash=token_hash(token))
     return approver, token
 
@@ -88,40 +90,83 @@ def approval_request(*, binding: Binding, requested_by: str) -> tuple[Approval, 
     return approval, True
 
 
+NOW = object()  # a parameter of ``_update_returning``: the database's clock goes here
+
+
+def _update_returning(
+    table: str, assignments: str, where: str, params: list[Any], returning: list[str]
+) -> tuple[Any, ...] | None:
+    """One conditional UPDATE … RETURNING: a compare-and-set that also reads the clock.
+
+    Each ``{now}`` in ``assignments`` or ``where`` stands where ``NOW`` stands in
+    ``params``: PostgreSQL's ``statement_timestamp()`` (the database's clock, read by
+    this very statement), or the host's clock on SQLite, where writers are serialised.
+    """
+    if connection.vendor == "postgresql":
+        clock, values = "statement_timestamp()", [p for p in params if p is not NOW]
+    else:
+        now = timezone.now()
+        clock, values = "%s", [now if p is NOW else p for p in params]
+    sql = (
+        f"UPDATE {table} SET {assignments.format(now=clock)} "
+        f"WHERE {where.format(now=clock)} "
+        f"RETURNING {', '.join(connection.ops.quote_name(name) for name in returning)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        row: tuple[Any, ...] | None = cursor.fetchone()
+    return row
+
+
 def approval_decide(
-    *, approval: Approval, approve: bool, decided_by: str, ttl_seconds: int
-) -> Permit | None:
-    """Decide a pending approval; approving issues the permit, valid for ``ttl_seconds``."""
+    *, approval_id: Any, binding: Binding, approve: bool, decided_by: str, ttl_seconds: int
+) -> tuple[Approval, Permit | None]:
+    """Decide a pending approval of exactly ``binding``; approving issues the permit.
+
+    One compare-and-set on the approval, judged and timed by the database's clock;
+    the permit is valid for ``ttl_seconds`` from that moment.
+    """
     if not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise ApprovalError("invalid_ttl", f"ttl_seconds must be 1..{MAX_TTL_SECONDS}")
-    now = db_now()
     status = Approval.Status.APPROVED if approve else Approval.Status.DENIED
-    changed = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
-        status=status, decided_by=decided_by, decided_at=now
+    fields = Approval._meta.concrete_fields
+    row = _update_returning(
+        Approval._meta.db_table,
+        "status = %s, decided_by = %s, decided_at = {now}",
+        "id = %s AND status = %s AND operation_key = %s AND action = %s AND provider = %s "
+        "AND params_digest = %s",
+        [
+            status,
+            decided_by,
+            NOW,
+            approval_id,
+            Approval.Status.PENDING,
+            binding.operation_key,
+            binding.action,
+            binding.provider,
+            binding.params_digest,
+        ],
+        [str(field.column) for field in fields],
     )
-    if changed != 1:
-        approval.refresh_from_db()
-        raise ApprovalError("already_decided", f"approval is already {approval.status}")
-    approval.status, approval.decided_by, approval.decided_at = status, decided_by, now
+    if row is None:
+        current = Approval.objects.filter(pk=approval_id).first()
+        if current is None or current.status == Approval.Status.PENDING:
+            raise ApprovalError("unknown_approval", "no such approval for this operation")
+        raise ApprovalError("already_decided", f"approval is already {current.status}")
+    approval = Approval.from_db(connection.alias, [field.attname for field in fields], row)
     if not approve:
-        return None
+        return approval, None
+    assert approval.decided_at is not None
     permit = Permit.objects.create(
         approval=approval,
-        operation_key=approval.operation_key,
-        action=approval.action,
-        provider=approval.provider,
-        params_digest=approval.params_digest,
-        issued_at=now,
-        expires_at=now + timedelta(seconds=ttl_seconds),
+        operation_key=binding.operation_key,
+        action=binding.action,
+        provider=binding.provider,
+        params_digest=binding.params_digest,
+        issued_at=approval.decided_at,
+        expires_at=approval.decided_at + timedelta(seconds=ttl_seconds),
     )
-    PermitEvent.objects.create(
-        permit=permit,
-        kind=PermitEvent.Kind.ISSUED,
-        actor=decided_by,
-        at=now,
-        detail={"ttl_seconds": ttl_seconds},
-    )
-    return permit
+    return approval, permit
 
 
 @dataclass(frozen=True)
@@ -141,7 +186,7 @@ def _refuse(permit: Permit, reason: str, actor: str, detail: dict[str, Any]) -> 
         reason=reason,
         actor=actor,
         detail=detail,
-        at=db_now(),
+        at=timezone.now(),
     )
     return ConsumeResult(permit=permit, refusal=reason)
 
@@ -149,12 +194,45 @@ def _refuse(permit: Permit, reason: str, actor: str, detail: dict[str, Any]) -> 
 def permit_consume(*, binding: Binding, presented_digest: str, actor: str) -> ConsumeResult:
     """Consume the operation's permit for exactly ``binding``, or say why not.
 
-    Every refusal is written to the permit's history. The final compare-and-set reads
-    the database clock, so a permit that expires while this call waits on a lock is
-    refused as ``expired`` rather than consumed late.
+    One compare-and-set: the permit must be active, bound to exactly this action and
+    digest, and unexpired by the database's clock read by that very statement — so a
+    permit that expires while this call waits on a lock is refused as ``expired``
+    rather than consumed late. Every refusal is written to the permit's history.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("permit_consume must run inside the caller's transaction")
+    if presented_digest == binding.params_digest:
+        fields = Permit._meta.concrete_fields
+        row = _update_returning(
+            Permit._meta.db_table,
+            "status = %s, consumed_at = {now}, consumed_by = %s",
+            "operation_key = %s AND status = %s AND action = %s AND provider = %s "
+            "AND params_digest = %s AND expires_at > {now}",
+            [
+                Permit.Status.CONSUMED,
+                NOW,
+                actor,
+                binding.operation_key,
+                Permit.Status.ACTIVE,
+                binding.action,
+                binding.provider,
+                binding.params_digest,
+                NOW,
+            ],
+            [str(field.column) for field in fields],
+        )
+        if row is not None:
+            names = [field.attname for field in fields]
+            return ConsumeResult(permit=Permit.from_db(connection.alias, names, row))
+    return permit_refusal(binding=binding, presented_digest=presented_digest, actor=actor)
+
+
+def permit_refusal(*, binding: Binding, presented_digest: str, actor: str) -> ConsumeResult:
+    """Why the operation's permit cannot be consumed for ``binding``; recorded.
+
+    For a caller that already knows consumption cannot succeed (the operation moved
+    past approval), and for ``permit_consume`` when its compare-and-set changed nothing.
+    """
     permit = (
         Permit.objects.select_for_update()
         .filter(operation_key=binding.operation_key)
@@ -171,22 +249,10 @@ def permit_consume(*, binding: Binding, presented_digest: str, actor: str) -> Co
     bound = Binding(permit.operation_key, permit.action, permit.provider, permit.params_digest)
     if bound != binding or presented_digest != permit.params_digest:
         return _refuse(permit, Refusal.ACTION_MISMATCH, actor, detail)
-    if permit.status == Permit.Status.EXPIRED:
-        return _refuse(permit, Refusal.EXPIRED, actor, detail)
-    # Read the clock only now, with the operation and permit locked: this is the moment
-    # of consumption, however long the locks took.
-    now = db_now()
-    changed = Permit.objects.filter(
-        pk=permit.pk, status=Permit.Status.ACTIVE, expires_at__gt=now
-    ).update(status=Permit.Status.CONSUMED, consumed_at=now)
-    if changed != 1:
+    if permit.status == Permit.Status.ACTIVE:
+        # Active and bound exactly, yet not consumed: its time ran out.
         _permit_mark_expired(permit)
-        return _refuse(permit, Refusal.EXPIRED, actor, detail)
-    permit.status, permit.consumed_at = Permit.Status.CONSUMED, now
-    PermitEvent.objects.create(
-        permit=permit, kind=PermitEvent.Kind.CONSUMED, actor=actor, at=now, detail=detail
-    )
-    return ConsumeResult(permit=permit)
+    return _refuse(permit, Refusal.EXPIRED, actor, detail)
 
 
 def _permit_mark_expired(permit: Permit) -> None:
@@ -199,22 +265,42 @@ def _permit_mark_expired(permit: Permit) -> None:
 
 
 def permit_revoke(*, permit: Permit, reason: str, actor: str) -> bool:
-    """Revoke an active permit. Returns False when there was nothing left to guard.
+    """Revoke an active permit. False when there was nothing left to guard.
 
     Revocation guards the future, not the past: a consumed (or already expired/revoked)
-    permit keeps its status, and the request is still written to its history.
+    permit keeps its status, and the request is written to its history. The caller
+    reads ``permit`` under its lock; the compare-and-set still guards a stale read.
     """
-    now = db_now()
-    changed = Permit.objects.filter(pk=permit.pk, status=Permit.Status.ACTIVE).update(
-        status=Permit.Status.REVOKED, revoked_at=now, revoke_reason=reason
-    )
-    permit.refresh_from_db()
-    kind = PermitEvent.Kind.REVOKED if changed else PermitEvent.Kind.REVOKE_IGNORED
+    if permit.status == Permit.Status.ACTIVE:
+        changed = Permit.objects.filter(pk=permit.pk, status=Permit.Status.ACTIVE).update(
+            status=Permit.Status.REVOKED,
+            revoked_at=DatabaseNow(),
+            revoked_by=actor,
+            revoke_reason=reason,
+        )
+        if changed:
+            permit.status, permit.revoked_by, permit.revoke_reason = (
+                Permit.Status.REVOKED,
+                actor,
+                reason,
+            )
+            return True
+        permit.refresh_from_db(fields=["status"])
     PermitEvent.objects.create(
         permit=permit,
-        kind=kind,
+        kind=PermitEvent.Kind.REVOKE_IGNORED,
         actor=actor,
-        at=now,
+        at=timezone.now(),
         detail={"reason": reason, "status": permit.status},
     )
-    return bool(changed)
+    return False
+
+
+class DatabaseNow(Func):
+    """The database's clock at this statement (PostgreSQL); the host's elsewhere."""
+
+    template = "STATEMENT_TIMESTAMP()"
+    output_field = DateTimeField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return Value(timezone.now(), output_field=DateTimeField()).as_sql(compiler, connection)

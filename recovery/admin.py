@@ -17,7 +17,6 @@ from recovery.models import (
     Dispatch,
     Evidence,
     Host,
-    HostReceipt,
     LookupAttempt,
     Operation,
     Provider,
@@ -66,7 +65,7 @@ class OperationAdmin(ReadOnlyAdmin):
     search_fields = ["key"]
 
 
-for model in (Dispatch, HostReceipt, Evidence, LookupAttempt):
+for model in (Dispatch, Evidence, LookupAttempt):
     admin.site.register(model, ReadOnlyAdmin)
 
 

@@ -74,14 +74,18 @@ def _bearer(request: HttpRequest) -> str | None:
 def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
     token = _bearer(request)
     if token is not None:
-        host = services.host_authenticate(token=token)
+        # Each kind of token carries its prefix, so one lookup finds its owner.
+        host = approver = None
+        if token.startswith(approvals.APPROVER_TOKEN_PREFIX):
+            approver = approvals.approver_authenticate(token=token)
+        else:
+            host = services.host_authenticate(token=token)
         if host is not None:
             caller = Caller("host", host.name, host=host)
-        else:
-            approver = approvals.approver_authenticate(token=token)
-            if approver is None:
-                raise ApiError(401, "unauthorized", "unknown or revoked token")
+        elif approver is not None:
             caller = Caller("approver", approver.name)
+        else:
+            raise ApiError(401, "unauthorized", "unknown or revoked token")
     elif "user" in allowed and request.user.is_authenticated:
         # A console session: the browser's cookie must come with its CSRF token.
         if CsrfViewMiddleware(lambda r: HttpResponse()).process_view(
@@ -228,13 +232,11 @@ def _check_key(key: str) -> None:
         raise ApiError(404, "unknown_operation", "no such operation")
 
 
-def _operation(caller: Caller | None, key: str) -> Any:
+def _operation(caller: Caller | None, key: str) -> services.OperationRef:
+    """The caller's operation ``key``, to be found (404 if not) by the service that locks it."""
     _check_key(key)
     assert caller is not None and caller.host is not None
-    operation = selectors.operation_for_host(host=caller.host, key=key)
-    if operation is None:
-        raise ApiError(404, "unknown_operation", f"no operation {key!r} for this host")
-    return operation
+    return services.OperationRef(key=key, host=caller.host)
 
 
 def _uuid(value: str, code: str) -> uuid.UUID:
@@ -286,7 +288,7 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
 
 @api_view(methods=("GET",), auth=("host",))
 def operation_detail(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
-    operation = _operation(caller, key)
+    operation = services.operation_read(_operation(caller, key))
     return JsonResponse(selectors.operation_record(operation=operation))
 
 
@@ -346,18 +348,9 @@ def _require_user_perm(caller: Caller, approval_id: uuid.UUID) -> None:
 def permit_revoke(request: HttpRequest, caller: Caller, permit_id: str) -> JsonResponse:
     pk = _uuid(permit_id, "unknown_permit")
     values = _parse(request, {"reason": Field(str, max_length=500)})
-    if caller.kind == "host":
-        from approvals.models import Permit
-
-        permit = Permit.objects.filter(pk=pk).first()
-        assert caller.host is not None
-        if (
-            permit is None
-            or selectors.operation_for_host(host=caller.host, key=permit.operation_key) is None
-        ):
-            raise ApiError(404, "unknown_permit", "no such permit")
+    # A host may revoke only its own operations' permits; an approver any (for now).
     permit, revoked = services.permit_revoke(
-        permit_id=pk, reason=values["reason"], actor=caller.actor
+        permit_id=pk, reason=values["reason"], actor=caller.actor, host=caller.host
     )
     return JsonResponse({"permit_id": str(permit.id), "status": permit.status, "revoked": revoked})
 

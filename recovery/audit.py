@@ -5,10 +5,11 @@ chain
     particular (``""``, the system chain: providers, credentials). ``seq`` counts from 1;
     each event's ``hash`` covers the previous event's hash and its own canonical content.
 head
-    A chain's last event. Appending to an operation's chain needs the operation's row
-    lock (``operation_lock``), which the change being audited holds anyway, so two
-    operations' writes never wait on each other; the system chain takes an advisory
-    lock. Every chain is also guarded by a unique (chain, seq): it can never fork.
+    A chain's last event. An operation's head is also kept in its own row
+    (``audit_seq``, ``audit_hash``), read with the row lock that the change being
+    audited holds anyway, and written with that change; so appending needs no lock of
+    its own and two operations' writes never wait on each other. The system chain
+    takes an advisory lock. A unique (chain, seq) guarantees no chain ever forks.
 checkpoint
     An HMAC-signed statement of chain heads (``AuditCheckpoint``) under the audit key,
     which is not in the database, also appended to a file outside it. A chain can only
@@ -103,17 +104,42 @@ def audit_head_new(operation: Operation) -> None:
 
 @dataclass
 class _Buffer:
+    """Events of one ``audit_transaction`` level, and where each chain's head stands."""
+
     events: list[AuditEvent] = field(default_factory=list)
     heads: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # Operation chains touched, and the head their operation row holds (or will hold).
+    saved: dict[str, tuple[int, str]] = field(default_factory=dict)
     parent: _Buffer | None = None
 
     def head(self, chain: str) -> tuple[int, str] | None:
+        return self._find("heads", chain)
+
+    def saved_head(self, chain: str) -> tuple[int, str] | None:
+        return self._find("saved", chain)
+
+    def _find(self, name: str, chain: str) -> tuple[int, str] | None:
         buffer: _Buffer | None = self
         while buffer is not None:
-            if chain in buffer.heads:
-                return buffer.heads[chain]
+            found = getattr(buffer, name).get(chain)
+            if found is not None:
+                return cast(tuple[int, str], found)
             buffer = buffer.parent
         return None
+
+    def merge_into(self, parent: _Buffer) -> None:
+        parent.events.extend(self.events)
+        parent.heads.update(self.heads)
+        parent.saved.update(self.saved)
+
+    def flush(self) -> None:
+        """Write the events in one INSERT, then the heads no operation row holds yet."""
+        if self.events:
+            AuditEvent.objects.bulk_create(self.events)
+        for chain, saved in self.saved.items():
+            head = self.heads.get(chain, saved)
+            if head != saved:
+                Operation.objects.filter(key=chain).update(audit_seq=head[0], audit_hash=head[1])
 
 
 class audit_transaction:
@@ -142,10 +168,9 @@ class audit_transaction:
         try:
             if exc_type is None:
                 if buffer.parent is not None:
-                    buffer.parent.events.extend(buffer.events)
-                    buffer.parent.heads.update(buffer.heads)
-                elif buffer.events:
-                    AuditEvent.objects.bulk_create(buffer.events)
+                    buffer.merge_into(buffer.parent)
+                else:
+                    buffer.flush()
         except BaseException as error:
             self._atomic.__exit__(type(error), error, error.__traceback__)
             raise
@@ -161,6 +186,13 @@ class audit_transaction:
         return cast(F, inner)
 
 
+def _current_buffer() -> _Buffer:
+    buffer: _Buffer | None = getattr(connection, "settle_audit", None)
+    if buffer is None or not connection.in_atomic_block:
+        raise RuntimeError("audit_append must run inside the audit_transaction it describes")
+    return buffer
+
+
 def _chain_head(buffer: _Buffer, chain: str, operation: Operation | None) -> tuple[int, str]:
     known = buffer.head(chain)
     if known is not None:
@@ -169,9 +201,13 @@ def _chain_head(buffer: _Buffer, chain: str, operation: Operation | None) -> tup
         locked = getattr(operation, "_audit_locked", False)
         if not locked:
             raise RuntimeError(f"append to {chain!r} with the operation locked by operation_lock()")
-        if locked == "new":
-            return (0, GENESIS_HASH)
-    elif connection.vendor == "postgresql":
+        if locked == "new" or not operation.audit_seq:
+            head = (0, GENESIS_HASH)
+        else:
+            head = (operation.audit_seq, operation.audit_hash)
+        buffer.saved[chain] = head
+        return head
+    if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_SYSTEM_CHAIN_LOCK])
     last = (
@@ -181,6 +217,38 @@ def _chain_head(buffer: _Buffer, chain: str, operation: Operation | None) -> tup
         .first()
     )
     return (0, GENESIS_HASH) if last is None else (int(last[0]), str(last[1]))
+
+
+def audit_head_fields(operation: Operation) -> dict[str, Any]:
+    """Columns that store the chain's current head in the operation's row.
+
+    For a change that writes the operation row anyway (a transition, an insert): the
+    head rides along; call ``audit_head_saved`` once that write succeeded, so that the
+    end of the transaction need not write it again.
+    """
+    head = _current_buffer().head(operation.key)
+    return {} if head is None else {"audit_seq": head[0], "audit_hash": head[1]}
+
+
+def audit_head_saved(operation: Operation, fields: dict[str, Any]) -> None:
+    if fields:
+        _current_buffer().saved[operation.key] = (fields["audit_seq"], fields["audit_hash"])
+
+
+def audit_head_write(operation: Operation) -> None:
+    """Set the head on an operation about to be inserted (see ``audit_head_fields``)."""
+    fields = audit_head_fields(operation)
+    for name, value in fields.items():
+        setattr(operation, name, value)
+    audit_head_saved(operation, fields)
+
+
+def audit_retract(event: AuditEvent) -> None:
+    """Take back the newest event of its chain, whose change did not happen after all."""
+    buffer = _current_buffer()
+    assert buffer.events and buffer.events[-1] is event, "only the newest event"
+    buffer.events.pop()
+    buffer.heads[event.operation_key] = (event.seq - 1, event.prev_hash)
 
 
 def audit_append(
@@ -195,9 +263,7 @@ def audit_append(
     ``operation`` must come from ``operation_lock`` (or be freshly created, see
     ``audit_head_new``); without one the event goes to the system chain.
     """
-    buffer: _Buffer | None = getattr(connection, "settle_audit", None)
-    if buffer is None or not connection.in_atomic_block:
-        raise RuntimeError("audit_append must run inside the audit_transaction it describes")
+    buffer = _current_buffer()
     chain = operation.key if operation is not None else SYSTEM_CHAIN
     seq, prev_hash = _chain_head(buffer, chain, operation)
     data = data or {}
@@ -467,6 +533,28 @@ def audit_verify(*, chunk_size: int = 5000) -> Iterator[ChainBreak]:
         if problem:
             yield ChainBreak(missing, 1, problem)
             return
+    yield from _operation_heads_disagree()
+
+
+def _operation_heads_disagree() -> Iterator[ChainBreak]:
+    """Operations whose row names a head their chain does not end with.
+
+    Catches a cut or rewrite of the newest events that left the operation's row alone,
+    even where no checkpoint covers them yet.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT o.key, o.audit_seq FROM recovery_operation o"
+            " LEFT JOIN recovery_auditevent e ON e.operation_key = o.key AND e.seq = o.audit_seq"
+            " WHERE (o.audit_seq > 0 AND (e.id IS NULL OR e.hash <> o.audit_hash))"
+            " OR EXISTS (SELECT 1 FROM recovery_auditevent n"
+            "  WHERE n.operation_key = o.key AND n.seq = o.audit_seq + 1)"
+            " ORDER BY o.key LIMIT 1"
+        )
+        row = cursor.fetchone()
+    if row is not None:
+        key, seq = str(row[0]), int(row[1])
+        yield ChainBreak(key, seq, "the operation's row names a different head for its chain")
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,10 @@ class Operation(models.Model):
     lookups_inconclusive = models.PositiveIntegerField(default=0)
     next_lookup_at = models.DateTimeField(null=True, blank=True)
     last_callback_sequence = models.BigIntegerField(null=True, blank=True)
+    # The head of this operation's audit chain (``recovery.audit``): read with the row's
+    # lock, written with the change it describes. Checkpoints, not this, vouch for it.
+    audit_seq = models.BigIntegerField(default=0)
+    audit_hash = models.CharField(max_length=71, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -133,7 +137,19 @@ class Operation(models.Model):
 
 
 class Dispatch(models.Model):
-    """The one recorded attempt; created in the transaction that consumes the permit."""
+    """The one recorded attempt, and the host's receipt of it, in one row.
+
+    Created in the transaction that consumes the permit, with the receipt ``running``.
+    The receipt's first report wins; a worker that dies leaves it ``running`` (a
+    stranded receipt) until verified evidence completes it (``receipt_recovered``,
+    pointing at that evidence). Dispatch and receipt are one-to-one and change under
+    the same lock, so they share a row: one insert per dispatch.
+    """
+
+    class ReceiptStatus(models.TextChoices):
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
 
     operation = models.OneToOneField(Operation, on_delete=models.PROTECT, related_name="dispatch")
     permit_id = models.UUIDField(unique=True)
@@ -142,12 +158,32 @@ class Dispatch(models.Model):
     created_at = models.DateTimeField()
     lease_expires_at = models.DateTimeField()
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    receipt_status = models.CharField(
+        max_length=10, choices=ReceiptStatus.choices, default=ReceiptStatus.RUNNING
+    )
+    receipt_reference = models.CharField(max_length=200, blank=True)
+    receipt_recovered = models.BooleanField(default=False)
+    receipt_evidence = models.ForeignKey(
+        "Evidence", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    receipt_reported_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["operation"], name="dispatch_one_per_operation"),
+            models.CheckConstraint(
+                condition=Q(receipt_recovered=False) | Q(receipt_evidence__isnull=False),
+                name="receipt_recovery_has_evidence",
+            ),
         ]
-        indexes = [models.Index(fields=["lease_expires_at"], name="dispatch_lease")]
+        indexes = [
+            models.Index(fields=["lease_expires_at"], name="dispatch_lease"),
+            models.Index(
+                fields=["operation"],
+                condition=Q(receipt_status="running"),
+                name="receipt_running",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"dispatch of {self.operation_id}"
@@ -226,40 +262,6 @@ class LookupAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"lookup {self.pk} of {self.operation_id}"
-
-
-class HostReceipt(models.Model):
-    """The host's record of the execution; the first report wins."""
-
-    class Status(models.TextChoices):
-        RUNNING = "running"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-
-    dispatch = models.OneToOneField(Dispatch, on_delete=models.PROTECT, related_name="receipt")
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
-    provider_reference = models.CharField(max_length=200, blank=True)
-    recovered = models.BooleanField(default=False)
-    evidence = models.ForeignKey(
-        Evidence, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
-    )
-    reported_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(recovered=False) | Q(evidence__isnull=False),
-                name="receipt_recovery_has_evidence",
-            ),
-        ]
-        indexes = [
-            models.Index(
-                fields=["dispatch"], condition=Q(status="running"), name="receipt_running"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"receipt {self.status}"
 
 
 class AuditEvent(models.Model):

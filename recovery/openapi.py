@@ -277,6 +277,16 @@ def openapi_document() -> dict[str, Any]:
                                 "state": STR,
                                 "recovered": {"type": "boolean"},
                                 "fencing_token": STR,
+                                "retry_after": {
+                                    "type": "integer",
+                                    "minimum": 1,
+                                    "description": (
+                                        "Seconds until asking again is worth it: the "
+                                        "operation's next lookup is not due, another "
+                                        "lookup of it is running, or its provider's "
+                                        "in-request lookups are all busy."
+                                    ),
+                                },
                             },
                             ["decision", "state", "recovered"],
                         ),

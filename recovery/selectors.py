@@ -7,7 +7,8 @@ from typing import Any
 from django.db.models import QuerySet
 
 from approvals.models import Permit
-from recovery.models import Dispatch, Evidence, Host, HostReceipt, Operation
+from approvals.selectors import permit_history
+from recovery.models import Dispatch, Evidence, Host, Operation
 
 
 def operations_for_host(*, host: Host) -> QuerySet[Operation]:
@@ -32,16 +33,7 @@ def permit_record(permit: Permit) -> dict[str, Any]:
         "expires_at": _iso(permit.expires_at),
         "consumed_at": _iso(permit.consumed_at),
         "revoked_at": _iso(permit.revoked_at),
-        "history": [
-            {
-                "kind": event.kind,
-                "reason": event.reason,
-                "actor": event.actor,
-                "at": _iso(event.at),
-                "detail": event.detail,
-            }
-            for event in permit.events.all()
-        ],
+        "history": [{**line, "at": _iso(line["at"])} for line in permit_history(permit)],
     }
 
 
@@ -63,12 +55,12 @@ def operation_record(*, operation: Operation) -> dict[str, Any]:
     """The whole record of one operation, as the host API returns it."""
     permit = (
         Permit.objects.filter(operation_key=operation.key)
+        .select_related("approval")
         .prefetch_related("events")
         .order_by("-issued_at")
         .first()
     )
     dispatch = Dispatch.objects.filter(operation=operation).first()
-    receipt = HostReceipt.objects.filter(dispatch=dispatch).first() if dispatch else None
     return {
         "key": operation.key,
         "action": operation.action,
@@ -94,13 +86,13 @@ def operation_record(*, operation: Operation) -> dict[str, Any]:
         ),
         "receipt": (
             {
-                "status": receipt.status,
-                "provider_reference": receipt.provider_reference,
-                "recovered": receipt.recovered,
-                "evidence_id": receipt.evidence_id,
-                "reported_at": _iso(receipt.reported_at),
+                "status": dispatch.receipt_status,
+                "provider_reference": dispatch.receipt_reference,
+                "recovered": dispatch.receipt_recovered,
+                "evidence_id": dispatch.receipt_evidence_id,
+                "reported_at": _iso(dispatch.receipt_reported_at),
             }
-            if receipt
+            if dispatch
             else None
         ),
         "evidence": [evidence_record(e) for e in operation.evidence.order_by("captured_at", "id")],

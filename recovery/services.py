@@ -29,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Subquery
 from django.utils import timezone
 
 from approvals import services as approvals
@@ -39,6 +39,7 @@ from recovery.audit import (
     audit_append,
     audit_chain_locked,
     audit_head_new,
+    audit_head_write,
     audit_transaction,
 )
 from recovery.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
@@ -47,7 +48,6 @@ from recovery.models import (
     Dispatch,
     Evidence,
     Host,
-    HostReceipt,
     LookupAttempt,
     Operation,
     Provider,
@@ -155,6 +155,18 @@ def provider_config(provider: Provider) -> ProviderConfig:
 # -- registration and approval ------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class OperationRef:
+    """An operation named by its key among one host's operations, not read yet.
+
+    The host API passes these, so that finding the operation and locking it are one
+    statement; ``NotFound`` when the host has no such operation.
+    """
+
+    key: str
+    host: Host
+
+
 def operations_locked() -> QuerySet[Operation]:
     """Operations as they are read for writing: locked, with their provider.
 
@@ -165,9 +177,28 @@ def operations_locked() -> QuerySet[Operation]:
     return Operation.objects.select_for_update(of=("self",), no_key=True).select_related("provider")
 
 
-def operation_lock(operation: Operation) -> Operation:
+def operation_lock(operation: Operation | OperationRef) -> Operation:
     """Lock ``operation`` (first in the lock order) and read it afresh; its chain with it."""
+    if isinstance(operation, OperationRef):
+        found = operations_locked().filter(key=operation.key, host=operation.host).first()
+        if found is None:
+            raise NotFound("unknown_operation", f"no operation {operation.key!r} for this host")
+        return audit_chain_locked(found)
     return audit_chain_locked(operations_locked().get(pk=operation.pk))
+
+
+def operation_read(operation: Operation | OperationRef) -> Operation:
+    """The operation as it is now, without a lock."""
+    if isinstance(operation, OperationRef):
+        found = (
+            Operation.objects.select_related("provider")
+            .filter(key=operation.key, host=operation.host)
+            .first()
+        )
+        if found is None:
+            raise NotFound("unknown_operation", f"no operation {operation.key!r} for this host")
+        return found
+    return Operation.objects.select_related("provider").get(pk=operation.pk)
 
 
 def _binding(operation: Operation) -> approvals.Binding:
@@ -194,7 +225,7 @@ def operation_register(
         raise NotFound("unknown_provider", f"no provider named {provider_name!r}")
     try:
         with audit_transaction():
-            operation = Operation.objects.create(
+            operation = Operation(
                 key=key,
                 host=host,
                 action=action,
@@ -210,6 +241,9 @@ def operation_register(
                 actor=f"host:{host.name}",
                 data={"action": action, "provider": provider_name, "params_digest": digest},
             )
+            # The chain's head goes into the row with it: one INSERT, event aside.
+            audit_head_write(operation)
+            operation.save(force_insert=True)
             return operation, True
     except IntegrityError:
         existing = Operation.objects.select_related("provider").filter(key=key).first()
@@ -227,7 +261,7 @@ def operation_register(
 
 
 @audit_transaction()
-def approval_open(*, operation: Operation, host: Host) -> tuple[Approval, bool]:
+def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[Approval, bool]:
     """Ask for a decision on the operation's exact action (or return the pending one)."""
     operation = operation_lock(operation)
     if operation.state != State.AWAITING_APPROVAL:
@@ -254,26 +288,24 @@ def approval_decision(
     *, approval_id: uuid.UUID, approve: bool, ttl_seconds: int, decided_by: str
 ) -> tuple[Approval, Permit | None]:
     """Record an approver's decision and move the operation with it."""
-    approval = Approval.objects.filter(pk=approval_id).first()
-    if approval is None:
-        raise NotFound("unknown_approval", "no such approval")
-    operation = Operation.objects.filter(key=approval.operation_key).first()
+    approval_key = Approval.objects.filter(pk=approval_id).values("operation_key")[:1]
+    operation = operations_locked().filter(key=Subquery(approval_key)).first()
     if operation is None:
-        raise NotFound("unknown_operation", "the approval's operation does not exist")
-    operation = operation_lock(operation)
-    approval = Approval.objects.select_for_update().get(pk=approval.pk)
+        if Approval.objects.filter(pk=approval_id).exists():
+            raise NotFound("unknown_operation", "the approval's operation does not exist")
+        raise NotFound("unknown_approval", "no such approval")
+    operation = audit_chain_locked(operation)
     try:
-        permit = approvals.approval_decide(
-            approval=approval, approve=approve, decided_by=decided_by, ttl_seconds=ttl_seconds
+        approval, permit = approvals.approval_decide(
+            approval_id=approval_id,
+            binding=_binding(operation),
+            approve=approve,
+            decided_by=decided_by,
+            ttl_seconds=ttl_seconds,
         )
     except approvals.ApprovalError as exc:
-        raise RecoveryError(exc.code, exc.message, status=approval.status) from exc
-    operation_transition(
-        operation=operation,
-        event=Event.APPROVE if approve else Event.DENY,
-        actor=decided_by,
-        data={"approval_id": str(approval.id)},
-    )
+        current = Approval.objects.filter(pk=approval_id).values_list("status", flat=True)
+        raise RecoveryError(exc.code, exc.message, status=current.first()) from exc
     if permit is not None:
         audit_append(
             kind="permit_issued",
@@ -285,19 +317,32 @@ def approval_decision(
                 "expires_at": permit.expires_at.isoformat(),
             },
         )
+    operation_transition(
+        operation=operation,
+        event=Event.APPROVE if approve else Event.DENY,
+        actor=decided_by,
+        data={"approval_id": str(approval.id)},
+    )
     return approval, permit
 
 
 @audit_transaction()
-def permit_revoke(*, permit_id: uuid.UUID, reason: str, actor: str) -> tuple[Permit, bool]:
-    """Revoke a permit; an approved operation that can no longer dispatch is closed."""
-    permit = Permit.objects.filter(pk=permit_id).first()
-    if permit is None:
+def permit_revoke(
+    *, permit_id: uuid.UUID, reason: str, actor: str, host: Host | None = None
+) -> tuple[Permit, bool]:
+    """Revoke a permit; an approved operation that can no longer dispatch is closed.
+
+    ``host``: the permit must be for one of this host's operations (else not found).
+    """
+    permit_key = Permit.objects.filter(pk=permit_id).values("operation_key")[:1]
+    operations = operations_locked().filter(key=Subquery(permit_key))
+    if host is not None:
+        operations = operations.filter(host=host)
+    operation = operations.first()
+    if operation is None:
         raise NotFound("unknown_permit", "no such permit")
-    operation = Operation.objects.filter(key=permit.operation_key).first()
-    if operation is not None:
-        operation = operation_lock(operation)
-    permit = Permit.objects.select_for_update().get(pk=permit.pk)
+    operation = audit_chain_locked(operation)
+    permit = Permit.objects.select_for_update().get(pk=permit_id)
     revoked = approvals.permit_revoke(permit=permit, reason=reason, actor=actor)
     audit_append(
         kind="permit_revoked" if revoked else "permit_revoke_ignored",
@@ -305,7 +350,7 @@ def permit_revoke(*, permit_id: uuid.UUID, reason: str, actor: str) -> tuple[Per
         actor=actor,
         data={"permit_id": str(permit.id), "reason": reason, "permit_status": permit.status},
     )
-    if revoked and operation is not None and operation.state == State.APPROVED:
+    if revoked and operation.state == State.APPROVED:
         operation_transition(operation=operation, event=Event.REVOKE, actor=actor)
     return permit, revoked
 
@@ -322,13 +367,16 @@ class DispatchOutcome:
 
 @audit_transaction()
 def operation_dispatch(
-    *, operation: Operation, worker: str, presented_digest: str, actor: str
+    *, operation: Operation | OperationRef, worker: str, presented_digest: str, actor: str
 ) -> DispatchOutcome:
     """Consume the permit and create the one dispatch, atomically, or record the refusal."""
     operation = operation_lock(operation)
-    result = approvals.permit_consume(
-        binding=_binding(operation), presented_digest=presented_digest, actor=actor
+    # Only an approved operation's permit can still be consumed; for any other, skip
+    # the attempt and go straight to recording why not.
+    consume = (
+        approvals.permit_consume if operation.state == State.APPROVED else approvals.permit_refusal
     )
+    result = consume(binding=_binding(operation), presented_digest=presented_digest, actor=actor)
     permit = result.permit
     permit_id = str(permit.id) if permit else ""
     if not result.consumed:
@@ -341,8 +389,8 @@ def operation_dispatch(
             data={"reason": result.refusal, "permit_id": permit_id, "worker": worker},
         )
         return DispatchOutcome(refusal=result.refusal, state=operation.state)
-    assert permit is not None
-    now = approvals.db_now()
+    assert permit is not None and permit.consumed_at is not None
+    now = permit.consumed_at  # the database's clock, read by the consumption itself
     dispatch = Dispatch.objects.create(
         operation=operation,
         permit_id=permit.id,
@@ -351,7 +399,6 @@ def operation_dispatch(
         created_at=now,
         lease_expires_at=now + timedelta(seconds=operation.provider.lease_seconds),
     )
-    HostReceipt.objects.create(dispatch=dispatch)
     audit_append(
         kind="permit_consumed",
         operation=operation,
@@ -380,7 +427,9 @@ def _dispatch_for_token(operation: Operation, fencing_token: str, actor: str) ->
     return dispatch
 
 
-def operation_heartbeat(*, operation: Operation, fencing_token: str, actor: str) -> Dispatch:
+def operation_heartbeat(
+    *, operation: Operation | OperationRef, fencing_token: str, actor: str
+) -> Dispatch:
     """Extend the lease of a live dispatch; a stale token changes nothing and is recorded.
 
     A lease that already lapsed is lost, whoever notices first: the heartbeat moves the
@@ -427,7 +476,7 @@ class ReportOutcome:
 
 def operation_report(
     *,
-    operation: Operation,
+    operation: Operation | OperationRef,
     fencing_token: str,
     outcome: str,
     provider_reference: str,
@@ -449,21 +498,22 @@ def operation_report(
 def _report_apply(
     operation: Operation, dispatch: Dispatch, outcome: str, reference: str, actor: str
 ) -> ReportOutcome:
-    receipt = HostReceipt.objects.select_for_update().get(dispatch=dispatch)
     report = {"outcome": outcome, "provider_reference": reference}
-    if receipt.status != HostReceipt.Status.RUNNING:
+    if dispatch.receipt_status != Dispatch.ReceiptStatus.RUNNING:
         stale_signal(
             operation=operation,
             signal="duplicate_report",
             actor=actor,
-            data={**report, "receipt_status": receipt.status},
+            data={**report, "receipt_status": dispatch.receipt_status},
         )
-        return ReportOutcome(False, operation.state, receipt.status)
+        return ReportOutcome(False, operation.state, dispatch.receipt_status)
     committed = outcome == "committed"
-    receipt.status = HostReceipt.Status.SUCCEEDED if committed else HostReceipt.Status.FAILED
-    receipt.provider_reference = reference
-    receipt.reported_at = timezone.now()
-    receipt.save(update_fields=["status", "provider_reference", "reported_at"])
+    dispatch.receipt_status = (
+        Dispatch.ReceiptStatus.SUCCEEDED if committed else Dispatch.ReceiptStatus.FAILED
+    )
+    dispatch.receipt_reference = reference
+    dispatch.receipt_reported_at = timezone.now()
+    dispatch.save(update_fields=["receipt_status", "receipt_reference", "receipt_reported_at"])
     audit_append(kind="host_report", operation=operation, actor=actor, data=report)
     if operation.state == State.DISPATCHED:
         operation_transition(
@@ -477,7 +527,7 @@ def _report_apply(
             actor=actor,
             data={**report, "state": operation.state},
         )
-    return ReportOutcome(True, operation.state, receipt.status)
+    return ReportOutcome(True, operation.state, dispatch.receipt_status)
 
 
 def stale_signal(*, operation: Operation, signal: str, actor: str, data: dict[str, Any]) -> None:
@@ -516,8 +566,9 @@ def transition_refused_record(exc: TransitionRefused, actor: str) -> None:
 LOOKUP_BACKOFF_SECONDS = (5, 15, 45, 120, 300, 900)
 
 
-def _receipt(operation: Operation) -> HostReceipt | None:
-    return HostReceipt.objects.select_for_update().filter(dispatch__operation=operation).first()
+def _receipt(operation: Operation) -> Dispatch | None:
+    """The operation's dispatch, which holds the host's receipt (under the operation lock)."""
+    return Dispatch.objects.filter(operation=operation).first()
 
 
 def evidence_apply(
@@ -587,8 +638,8 @@ def _evidence_decide(operation: Operation, evidence: Evidence, actor: str) -> No
         return
     if committed or not_performed:
         assert receipt is not None
-        contradicts = (committed and receipt.status == HostReceipt.Status.FAILED) or (
-            not_performed and receipt.status == HostReceipt.Status.SUCCEEDED
+        contradicts = (committed and receipt.receipt_status == Dispatch.ReceiptStatus.FAILED) or (
+            not_performed and receipt.receipt_status == Dispatch.ReceiptStatus.SUCCEEDED
         )
         if contradicts:
             if state != State.RECONCILE:
@@ -605,7 +656,7 @@ def _evidence_decide(operation: Operation, evidence: Evidence, actor: str) -> No
             recovered=True,
             next_lookup_at=None,
         )
-        if receipt.status == HostReceipt.Status.RUNNING:
+        if receipt.receipt_status == Dispatch.ReceiptStatus.RUNNING:
             _receipt_recover(operation, receipt, evidence, actor)
         return
     if verdict in (Verdict.MISMATCH, Verdict.CORRUPT):
@@ -643,23 +694,31 @@ def _inconclusive(operation: Operation, actor: str, ref: dict[str, Any]) -> None
 
 
 def _receipt_recover(
-    operation: Operation, receipt: HostReceipt, evidence: Evidence, actor: str
+    operation: Operation, dispatch: Dispatch, evidence: Evidence, actor: str
 ) -> None:
     """Complete a stranded receipt from verified evidence (a recovery receipt)."""
     committed = evidence.provider_status == "committed"
-    receipt.status = HostReceipt.Status.SUCCEEDED if committed else HostReceipt.Status.FAILED
-    receipt.recovered = True
-    receipt.evidence = evidence
-    receipt.provider_reference = evidence.provider_reference
-    receipt.reported_at = timezone.now()
-    receipt.save(
-        update_fields=["status", "recovered", "evidence", "provider_reference", "reported_at"]
+    dispatch.receipt_status = (
+        Dispatch.ReceiptStatus.SUCCEEDED if committed else Dispatch.ReceiptStatus.FAILED
+    )
+    dispatch.receipt_recovered = True
+    dispatch.receipt_evidence = evidence
+    dispatch.receipt_reference = evidence.provider_reference
+    dispatch.receipt_reported_at = timezone.now()
+    dispatch.save(
+        update_fields=[
+            "receipt_status",
+            "receipt_recovered",
+            "receipt_evidence",
+            "receipt_reference",
+            "receipt_reported_at",
+        ]
     )
     audit_append(
         kind="receipt_recovered",
         operation=operation,
         actor=actor,
-        data={"evidence_id": evidence.pk, "status": receipt.status},
+        data={"evidence_id": evidence.pk, "status": dispatch.receipt_status},
     )
 
 
@@ -919,7 +978,9 @@ def _lease_lost(operation: Operation, actor: str) -> bool:
         return True
 
 
-def operation_resume(*, operation: Operation, worker: str, actor: str) -> ResumeOutcome:
+def operation_resume(
+    *, operation: Operation | OperationRef, worker: str, actor: str
+) -> ResumeOutcome:
     """What a fresh worker should do about ``operation``; never a second dispatch.
 
     Only an operation that was never dispatched can be dispatched, by winning its
@@ -928,6 +989,8 @@ def operation_resume(*, operation: Operation, worker: str, actor: str) -> Resume
     its next lookup is due, no other lookup of it is running and the provider has a free
     in-request lookup slot; otherwise the answer is what is known, with ``retry_after``.
     """
+    if isinstance(operation, OperationRef):
+        operation = operation_read(operation)
     state = operation.state
     if state == State.APPROVED:
         outcome = operation_dispatch(

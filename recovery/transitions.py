@@ -11,7 +11,7 @@ from typing import Any
 from django.db.models import F
 from django.utils import timezone
 
-from recovery.audit import audit_append
+from recovery.audit import audit_append, audit_head_fields, audit_head_saved, audit_retract
 from recovery.models import Operation, State
 
 
@@ -94,12 +94,8 @@ def operation_transition(
     target = next_state(operation.state, event)
     if target is None:
         raise TransitionRefused(operation, event, "not allowed from this state")
-    changed = Operation.objects.filter(
-        pk=operation.pk, state=operation.state, version=operation.version
-    ).update(state=target, version=F("version") + 1, updated_at=timezone.now(), **fields)
-    if changed != 1:
-        raise TransitionRefused(operation, event, "stale (state, version)")
-    audit_append(
+    # Appended first, so that the chain's new head is written by the same UPDATE.
+    audited = audit_append(
         kind="transition",
         operation=operation,
         actor=actor,
@@ -111,6 +107,14 @@ def operation_transition(
             **(data or {}),
         },
     )
+    head = audit_head_fields(operation)
+    changed = Operation.objects.filter(
+        pk=operation.pk, state=operation.state, version=operation.version
+    ).update(state=target, version=F("version") + 1, updated_at=timezone.now(), **head, **fields)
+    if changed != 1:
+        audit_retract(audited)
+        raise TransitionRefused(operation, event, "stale (state, version)")
+    audit_head_saved(operation, head)
     operation.state = target
     operation.version += 1
     for name, value in fields.items():

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Approval, Permit, PermitEvent
+from approvals.selectors import permit_history
 from approvals.services import (
     ApprovalError,
     Binding,
@@ -30,12 +31,20 @@ BINDING = Binding(
 )
 
 
+def _decide(approval: Approval, *, approve: bool, by: str, ttl_seconds: int):
+    return approval_decide(
+        approval_id=approval.pk,
+        binding=BINDING,
+        approve=approve,
+        decided_by=by,
+        ttl_seconds=ttl_seconds,
+    )
+
+
 def _permit(ttl_seconds: int = 300) -> Permit:
     approval, created = approval_request(binding=BINDING, requested_by="host:a")
     assert created
-    permit = approval_decide(
-        approval=approval, approve=True, decided_by="approver:x", ttl_seconds=ttl_seconds
-    )
+    _, permit = _decide(approval, approve=True, by="approver:x", ttl_seconds=ttl_seconds)
     assert permit is not None
     return permit
 
@@ -52,8 +61,10 @@ def test_permit_is_consumed_once_and_then_refused_as_already_consumed():
     assert _consume().consumed
     again = _consume()
     assert again.refusal == Refusal.ALREADY_CONSUMED
-    history = list(PermitEvent.objects.filter(permit=permit).values_list("kind", "reason"))
+    permit.refresh_from_db()
+    history = [(line["kind"], line["reason"]) for line in permit_history(permit)]
     assert history == [("issued", ""), ("consumed", ""), ("refused", "already_consumed")]
+    assert permit.consumed_by == "w"
 
 
 @pytest.mark.parametrize("field", ["action", "provider", "params_digest"])
@@ -101,9 +112,9 @@ def test_revoking_a_consumed_permit_changes_nothing_but_is_recorded():
 
 def test_an_approval_is_decided_once():
     approval, _ = approval_request(binding=BINDING, requested_by="host:a")
-    approval_decide(approval=approval, approve=False, decided_by="approver:x", ttl_seconds=60)
+    _decide(approval, approve=False, by="approver:x", ttl_seconds=60)
     with pytest.raises(ApprovalError) as error:
-        approval_decide(approval=approval, approve=True, decided_by="approver:y", ttl_seconds=60)
+        _decide(approval, approve=True, by="approver:y", ttl_seconds=60)
     assert error.value.code == "already_decided"
     assert not Permit.objects.exists()
     assert Approval.objects.get().status == "denied"
@@ -113,7 +124,7 @@ def test_an_approval_is_decided_once():
 def test_ttl_outside_the_allowed_range_is_refused(ttl):
     approval, _ = approval_request(binding=BINDING, requested_by="host:a")
     with pytest.raises(ApprovalError):
-        approval_decide(approval=approval, approve=True, decided_by="x", ttl_seconds=ttl)
+        _decide(approval, approve=True, by="x", ttl_seconds=ttl)
     assert Approval.objects.get().status == "pending"
 
 

@@ -28,7 +28,8 @@ import pytest
 from django.core.servers.basehttp import ThreadedWSGIServer
 from pytest_django.live_server_helper import LiveServer
 
-from approvals.models import Permit, PermitEvent
+from approvals.models import Permit
+from approvals.selectors import permit_history
 from approvals.services import approver_create, db_now
 from recovery.audit import audit_verify
 from recovery.models import Dispatch, Evidence, Operation, Provider
@@ -456,10 +457,13 @@ def permit_of(key: str) -> Permit:
 
 
 def permit_events(key: str, kind: str, reason: str | None = None) -> int:
-    events = PermitEvent.objects.filter(permit__operation_key=key, kind=kind)
-    if reason is not None:
-        events = events.filter(reason=reason)
-    return events.count()
+    """Lines of ``kind`` (and ``reason``) in the history of the operation's permit."""
+    permit = Permit.objects.select_related("approval").get(operation_key=key)
+    return sum(
+        1
+        for line in permit_history(permit)
+        if line["kind"] == kind and (reason is None or line["reason"] == reason)
+    )
 
 
 def operation(key: str) -> Operation:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from recovery.models import AuditEvent, Dispatch, Evidence, HostReceipt, Verdict
+from recovery.models import AuditEvent, Dispatch, Evidence, Verdict
 from tests.conftest import lookup_due
 from tests.integration.conftest import (
     PARAMS,
@@ -59,7 +59,7 @@ def crash(procs: Procs, key: str, provider: ProviderHandle, point: str, *extra: 
     assert "reported" not in worker.event_names()
     # The dead worker left a stranded receipt behind.
     assert operation(key).state == "dispatched"
-    assert HostReceipt.objects.get(dispatch__operation__key=key).status == "running"
+    assert Dispatch.objects.get(operation__key=key).receipt_status == "running"
     return worker
 
 
@@ -82,14 +82,15 @@ def assert_one_dispatch_one_consumption(key: str) -> None:
 
 
 def assert_recovered_receipt(key: str) -> None:
-    receipt = HostReceipt.objects.select_related("evidence").get(dispatch__operation__key=key)
-    assert receipt.status == "succeeded"
-    assert receipt.recovered is True
-    assert receipt.evidence is not None
-    assert receipt.evidence.operation.key == key
-    assert receipt.evidence.verdict == Verdict.MATCH
-    assert receipt.evidence.provider_status == "committed"
-    assert receipt.evidence == Evidence.objects.filter(operation__key=key).last()
+    dispatch = Dispatch.objects.select_related("receipt_evidence").get(operation__key=key)
+    assert dispatch.receipt_status == "succeeded"
+    assert dispatch.receipt_recovered is True
+    evidence = dispatch.receipt_evidence
+    assert evidence is not None
+    assert evidence.operation.key == key
+    assert evidence.verdict == Verdict.MATCH
+    assert evidence.provider_status == "committed"
+    assert evidence == Evidence.objects.filter(operation__key=key).last()
     op = operation(key)
     assert (op.state, op.recovered) == ("released", True)
 
@@ -158,7 +159,7 @@ def test_death_before_commit_is_unknown_then_reconcile_and_never_released(
     assert_one_dispatch_one_consumption(key)
     verdicts = set(Evidence.objects.filter(operation__key=key).values_list("verdict", flat=True))
     assert verdicts == {Verdict.ABSENT}
-    assert HostReceipt.objects.get(dispatch__operation__key=key).status == "running"
+    assert Dispatch.objects.get(operation__key=key).receipt_status == "running"
     assert not AuditEvent.objects.filter(
         operation_key=key, kind="transition", data__to="released"
     ).exists()
@@ -229,7 +230,7 @@ def test_wrong_or_corrupt_evidence_never_releases_until_valid_evidence_is_restor
     assert answer["decision"] in ("reconcile", "unknown"), answer
     assert answer == {"decision": "reconcile", "state": "reconcile", "recovered": False}
     assert last_verdict(key) == verdict
-    assert HostReceipt.objects.get(dispatch__operation__key=key).status == "running"
+    assert Dispatch.objects.get(operation__key=key).receipt_status == "running"
 
     if damage == "journal_bad_checksum":
         # A sound line with a higher seq does not outvote a damaged line for the same key

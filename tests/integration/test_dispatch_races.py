@@ -17,7 +17,7 @@ import pytest
 from django.db import connection
 
 from approvals.services import db_now
-from recovery.models import AuditEvent, Dispatch, HostReceipt
+from recovery.models import AuditEvent, Dispatch
 from tests.integration.conftest import (
     Procs,
     Settle,
@@ -84,8 +84,8 @@ def test_twelve_fresh_processes_resuming_at_once_dispatch_exactly_once(
     # Losers that still saw "approved" tried the permit and were refused, on the record.
     refused = permit_events(key, "refused")
     assert refused == permit_events(key, "refused", "already_consumed") <= 11
-    receipt = HostReceipt.objects.get(dispatch__operation__key=key)
-    assert (receipt.status, receipt.recovered) == ("succeeded", False)
+    receipt = Dispatch.objects.get(operation__key=key)
+    assert (receipt.receipt_status, receipt.receipt_recovered) == ("succeeded", False)
     assert operation(key).state == "released"
     assert_audit_intact()
 

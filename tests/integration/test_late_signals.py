@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from recovery.models import AuditEvent, Evidence, HostReceipt, LookupAttempt, Verdict
+from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Verdict
 from recovery.services import operation_lookup
 from tests.integration.conftest import (
     PARAMS,
@@ -126,8 +126,8 @@ def test_late_error_callback_and_stale_negative_lookup_cannot_undo_a_verified_co
         settled.recovered,
     )
     assert after.last_callback_sequence == settled.last_callback_sequence
-    receipt = HostReceipt.objects.get(dispatch__operation__key=key)
-    assert (receipt.status, receipt.recovered, receipt.evidence_id) == (
+    receipt = Dispatch.objects.get(operation__key=key)
+    assert (receipt.receipt_status, receipt.receipt_recovered, receipt.receipt_evidence_id) == (
         "succeeded",
         True,
         match.pk,

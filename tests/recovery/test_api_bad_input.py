@@ -30,7 +30,6 @@ from recovery.models import (
     AuditEvent,
     Dispatch,
     Evidence,
-    HostReceipt,
     LookupAttempt,
     Operation,
 )
@@ -52,7 +51,6 @@ TABLES: dict[str, Any] = {
     "Permit": Permit,
     "PermitEvent": PermitEvent,
     "Dispatch": Dispatch,
-    "HostReceipt": HostReceipt,
     "Evidence": Evidence,
     "LookupAttempt": LookupAttempt,
     "AuditEvent": AuditEvent,
@@ -63,12 +61,28 @@ TABLES: dict[str, Any] = {
 MUTABLE: dict[str, tuple[Any, tuple[str, ...]]] = {
     "Operation": (
         Operation,
-        ("state", "version", "recovered", "lookups_inconclusive", "last_callback_sequence"),
+        (
+            "state",
+            "version",
+            "recovered",
+            "lookups_inconclusive",
+            "last_callback_sequence",
+        ),
     ),
     "Approval": (Approval, ("status", "decided_by", "decided_at")),
-    "Permit": (Permit, ("status", "consumed_at", "revoked_at", "revoke_reason")),
-    "Dispatch": (Dispatch, ("fencing_token", "lease_expires_at", "last_heartbeat_at")),
-    "HostReceipt": (HostReceipt, ("status", "provider_reference", "recovered", "reported_at")),
+    "Permit": (Permit, ("status", "consumed_at", "consumed_by", "revoked_at", "revoke_reason")),
+    "Dispatch": (
+        Dispatch,
+        (
+            "fencing_token",
+            "lease_expires_at",
+            "last_heartbeat_at",
+            "receipt_status",
+            "receipt_reference",
+            "receipt_recovered",
+            "receipt_reported_at",
+        ),
+    ),
 }
 
 

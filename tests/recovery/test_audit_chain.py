@@ -314,3 +314,21 @@ def test_concurrent_appenders_on_many_operations_keep_every_chain_linear(host, p
     for key in keys:
         seqs = list(AuditEvent.objects.filter(operation_key=key).values_list("seq", flat=True))
         assert sorted(seqs) == list(range(1, 17))
+
+
+def test_a_cut_inside_the_window_is_found_by_the_operations_own_head(operations):
+    """No checkpoint yet, but the operation's row still names its newest event."""
+    _append(operations[1], 2)
+    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 3])
+    assert _only_problem() == (
+        "chain 'op-1', event #3: the operation's row names a different head for its chain"
+    )
+
+
+def test_a_cut_that_also_rewinds_the_operations_head_is_found_by_the_checkpoint(operations):
+    _append(operations[1], 2)
+    audit_checkpoint()
+    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 3])
+    previous = AuditEvent.objects.get(operation_key="op-1", seq=2)
+    Operation.objects.filter(key="op-1").update(audit_seq=2, audit_hash=previous.hash)
+    assert "checkpoint #1 names #3 (cut)" in _only_problem()

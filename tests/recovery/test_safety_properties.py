@@ -57,7 +57,6 @@ from recovery.models import (
     AuditEvent,
     Dispatch,
     Evidence,
-    HostReceipt,
     Operation,
     Provider,
     State,
@@ -105,9 +104,9 @@ UNREGISTERED_KEY = "op-never-registered"
 
 COMMITTED = "committed"
 FAILED_STATUS = "failed"
-RUNNING = HostReceipt.Status.RUNNING.value
-SUCCEEDED = HostReceipt.Status.SUCCEEDED.value
-RECEIPT_FAILED = HostReceipt.Status.FAILED.value
+RUNNING = Dispatch.ReceiptStatus.RUNNING.value
+SUCCEEDED = Dispatch.ReceiptStatus.SUCCEEDED.value
+RECEIPT_FAILED = Dispatch.ReceiptStatus.FAILED.value
 
 ANSWERS = {
     State.RELEASED: Decision.RELEASED,
@@ -885,22 +884,21 @@ class SafetyMachine(RuleBasedStateMachine):
             "params_digest",
         ):
             facts.operations[key] = tuple(row)
-        for pk, key, status, digest in Permit.objects.values_list(
-            "id", "operation_key", "status", "params_digest"
+        for pk, key, status, digest, consumed_at in Permit.objects.values_list(
+            "id", "operation_key", "status", "params_digest", "consumed_at"
         ):
             facts.permits[pk] = (key, status, digest)
+            facts.consumed[pk] = int(consumed_at is not None)
         facts.dispatches = list(Dispatch.objects.values_list("operation__key", "permit_id"))
-        for key, status, recovered, evidence_id in HostReceipt.objects.values_list(
-            "dispatch__operation__key", "status", "recovered", "evidence_id"
+        for key, status, recovered, evidence_id in Dispatch.objects.values_list(
+            "operation__key", "receipt_status", "receipt_recovered", "receipt_evidence_id"
         ):
             facts.receipts[key] = (status, recovered, evidence_id)
-        for key, permit_id, kind, reason in PermitEvent.objects.order_by("id").values_list(
-            "permit__operation_key", "permit_id", "kind", "reason"
+        for key, kind, reason in PermitEvent.objects.order_by("id").values_list(
+            "permit__operation_key", "kind", "reason"
         ):
             if kind == PermitEvent.Kind.REFUSED:
                 facts.refused[key].append(reason)
-            elif kind == PermitEvent.Kind.CONSUMED:
-                facts.consumed[permit_id] += 1
         facts.events = list(
             AuditEvent.objects.order_by("id").values_list(
                 "id", "kind", "operation_key", "data", "hash"

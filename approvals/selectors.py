@@ -1,0 +1,62 @@
+"""Reads of approvals and permits."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from approvals.models import Permit, PermitEvent
+
+
+def permit_history(permit: Permit) -> list[dict[str, Any]]:
+    """Every line of a permit's history, oldest first.
+
+    Issue, consumption and revocation are read from the permit's row; refusals, ignored
+    revocations and expiry from its events (``permit.events`` may be prefetched).
+    """
+    lines: list[tuple[datetime, int, dict[str, Any]]] = []
+
+    def line(kind: str, at: datetime, actor: str, detail: dict[str, Any], order: int) -> None:
+        lines.append(
+            (at, order, {"kind": kind, "reason": "", "actor": actor, "at": at, "detail": detail})
+        )
+
+    line(
+        PermitEvent.Kind.ISSUED,
+        permit.issued_at,
+        permit.approval.decided_by,
+        {"ttl_seconds": round((permit.expires_at - permit.issued_at).total_seconds())},
+        0,
+    )
+    if permit.consumed_at is not None:
+        line(
+            PermitEvent.Kind.CONSUMED,
+            permit.consumed_at,
+            permit.consumed_by,
+            {"presented_digest": permit.params_digest},
+            1,
+        )
+    if permit.revoked_at is not None:
+        line(
+            PermitEvent.Kind.REVOKED,
+            permit.revoked_at,
+            permit.revoked_by,
+            {"reason": permit.revoke_reason, "status": Permit.Status.REVOKED},
+            1,
+        )
+    for event in permit.events.all():
+        lines.append(
+            (
+                event.at,
+                2,
+                {
+                    "kind": event.kind,
+                    "reason": event.reason,
+                    "actor": event.actor,
+                    "at": event.at,
+                    "detail": event.detail,
+                },
+            )
+        )
+    lines.sort(key=lambda item: (item[0], item[1]))
+    return [entry for _, _, entry in lines]

@@ -1,0 +1,106 @@
+"""Each host-API call costs a bounded number of SQL statements, BEGIN/COMMIT included.
+
+Statement counts do not depend on the machine, so they are tested here; latency and
+throughput are in ``bench/api.py``. The budget is the fleet's: at most 8 statements per
+call on the paths a healthy fleet takes all day.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests.conftest import PARAMS, digest_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BUDGET = 8
+
+
+def _cost(call: Any) -> tuple[Any, list[str]]:
+    with CaptureQueriesContext(connection) as queries:
+        response = call()
+    return response, [query["sql"] for query in queries.captured_queries]
+
+
+def _within_budget(name: str, call: Any, budget: int = BUDGET, expect: int = 0) -> Any:
+    response, statements = _cost(call)
+    if expect:
+        assert response.status_code == expect, response.content
+    else:
+        assert response.status_code < 300, response.content
+    listing = "\n".join(statements)
+    assert len(statements) <= budget, f"{name}: {len(statements)} statements\n{listing}"
+    return response
+
+
+def test_the_lifecycle_calls_stay_within_the_budget(host_api, approver_api, provider):
+    def post(api: Any, path: str, body: dict[str, Any] | None = None) -> Any:
+        return lambda: api.post(path, body)
+
+    _within_budget(
+        "register",
+        post(
+            host_api,
+            "/api/v1/operations",
+            {"key": "op-1", "action": "payment.send", "provider": "orders", "params": PARAMS},
+        ),
+    )
+    approval = _within_budget("open approval", post(host_api, "/api/v1/operations/op-1/approvals"))
+    decision = _within_budget(
+        "approve",
+        post(
+            approver_api,
+            f"/api/v1/approvals/{approval.json()['approval_id']}/decision",
+            {"decision": "approve", "ttl_seconds": 300},
+        ),
+    )
+    dispatched = _within_budget(
+        "dispatch",
+        post(
+            host_api,
+            "/api/v1/operations/op-1/dispatch",
+            {"worker": "w1", "params_digest": digest_of(PARAMS)},
+        ),
+    )
+    token = dispatched.json()["fencing_token"]
+    _within_budget(
+        "heartbeat", post(host_api, "/api/v1/operations/op-1/heartbeat", {"fencing_token": token})
+    )
+    _within_budget(
+        "report",
+        post(
+            host_api,
+            "/api/v1/operations/op-1/result",
+            {"fencing_token": token, "outcome": "committed"},
+        ),
+    )
+    _within_budget(
+        "resume (settled)", post(host_api, "/api/v1/operations/op-1/resume", {"worker": "w2"})
+    )
+    _within_budget(
+        "dispatch refused (already consumed)",
+        post(
+            host_api,
+            "/api/v1/operations/op-1/dispatch",
+            {"worker": "w3", "params_digest": digest_of(PARAMS)},
+        ),
+        expect=409,
+    )
+    _within_budget(
+        "revoke (consumed)",
+        post(
+            host_api, f"/api/v1/permits/{decision.json()['permit_id']}/revoke", {"reason": "late"}
+        ),
+    )
+
+
+def test_revoking_an_active_permit_stays_within_the_budget(flow, host_api):
+    permit_id = flow.approved()["permit_id"]
+    _within_budget(
+        "revoke (active)",
+        lambda: host_api.post(f"/api/v1/permits/{permit_id}/revoke", {"reason": "no"}),
+    )
