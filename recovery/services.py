@@ -734,6 +734,7 @@ RECONCILE_RECHECK = timedelta(seconds=LOOKUP_BACKOFF_SECONDS[-2])
 class LookupSlot:
     """The outcome of asking to look up: the attempt that may run, or when to ask again."""
 
+    operation: Operation  # as it stood under the lock
     attempt: LookupAttempt | None
     retry_after: int = 0
 
@@ -743,20 +744,35 @@ def _seconds_until(moment: Any, now: Any) -> int:
 
 
 def lookup_start(
-    *, operation: Operation, trigger: str, actor: str, due_only: bool, provider_limit: int = 0
+    *,
+    operation: Operation,
+    trigger: str,
+    actor: str,
+    due_only: bool,
+    provider_limit: int = 0,
+    for_resume: bool = False,
 ) -> LookupSlot:
     """Claim the operation's one lookup slot, or say when to ask again.
 
     Refused while another lookup of the operation is running (its lease alive), while
     ``due_only`` and the next lookup is not due, and while ``provider_limit`` lookups of
     the same provider are already running (for lookups inside web requests, so that one
-    slow provider cannot hold every web worker).
+    slow provider cannot hold every web worker). ``for_resume``: only an unsettled
+    operation is looked up, and a dispatch whose lease lapsed is first moved to
+    ``unknown`` — in the same transaction, under the same lock.
     """
     with audit_transaction():
         operation = operation_lock(operation)
+        if for_resume and operation.state == State.DISPATCHED:
+            dispatch = Dispatch.objects.get(operation=operation)
+            if dispatch.lease_expires_at > approvals.db_now():
+                return LookupSlot(operation, None)  # its worker still holds it
+            _lease_lapsed(operation, dispatch, actor)
+        if for_resume and operation.state not in UNSETTLED_STATES:
+            return LookupSlot(operation, None)
         now = timezone.now()
         if due_only and operation.next_lookup_at is not None and operation.next_lookup_at > now:
-            return LookupSlot(None, _seconds_until(operation.next_lookup_at, now))
+            return LookupSlot(operation, None, _seconds_until(operation.next_lookup_at, now))
         running = (
             LookupAttempt.objects.select_for_update()
             .filter(operation=operation, status=LookupAttempt.Status.RUNNING)
@@ -764,7 +780,7 @@ def lookup_start(
         )
         if running is not None:
             if running.lease_expires_at > now:
-                return LookupSlot(None, _seconds_until(running.lease_expires_at, now))
+                return LookupSlot(operation, None, _seconds_until(running.lease_expires_at, now))
             running.status = LookupAttempt.Status.ABANDONED
             running.save(update_fields=["status"])
             audit_append(
@@ -774,7 +790,7 @@ def lookup_start(
                 data={"lookup_id": running.pk, "started_at": running.started_at.isoformat()},
             )
         if provider_limit and _provider_lookups_running(operation.provider, now) >= provider_limit:
-            return LookupSlot(None, math.ceil(operation.provider.timeout_seconds))
+            return LookupSlot(operation, None, math.ceil(operation.provider.timeout_seconds))
         attempt = LookupAttempt.objects.create(
             operation=operation,
             trigger=trigger,
@@ -784,7 +800,7 @@ def lookup_start(
             + LOOKUP_LEASE_MARGIN,
         )
         attempt.operation = operation
-        return LookupSlot(attempt)
+        return LookupSlot(operation, attempt)
 
 
 def _provider_lookups_running(provider: Provider, now: Any) -> int:
@@ -965,19 +981,6 @@ def _lease_lapsed(operation: Operation, dispatch: Dispatch, actor: str) -> None:
     )
 
 
-def _lease_lost(operation: Operation, actor: str) -> bool:
-    """Move a dispatched operation whose lease lapsed to ``unknown``; True if it is."""
-    with audit_transaction():
-        locked = operation_lock(operation)
-        if locked.state != State.DISPATCHED:
-            return locked.state in (State.UNKNOWN, State.RECONCILE)
-        dispatch = Dispatch.objects.get(operation=locked)
-        if dispatch.lease_expires_at > approvals.db_now():
-            return False
-        _lease_lapsed(locked, dispatch, actor)
-        return True
-
-
 def operation_resume(
     *, operation: Operation | OperationRef, worker: str, actor: str
 ) -> ResumeOutcome:
@@ -991,8 +994,7 @@ def operation_resume(
     """
     if isinstance(operation, OperationRef):
         operation = operation_read(operation)
-    state = operation.state
-    if state == State.APPROVED:
+    if operation.state == State.APPROVED:
         outcome = operation_dispatch(
             operation=operation,
             worker=worker,
@@ -1004,23 +1006,16 @@ def operation_resume(
                 Decision.DISPATCH, outcome.state, False, outcome.dispatch.fencing_token
             )
         operation.refresh_from_db()
-        state = operation.state
-    if state == State.DISPATCHED:
-        if not _lease_lost(operation, actor):
-            operation.refresh_from_db()
-            return _answer(operation)
-        operation.refresh_from_db()
-        state = operation.state
-    if state in UNSETTLED_STATES:
+    if operation.state in (State.DISPATCHED, *UNSETTLED_STATES):
         slot = lookup_start(
             operation=operation,
             trigger=LookupAttempt.Trigger.RESUME,
             actor=actor,
             due_only=True,
             provider_limit=settings.SETTLE_WEB_LOOKUPS_PER_PROVIDER,
+            for_resume=True,
         )
         if slot.attempt is None:
-            operation.refresh_from_db()
-            return _answer(operation, slot.retry_after)
+            return _answer(slot.operation, slot.retry_after)
         operation = lookup_run(attempt=slot.attempt, actor=actor)
     return _answer(operation)
