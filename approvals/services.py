@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import DateTimeField, Func, Value
 from django.utils import timezone
 
 from approvals.models import Approval, Approver, Permit, PermitEvent
+
+M = TypeVar("M", bound=models.Model)
 
 MAX_TTL_SECONDS = 7 * 24 * 3600
 APPROVER_TOKEN_PREFIX = "sta_"
@@ -105,7 +108,7 @@ def _update_returning(
     if connection.vendor == "postgresql":
         clock, values = "statement_timestamp()", [p for p in params if p is not NOW]
     else:
-        now = timezone.now()
+        now = DateTimeField().get_db_prep_value(timezone.now(), connection)
         clock, values = "%s", [now if p is NOW else p for p in params]
     sql = (
         f"UPDATE {table} SET {assignments.format(now=clock)} "
@@ -116,6 +119,18 @@ def _update_returning(
         cursor.execute(sql, values)
         row: tuple[Any, ...] | None = cursor.fetchone()
     return row
+
+
+def _from_row(model: type[M], fields: Sequence[Any], row: tuple[Any, ...]) -> M:
+    """A model instance from a raw row, converted the way Django's own queries convert."""
+    values = []
+    for field, value in zip(fields, row, strict=True):
+        column = field.get_col(model._meta.db_table)
+        converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+        for converter in converters:
+            value = converter(value, column, connection)
+        values.append(value)
+    return model.from_db(connection.alias, [field.attname for field in fields], values)
 
 
 def approval_decide(
@@ -139,7 +154,7 @@ def approval_decide(
             status,
             decided_by,
             NOW,
-            approval_id,
+            Approval._meta.pk.get_db_prep_value(approval_id, connection),
             Approval.Status.PENDING,
             binding.operation_key,
             binding.action,
@@ -153,7 +168,7 @@ def approval_decide(
         if current is None or current.status == Approval.Status.PENDING:
             raise ApprovalError("unknown_approval", "no such approval for this operation")
         raise ApprovalError("already_decided", f"approval is already {current.status}")
-    approval = Approval.from_db(connection.alias, [field.attname for field in fields], row)
+    approval = _from_row(Approval, fields, row)
     if not approve:
         return approval, None
     assert approval.decided_at is not None
@@ -222,8 +237,7 @@ def permit_consume(*, binding: Binding, presented_digest: str, actor: str) -> Co
             [str(field.column) for field in fields],
         )
         if row is not None:
-            names = [field.attname for field in fields]
-            return ConsumeResult(permit=Permit.from_db(connection.alias, names, row))
+            return ConsumeResult(permit=_from_row(Permit, fields, row))
     return permit_refusal(binding=binding, presented_digest=presented_digest, actor=actor)
 
 

@@ -153,6 +153,31 @@ def run(count: int, scratch: Path) -> None:
     meter.report()
     print(f"whole lifecycle, one thread: {happy:.0f} operations/s reported by the worker, ")
     print(f"  {recovered:.0f} operations/s recovered from evidence after a crash")
+    _statement_cpu(host)
+
+
+def _statement_cpu(host: Host, rounds: int = 2000) -> None:
+    """What one statement costs this process in CPU: through the ORM, and as a raw cursor.
+
+    The explanation of what bounds the API's throughput (see the README), measured.
+    """
+    token_hash = host.token_hash
+
+    def orm() -> None:
+        Host.objects.filter(token_hash=token_hash).first()
+
+    def raw() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id, name FROM recovery_host WHERE token_hash = %s", [token_hash])
+            cursor.fetchone()
+
+    for name, call in (("ORM filter().first()", orm), ("raw cursor", raw)):
+        call()
+        started = time.process_time()
+        for _ in range(rounds):
+            call()
+        cpu = (time.process_time() - started) / rounds * 1e6
+        print(f"one-row SELECT, CPU of this process: {name:<22} {cpu:6.0f} µs")
 
 
 def main() -> None:

@@ -9,13 +9,9 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RemoveField(
-            model_name="hostreceipt",
-            name="dispatch",
-        ),
-        migrations.RemoveField(
-            model_name="hostreceipt",
-            name="evidence",
+        # First, so that the index and constraint names it held are free again.
+        migrations.DeleteModel(
+            name="HostReceipt",
         ),
         migrations.AddIndex(
             model_name="dispatch",
@@ -35,8 +31,5 @@ class Migration(migrations.Migration):
                 ),
                 name="receipt_recovery_has_evidence",
             ),
-        ),
-        migrations.DeleteModel(
-            name="HostReceipt",
         ),
     ]
