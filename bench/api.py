@@ -56,7 +56,8 @@ django.setup()
 from django.db import connection  # noqa: E402
 
 from approvals.services import approver_create  # noqa: E402
-from recovery.services import host_create, provider_configure  # noqa: E402
+from recovery.services.credentials import host_create  # noqa: E402
+from recovery.services.providers import provider_configure  # noqa: E402
 from tests.procs.fleet import FleetSpec, fleet_run  # noqa: E402
 from tests.support.gunicorn import (  # noqa: E402
     GunicornServer,

@@ -35,16 +35,12 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from recovery.models import Dispatch, Host, Operation  # noqa: E402
-from recovery.services import (  # noqa: E402
-    approval_decision,
-    approval_open,
-    host_create,
-    operation_dispatch,
-    operation_register,
-    operation_report,
-    operation_resume,
-    provider_configure,
-)
+from recovery.services.credentials import host_create  # noqa: E402
+from recovery.services.dispatch import operation_dispatch, operation_report  # noqa: E402
+from recovery.services.permits import approval_decision, approval_open  # noqa: E402
+from recovery.services.providers import provider_configure  # noqa: E402
+from recovery.services.registration import operation_register  # noqa: E402
+from recovery.services.resume import operation_resume  # noqa: E402
 from tests.support.providers import sqlite_provider_commit, sqlite_provider_init  # noqa: E402
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7", "memo": "benchmark"}

@@ -43,7 +43,9 @@ from recovery.canonical import (
     CanonicalError,
     canonical_dumps,
     canonical_params,
+    first_unsafe_integer,
     params_digest,
+    safe_integer,
     sha256_digest,
     strict_loads,
 )
@@ -64,7 +66,6 @@ MAX_REFERENCE_LENGTH = 200
 MAX_DETAIL_LENGTH = 500
 MAX_RECORD_BYTES = 1024 * 1024
 MAX_RAW_TEXT = 2000
-_SAFE_INTEGER = 2**53
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,12 @@ def evidence_lookup(
                 f"The lookup failed unexpectedly ({type(exc).__name__}: {exc}).",
                 error=f"{type(exc).__name__}: {exc}",
             )
+    unsafe = first_unsafe_integer(result.raw)
+    if unsafe is not None and result.verdict in (MATCH, MISMATCH):
+        # Such a number cannot be compared or stored exactly: the record is not sound.
+        result = _corrupt(
+            f"The provider's record holds the integer {unsafe}, outside ±(2^53-1).", result.raw
+        )
     return _sanitised(result)
 
 
@@ -143,12 +150,13 @@ def _json_safe(value: Any) -> Any:
     """A copy of ``value`` that both ``json`` and canonical JSON (RFC 8785) accept.
 
     Raw provider data is stored and digested verbatim, so whatever the provider wrote must
-    survive that: NUL characters go, out-of-range integers and non-finite floats become text.
+    survive that: NUL characters go, integers beyond ±(2^53-1) (``safe_integer``) and
+    non-finite floats become text.
     """
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
-        return value if -_SAFE_INTEGER <= value <= _SAFE_INTEGER else str(value)
+        return value if safe_integer(value) else str(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, str):

@@ -21,7 +21,8 @@ from recovery.models import (
     Operation,
     Provider,
 )
-from recovery.services import host_create, provider_configure
+from recovery.services.credentials import host_create
+from recovery.services.providers import provider_configure
 
 
 @admin.register(Host)

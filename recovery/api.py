@@ -21,10 +21,21 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
 from approvals import services as approvals
-from recovery import selectors, services
+from recovery import selectors
 from recovery.canonical import MAX_SAFE_INTEGER, CanonicalError, strict_loads
 from recovery.models import Host, Provider
 from recovery.openapi import openapi_document
+from recovery.services import (
+    callbacks,
+    credentials,
+    dispatch,
+    errors,
+    locking,
+    permits,
+    registration,
+    resume,
+    signals,
+)
 from recovery.transitions import TransitionRefused
 
 logger = logging.getLogger("settle.api")
@@ -79,7 +90,7 @@ def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
         if token.startswith(approvals.APPROVER_TOKEN_PREFIX):
             approver = approvals.approver_authenticate(token=token)
         else:
-            host = services.host_authenticate(token=token)
+            host = credentials.host_authenticate(token=token)
         if host is not None:
             caller = Caller("host", host.name, host=host)
         elif approver is not None:
@@ -119,11 +130,11 @@ def api_view(
                 return view(request, caller, *args, **kwargs)
             except ApiError as exc:
                 return error_response(exc.status, exc.code, exc.message, **exc.extra)
-            except services.RecoveryError as exc:
+            except errors.RecoveryError as exc:
                 return error_response(exc.status, exc.code, exc.message, **exc.extra)
             except TransitionRefused as exc:
                 # The operation moved on while this request was in flight.
-                services.transition_refused_record(exc, caller.actor if caller else "api")
+                signals.transition_refused_record(exc, caller.actor if caller else "api")
                 return error_response(
                     409, "stale_state", f"the operation moved on ({exc.state})", state=exc.state
                 )
@@ -232,11 +243,11 @@ def _check_key(key: str) -> None:
         raise ApiError(404, "unknown_operation", "no such operation")
 
 
-def _operation(caller: Caller | None, key: str) -> services.OperationRef:
+def _operation(caller: Caller | None, key: str) -> locking.OperationRef:
     """The caller's operation ``key``, to be found (404 if not) by the service that locks it."""
     _check_key(key)
     assert caller is not None and caller.host is not None
-    return services.OperationRef(key=key, host=caller.host)
+    return locking.OperationRef(key=key, host=caller.host)
 
 
 def _uuid(value: str, code: str) -> uuid.UUID:
@@ -272,7 +283,7 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
     )
     assert caller.host is not None
     try:
-        operation, created = services.operation_register(
+        operation, created = registration.operation_register(
             host=caller.host,
             key=values["key"],
             action=values["action"],
@@ -288,7 +299,7 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
 
 @api_view(methods=("GET",), auth=("host",))
 def operation_detail(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
-    operation = services.operation_read(_operation(caller, key))
+    operation = locking.operation_read(_operation(caller, key))
     return JsonResponse(selectors.operation_record(operation=operation))
 
 
@@ -298,7 +309,7 @@ def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonR
     if _raw_body(request):
         _parse(request, {})
     assert caller.host is not None
-    approval, created = services.approval_open(operation=operation, host=caller.host)
+    approval, created = permits.approval_open(operation=operation, host=caller.host)
     return JsonResponse(
         {"approval_id": str(approval.id), "status": approval.status},
         status=201 if created else 200,
@@ -317,7 +328,7 @@ def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) ->
     )
     if caller.kind == "user":
         _require_user_perm(caller, pk)
-    approval, permit = services.approval_decision(
+    approval, permit = permits.approval_decision(
         approval_id=pk,
         approve=values["decision"] == "approve",
         ttl_seconds=values.get("ttl_seconds", 300),
@@ -349,7 +360,7 @@ def permit_revoke(request: HttpRequest, caller: Caller, permit_id: str) -> JsonR
     pk = _uuid(permit_id, "unknown_permit")
     values = _parse(request, {"reason": Field(str, max_length=500)})
     # A host may revoke only its own operations' permits; an approver any (for now).
-    permit, revoked = services.permit_revoke(
+    permit, revoked = permits.permit_revoke(
         permit_id=pk, reason=values["reason"], actor=caller.actor, host=caller.host
     )
     return JsonResponse({"permit_id": str(permit.id), "status": permit.status, "revoked": revoked})
@@ -365,7 +376,7 @@ def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonRe
             "params_digest": Field(str, max_length=71),
         },
     )
-    outcome = services.operation_dispatch(
+    outcome = dispatch.operation_dispatch(
         operation=operation,
         worker=values["worker"],
         presented_digest=values["params_digest"],
@@ -387,10 +398,10 @@ def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonRe
 def operation_heartbeat(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
     values = _parse(request, {"fencing_token": Field(str, pattern=TOKEN_PATTERN, max_length=64)})
-    dispatch = services.operation_heartbeat(
+    held = dispatch.operation_heartbeat(
         operation=operation, fencing_token=values["fencing_token"], actor=caller.actor
     )
-    return JsonResponse({"lease_expires_at": dispatch.lease_expires_at.isoformat()})
+    return JsonResponse({"lease_expires_at": held.lease_expires_at.isoformat()})
 
 
 @api_view(methods=("POST",), auth=("host",))
@@ -404,7 +415,7 @@ def operation_result(request: HttpRequest, caller: Caller, key: str) -> JsonResp
             "provider_reference": Field(str, required=False, max_length=200),
         },
     )
-    outcome = services.operation_report(
+    outcome = dispatch.operation_report(
         operation=operation,
         fencing_token=values["fencing_token"],
         outcome=values["outcome"],
@@ -420,7 +431,7 @@ def operation_result(request: HttpRequest, caller: Caller, key: str) -> JsonResp
 def operation_resume(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
     values = _parse(request, {"worker": Field(str, pattern=NAME_PATTERN, max_length=200)})
-    outcome = services.operation_resume(
+    outcome = resume.operation_resume(
         operation=operation, worker=values["worker"], actor=caller.actor
     )
     body: dict[str, Any] = {
@@ -446,7 +457,7 @@ def provider_callbacks(request: HttpRequest, caller: None, name: str) -> JsonRes
     raw = _raw_body(request)
     signature = request.headers.get("X-Provider-Signature", "")
     # hmac.compare_digest refuses non-ASCII text; such a header cannot be a hex HMAC.
-    if not signature.isascii() or not services.callback_signature_valid(
+    if not signature.isascii() or not callbacks.callback_signature_valid(
         provider=provider, body=raw, signature=signature
     ):
         raise ApiError(401, "bad_signature", "missing or wrong X-Provider-Signature")
@@ -460,7 +471,7 @@ def provider_callbacks(request: HttpRequest, caller: None, name: str) -> JsonRes
             "sequence": Field(int, minimum=0, maximum=MAX_SAFE_INTEGER),
         },
     )
-    outcome = services.provider_callback(
+    outcome = callbacks.provider_callback(
         provider=provider,
         operation_key=values["operation_key"],
         status=values["status"],

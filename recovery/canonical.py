@@ -20,6 +20,26 @@ MAX_DEPTH = 10
 MAX_SAFE_INTEGER = 2**53 - 1
 
 
+def safe_integer(value: int) -> bool:
+    """Within ±(2^53-1): representable exactly in canonical JSON, the one rule everywhere."""
+    return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+
+
+def first_unsafe_integer(value: Any) -> int | None:
+    """The first integer in a JSON-like value that breaks ``safe_integer``, if any."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return None if safe_integer(value) else value
+    items = value.values() if isinstance(value, dict) else value
+    if isinstance(value, dict | list | tuple):
+        for item in items:
+            found = first_unsafe_integer(item)
+            if found is not None:
+                return found
+    return None
+
+
 class CanonicalError(ValueError):
     """Input that has no single canonical form Settle accepts; ``code`` is stable."""
 
@@ -73,7 +93,7 @@ def _check_value(value: Any, depth: int) -> None:
     if isinstance(value, bool) or value is None:
         return
     if isinstance(value, int):
-        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        if not safe_integer(value):
             raise CanonicalError("integer_out_of_range", f"integer {value} is outside ±(2^53-1)")
         return
     if isinstance(value, float):

@@ -15,7 +15,8 @@ from django.test import Client
 from approvals.services import approver_create
 from recovery.canonical import canonical_params, params_digest
 from recovery.models import Host, Provider
-from recovery.services import host_create, provider_configure
+from recovery.services.credentials import host_create
+from recovery.services.providers import provider_configure
 from tests.support.providers import sqlite_provider_init
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}

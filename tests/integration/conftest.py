@@ -33,7 +33,8 @@ from approvals.selectors import permit_history
 from approvals.services import approver_create, db_now
 from recovery.audit import audit_verify
 from recovery.models import Dispatch, Evidence, Operation, Provider
-from recovery.services import host_create, provider_configure
+from recovery.services.credentials import host_create
+from recovery.services.providers import provider_configure
 from tests.support.providers import (
     digest_of,
     http_provider_history,

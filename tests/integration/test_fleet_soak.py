@@ -33,7 +33,7 @@ from django.db import connection
 
 from approvals.services import approver_create
 from recovery.audit import audit_verify
-from recovery.services import host_create
+from recovery.services.credentials import host_create
 from tests.integration.conftest import Http, ProviderHandle
 from tests.procs.fleet import FleetSpec, fleet_run
 from tests.support.gunicorn import (

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Verdict
-from recovery.services import operation_lookup
+from recovery.services.lookups import operation_lookup
 from tests.integration.conftest import (
     PARAMS,
     Http,

@@ -34,7 +34,8 @@ from approvals.services import approver_create
 from recovery.audit import audit_verify
 from recovery.management.commands.db_grants import AUDIT_TABLES
 from recovery.models import AuditCheckpoint, AuditEvent, Operation
-from recovery.services import host_create, provider_configure
+from recovery.services.credentials import host_create
+from recovery.services.providers import provider_configure
 from tests.integration.conftest import Http, wait_lease_lapsed
 from tests.support.gunicorn import GunicornServer, database_url, gunicorn_running
 from tests.support.providers import digest_of, sqlite_provider_commit, sqlite_provider_init

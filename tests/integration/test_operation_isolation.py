@@ -31,13 +31,10 @@ from django.db import DatabaseError, connection, transaction
 from approvals.services import approver_create
 from recovery.audit import audit_append, audit_transaction, audit_verify
 from recovery.models import AuditEvent, Operation
-from recovery.services import (
-    host_create,
-    operation_dispatch,
-    operation_heartbeat,
-    operation_lock,
-    provider_configure,
-)
+from recovery.services.credentials import host_create
+from recovery.services.dispatch import operation_dispatch, operation_heartbeat
+from recovery.services.locking import operation_lock
+from recovery.services.providers import provider_configure
 from tests.conftest import Api
 from tests.integration.conftest import wait_lease_lapsed
 from tests.support.providers import digest_of, sqlite_provider_commit, sqlite_provider_init

@@ -19,7 +19,8 @@ from django.db import connection
 
 from approvals.services import approver_create
 from recovery.models import LookupAttempt, Operation
-from recovery.services import host_create, provider_configure
+from recovery.services.credentials import host_create
+from recovery.services.providers import provider_configure
 from tests.integration.conftest import PARAMS, Http, wait_lease_lapsed
 from tests.support.gunicorn import database_url, gunicorn_running
 from tests.support.providers import (

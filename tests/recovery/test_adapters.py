@@ -584,3 +584,88 @@ def test_http_provider_script_runs_standalone(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert "--port" in completed.stdout
+
+
+# -- one safe-integer rule, through every adapter ----------------------------------------
+
+UNSAFE = 2**53  # one past canonical JSON's largest exact integer
+
+
+def _unsafe_sqlite(tmp_path: Path) -> ProviderConfig:
+    """A provider whose orders table keeps ``created_at`` as an integer (epoch ns, say)."""
+    path = tmp_path / "orders.sqlite3"
+    sqlite_provider_init(path, created_at="INTEGER")
+    sqlite_provider_commit(path, operation_key=KEY, params=PARAMS, reference="o-1")
+    sqlite_provider_tamper(path, KEY, "huge_created_at")
+    return sqlite_config(path)
+
+
+def _unsafe_journal(tmp_path: Path) -> ProviderConfig:
+    path = tmp_path / "provider.jsonl"
+    line = {
+        "operation_key": KEY,
+        "params_digest": DIGEST,
+        "reference": "j-1",
+        "status": "committed",
+        "seq": UNSAFE,
+        "checksum": "sha256:" + "0" * 64,  # no canonical checksum exists for such a line
+    }
+    journal_append_raw(path, json.dumps(line))
+    return journal_config(path)
+
+
+def _unsafe_http(tmp_path: Path) -> Iterator[ProviderConfig]:
+    """A provider that signs, correctly, a record holding an out-of-range integer."""
+    import hashlib
+    import hmac
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = json.dumps(
+        {
+            "operation_key": KEY,
+            "params_digest": DIGEST,
+            "reference": "h-1",
+            "status": "committed",
+            "amount_cents": UNSAFE,
+        }
+    ).encode()
+    signature = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("X-Provider-Signature", signature)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield http_config(f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(params=["sqlite", "journal", "http"])
+def unsafe_record(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProviderConfig]:
+    if request.param == "sqlite":
+        yield _unsafe_sqlite(tmp_path)
+    elif request.param == "journal":
+        yield _unsafe_journal(tmp_path)
+    else:
+        yield from _unsafe_http(tmp_path)
+
+
+def test_a_record_with_an_out_of_range_integer_is_corrupt_and_storable(
+    unsafe_record: ProviderConfig,
+) -> None:
+    result = lookup(unsafe_record)  # also checks that the raw record is canonical JSON
+    assert result.verdict == Verdict.CORRUPT
+    assert str(UNSAFE) in json.dumps(result.raw)  # kept, as text

@@ -33,7 +33,7 @@ from recovery.models import (
     LookupAttempt,
     Operation,
 )
-from recovery.services import provider_configure
+from recovery.services.providers import provider_configure
 from tests.conftest import PARAMS, Api, digest_of
 
 pytestmark = pytest.mark.django_db

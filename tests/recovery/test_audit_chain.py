@@ -24,7 +24,8 @@ from recovery.audit import (
     event_hash,
 )
 from recovery.models import AuditCheckpoint, AuditEvent, Operation
-from recovery.services import operation_lock, operation_register
+from recovery.services.locking import operation_lock
+from recovery.services.registration import operation_register
 from tests.conftest import PARAMS
 
 # Transactional: checkpoints reach their file only when their transaction commits.
@@ -87,7 +88,7 @@ def test_each_operation_has_a_chain_of_its_own(operations):
 
 
 def test_events_without_an_operation_form_the_system_chain(provider, tmp_path):
-    from recovery.services import provider_configure
+    from recovery.services.providers import provider_configure
 
     provider_configure(name="ledger", adapter="journal", path=str(tmp_path / "j.jsonl"))
     system = list(AuditEvent.objects.filter(operation_key="").order_by("seq"))

@@ -11,10 +11,14 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import Permit, PermitEvent
-from recovery.models import AuditEvent, Dispatch, Operation, Provider
-from recovery.services import operation_lookup
+from recovery.models import AuditEvent, Dispatch, LookupAttempt, Operation, Provider
+from recovery.services.lookups import operation_lookup
 from tests.conftest import PARAMS, digest_of, lookup_due
-from tests.support.providers import sqlite_provider_commit, sqlite_provider_tamper
+from tests.support.providers import (
+    sqlite_provider_commit,
+    sqlite_provider_init,
+    sqlite_provider_tamper,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -272,3 +276,20 @@ def test_expired_permit_is_refused_and_recorded(flow):
     history = [(line["kind"], line["reason"]) for line in flow.record()["permit"]["history"]]
     assert history == [("issued", ""), ("expired", ""), ("refused", "expired")]
     assert not Dispatch.objects.exists()
+
+
+def test_an_out_of_range_integer_in_the_record_is_corrupt_and_the_lookup_completes(
+    flow, provider, tmp_path
+):
+    """2^53 in the provider's record: reconcile, never a 500 and never a lookup left open."""
+    path = tmp_path / "integer-orders.sqlite3"
+    sqlite_provider_init(path, created_at="INTEGER")
+    Provider.objects.filter(pk=provider.pk).update(path=str(path))
+    _crashed(flow)
+    sqlite_provider_commit(path, operation_key="op-1", params=PARAMS, reference="r1")
+    sqlite_provider_tamper(path, "op-1", "huge_created_at")
+    assert flow.resume() == {"decision": "reconcile", "state": "reconcile", "recovered": False}
+    evidence = flow.record()["evidence"][-1]
+    assert evidence["verdict"] == "corrupt"
+    assert "9007199254740992" in evidence["detail"]
+    assert LookupAttempt.objects.get().status == "finished"

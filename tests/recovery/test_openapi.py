@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
 
 # Every `error` code a response under /api/ can carry (grepped from recovery/api.py,
-# recovery/services.py, approvals/services.py, recovery/canonical.py, console/views.py).
+# recovery/services/, approvals/services.py, recovery/canonical.py, console/views.py).
 EMITTED = {
     # body parsing (api._json_body, canonical.strict_loads)
     "malformed_json",
@@ -76,7 +76,7 @@ RAISERS = re.compile(
 JSON_ERRORS = re.compile(r"\{\"error\": \"([a-z_]+)\"")
 SOURCES = [
     "recovery/api.py",
-    "recovery/services.py",
+    *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "recovery/services").glob("*.py")),
     "recovery/canonical.py",
     "approvals/services.py",
     "console/views.py",

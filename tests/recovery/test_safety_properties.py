@@ -50,7 +50,6 @@ from hypothesis.stateful import (
 
 from approvals.models import Permit, PermitEvent
 from approvals.services import Refusal, db_now
-from recovery import services
 from recovery.audit import audit_verify
 from recovery.models import (
     TERMINAL_STATES,
@@ -62,7 +61,20 @@ from recovery.models import (
     State,
     Verdict,
 )
-from recovery.services import Decision, RecoveryError
+from recovery.services.callbacks import CallbackOutcome, provider_callback
+from recovery.services.credentials import host_create
+from recovery.services.dispatch import (
+    ReportOutcome,
+    operation_dispatch,
+    operation_heartbeat,
+    operation_report,
+)
+from recovery.services.errors import RecoveryError
+from recovery.services.lookups import operation_lookup
+from recovery.services.permits import approval_decision, approval_open, permit_revoke
+from recovery.services.providers import provider_configure
+from recovery.services.registration import operation_register
+from recovery.services.resume import Decision, operation_resume
 from tests.support.providers import (
     SQLITE_TAMPER_MODES,
     digest_of,
@@ -293,7 +305,7 @@ class SafetyMachine(RuleBasedStateMachine):
             self.provider_path = self._tmp / "orders.sqlite3"
             self.down_path = self._tmp / "orders.sqlite3.offline"
             sqlite_provider_init(self.provider_path)
-            self.provider, _ = services.provider_configure(
+            self.provider, _ = provider_configure(
                 name=PROVIDER,
                 adapter="sqlite",
                 path=str(self.provider_path),
@@ -301,8 +313,8 @@ class SafetyMachine(RuleBasedStateMachine):
                 timeout_seconds=2,
             )
             Provider.objects.filter(pk=self.provider.pk).update(lookup_budget=LOOKUP_BUDGET)
-            self.host, _ = services.host_create(name="fleet-a")
-            self.other_host, _ = services.host_create(name="fleet-b")
+            self.host, _ = host_create(name="fleet-a")
+            self.other_host, _ = host_create(name="fleet-b")
         except BaseException:
             self.teardown()
             raise
@@ -475,7 +487,7 @@ class SafetyMachine(RuleBasedStateMachine):
         params = OTHER_PARAMS if variant == "params" else m.params
 
         def call() -> tuple[Operation, bool]:
-            return services.operation_register(
+            return operation_register(
                 host=host, key=key, action=ACTION, provider_name=PROVIDER, params=params
             )
 
@@ -505,9 +517,9 @@ class SafetyMachine(RuleBasedStateMachine):
         operation = self._op(m.key)
         if m.state != State.AWAITING_APPROVAL:
             with Refused("invalid_state"):
-                services.approval_open(operation=operation, host=self.host)
+                approval_open(operation=operation, host=self.host)
             return
-        approval, created = services.approval_open(operation=operation, host=self.host)
+        approval, created = approval_open(operation=operation, host=self.host)
         assert created == (m.pending_approval is None)
         assert created or approval.id == m.pending_approval
         assert approval.params_digest == m.digest
@@ -515,7 +527,7 @@ class SafetyMachine(RuleBasedStateMachine):
         if decision == "leave_pending":
             return
         approve = decision == "approve"
-        approval, permit = services.approval_decision(
+        approval, permit = approval_decision(
             approval_id=approval.id, approve=approve, ttl_seconds=TTL_SECONDS, decided_by="alice"
         )
         m.pending_approval = None
@@ -536,7 +548,7 @@ class SafetyMachine(RuleBasedStateMachine):
         m = self.ops[self._draw_key(data, [k for k in KEYS if self.ops[k].decided_approvals])]
         approval_id = data.draw(st.sampled_from(m.decided_approvals), label="approval")
         with Refused("already_decided"):
-            services.approval_decision(
+            approval_decision(
                 approval_id=approval_id, approve=approve, ttl_seconds=TTL_SECONDS, decided_by="bob"
             )
 
@@ -546,11 +558,11 @@ class SafetyMachine(RuleBasedStateMachine):
     def revoke(self, data: st.DataObject, unknown: bool) -> None:
         if unknown:
             with Refused("unknown_permit"):
-                services.permit_revoke(permit_id=uuid.uuid4(), reason="typo", actor="alice")
+                permit_revoke(permit_id=uuid.uuid4(), reason="typo", actor="alice")
             return
         m = self.ops[self._draw_key(data, [k for k in KEYS if self.ops[k].permit_id])]
         assert m.permit_id is not None
-        permit, revoked = services.permit_revoke(
+        permit, revoked = permit_revoke(
             permit_id=m.permit_id, reason="customer changed their mind", actor="alice"
         )
         assert revoked == (m.permit_status == Permit.Status.ACTIVE)
@@ -596,7 +608,7 @@ class SafetyMachine(RuleBasedStateMachine):
         }[digest]
         if m.key not in self.views:
             self.views[m.key] = self._op(m.key)
-        outcome = services.operation_dispatch(
+        outcome = operation_dispatch(
             operation=self._op(m.key),
             worker=worker,
             presented_digest=presented,
@@ -637,7 +649,7 @@ class SafetyMachine(RuleBasedStateMachine):
         assert token is not None
 
         def call() -> Dispatch:
-            return services.operation_heartbeat(
+            return operation_heartbeat(
                 operation=self._op(m.key), fencing_token=token, actor="host:fleet-a"
             )
 
@@ -668,8 +680,8 @@ class SafetyMachine(RuleBasedStateMachine):
         else:
             token = data.draw(st.sampled_from(FORGED_TOKENS), label="forged token")
 
-        def call() -> services.ReportOutcome:
-            return services.operation_report(
+        def call() -> ReportOutcome:
+            return operation_report(
                 operation=self._op(m.key),
                 fencing_token=token,
                 outcome=outcome,
@@ -724,9 +736,7 @@ class SafetyMachine(RuleBasedStateMachine):
             if m.key not in self.views:
                 self.views[m.key] = self._op(m.key)
         start = view.state  # operation_resume may refresh the instance it is given
-        outcome = services.operation_resume(
-            operation=view, worker=worker, actor=f"host:fleet-a/{worker}"
-        )
+        outcome = operation_resume(operation=view, worker=worker, actor=f"host:fleet-a/{worker}")
         decision, state, looked_up = self._model_resume(m, start, due)
         assert (outcome.decision, outcome.state) == (decision, state)
         throttled = state in (State.UNKNOWN, State.RECONCILE) and not looked_up
@@ -820,7 +830,7 @@ class SafetyMachine(RuleBasedStateMachine):
     @step
     def lookup(self, data: st.DataObject) -> None:
         m = self.ops[self._draw_key(data, self._registered())]
-        operation = services.operation_lookup(
+        operation = operation_lookup(
             operation=self._op(m.key), trigger="operator", actor="operator:olivia"
         )
         self._model_lookup(m)
@@ -840,8 +850,8 @@ class SafetyMachine(RuleBasedStateMachine):
         base = last if last is not None else 0
         seq = {"next": base + 1, "jump": base + 5, "same": base, "older": base - 1}[sequence]
 
-        def call() -> services.CallbackOutcome:
-            return services.provider_callback(
+        def call() -> CallbackOutcome:
+            return provider_callback(
                 provider=self.provider,
                 operation_key=key,
                 status=status,

@@ -6,7 +6,8 @@ import pytest
 
 from recovery.audit import audit_transaction
 from recovery.models import AuditEvent, Operation, State
-from recovery.services import operation_lock, operation_register
+from recovery.services.locking import operation_lock
+from recovery.services.registration import operation_register
 from recovery.transitions import TRANSITIONS, Event, TransitionRefused, operation_transition
 from tests.conftest import PARAMS
 

@@ -63,12 +63,13 @@ SQLITE_TAMPER_MODES = (
     "wrong_stored_digest",
     "other_params",
     "bad_status",
+    "huge_created_at",
 )
 
 _SQLITE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS orders ("
     "operation_key TEXT PRIMARY KEY, reference TEXT NOT NULL, "
-    "status TEXT NOT NULL, created_at TEXT NOT NULL)",
+    "status TEXT NOT NULL, created_at {created_at} NOT NULL)",
     "CREATE TABLE IF NOT EXISTS receipts ("
     "operation_key TEXT PRIMARY KEY, params_json TEXT NOT NULL, params_digest TEXT NOT NULL)",
 )
@@ -91,12 +92,15 @@ def _sqlite_connect(path: StrPath) -> sqlite3.Connection:
     return sqlite3.connect(os.fspath(path), timeout=10.0, isolation_level=None)
 
 
-def sqlite_provider_init(path: StrPath) -> None:
-    """Create the provider's ``orders`` and ``receipts`` tables (idempotent)."""
+def sqlite_provider_init(path: StrPath, *, created_at: str = "TEXT") -> None:
+    """Create the provider's ``orders`` and ``receipts`` tables (idempotent).
+
+    ``created_at``: the column's declared type (a provider may keep it as an INTEGER).
+    """
     connection = _sqlite_connect(path)
     try:
         for statement in _SQLITE_SCHEMA:
-            connection.execute(statement)
+            connection.execute(statement.format(created_at=created_at))
     finally:
         connection.close()
 
@@ -126,7 +130,7 @@ def sqlite_provider_commit(
         connection.execute("BEGIN IMMEDIATE")
         try:
             for statement in _SQLITE_SCHEMA:
-                connection.execute(statement)
+                connection.execute(statement.format(created_at="TEXT"))
             connection.execute(
                 f"{verb} INTO orders (operation_key, reference, status, created_at) "
                 "VALUES (?, ?, ?, ?)",
@@ -154,7 +158,9 @@ def sqlite_provider_tamper(
     Modes: ``delete_receipt``, ``delete_order``, ``bad_json`` (unparsable params_json, digest
     untouched), ``wrong_stored_digest`` (digest no longer matches params_json),
     ``other_params`` (a consistent receipt for ``params`` or ``{"tampered": true}``) and
-    ``bad_status`` (order status ``"pending"``). Restore with :func:`sqlite_provider_commit`.
+    ``bad_status`` (order status ``"pending"``) and ``huge_created_at`` (the order's
+    ``created_at`` set to the integer 2^53, kept as one where the column's type allows:
+    see ``sqlite_provider_init``). Restore with :func:`sqlite_provider_commit`.
     """
     if mode not in SQLITE_TAMPER_MODES:
         raise ValueError(f"unknown tamper mode {mode!r}; use one of {SQLITE_TAMPER_MODES}")
@@ -183,6 +189,8 @@ def sqlite_provider_tamper(
                 (other, params_digest(other), *key),
             )
         ]
+    elif mode == "huge_created_at":
+        statements = [("UPDATE orders SET created_at = ? WHERE operation_key = ?", (2**53, *key))]
     else:  # bad_status
         statements = [("UPDATE orders SET status = 'pending' WHERE operation_key = ?", key)]
     connection = _sqlite_connect(path)

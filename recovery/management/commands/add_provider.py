@@ -5,7 +5,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from recovery.models import Provider
-from recovery.services import RecoveryError, provider_configure
+from recovery.services.errors import RecoveryError
+from recovery.services.providers import provider_configure
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from recovery.models import Host
-from recovery.services import host_create
+from recovery.services.credentials import host_create
 
 
 class Command(BaseCommand):

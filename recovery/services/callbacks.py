@@ -1,0 +1,81 @@
+"""Signed provider callbacks: evidence the provider sends, unless stale (rule 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from recovery.adapters import LookupResult, signature_valid
+from recovery.audit import (
+    audit_transaction,
+)
+from recovery.models import (
+    Evidence,
+    Operation,
+    Provider,
+    State,
+    Verdict,
+)
+from recovery.services.errors import NotFound
+from recovery.services.evidence import evidence_apply
+from recovery.services.locking import operation_lock
+from recovery.services.signals import stale_signal
+
+
+def callback_signature_valid(*, provider: Provider, body: bytes, signature: str) -> bool:
+    return signature_valid(secret=provider.secret, body=body, signature=signature)
+
+
+@dataclass(frozen=True)
+class CallbackOutcome:
+    applied: bool
+    state: str
+    reason: str = ""
+
+
+@audit_transaction()
+def provider_callback(
+    *,
+    provider: Provider,
+    operation_key: str,
+    status: str,
+    params_digest: str,
+    reference: str,
+    sequence: int,
+    raw: dict[str, Any],
+) -> CallbackOutcome:
+    """Apply a signed provider notification unless it is stale (rule 5)."""
+    operation = Operation.objects.filter(key=operation_key, provider=provider).first()
+    if operation is None:
+        raise NotFound("unknown_operation", f"no operation {operation_key!r} at this provider")
+    operation = operation_lock(operation)
+    actor = f"provider:{provider.name}"
+    last = operation.last_callback_sequence
+    if last is not None and sequence <= last:
+        stale_signal(
+            operation=operation,
+            signal="stale_callback_sequence",
+            actor=actor,
+            data={"sequence": sequence, "applied_sequence": last, "status": status},
+        )
+        return CallbackOutcome(False, operation.state, "stale_sequence")
+    if operation.state in (State.RELEASED, State.VOIDED):
+        stale_signal(
+            operation=operation,
+            signal="callback_after_settlement",
+            actor=actor,
+            data={"sequence": sequence, "status": status},
+        )
+        return CallbackOutcome(False, operation.state, "settled")
+    Operation.objects.filter(pk=operation.pk).update(last_callback_sequence=sequence)
+    operation.last_callback_sequence = sequence
+    verdict = Verdict.MATCH if params_digest == operation.params_digest else Verdict.MISMATCH
+    result = LookupResult(
+        verdict=verdict,
+        provider_status=status,
+        reference=reference,
+        raw=raw,
+        detail=f"signed callback, sequence {sequence}",
+    )
+    evidence_apply(operation=operation, result=result, source=Evidence.Source.CALLBACK, actor=actor)
+    return CallbackOutcome(True, operation.state)

@@ -1,0 +1,208 @@
+"""The one dispatch, its lease (heartbeats) and the worker's own report."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.utils import timezone
+
+from approvals import services as approvals
+from recovery.audit import (
+    audit_append,
+    audit_transaction,
+)
+from recovery.models import (
+    Dispatch,
+    Operation,
+    State,
+)
+from recovery.services.errors import RecoveryError
+from recovery.services.locking import OperationRef, binding, operation_lock
+from recovery.services.signals import stale_signal
+from recovery.transitions import Event, operation_transition
+
+
+@dataclass(frozen=True)
+class DispatchOutcome:
+    refusal: str = ""
+    dispatch: Dispatch | None = None
+    state: str = ""
+
+
+@audit_transaction()
+def operation_dispatch(
+    *, operation: Operation | OperationRef, worker: str, presented_digest: str, actor: str
+) -> DispatchOutcome:
+    """Consume the permit and create the one dispatch, atomically, or record the refusal."""
+    operation = operation_lock(operation)
+    # Only an approved operation's permit can still be consumed; for any other, skip
+    # the attempt and go straight to recording why not.
+    consume = (
+        approvals.permit_consume if operation.state == State.APPROVED else approvals.permit_refusal
+    )
+    result = consume(binding=binding(operation), presented_digest=presented_digest, actor=actor)
+    permit = result.permit
+    permit_id = str(permit.id) if permit else ""
+    if not result.consumed:
+        if result.refusal == approvals.Refusal.EXPIRED and operation.state == State.APPROVED:
+            operation_transition(operation=operation, event=Event.EXPIRE, actor=actor)
+        audit_append(
+            kind="consume_refused",
+            operation=operation,
+            actor=actor,
+            data={"reason": result.refusal, "permit_id": permit_id, "worker": worker},
+        )
+        return DispatchOutcome(refusal=result.refusal, state=operation.state)
+    assert permit is not None and permit.consumed_at is not None
+    now = permit.consumed_at  # the database's clock, read by the consumption itself
+    dispatch = Dispatch.objects.create(
+        operation=operation,
+        permit_id=permit.id,
+        fencing_token=secrets.token_urlsafe(24),
+        worker=worker,
+        created_at=now,
+        lease_expires_at=now + timedelta(seconds=operation.provider.lease_seconds),
+    )
+    audit_append(
+        kind="permit_consumed",
+        operation=operation,
+        actor=actor,
+        data={"permit_id": permit_id, "worker": worker},
+    )
+    operation_transition(
+        operation=operation, event=Event.DISPATCH, actor=actor, data={"worker": worker}
+    )
+    return DispatchOutcome(dispatch=dispatch, state=operation.state)
+
+
+def _dispatch_for_token(operation: Operation, fencing_token: str, actor: str) -> Dispatch:
+    dispatch = Dispatch.objects.filter(operation=operation).first()
+    presented = fencing_token.encode("utf-8", "surrogatepass")
+    if dispatch is None or not hmac.compare_digest(dispatch.fencing_token.encode(), presented):
+        stale_signal(
+            operation=operation,
+            signal="stale_fencing_token",
+            actor=actor,
+            data={"dispatched": dispatch is not None},
+        )
+        raise RecoveryError(
+            "stale_fencing_token", "this fencing token does not hold the operation's dispatch"
+        )
+    return dispatch
+
+
+def operation_heartbeat(
+    *, operation: Operation | OperationRef, fencing_token: str, actor: str
+) -> Dispatch:
+    """Extend the lease of a live dispatch; a stale token changes nothing and is recorded.
+
+    A lease that already lapsed is lost, whoever notices first: the heartbeat moves the
+    operation to ``unknown`` itself, so a stalled worker learns it may not carry on.
+    """
+    refusal: RecoveryError | None = None
+    with audit_transaction():
+        operation = operation_lock(operation)
+        try:
+            dispatch = _dispatch_for_token(operation, fencing_token, actor)
+        except RecoveryError as exc:
+            refusal = exc
+        else:
+            now = approvals.db_now()
+            if operation.state == State.DISPATCHED and dispatch.lease_expires_at <= now:
+                lease_lapsed(operation, dispatch, actor)
+            if operation.state != State.DISPATCHED:
+                stale_signal(
+                    operation=operation, signal="heartbeat_after_lease", actor=actor, data={}
+                )
+                refusal = RecoveryError(
+                    "lease_lost",
+                    f"the operation is {operation.state}; the lease is gone",
+                    state=operation.state,
+                )
+            else:
+                dispatch.last_heartbeat_at = now
+                dispatch.lease_expires_at = now + timedelta(
+                    seconds=operation.provider.lease_seconds
+                )
+                dispatch.save(update_fields=["last_heartbeat_at", "lease_expires_at"])
+    # Raised after commit, so that the signal (and a lost lease) stay on the record.
+    if refusal is not None:
+        raise refusal
+    return dispatch
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    applied: bool
+    state: str
+    receipt_status: str
+
+
+def operation_report(
+    *,
+    operation: Operation | OperationRef,
+    fencing_token: str,
+    outcome: str,
+    provider_reference: str,
+    actor: str,
+) -> ReportOutcome:
+    """Record the worker's own result. The first report wins; later ones are signals."""
+    with audit_transaction():
+        operation = operation_lock(operation)
+        try:
+            dispatch = _dispatch_for_token(operation, fencing_token, actor)
+        except RecoveryError as exc:
+            refusal = exc
+        else:
+            return _report_apply(operation, dispatch, outcome, provider_reference, actor)
+    # Raised after commit, so that the stale signal stays on the record.
+    raise refusal
+
+
+def _report_apply(
+    operation: Operation, dispatch: Dispatch, outcome: str, reference: str, actor: str
+) -> ReportOutcome:
+    report = {"outcome": outcome, "provider_reference": reference}
+    if dispatch.receipt_status != Dispatch.ReceiptStatus.RUNNING:
+        stale_signal(
+            operation=operation,
+            signal="duplicate_report",
+            actor=actor,
+            data={**report, "receipt_status": dispatch.receipt_status},
+        )
+        return ReportOutcome(False, operation.state, dispatch.receipt_status)
+    committed = outcome == "committed"
+    dispatch.receipt_status = (
+        Dispatch.ReceiptStatus.SUCCEEDED if committed else Dispatch.ReceiptStatus.FAILED
+    )
+    dispatch.receipt_reference = reference
+    dispatch.receipt_reported_at = timezone.now()
+    dispatch.save(update_fields=["receipt_status", "receipt_reference", "receipt_reported_at"])
+    audit_append(kind="host_report", operation=operation, actor=actor, data=report)
+    if operation.state == State.DISPATCHED:
+        operation_transition(
+            operation=operation, event=Event.COMMIT if committed else Event.FAIL, actor=actor
+        )
+    else:
+        # The lease lapsed first: only provider evidence may settle it now.
+        stale_signal(
+            operation=operation,
+            signal="report_after_lease",
+            actor=actor,
+            data={**report, "state": operation.state},
+        )
+    return ReportOutcome(True, operation.state, dispatch.receipt_status)
+
+
+def lease_lapsed(operation: Operation, dispatch: Dispatch, actor: str) -> None:
+    """The worker went quiet past its lease: the outcome is unknown until evidence says."""
+    operation_transition(
+        operation=operation,
+        event=Event.LEASE_LOST,
+        actor=actor,
+        data={"lease_expires_at": dispatch.lease_expires_at.isoformat()},
+        next_lookup_at=timezone.now(),
+    )

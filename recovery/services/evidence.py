@@ -1,0 +1,186 @@
+"""Evidence and the rules it is judged by: only ``match`` releases (rule 4)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from recovery.adapters import LookupResult
+from recovery.audit import (
+    audit_append,
+)
+from recovery.canonical import canonical_dumps, sha256_digest
+from recovery.models import (
+    Dispatch,
+    Evidence,
+    LookupAttempt,
+    Operation,
+    State,
+    Verdict,
+)
+from recovery.services.signals import stale_signal
+from recovery.transitions import Event, operation_transition
+
+LOOKUP_BACKOFF_SECONDS = (5, 15, 45, 120, 300, 900)
+
+
+def _receipt(operation: Operation) -> Dispatch | None:
+    """The operation's dispatch, which holds the host's receipt (under the operation lock)."""
+    return Dispatch.objects.filter(operation=operation).first()
+
+
+def evidence_apply(
+    *,
+    operation: Operation,
+    result: LookupResult,
+    source: str,
+    actor: str,
+    lookup: LookupAttempt | None = None,
+) -> Evidence:
+    """Store the evidence and let it move the operation, if the rules allow.
+
+    Only ``match`` releases (rule 4); a verified record of "not performed" fails the
+    operation; contradicting the host's own report is a conflict for an operator
+    (rule 5); anything arriving after a verified completion is a stale signal.
+    Must run inside the caller's transaction with ``operation`` locked.
+    """
+    now = timezone.now()
+    raw = result.raw
+    evidence = Evidence.objects.create(
+        operation=operation,
+        source=source,
+        verdict=result.verdict,
+        provider_status=result.provider_status,
+        provider_reference=result.reference[:200],
+        detail=result.detail[:500],
+        raw=raw,
+        raw_digest=sha256_digest(canonical_dumps(raw)),
+        captured_at=now,
+    )
+    if lookup is not None:
+        lookup.evidence = evidence
+        lookup.finished_at = now
+        lookup.status = LookupAttempt.Status.FINISHED
+        lookup.save(update_fields=["evidence", "finished_at", "status"])
+    audit_append(
+        kind="evidence",
+        operation=operation,
+        actor=actor,
+        data={
+            "source": source,
+            "evidence_id": evidence.pk,
+            "verdict": result.verdict,
+            "provider_status": result.provider_status,
+            "raw_digest": evidence.raw_digest,
+        },
+    )
+    _evidence_decide(operation, evidence, actor)
+    return evidence
+
+
+def _evidence_decide(operation: Operation, evidence: Evidence, actor: str) -> None:
+    state = operation.state
+    verdict = evidence.verdict
+    committed = verdict == Verdict.MATCH and evidence.provider_status == "committed"
+    not_performed = verdict == Verdict.MATCH and evidence.provider_status == "failed"
+    receipt = _receipt(operation)
+    ref = {"evidence_id": evidence.pk, "verdict": verdict}
+
+    if state == State.FAILED and committed:
+        operation_transition(operation=operation, event=Event.CONFLICT, actor=actor, data=ref)
+        return
+    if state not in (State.DISPATCHED, State.UNKNOWN, State.RECONCILE):
+        if not (state == State.RELEASED and committed):
+            signal = "evidence_after_settlement" if operation.is_terminal else "evidence_early"
+            stale_signal(operation=operation, signal=signal, actor=actor, data=ref)
+        return
+    if committed or not_performed:
+        assert receipt is not None
+        contradicts = (committed and receipt.receipt_status == Dispatch.ReceiptStatus.FAILED) or (
+            not_performed and receipt.receipt_status == Dispatch.ReceiptStatus.SUCCEEDED
+        )
+        if contradicts:
+            if state != State.RECONCILE:
+                operation_transition(
+                    operation=operation, event=Event.CONFLICT, actor=actor, data=ref
+                )
+            return
+        event = Event.EVIDENCE_MATCH if committed else Event.EVIDENCE_NOT_PERFORMED
+        operation_transition(
+            operation=operation,
+            event=event,
+            actor=actor,
+            data=ref,
+            recovered=True,
+            next_lookup_at=None,
+        )
+        if receipt.receipt_status == Dispatch.ReceiptStatus.RUNNING:
+            _receipt_recover(operation, receipt, evidence, actor)
+        return
+    if verdict in (Verdict.MISMATCH, Verdict.CORRUPT):
+        if state != State.RECONCILE:
+            operation_transition(
+                operation=operation,
+                event=Event.ESCALATE,
+                actor=actor,
+                data=ref,
+                next_lookup_at=None,
+            )
+        return
+    # absent / unavailable: inconclusive; never success, never another attempt.
+    if state == State.UNKNOWN:
+        _inconclusive(operation, actor, ref)
+
+
+def _inconclusive(operation: Operation, actor: str, ref: dict[str, Any]) -> None:
+    count = operation.lookups_inconclusive + 1
+    if count >= operation.provider.lookup_budget:
+        operation_transition(
+            operation=operation,
+            event=Event.ESCALATE,
+            actor=actor,
+            data={**ref, "reason": "lookup_budget_spent", "lookups": count},
+            lookups_inconclusive=count,
+            next_lookup_at=None,
+        )
+        return
+    delay = LOOKUP_BACKOFF_SECONDS[min(count - 1, len(LOOKUP_BACKOFF_SECONDS) - 1)]
+    Operation.objects.filter(pk=operation.pk).update(
+        lookups_inconclusive=count, next_lookup_at=timezone.now() + timedelta(seconds=delay)
+    )
+    operation.lookups_inconclusive = count
+
+
+def _receipt_recover(
+    operation: Operation, dispatch: Dispatch, evidence: Evidence, actor: str
+) -> None:
+    """Complete a stranded receipt from verified evidence (a recovery receipt)."""
+    committed = evidence.provider_status == "committed"
+    dispatch.receipt_status = (
+        Dispatch.ReceiptStatus.SUCCEEDED if committed else Dispatch.ReceiptStatus.FAILED
+    )
+    dispatch.receipt_recovered = True
+    dispatch.receipt_evidence = evidence
+    dispatch.receipt_reference = evidence.provider_reference
+    dispatch.receipt_reported_at = timezone.now()
+    dispatch.save(
+        update_fields=[
+            "receipt_status",
+            "receipt_recovered",
+            "receipt_evidence",
+            "receipt_reference",
+            "receipt_reported_at",
+        ]
+    )
+    audit_append(
+        kind="receipt_recovered",
+        operation=operation,
+        actor=actor,
+        data={"evidence_id": evidence.pk, "status": dispatch.receipt_status},
+    )
+
+
+# A lookup's lease: the provider's timeout plus this. A running attempt whose lease
+# lapsed belongs to a process that died mid-lookup; the next attempt abandons it.

@@ -1,0 +1,86 @@
+"""Finding and locking the operation a call is about, in the one lock order.
+
+Lock order, the same everywhere, so that no two calls can wait on each other in a
+cycle:
+
+1. the operation row (``operation_lock``: ``FOR NO KEY UPDATE OF`` the operation only,
+   never its provider or host, and the operation's audit chain with it);
+2. then the approvals rows bound to that operation (approval, permit);
+3. then its dispatch (which holds the host's receipt).
+
+Nothing else is locked: rows of other operations are never touched, the audit log has
+no global head (an operation's chain is guarded by the operation's lock; the system
+chain by an advisory lock), and no lock is held across a network call — lookups read
+the provider outside any transaction and apply the answer under the lock afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import QuerySet
+
+from approvals import services as approvals
+from recovery.audit import (
+    audit_chain_locked,
+)
+from recovery.models import (
+    Host,
+    Operation,
+)
+from recovery.services.errors import NotFound
+
+
+@dataclass(frozen=True)
+class OperationRef:
+    """An operation named by its key among one host's operations, not read yet.
+
+    The host API passes these, so that finding the operation and locking it are one
+    statement; ``NotFound`` when the host has no such operation.
+    """
+
+    key: str
+    host: Host
+
+
+def operations_locked() -> QuerySet[Operation]:
+    """Operations as they are read for writing: locked, with their provider.
+
+    ``of=("self",)`` locks the operation row only, never its provider or host;
+    ``no_key`` lets concurrent inserts that reference the operation (dispatch,
+    evidence) check their foreign key freely.
+    """
+    return Operation.objects.select_for_update(of=("self",), no_key=True).select_related("provider")
+
+
+def operation_lock(operation: Operation | OperationRef) -> Operation:
+    """Lock ``operation`` (first in the lock order) and read it afresh; its chain with it."""
+    if isinstance(operation, OperationRef):
+        found = operations_locked().filter(key=operation.key, host=operation.host).first()
+        if found is None:
+            raise NotFound("unknown_operation", f"no operation {operation.key!r} for this host")
+        return audit_chain_locked(found)
+    return audit_chain_locked(operations_locked().get(pk=operation.pk))
+
+
+def operation_read(operation: Operation | OperationRef) -> Operation:
+    """The operation as it is now, without a lock."""
+    if isinstance(operation, OperationRef):
+        found = (
+            Operation.objects.select_related("provider")
+            .filter(key=operation.key, host=operation.host)
+            .first()
+        )
+        if found is None:
+            raise NotFound("unknown_operation", f"no operation {operation.key!r} for this host")
+        return found
+    return Operation.objects.select_related("provider").get(pk=operation.pk)
+
+
+def binding(operation: Operation) -> approvals.Binding:
+    return approvals.Binding(
+        operation_key=operation.key,
+        action=operation.action,
+        provider=operation.provider.name,
+        params_digest=operation.params_digest,
+    )

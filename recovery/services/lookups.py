@@ -1,0 +1,177 @@
+"""Lookups: one at a time per operation, leased, bounded per provider inside web requests."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from approvals import services as approvals
+from recovery.adapters import LookupResult, evidence_lookup
+from recovery.audit import (
+    audit_append,
+    audit_transaction,
+)
+from recovery.models import (
+    UNSETTLED_STATES,
+    Dispatch,
+    Evidence,
+    LookupAttempt,
+    Operation,
+    Provider,
+    State,
+)
+from recovery.services.dispatch import lease_lapsed
+from recovery.services.evidence import LOOKUP_BACKOFF_SECONDS, evidence_apply
+from recovery.services.locking import operation_lock
+from recovery.services.providers import provider_config
+from recovery.services.signals import transition_refused_record
+from recovery.transitions import TransitionRefused
+
+LOOKUP_LEASE_MARGIN = timedelta(seconds=5)
+# How often an operation in reconcile is looked at again by resume (operators can look
+# up at any time): its evidence may be repaired at the provider.
+RECONCILE_RECHECK = timedelta(seconds=LOOKUP_BACKOFF_SECONDS[-2])
+
+
+@dataclass(frozen=True)
+class LookupSlot:
+    """The outcome of asking to look up: the attempt that may run, or when to ask again."""
+
+    operation: Operation  # as it stood under the lock
+    attempt: LookupAttempt | None
+    retry_after: int = 0
+
+
+def _seconds_until(moment: Any, now: Any) -> int:
+    return max(1, math.ceil((moment - now).total_seconds()))  # type: ignore[no-any-return]
+
+
+def lookup_start(
+    *,
+    operation: Operation,
+    trigger: str,
+    actor: str,
+    due_only: bool,
+    provider_limit: int = 0,
+    for_resume: bool = False,
+) -> LookupSlot:
+    """Claim the operation's one lookup slot, or say when to ask again.
+
+    Refused while another lookup of the operation is running (its lease alive), while
+    ``due_only`` and the next lookup is not due, and while ``provider_limit`` lookups of
+    the same provider are already running (for lookups inside web requests, so that one
+    slow provider cannot hold every web worker). ``for_resume``: only an unsettled
+    operation is looked up, and a dispatch whose lease lapsed is first moved to
+    ``unknown`` — in the same transaction, under the same lock.
+    """
+    with audit_transaction():
+        operation = operation_lock(operation)
+        if for_resume and operation.state == State.DISPATCHED:
+            dispatch = Dispatch.objects.get(operation=operation)
+            if dispatch.lease_expires_at > approvals.db_now():
+                return LookupSlot(operation, None)  # its worker still holds it
+            lease_lapsed(operation, dispatch, actor)
+        if for_resume and operation.state not in UNSETTLED_STATES:
+            return LookupSlot(operation, None)
+        now = timezone.now()
+        if due_only and operation.next_lookup_at is not None and operation.next_lookup_at > now:
+            return LookupSlot(operation, None, _seconds_until(operation.next_lookup_at, now))
+        running = (
+            LookupAttempt.objects.select_for_update()
+            .filter(operation=operation, status=LookupAttempt.Status.RUNNING)
+            .first()
+        )
+        if running is not None:
+            if running.lease_expires_at > now:
+                return LookupSlot(operation, None, _seconds_until(running.lease_expires_at, now))
+            running.status = LookupAttempt.Status.ABANDONED
+            running.save(update_fields=["status"])
+            audit_append(
+                kind="lookup_abandoned",
+                operation=operation,
+                actor=actor,
+                data={"lookup_id": running.pk, "started_at": running.started_at.isoformat()},
+            )
+        if provider_limit and _provider_lookups_running(operation.provider, now) >= provider_limit:
+            return LookupSlot(operation, None, math.ceil(operation.provider.timeout_seconds))
+        attempt = LookupAttempt.objects.create(
+            operation=operation,
+            trigger=trigger,
+            started_at=now,
+            lease_expires_at=now
+            + timedelta(seconds=operation.provider.timeout_seconds)
+            + LOOKUP_LEASE_MARGIN,
+        )
+        attempt.operation = operation
+        return LookupSlot(operation, attempt)
+
+
+def _provider_lookups_running(provider: Provider, now: Any) -> int:
+    """Running in-request lookups of ``provider``; serialised per provider on PostgreSQL."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_PROVIDER_LOOKUPS, provider.pk])
+    return LookupAttempt.objects.filter(
+        operation__provider=provider,
+        trigger=LookupAttempt.Trigger.RESUME,
+        status=LookupAttempt.Status.RUNNING,
+        lease_expires_at__gt=now,
+    ).count()
+
+
+_PROVIDER_LOOKUPS = 0x5E77
+
+
+def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: str) -> Operation:
+    """Apply what a lookup found, under the operation lock, and close the attempt.
+
+    Whatever happened since the lookup started is judged by the current state (rule 5).
+    An operation still in ``reconcile`` is looked at again after ``RECONCILE_RECHECK``.
+    """
+    try:
+        with audit_transaction():
+            locked = operation_lock(attempt.operation)
+            evidence_apply(
+                operation=locked,
+                result=result,
+                source=Evidence.Source.LOOKUP,
+                actor=actor,
+                lookup=attempt,
+            )
+            if locked.state == State.RECONCILE:
+                locked.next_lookup_at = timezone.now() + RECONCILE_RECHECK
+                Operation.objects.filter(pk=locked.pk).update(next_lookup_at=locked.next_lookup_at)
+            return locked
+    except TransitionRefused as exc:
+        transition_refused_record(exc, actor)
+        LookupAttempt.objects.filter(pk=attempt.pk, status=LookupAttempt.Status.RUNNING).update(
+            status=LookupAttempt.Status.FINISHED, finished_at=timezone.now()
+        )
+        return Operation.objects.select_related("provider").get(pk=attempt.operation_id)
+
+
+def lookup_run(*, attempt: LookupAttempt, actor: str) -> Operation:
+    """Read the provider's record for a claimed attempt and apply it.
+
+    The network call runs outside any transaction and holds no database lock.
+    """
+    operation = attempt.operation
+    result = evidence_lookup(
+        config=provider_config(operation.provider),
+        operation_key=operation.key,
+        params_digest=operation.params_digest,
+    )
+    return lookup_finish(attempt=attempt, result=result, actor=actor)
+
+
+def operation_lookup(*, operation: Operation, trigger: str, actor: str) -> Operation:
+    """Look up now, whatever the schedule, unless a lookup of it is already running."""
+    slot = lookup_start(operation=operation, trigger=trigger, actor=actor, due_only=False)
+    if slot.attempt is None:
+        return Operation.objects.select_related("provider").get(pk=operation.pk)
+    return lookup_run(attempt=slot.attempt, actor=actor)

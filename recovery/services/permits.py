@@ -1,0 +1,118 @@
+"""Approvals and permits as they move an operation: open, decide, revoke."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db.models import Subquery
+
+from approvals import services as approvals
+from approvals.models import Approval, Permit
+from recovery.audit import (
+    audit_append,
+    audit_chain_locked,
+    audit_transaction,
+)
+from recovery.models import (
+    Host,
+    Operation,
+    State,
+)
+from recovery.services.errors import NotFound, RecoveryError
+from recovery.services.locking import OperationRef, binding, operation_lock, operations_locked
+from recovery.transitions import Event, operation_transition
+
+
+@audit_transaction()
+def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[Approval, bool]:
+    """Ask for a decision on the operation's exact action (or return the pending one)."""
+    operation = operation_lock(operation)
+    if operation.state != State.AWAITING_APPROVAL:
+        raise RecoveryError(
+            "invalid_state",
+            f"operation is {operation.state}; no approval can be opened",
+            state=operation.state,
+        )
+    approval, created = approvals.approval_request(
+        binding=binding(operation), requested_by=f"host:{host.name}"
+    )
+    if created:
+        audit_append(
+            kind="approval_requested",
+            operation=operation,
+            actor=f"host:{host.name}",
+            data={"approval_id": str(approval.id)},
+        )
+    return approval, created
+
+
+@audit_transaction()
+def approval_decision(
+    *, approval_id: uuid.UUID, approve: bool, ttl_seconds: int, decided_by: str
+) -> tuple[Approval, Permit | None]:
+    """Record an approver's decision and move the operation with it."""
+    approval_key = Approval.objects.filter(pk=approval_id).values("operation_key")[:1]
+    operation = operations_locked().filter(key=Subquery(approval_key)).first()
+    if operation is None:
+        if Approval.objects.filter(pk=approval_id).exists():
+            raise NotFound("unknown_operation", "the approval's operation does not exist")
+        raise NotFound("unknown_approval", "no such approval")
+    operation = audit_chain_locked(operation)
+    try:
+        approval, permit = approvals.approval_decide(
+            approval_id=approval_id,
+            binding=binding(operation),
+            approve=approve,
+            decided_by=decided_by,
+            ttl_seconds=ttl_seconds,
+        )
+    except approvals.ApprovalError as exc:
+        current = Approval.objects.filter(pk=approval_id).values_list("status", flat=True)
+        raise RecoveryError(exc.code, exc.message, status=current.first()) from exc
+    if permit is not None:
+        audit_append(
+            kind="permit_issued",
+            operation=operation,
+            actor=decided_by,
+            data={
+                "permit_id": str(permit.id),
+                "params_digest": permit.params_digest,
+                "expires_at": permit.expires_at.isoformat(),
+            },
+        )
+    operation_transition(
+        operation=operation,
+        event=Event.APPROVE if approve else Event.DENY,
+        actor=decided_by,
+        data={"approval_id": str(approval.id)},
+    )
+    return approval, permit
+
+
+@audit_transaction()
+def permit_revoke(
+    *, permit_id: uuid.UUID, reason: str, actor: str, host: Host | None = None
+) -> tuple[Permit, bool]:
+    """Revoke a permit; an approved operation that can no longer dispatch is closed.
+
+    ``host``: the permit must be for one of this host's operations (else not found).
+    """
+    permit_key = Permit.objects.filter(pk=permit_id).values("operation_key")[:1]
+    operations = operations_locked().filter(key=Subquery(permit_key))
+    if host is not None:
+        operations = operations.filter(host=host)
+    operation = operations.first()
+    if operation is None:
+        raise NotFound("unknown_permit", "no such permit")
+    operation = audit_chain_locked(operation)
+    permit = Permit.objects.select_for_update().get(pk=permit_id)
+    revoked = approvals.permit_revoke(permit=permit, reason=reason, actor=actor)
+    audit_append(
+        kind="permit_revoked" if revoked else "permit_revoke_ignored",
+        operation=operation,
+        actor=actor,
+        data={"permit_id": str(permit.id), "reason": reason, "permit_status": permit.status},
+    )
+    if revoked and operation.state == State.APPROVED:
+        operation_transition(operation=operation, event=Event.REVOKE, actor=actor)
+    return permit, revoked

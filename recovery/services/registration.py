@@ -1,0 +1,72 @@
+"""Registering an operation: the intended effect, persisted before anything is dispatched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError
+
+from recovery.audit import (
+    audit_append,
+    audit_head_new,
+    audit_head_write,
+    audit_transaction,
+)
+from recovery.canonical import canonical_params, params_digest
+from recovery.models import (
+    Host,
+    Operation,
+    Provider,
+    State,
+)
+from recovery.services.errors import NotFound, RecoveryError
+
+
+def operation_register(
+    *, host: Host, key: str, action: str, provider_name: str, params: Any
+) -> tuple[Operation, bool]:
+    """Persist the intended effect before anything is dispatched; idempotent per key.
+
+    The same registration again returns the existing operation; the same key with any
+    difference (host, action, provider or params) is a ``key_conflict``.
+    """
+    canonical = canonical_params(params)
+    digest = params_digest(canonical)
+    provider = Provider.objects.filter(name=provider_name).first()
+    if provider is None:
+        raise NotFound("unknown_provider", f"no provider named {provider_name!r}")
+    try:
+        with audit_transaction():
+            operation = Operation(
+                key=key,
+                host=host,
+                action=action,
+                provider=provider,
+                params_canonical=canonical,
+                params_digest=digest,
+                state=State.AWAITING_APPROVAL,
+            )
+            audit_head_new(operation)
+            audit_append(
+                kind="registered",
+                operation=operation,
+                actor=f"host:{host.name}",
+                data={"action": action, "provider": provider_name, "params_digest": digest},
+            )
+            # The chain's head goes into the row with it: one INSERT, event aside.
+            audit_head_write(operation)
+            operation.save(force_insert=True)
+            return operation, True
+    except IntegrityError:
+        existing = Operation.objects.select_related("provider").filter(key=key).first()
+        if existing is None:
+            raise
+    same = (
+        existing.host_id == host.pk
+        and existing.action == action
+        and existing.provider_id == provider.pk
+        and existing.params_digest == digest
+    )
+    if not same:
+        raise RecoveryError("key_conflict", f"operation {key!r} exists with a different action")
+    return existing, False
