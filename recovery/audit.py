@@ -83,6 +83,19 @@ def event_hash(
     return "sha256:" + hashlib.sha256(prev_hash.encode("ascii") + content).hexdigest()
 
 
+def event_digest(event: AuditEvent) -> str:
+    """The hash ``event`` must carry: its ``prev_hash`` and its content, as stored."""
+    return event_hash(
+        prev_hash=event.prev_hash,
+        seq=event.seq,
+        at=event.at,
+        kind=event.kind,
+        operation_key=event.operation_key,
+        actor=event.actor,
+        data=event.data,
+    )
+
+
 # -- appending ------------------------------------------------------------------------
 
 
@@ -267,28 +280,18 @@ def audit_append(
     chain = operation.key if operation is not None else SYSTEM_CHAIN
     seq, prev_hash = _chain_head(buffer, chain, operation)
     data = data or {}
-    at = timezone.now()
-    digest = event_hash(
-        prev_hash=prev_hash,
-        seq=seq + 1,
-        at=at,
-        kind=kind,
-        operation_key=chain,
-        actor=actor,
-        data=data,
-    )
     event = AuditEvent(
         seq=seq + 1,
-        at=at,
+        at=timezone.now(),
         kind=kind,
         operation_key=chain,
         actor=actor,
         data=data,
         prev_hash=prev_hash,
-        hash=digest,
     )
+    event.hash = event_digest(event)
     buffer.events.append(event)
-    buffer.heads[chain] = (seq + 1, digest)
+    buffer.heads[chain] = (event.seq, event.hash)
     return event
 
 
@@ -502,16 +505,7 @@ def audit_verify(*, chunk_size: int = 5000) -> Iterator[ChainBreak]:
         if event.prev_hash != prev_hash:
             yield ChainBreak(chain, event.seq, "prev_hash does not match the previous event")
             return
-        recomputed = event_hash(
-            prev_hash=event.prev_hash,
-            seq=event.seq,
-            at=event.at,
-            kind=event.kind,
-            operation_key=event.operation_key,
-            actor=event.actor,
-            data=event.data,
-        )
-        if recomputed != event.hash:
+        if event_digest(event) != event.hash:
             yield ChainBreak(chain, event.seq, "content does not match its hash (edited)")
             return
         expected = vouched.get(chain)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from django.utils import timezone
 
@@ -23,6 +25,8 @@ from recovery.services.errors import RecoveryError
 from recovery.services.locking import OperationRef, binding, operation_lock
 from recovery.services.signals import stale_signal
 from recovery.transitions import Event, operation_transition
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,26 @@ def _dispatch_for_token(operation: Operation, fencing_token: str, actor: str) ->
     return dispatch
 
 
+def _holding_dispatch(
+    operation: Operation | OperationRef,
+    fencing_token: str,
+    actor: str,
+    then: Callable[[Operation, Dispatch], T],
+) -> T:
+    """Run ``then`` under the operation's lock on the dispatch ``fencing_token`` holds.
+
+    A refusal (a stale token, a lost lease) is recorded in the transaction and raised
+    only after it commits, so that what was recorded stays on the record.
+    """
+    with audit_transaction():
+        locked = operation_lock(operation)
+        try:
+            return then(locked, _dispatch_for_token(locked, fencing_token, actor))
+        except RecoveryError as exc:
+            refusal = exc
+    raise refusal
+
+
 def operation_heartbeat(
     *, operation: Operation | OperationRef, fencing_token: str, actor: str
 ) -> Dispatch:
@@ -102,36 +126,24 @@ def operation_heartbeat(
     A lease that already lapsed is lost, whoever notices first: the heartbeat moves the
     operation to ``unknown`` itself, so a stalled worker learns it may not carry on.
     """
-    refusal: RecoveryError | None = None
-    with audit_transaction():
-        operation = operation_lock(operation)
-        try:
-            dispatch = _dispatch_for_token(operation, fencing_token, actor)
-        except RecoveryError as exc:
-            refusal = exc
-        else:
-            now = approvals.db_now()
-            if operation.state == State.DISPATCHED and dispatch.lease_expires_at <= now:
-                lease_lapsed(operation, dispatch, actor)
-            if operation.state != State.DISPATCHED:
-                stale_signal(
-                    operation=operation, signal="heartbeat_after_lease", actor=actor, data={}
-                )
-                refusal = RecoveryError(
-                    "lease_lost",
-                    f"the operation is {operation.state}; the lease is gone",
-                    state=operation.state,
-                )
-            else:
-                dispatch.last_heartbeat_at = now
-                dispatch.lease_expires_at = now + timedelta(
-                    seconds=operation.provider.lease_seconds
-                )
-                dispatch.save(update_fields=["last_heartbeat_at", "lease_expires_at"])
-    # Raised after commit, so that the signal (and a lost lease) stay on the record.
-    if refusal is not None:
-        raise refusal
-    return dispatch
+
+    def extend(operation: Operation, dispatch: Dispatch) -> Dispatch:
+        now = approvals.db_now()
+        if operation.state == State.DISPATCHED and dispatch.lease_expires_at <= now:
+            lease_lapsed(operation, dispatch, actor)
+        if operation.state != State.DISPATCHED:
+            stale_signal(operation=operation, signal="heartbeat_after_lease", actor=actor, data={})
+            raise RecoveryError(
+                "lease_lost",
+                f"the operation is {operation.state}; the lease is gone",
+                state=operation.state,
+            )
+        dispatch.last_heartbeat_at = now
+        dispatch.lease_expires_at = now + timedelta(seconds=operation.provider.lease_seconds)
+        dispatch.save(update_fields=["last_heartbeat_at", "lease_expires_at"])
+        return dispatch
+
+    return _holding_dispatch(operation, fencing_token, actor, extend)
 
 
 @dataclass(frozen=True)
@@ -150,16 +162,14 @@ def operation_report(
     actor: str,
 ) -> ReportOutcome:
     """Record the worker's own result. The first report wins; later ones are signals."""
-    with audit_transaction():
-        operation = operation_lock(operation)
-        try:
-            dispatch = _dispatch_for_token(operation, fencing_token, actor)
-        except RecoveryError as exc:
-            refusal = exc
-        else:
-            return _report_apply(operation, dispatch, outcome, provider_reference, actor)
-    # Raised after commit, so that the stale signal stays on the record.
-    raise refusal
+    return _holding_dispatch(
+        operation,
+        fencing_token,
+        actor,
+        lambda locked, dispatch: _report_apply(
+            locked, dispatch, outcome, provider_reference, actor
+        ),
+    )
 
 
 def _report_apply(

@@ -21,7 +21,7 @@ from recovery.audit import (
     audit_checkpoint,
     audit_transaction,
     audit_verify,
-    event_hash,
+    event_digest,
 )
 from recovery.models import AuditCheckpoint, AuditEvent, Operation
 from recovery.services.locking import operation_lock
@@ -219,15 +219,8 @@ def _rewrite_chain(key: str, edit_seq: int) -> None:
     for event in AuditEvent.objects.filter(operation_key=key).order_by("seq"):
         if event.seq == edit_seq:
             event.actor = "forged"
-        digest = event_hash(
-            prev_hash=prev,
-            seq=event.seq,
-            at=event.at,
-            kind=event.kind,
-            operation_key=event.operation_key,
-            actor=event.actor,
-            data=event.data,
-        )
+        event.prev_hash = prev
+        digest = event_digest(event)
         _sql(
             "UPDATE recovery_auditevent SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
             [event.actor, prev, digest, event.pk],
