@@ -5,9 +5,10 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db import models
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from approvals.models import Approval, Approver, Permit, PermitEvent
+from approvals.models import Approval, Permit, PermitEvent
 from approvals.services import approver_create
 
 
@@ -25,24 +26,75 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 class CredentialAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Adding a credential calls its service, which shows the bearer token exactly once."""
+    """Credentials through their services: a token shown exactly once, disabled not deleted.
 
-    list_display = ["name", "created_at"]
+    ``create`` makes one and returns its token; ``lifecycle`` is the kind's name for the
+    disable/enable/rotate service (set by the app that audits them).
+    """
+
+    list_display = ["name", "active", "created_at", "disabled_at"]
     fields = ["name"]
+    actions = ["disable", "enable", "rotate"]
     create: Callable[..., tuple[models.Model, str]]
+    kind: str
+    disable_service: Callable[..., None]
+    rotate_service: Callable[..., str]
+
+    @admin.display(boolean=True)
+    def active(self, obj: Any) -> bool:
+        return bool(obj.active)
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        # Actions change credentials: they need the model's change permission, which
+        # ``has_change_permission`` withholds from the (read-only) form.
+        actions = super().get_actions(request)
+        codename = f"{self.opts.app_label}.change_{self.opts.model_name}"
+        return actions if request.user.has_perm(codename) else {}
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         created, token = type(self).create(name=obj.name)
         obj.pk, obj.token_hash = created.pk, getattr(created, "token_hash", "")
         messages.warning(request, f"Token for {obj.name} (shown once): {token}")
 
+    def _actor(self, request: HttpRequest) -> str:
+        return f"user:{request.user.get_username()}"
 
-@admin.register(Approver)
+    @admin.action(description="Disable the selected credentials (401 from their next request)")
+    def disable(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for credential in queryset:
+            type(self).disable_service(
+                kind=self.kind, name=credential.name, actor=self._actor(request)
+            )
+        messages.success(request, f"Disabled {queryset.count()} credential(s).")
+
+    @admin.action(description="Enable the selected credentials again")
+    def enable(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for credential in queryset:
+            type(self).disable_service(
+                kind=self.kind, name=credential.name, actor=self._actor(request), disabled=False
+            )
+        messages.success(request, f"Enabled {queryset.count()} credential(s).")
+
+    @admin.action(description="Rotate the selected credentials' tokens (shown once)")
+    def rotate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for credential in queryset:
+            token = type(self).rotate_service(
+                kind=self.kind, name=credential.name, actor=self._actor(request)
+            )
+            messages.warning(request, f"New token for {credential.name} (shown once): {token}")
+
+
 class ApproverAdmin(CredentialAdmin):
+    """Registered by ``recovery.admin``, which audits the approvers' lifecycle."""
+
     create = approver_create
+    kind = "approver"
 
 
 for model in (Approval, Permit, PermitEvent):

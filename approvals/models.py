@@ -18,9 +18,15 @@ class Approver(models.Model):
     name = models.CharField(max_length=100, unique=True)
     token_hash = models.CharField(max_length=71, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Disabled rather than deleted: decisions and history name the approver.
+    disabled_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def active(self) -> bool:
+        return self.disabled_at is None
 
 
 class Approval(models.Model):

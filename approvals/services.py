@@ -57,13 +57,20 @@ def token_hash(token: str) -> str:
 
 def approver_create(*, name: str) -> tuple[Approver, str]:
     """Create an approver credential; the token is returned once and stored hashed."""
-    token = APPROVER_TOKEN_PREFIX + secrets.token_urlsafe(32)
-    approver = Approver.objects.create(name=name, token_hash=token_hash(token))
+    token, hashed = new_token(APPROVER_TOKEN_PREFIX)
+    approver = Approver.objects.create(name=name, token_hash=hashed)
     return approver, token
 
 
 def approver_authenticate(*, token: str) -> Approver | None:
-    return Approver.objects.filter(token_hash=token_hash(token)).first()
+    """The active approver holding ``token``; a disabled one is refused at once."""
+    return Approver.objects.filter(token_hash=token_hash(token), disabled_at=None).first()
+
+
+def new_token(prefix: str) -> tuple[str, str]:
+    """A bearer token with its kind's prefix, and the hash that is all Settle keeps."""
+    token = prefix + secrets.token_urlsafe(32)
+    return token, token_hash(token)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,12 @@ class Binding:
     action: str
     provider: str
     params_digest: str
+
+
+def provider_rename(*, old: str, new: str) -> None:
+    """Approvals and permits bind to the provider by name: they follow a rename."""
+    Approval.objects.filter(provider=old).update(provider=new)
+    Permit.objects.filter(provider=old).update(provider=new)
 
 
 def approval_request(*, binding: Binding, requested_by: str) -> tuple[Approval, bool]:

@@ -15,9 +15,16 @@ class Host(models.Model):
     name = models.CharField(max_length=100, unique=True)
     token_hash = models.CharField(max_length=71, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # A disabled host's token answers 401 from its next request on; hosts are kept,
+    # never deleted, because operations and the audit log refer to them.
+    disabled_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def active(self) -> bool:
+        return self.disabled_at is None
 
 
 class Provider(models.Model):

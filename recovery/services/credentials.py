@@ -1,21 +1,73 @@
-"""Host credentials: bearer tokens shown once and stored hashed."""
+"""Credentials: hosts' and approvers' bearer tokens — created, disabled, rotated, audited.
+
+A token is shown once and stored hashed. Disabling and rotating take effect on the
+credential's next request (nothing caches a token), and are kept, never deleted:
+operations, decisions and the audit log refer to them.
+"""
 
 from __future__ import annotations
 
-import secrets
+from django.db import models
+from django.utils import timezone
 
 from approvals import services as approvals
-from recovery.models import (
-    Host,
-)
+from approvals.models import Approver
+from recovery.audit import audit_append, audit_transaction
+from recovery.models import Host
+from recovery.services.errors import NotFound
+
+HOST_TOKEN_PREFIX = "sth_"
+KINDS: dict[str, tuple[type[models.Model], str]] = {
+    "host": (Host, HOST_TOKEN_PREFIX),
+    "approver": (Approver, approvals.APPROVER_TOKEN_PREFIX),
+}
 
 
 def host_create(*, name: str) -> tuple[Host, str]:
     """Create a host credential; the token is shown once and stored hashed."""
-    token = "sth_" + secrets.token_urlsafe(32)
-    host = Host.objects.create(name=name, token_hash=approvals.token_hash(token))
+    token, hashed = approvals.new_token(HOST_TOKEN_PREFIX)
+    host = Host.objects.create(name=name, token_hash=hashed)
     return host, token
 
 
 def host_authenticate(*, token: str) -> Host | None:
-    return Host.objects.filter(token_hash=approvals.token_hash(token)).first()
+    """The active host holding ``token``; a disabled one is refused at once."""
+    return Host.objects.filter(token_hash=approvals.token_hash(token), disabled_at=None).first()
+
+
+def _credential(kind: str, name: str) -> models.Model:
+    if kind not in KINDS:
+        raise NotFound("unknown_credential_kind", f"a credential is one of {sorted(KINDS)}")
+    model, _ = KINDS[kind]
+    credential = model.objects.select_for_update().filter(name=name).first()  # type: ignore[attr-defined]
+    if credential is None:
+        raise NotFound("unknown_credential", f"no {kind} named {name!r}")
+    return credential  # type: ignore[no-any-return]
+
+
+@audit_transaction()
+def credential_disable(*, kind: str, name: str, actor: str, disabled: bool = True) -> None:
+    """Disable (or enable again) a host or approver credential; audited."""
+    credential = _credential(kind, name)
+    credential.disabled_at = timezone.now() if disabled else None  # type: ignore[attr-defined]
+    credential.save(update_fields=["disabled_at"])
+    audit_append(
+        kind="credential_disabled" if disabled else "credential_enabled",
+        actor=actor,
+        data={"credential": kind, "id": credential.pk, "name": name},
+    )
+
+
+@audit_transaction()
+def credential_rotate(*, kind: str, name: str, actor: str) -> str:
+    """Give a credential a new token; the old one answers 401 from now on. Audited."""
+    credential = _credential(kind, name)
+    token, hashed = approvals.new_token(KINDS[kind][1])
+    credential.token_hash = hashed  # type: ignore[attr-defined]
+    credential.save(update_fields=["token_hash"])
+    audit_append(
+        kind="credential_rotated",
+        actor=actor,
+        data={"credential": kind, "id": credential.pk, "name": name},
+    )
+    return token

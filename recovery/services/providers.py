@@ -1,19 +1,122 @@
-"""Providers: an administrator configures a provider's adapter and secrets, audited."""
+"""Providers: an administrator configures a provider's adapter and secrets, audited.
+
+Every change — from the admin or from ``manage.py add_provider`` — goes through
+``provider_save``, keyed by the provider's id, so that a rename is a rename (the same
+provider, its approvals and permits following the new name) and never a second provider.
+The secret is write-only: set or replaced, never shown back, never in the audit log.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError
+
+from approvals import services as approvals
 from recovery.adapters import ProviderConfig
-from recovery.audit import (
-    audit_append,
-    audit_transaction,
-)
-from recovery.models import (
-    Provider,
-)
+from recovery.audit import audit_append, audit_transaction
+from recovery.models import Provider
 from recovery.services.errors import Invalid
+
+# Provider names appear in URLs (callbacks) and in approvals' bindings.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_AUDITED = ("name", "adapter", "path", "url", "timeout_seconds", "lease_seconds", "lookup_budget")
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """What an administrator sets; ``None`` keeps the current value (or the default)."""
+
+    name: str
+    adapter: str
+    path: str = ""
+    url: str = ""
+    secret: str | None = None  # None or "": keep the stored secret
+    timeout_seconds: float | None = None
+    lease_seconds: int | None = None
+    lookup_budget: int | None = None
+
+
+def provider_settings_check(settings: ProviderSettings, *, has_secret: bool = False) -> None:
+    """Raise ``Invalid`` with a stable code for settings no provider may have.
+
+    ``has_secret``: the provider already stores a secret (one need not be given again).
+    """
+    if not NAME_PATTERN.fullmatch(settings.name):
+        raise Invalid("invalid_name", "a provider name is letters, digits, '.', '_' or '-'")
+    if settings.adapter not in Provider.Adapter.values:
+        raise Invalid("invalid_adapter", f"adapter must be one of {Provider.Adapter.values}")
+    if settings.adapter in {Provider.Adapter.SQLITE, Provider.Adapter.JOURNAL}:
+        if not settings.path:
+            raise Invalid("missing_path", f"the {settings.adapter} adapter needs --path")
+        if not os.path.isabs(settings.path) or "\x00" in settings.path:
+            raise Invalid("invalid_path", "the path must be absolute")
+    if settings.adapter == Provider.Adapter.HTTP:
+        if not (settings.url and (settings.secret or has_secret)):
+            raise Invalid("missing_url", "the http adapter needs --url and --secret")
+        parts = urllib.parse.urlsplit(settings.url)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise Invalid("invalid_url", "the URL must be http:// or https:// with a host")
+    if settings.timeout_seconds is not None and not 0 < settings.timeout_seconds <= 60:
+        raise Invalid("invalid_timeout", "timeout must be more than 0 and at most 60 seconds")
+    if settings.lease_seconds is not None and settings.lease_seconds < 1:
+        raise Invalid("invalid_lease", "lease must be at least 1 second")
+    if settings.lookup_budget is not None and settings.lookup_budget < 1:
+        raise Invalid("invalid_lookup_budget", "the lookup budget must be at least 1")
 
 
 @audit_transaction()
+def provider_save(
+    *, provider_id: int | None, settings: ProviderSettings, actor: str
+) -> tuple[Provider, bool]:
+    """Create a provider (``provider_id`` None) or change the one with that id; audited."""
+    provider = (
+        Provider()
+        if provider_id is None
+        else Provider.objects.select_for_update().filter(pk=provider_id).first()
+    )
+    if provider is None:
+        raise Invalid("unknown_provider", f"no provider with id {provider_id}")
+    provider_settings_check(settings, has_secret=bool(provider.secret))
+    before = {field: getattr(provider, field) for field in _AUDITED}
+    provider.name, provider.adapter = settings.name, settings.adapter
+    provider.path, provider.url = settings.path, settings.url
+    for field in ("timeout_seconds", "lease_seconds", "lookup_budget"):
+        if getattr(settings, field) is not None:
+            setattr(provider, field, getattr(settings, field))
+    if settings.secret:
+        provider.secret = settings.secret
+    try:
+        provider.save()
+    except IntegrityError:
+        raise Invalid("name_taken", f"another provider is named {settings.name!r}") from None
+    created = provider_id is None
+    renamed = not created and before["name"] != provider.name
+    if renamed:
+        approvals.provider_rename(old=str(before["name"]), new=provider.name)
+    changes: dict[str, Any] = {
+        field: [before[field], getattr(provider, field)]
+        for field in _AUDITED
+        if created or before[field] != getattr(provider, field)
+    }
+    audit_append(
+        kind="provider_configured",
+        actor=actor,
+        data={
+            "provider_id": provider.pk,
+            "provider": provider.name,
+            "created": created,
+            "changes": changes,
+            "secret_changed": bool(settings.secret),
+        },
+    )
+    return provider, created
+
+
 def provider_configure(
     *,
     name: str,
@@ -23,45 +126,25 @@ def provider_configure(
     secret: str = "",
     timeout_seconds: float | None = None,
     lease_seconds: int | None = None,
+    lookup_budget: int | None = None,
     actor: str = "admin",
 ) -> tuple[Provider, bool]:
-    """Create or update a provider's adapter settings (an administrator's act, audited)."""
-    if adapter not in Provider.Adapter.values:
-        raise Invalid("invalid_adapter", f"adapter must be one of {Provider.Adapter.values}")
-    if adapter in {Provider.Adapter.SQLITE, Provider.Adapter.JOURNAL} and not path:
-        raise Invalid("missing_path", f"the {adapter} adapter needs --path")
-    if adapter == Provider.Adapter.HTTP and not (url and secret):
-        raise Invalid("missing_url", "the http adapter needs --url and --secret")
-    if timeout_seconds is not None and not 0 < timeout_seconds <= 60:
-        raise Invalid("invalid_timeout", "timeout must be more than 0 and at most 60 seconds")
-    if lease_seconds is not None and lease_seconds < 1:
-        raise Invalid("invalid_lease", "lease must be at least 1 second")
-    provider = Provider.objects.select_for_update().filter(name=name).first()
-    created = provider is None
-    if provider is None:
-        provider = Provider(name=name)
-    provider.adapter, provider.path, provider.url = adapter, path, url
-    if secret:
-        provider.secret = secret
-    if timeout_seconds is not None:
-        provider.timeout_seconds = timeout_seconds
-    if lease_seconds is not None:
-        provider.lease_seconds = lease_seconds
-    provider.save()
-    audit_append(
-        kind="provider_configured",
+    """Create or update the provider named ``name`` (``manage.py add_provider``)."""
+    existing = Provider.objects.filter(name=name).values_list("pk", flat=True).first()
+    return provider_save(
+        provider_id=existing,
+        settings=ProviderSettings(
+            name=name,
+            adapter=adapter,
+            path=path,
+            url=url,
+            secret=secret or None,
+            timeout_seconds=timeout_seconds,
+            lease_seconds=lease_seconds,
+            lookup_budget=lookup_budget,
+        ),
         actor=actor,
-        data={
-            "provider": name,
-            "adapter": adapter,
-            "path": path,
-            "url": url,
-            "timeout_seconds": provider.timeout_seconds,
-            "lease_seconds": provider.lease_seconds,
-            "secret_changed": bool(secret),
-        },
     )
-    return provider, created
 
 
 def provider_config(provider: Provider) -> ProviderConfig:

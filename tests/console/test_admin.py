@@ -48,7 +48,7 @@ def test_provider_saved_in_the_admin_is_configured_and_audited(admin_client, tmp
             "adapter": "journal",
             "path": str(tmp_path / "j.jsonl"),
             "url": "",
-            "secret": "",
+            "new_secret": "",
             "timeout_seconds": "3",
             "lease_seconds": "30",
             "lookup_budget": "4",
@@ -65,3 +65,118 @@ def test_evidence_and_audit_are_read_only_in_the_admin(admin_client):
     assert admin_client.get("/admin/recovery/auditevent/").status_code == 200
     assert admin_client.get("/admin/recovery/auditevent/add/").status_code == 403
     assert admin_client.get("/admin/recovery/evidence/add/").status_code == 403
+
+
+# -- providers: one audited service, renames, a write-only secret -----------------------
+
+SECRET = "the-provider-hmac-secret-0123456789"
+
+
+@pytest.fixture
+def http_provider(db) -> Provider:
+    from recovery.services.providers import provider_configure
+
+    provider, _ = provider_configure(
+        name="payments", adapter="http", url="https://payments.example/api", secret=SECRET
+    )
+    return provider
+
+
+def _form(provider: Provider, **changes: str) -> dict[str, str]:
+    data = {
+        "name": provider.name,
+        "adapter": provider.adapter,
+        "path": provider.path,
+        "url": provider.url,
+        "new_secret": "",
+        "timeout_seconds": str(provider.timeout_seconds),
+        "lease_seconds": str(provider.lease_seconds),
+        "lookup_budget": str(provider.lookup_budget),
+    }
+    return {**data, **changes}
+
+
+def _staff(client, username: str, *codenames: str):
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user(username, password="pw-for-tests-only", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client.login(username=username, password="pw-for-tests-only")
+    return client
+
+
+def test_staff_who_may_only_view_providers_never_see_the_secret(client, http_provider):
+    viewer = _staff(client, "viewer", "view_provider")
+    response = viewer.get(f"/admin/recovery/provider/{http_provider.pk}/change/")
+    assert response.status_code == 200
+    assert "payments.example" in response.content.decode()
+    assert SECRET not in response.content.decode()
+    assert (
+        viewer.post(
+            f"/admin/recovery/provider/{http_provider.pk}/change/", _form(http_provider)
+        ).status_code
+        == 403
+    )
+
+
+def test_the_change_form_never_shows_the_secret_back(client, http_provider):
+    editor = _staff(client, "editor", "view_provider", "change_provider")
+    page = editor.get(f"/admin/recovery/provider/{http_provider.pk}/change/").content.decode()
+    assert 'name="new_secret"' in page
+    assert SECRET not in page
+
+
+def test_a_blank_secret_keeps_it_and_a_new_one_replaces_it_unseen_in_the_audit(
+    admin_client, http_provider
+):
+    url = f"/admin/recovery/provider/{http_provider.pk}/change/"
+    assert admin_client.post(url, _form(http_provider, lookup_budget="9")).status_code == 302
+    http_provider.refresh_from_db()
+    assert (http_provider.secret, http_provider.lookup_budget) == (SECRET, 9)
+    assert (
+        admin_client.post(url, _form(http_provider, new_secret="rotated-0123")).status_code == 302
+    )
+    http_provider.refresh_from_db()
+    assert http_provider.secret == "rotated-0123"
+    events = list(AuditEvent.objects.filter(kind="provider_configured").order_by("id"))
+    assert events[-2].data["changes"] == {"lookup_budget": [5, 9]}
+    assert (events[-2].data["secret_changed"], events[-1].data["secret_changed"]) == (False, True)
+    assert all(SECRET not in str(e.data) and "rotated-0123" not in str(e.data) for e in events)
+
+
+def test_renaming_a_provider_in_the_admin_keeps_one_provider_and_its_permits(
+    admin_client, http_provider
+):
+    from approvals.models import Approval, Permit
+    from approvals.services import Binding, approval_decide, approval_request
+
+    binding = Binding("op-9", "payment.send", "payments", "sha256:" + "a" * 64)
+    approval, _ = approval_request(binding=binding, requested_by="host:a")
+    approval_decide(
+        approval_id=approval.pk, binding=binding, approve=True, decided_by="x", ttl_seconds=60
+    )
+    url = f"/admin/recovery/provider/{http_provider.pk}/change/"
+    assert admin_client.post(url, _form(http_provider, name="payments-eu")).status_code == 302
+    assert list(Provider.objects.values_list("pk", "name")) == [(http_provider.pk, "payments-eu")]
+    assert Approval.objects.get().provider == Permit.objects.get().provider == "payments-eu"
+    event = AuditEvent.objects.filter(kind="provider_configured").last()
+    assert event.data["changes"]["name"] == ["payments", "payments-eu"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"url": "ftp://payments.example/"}, "http:// or https://"),
+        ({"adapter": "journal", "path": "relative.jsonl"}, "must be absolute"),
+        ({"name": "no spaces please"}, "letters, digits"),
+    ],
+)
+def test_invalid_provider_settings_are_refused_by_the_form(
+    admin_client, http_provider, change, message
+):
+    url = f"/admin/recovery/provider/{http_provider.pk}/change/"
+    response = admin_client.post(url, _form(http_provider, **change))
+    assert response.status_code == 200
+    assert message in response.content.decode()
+    http_provider.refresh_from_db()
+    assert http_provider.name == "payments"

@@ -74,8 +74,12 @@ def test_add_provider_creates_then_updates_and_audits(tmp_path):
     [
         (["--adapter", "sqlite"], "needs --path"),
         (["--adapter", "http", "--url", "http://127.0.0.1:9"], "needs --url and --secret"),
-        (["--adapter", "journal", "--path", "j", "--timeout-seconds", "0"], "timeout"),
-        (["--adapter", "journal", "--path", "j", "--lease-seconds", "0"], "lease"),
+        (["--adapter", "journal", "--path", "/j", "--timeout-seconds", "0"], "timeout"),
+        (["--adapter", "journal", "--path", "/j", "--lease-seconds", "0"], "lease"),
+        (["--adapter", "journal", "--path", "/j", "--lookup-budget", "0"], "lookup budget"),
+        (["--adapter", "journal", "--path", "relative/j.jsonl"], "must be absolute"),
+        (["--adapter", "http", "--url", "ftp://h/x", "--secret", "s"], "http:// or https://"),
+        (["--adapter", "http", "--url", "file:///etc/x", "--secret", "s"], "http:// or https://"),
     ],
 )
 def test_add_provider_refuses_incomplete_settings(args, message):

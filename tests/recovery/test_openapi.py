@@ -65,7 +65,20 @@ EMITTED = {
     "internal_error",
 }
 # Raised only by provider_configure, which the admin and `add_provider` call, never the API.
-ADMIN_ONLY = {"invalid_adapter", "missing_path", "missing_url", "invalid_timeout", "invalid_lease"}
+ADMIN_ONLY = {
+    "invalid_adapter",
+    "missing_path",
+    "missing_url",
+    "invalid_timeout",
+    "invalid_lease",
+    "invalid_name",
+    "invalid_path",
+    "invalid_url",
+    "invalid_lookup_budget",
+    "name_taken",
+    "unknown_credential",
+    "unknown_credential_kind",
+}
 # CanonicalError codes that reach the API only as the `reason` of invalid_params.
 REASON_ONLY = {"integer_out_of_range"}
 

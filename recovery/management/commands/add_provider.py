@@ -15,7 +15,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         parser.add_argument("--adapter", required=True, choices=Provider.Adapter.values)
-        parser.add_argument("--path", default="", help="sqlite file or journal file")
+        parser.add_argument("--path", default="", help="sqlite file or journal file (absolute)")
         parser.add_argument("--url", default="", help="base URL of the http provider")
         parser.add_argument("--secret", default="", help="HMAC secret of the http provider")
         parser.add_argument("--timeout-seconds", type=float, default=None)
@@ -24,6 +24,12 @@ class Command(BaseCommand):
             type=int,
             default=None,
             help="how long a dispatch may go without heartbeat or result (default 60)",
+        )
+        parser.add_argument(
+            "--lookup-budget",
+            type=int,
+            default=None,
+            help="inconclusive lookups (absent/unavailable) before reconcile (default 5)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -36,6 +42,7 @@ class Command(BaseCommand):
                 secret=options["secret"],
                 timeout_seconds=options["timeout_seconds"],
                 lease_seconds=options["lease_seconds"],
+                lookup_budget=options["lookup_budget"],
             )
         except RecoveryError as exc:
             raise CommandError(exc.message) from exc
