@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from approvals.models import Approval, Permit, PermitEvent
-from approvals.services import approver_create
+from approvals.services import ApprovalError, approver_create
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -95,6 +95,22 @@ class ApproverAdmin(CredentialAdmin):
 
     create = approver_create
     kind = "approver"
+    fields = ["name", "all_providers", "providers", "hosts"]
+    list_display = ["name", "active", "all_providers", "providers", "hosts", "created_at"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        try:
+            created, token = approver_create(
+                name=obj.name,
+                providers=list(obj.providers or []),
+                hosts=list(obj.hosts or []),
+                all_providers=obj.all_providers,
+            )
+        except ApprovalError as exc:
+            messages.error(request, exc.message)
+            return
+        obj.pk, obj.token_hash = created.pk, created.token_hash
+        messages.warning(request, f"Token for {obj.name} (shown once): {token}")
 
 
 for model in (Approval, Permit, PermitEvent):

@@ -13,13 +13,23 @@ from django.db.models import Q
 
 
 class Approver(models.Model):
-    """A credential that may decide approvals over the API (the customer's phone, a desk)."""
+    """A credential that may decide approvals over the API (the customer's phone, a desk).
+
+    Its scope: the providers it may decide for (or ``all_providers``), and, when
+    ``hosts`` is not empty, only for those hosts' operations. Outside its scope an
+    approval or permit does not exist for it.
+    """
 
     name = models.CharField(max_length=100, unique=True)
     token_hash = models.CharField(max_length=71, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # Disabled rather than deleted: decisions and history name the approver.
     disabled_at = models.DateTimeField(null=True, blank=True)
+    all_providers = models.BooleanField(default=False)
+    providers = models.JSONField(default=list, blank=True, help_text="Provider names.")
+    hosts = models.JSONField(
+        default=list, blank=True, help_text="Host names; empty: any host's operations."
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -27,6 +37,10 @@ class Approver(models.Model):
     @property
     def active(self) -> bool:
         return self.disabled_at is None
+
+    def may_decide(self, *, provider: str, host: str) -> bool:
+        in_providers = self.all_providers or provider in self.providers
+        return in_providers and (not self.hosts or host in self.hosts)
 
 
 class Approval(models.Model):
@@ -41,6 +55,7 @@ class Approval(models.Model):
     operation_key = models.CharField(max_length=200, db_index=True)
     action = models.CharField(max_length=200)
     provider = models.CharField(max_length=100)
+    host = models.CharField(max_length=100, blank=True, help_text="The requesting host's name.")
     params_digest = models.CharField(max_length=71)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     requested_by = models.CharField(max_length=100)

@@ -55,10 +55,27 @@ def token_hash(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def approver_create(*, name: str) -> tuple[Approver, str]:
-    """Create an approver credential; the token is returned once and stored hashed."""
+def approver_create(
+    *,
+    name: str,
+    providers: list[str] | None = None,
+    hosts: list[str] | None = None,
+    all_providers: bool = False,
+) -> tuple[Approver, str]:
+    """Create an approver credential; the token is returned once and stored hashed.
+
+    Its scope is at least one provider, or ``all_providers``, said explicitly.
+    """
+    if not (providers or all_providers):
+        raise ApprovalError("empty_scope", "an approver needs a provider, or all providers")
     token, hashed = new_token(APPROVER_TOKEN_PREFIX)
-    approver = Approver.objects.create(name=name, token_hash=hashed)
+    approver = Approver.objects.create(
+        name=name,
+        token_hash=hashed,
+        all_providers=all_providers,
+        providers=sorted(set(providers or [])),
+        hosts=sorted(set(hosts or [])),
+    )
     return approver, token
 
 
@@ -87,9 +104,15 @@ def provider_rename(*, old: str, new: str) -> None:
     """Approvals and permits bind to the provider by name: they follow a rename."""
     Approval.objects.filter(provider=old).update(provider=new)
     Permit.objects.filter(provider=old).update(provider=new)
+    for approver in Approver.objects.all():  # few rows; JSON lookups differ by database
+        if old in approver.providers:
+            approver.providers = sorted({*approver.providers, new} - {old})
+            approver.save(update_fields=["providers"])
 
 
-def approval_request(*, binding: Binding, requested_by: str) -> tuple[Approval, bool]:
+def approval_request(
+    *, binding: Binding, requested_by: str, host: str = ""
+) -> tuple[Approval, bool]:
     """Open an approval for ``binding``, or return the pending one (``created`` False)."""
     pending = Approval.objects.filter(
         operation_key=binding.operation_key, status=Approval.Status.PENDING
@@ -101,6 +124,7 @@ def approval_request(*, binding: Binding, requested_by: str) -> tuple[Approval, 
         action=binding.action,
         provider=binding.provider,
         params_digest=binding.params_digest,
+        host=host,
         requested_by=requested_by,
     )
     return approval, True

@@ -386,7 +386,7 @@ def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> No
     sqlite_provider_init(provider_path)
     provider_configure(name="bench", adapter="sqlite", path=str(provider_path), lease_seconds=60)
     _, host_token = host_create(name="bench-host")
-    _, approver_token = approver_create(name="bench-approver")
+    _, approver_token = approver_create(name="bench-approver", all_providers=True)
     tokens = (host_token, approver_token)
     provider = {"kind": "sqlite", "name": "bench", "path": str(provider_path)}
     facts: dict[str, Any] = {

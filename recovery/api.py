@@ -21,6 +21,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
 from approvals import services as approvals
+from approvals.models import Approver
 from recovery import selectors
 from recovery.canonical import MAX_SAFE_INTEGER, CanonicalError, strict_loads
 from recovery.models import Host, Provider
@@ -66,6 +67,7 @@ class Caller:
     name: str
     host: Host | None = None
     user: Any = None
+    approver: Approver | None = None
 
     @property
     def actor(self) -> str:
@@ -94,7 +96,7 @@ def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
         if host is not None:
             caller = Caller("host", host.name, host=host)
         elif approver is not None:
-            caller = Caller("approver", approver.name)
+            caller = Caller("approver", approver.name, approver=approver)
         else:
             raise ApiError(401, "unauthorized", "unknown or revoked token")
     elif "user" in allowed and request.user.is_authenticated:
@@ -324,6 +326,8 @@ def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) ->
         {
             "decision": Field(str, choices=("approve", "deny")),
             "ttl_seconds": Field(int, required=False, minimum=1, maximum=approvals.MAX_TTL_SECONDS),
+            # The digest of the parameters the approver reviewed (GET the approval).
+            "params_digest": Field(str, pattern=DIGEST_PATTERN, max_length=71),
         },
     )
     if caller.kind == "user":
@@ -333,6 +337,8 @@ def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) ->
         approve=values["decision"] == "approve",
         ttl_seconds=values.get("ttl_seconds", 300),
         decided_by=caller.actor,
+        reviewed_digest=values["params_digest"],
+        approver=caller.approver,
     )
     return JsonResponse(
         {
@@ -342,6 +348,18 @@ def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) ->
             "expires_at": permit.expires_at.isoformat() if permit else None,
         }
     )
+
+
+@api_view(methods=("GET",), auth=("approver", "user"))
+def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
+    """Exactly what the approver would approve: the action, its parameters, its digest."""
+    pk = _uuid(approval_id, "unknown_approval")
+    if caller.kind == "user":
+        _require_user_perm(caller, pk)
+    record = selectors.approval_record(approval_id=pk, approver=caller.approver)
+    if record is None:
+        raise ApiError(404, "unknown_approval", "no such approval")
+    return JsonResponse(record)
 
 
 def _require_user_perm(caller: Caller, approval_id: uuid.UUID) -> None:
@@ -359,9 +377,13 @@ def _require_user_perm(caller: Caller, approval_id: uuid.UUID) -> None:
 def permit_revoke(request: HttpRequest, caller: Caller, permit_id: str) -> JsonResponse:
     pk = _uuid(permit_id, "unknown_permit")
     values = _parse(request, {"reason": Field(str, max_length=500)})
-    # A host may revoke only its own operations' permits; an approver any (for now).
+    # A host may revoke only its own operations' permits; an approver those in its scope.
     permit, revoked = permits.permit_revoke(
-        permit_id=pk, reason=values["reason"], actor=caller.actor, host=caller.host
+        permit_id=pk,
+        reason=values["reason"],
+        actor=caller.actor,
+        host=caller.host,
+        approver=caller.approver,
     )
     return JsonResponse({"permit_id": str(permit.id), "status": permit.status, "revoked": revoked})
 

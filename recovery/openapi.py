@@ -29,6 +29,7 @@ ERROR_CODES = [
     "invalid_state",
     "stale_state",
     "already_decided",
+    "digest_mismatch",
     "invalid_ttl",
     "not_authorized",
     "action_mismatch",
@@ -147,16 +148,50 @@ def openapi_document() -> dict[str, Any]:
                 },
             ),
         },
+        "/api/v1/approvals/{approval_id}": {
+            "parameters": [{"name": "approval_id", "in": "path", "required": True, "schema": STR}],
+            "get": _op(
+                "Exactly what would be approved (an approver in whose scope it is, or a "
+                "console user with decide permission)",
+                None,
+                {
+                    "200": (
+                        "The approval and the exact action",
+                        _obj(
+                            {
+                                "approval_id": STR,
+                                "status": STR,
+                                "operation_key": KEY,
+                                "action": STR,
+                                "provider": STR,
+                                "host": STR,
+                                "params": {"type": ["object", "null"]},
+                                "params_digest": DIGEST,
+                                "requested_at": STR,
+                                "decided_by": STR,
+                                "decided_at": {"type": ["string", "null"]},
+                                "permit_id": {"type": ["string", "null"]},
+                                "expires_at": {"type": ["string", "null"]},
+                            },
+                            ["approval_id", "status", "action", "provider", "params_digest"],
+                        ),
+                    ),
+                    **ERRORS,
+                },
+            ),
+        },
         "/api/v1/approvals/{approval_id}/decision": {
             "parameters": [{"name": "approval_id", "in": "path", "required": True, "schema": STR}],
             "post": _op(
-                "Approve or deny (approver token, or console user with decide permission)",
+                "Approve or deny exactly what was reviewed (approver token within its scope, "
+                "or console user with decide permission)",
                 _obj(
                     {
                         "decision": {"enum": ["approve", "deny"]},
                         "ttl_seconds": {"type": "integer", "minimum": 1, "maximum": 604800},
+                        "params_digest": DIGEST,
                     },
-                    ["decision"],
+                    ["decision", "params_digest"],
                 ),
                 {
                     "200": (
@@ -172,7 +207,7 @@ def openapi_document() -> dict[str, Any]:
                         ),
                     ),
                     "403": ("A host token may not decide", None),
-                    "409": ("already_decided", None),
+                    "409": ("already_decided, or digest_mismatch (recorded)", None),
                     **ERRORS,
                 },
             ),

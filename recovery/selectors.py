@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from approvals.models import Permit
+from approvals.models import Approval, Approver, Permit
 from approvals.selectors import permit_history
 from recovery.models import Dispatch, Evidence, Host, Operation
 
@@ -17,6 +17,34 @@ def operations_for_host(*, host: Host) -> QuerySet[Operation]:
 
 def operation_for_host(*, host: Host, key: str) -> Operation | None:
     return operations_for_host(host=host).filter(key=key).first()
+
+
+def approval_record(*, approval_id: Any, approver: Approver | None) -> dict[str, Any] | None:
+    """What an approver sees before deciding; None outside its scope (or if none such)."""
+    approval = Approval.objects.filter(pk=approval_id).first()
+    if approval is None:
+        return None
+    if approver is not None and not approver.may_decide(
+        provider=approval.provider, host=approval.host
+    ):
+        return None
+    operation = Operation.objects.filter(key=approval.operation_key).first()
+    permit = Permit.objects.filter(approval=approval).first()
+    return {
+        "approval_id": str(approval.id),
+        "status": approval.status,
+        "operation_key": approval.operation_key,
+        "action": approval.action,
+        "provider": approval.provider,
+        "host": approval.host,
+        "params": operation.params if operation is not None else None,
+        "params_digest": approval.params_digest,
+        "requested_at": _iso(approval.created_at),
+        "decided_by": approval.decided_by,
+        "decided_at": _iso(approval.decided_at),
+        "permit_id": str(permit.id) if permit else None,
+        "expires_at": _iso(permit.expires_at) if permit else None,
+    }
 
 
 def _iso(value: Any) -> str | None:

@@ -140,7 +140,7 @@ def other_host_api(db: None) -> Api:
 
 @pytest.fixture
 def approver_api(db: None) -> Api:
-    _, token = approver_create(name="alice-phone")
+    _, token = approver_create(name="alice-phone", all_providers=True)
     return Api(token)
 
 
@@ -172,9 +172,15 @@ class Flow:
 
     def approve(self, key: str = "op-1", ttl_seconds: int = 300) -> dict[str, Any]:
         approval = self.host_api.post(f"/api/v1/operations/{key}/approvals").json()
+        path = f"/api/v1/approvals/{approval['approval_id']}"
+        reviewed = self.approver_api.get(path).json()  # the approver sees the exact action
         response = self.approver_api.post(
-            f"/api/v1/approvals/{approval['approval_id']}/decision",
-            {"decision": "approve", "ttl_seconds": ttl_seconds},
+            f"{path}/decision",
+            {
+                "decision": "approve",
+                "ttl_seconds": ttl_seconds,
+                "params_digest": reviewed["params_digest"],
+            },
         )
         assert response.status_code == 200, response.content
         return response.json()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from django.db.models import QuerySet
 
 from approvals import services as approvals
+from approvals.models import Approver
 from recovery.audit import (
     audit_chain_locked,
 )
@@ -51,6 +52,15 @@ def operations_locked() -> QuerySet[Operation]:
     evidence) check their foreign key freely.
     """
     return Operation.objects.select_for_update(of=("self",), no_key=True).select_related("provider")
+
+
+def within_scope(operations: QuerySet[Operation], approver: Approver) -> QuerySet[Operation]:
+    """The operations ``approver`` may decide for: its providers, and its hosts if any."""
+    if not approver.all_providers:
+        operations = operations.filter(provider__name__in=approver.providers)
+    if approver.hosts:
+        operations = operations.filter(host__name__in=approver.hosts)
+    return operations
 
 
 def operation_lock(operation: Operation | OperationRef) -> Operation:

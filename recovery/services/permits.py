@@ -7,7 +7,7 @@ import uuid
 from django.db.models import Subquery
 
 from approvals import services as approvals
-from approvals.models import Approval, Permit
+from approvals.models import Approval, Approver, Permit
 from recovery.audit import (
     audit_append,
     audit_chain_locked,
@@ -19,7 +19,13 @@ from recovery.models import (
     State,
 )
 from recovery.services.errors import NotFound, RecoveryError
-from recovery.services.locking import OperationRef, binding, operation_lock, operations_locked
+from recovery.services.locking import (
+    OperationRef,
+    binding,
+    operation_lock,
+    operations_locked,
+    within_scope,
+)
 from recovery.transitions import Event, operation_transition
 
 
@@ -34,7 +40,7 @@ def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[A
             state=operation.state,
         )
     approval, created = approvals.approval_request(
-        binding=binding(operation), requested_by=f"host:{host.name}"
+        binding=binding(operation), requested_by=f"host:{host.name}", host=host.name
     )
     if created:
         audit_append(
@@ -46,24 +52,61 @@ def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[A
     return approval, created
 
 
-@audit_transaction()
 def approval_decision(
-    *, approval_id: uuid.UUID, approve: bool, ttl_seconds: int, decided_by: str
+    *,
+    approval_id: uuid.UUID,
+    approve: bool,
+    ttl_seconds: int,
+    decided_by: str,
+    reviewed_digest: str,
+    approver: Approver | None = None,
 ) -> tuple[Approval, Permit | None]:
-    """Record an approver's decision and move the operation with it."""
-    approval_key = Approval.objects.filter(pk=approval_id).values("operation_key")[:1]
-    operation = operations_locked().filter(key=Subquery(approval_key)).first()
-    if operation is None:
-        if Approval.objects.filter(pk=approval_id).exists():
-            raise NotFound("unknown_operation", "the approval's operation does not exist")
-        raise NotFound("unknown_approval", "no such approval")
-    operation = audit_chain_locked(operation)
+    """Record a decision on exactly the action the approver reviewed; move the operation.
+
+    ``reviewed_digest``: the params digest the approver saw. Another digest decides
+    nothing; the refusal is recorded and raised once recorded. ``approver``: an
+    approval outside its scope does not exist for it.
+    """
+    refusal: RecoveryError | None = None
+    with audit_transaction():
+        approval_key = Approval.objects.filter(pk=approval_id).values("operation_key")[:1]
+        operations = operations_locked().filter(key=Subquery(approval_key))
+        if approver is not None:
+            operations = within_scope(operations, approver)
+        operation = operations.first()
+        if operation is None:
+            raise NotFound("unknown_approval", "no such approval")
+        operation = audit_chain_locked(operation)
+        if reviewed_digest != operation.params_digest:
+            audit_append(
+                kind="decision_refused",
+                operation=operation,
+                actor=decided_by,
+                data={
+                    "approval_id": str(approval_id),
+                    "reason": "digest_mismatch",
+                    "reviewed_digest": reviewed_digest,
+                },
+            )
+            refusal = RecoveryError(
+                "digest_mismatch",
+                "the approval is for other parameters than the ones reviewed",
+                params_digest=operation.params_digest,
+            )
+        else:
+            return _decide(operation, approval_id, approve, ttl_seconds, decided_by)
+    raise refusal
+
+
+def _decide(
+    operation: Operation, approval_id: uuid.UUID, approve: bool, ttl_seconds: int, actor: str
+) -> tuple[Approval, Permit | None]:
     try:
         approval, permit = approvals.approval_decide(
             approval_id=approval_id,
             binding=binding(operation),
             approve=approve,
-            decided_by=decided_by,
+            decided_by=actor,
             ttl_seconds=ttl_seconds,
         )
     except approvals.ApprovalError as exc:
@@ -73,7 +116,7 @@ def approval_decision(
         audit_append(
             kind="permit_issued",
             operation=operation,
-            actor=decided_by,
+            actor=actor,
             data={
                 "permit_id": str(permit.id),
                 "params_digest": permit.params_digest,
@@ -83,7 +126,7 @@ def approval_decision(
     operation_transition(
         operation=operation,
         event=Event.APPROVE if approve else Event.DENY,
-        actor=decided_by,
+        actor=actor,
         data={"approval_id": str(approval.id)},
     )
     return approval, permit
@@ -91,16 +134,24 @@ def approval_decision(
 
 @audit_transaction()
 def permit_revoke(
-    *, permit_id: uuid.UUID, reason: str, actor: str, host: Host | None = None
+    *,
+    permit_id: uuid.UUID,
+    reason: str,
+    actor: str,
+    host: Host | None = None,
+    approver: Approver | None = None,
 ) -> tuple[Permit, bool]:
     """Revoke a permit; an approved operation that can no longer dispatch is closed.
 
-    ``host``: the permit must be for one of this host's operations (else not found).
+    ``host``, ``approver``: the permit must be for one of this host's operations, or
+    within this approver's scope (else it does not exist for them).
     """
     permit_key = Permit.objects.filter(pk=permit_id).values("operation_key")[:1]
     operations = operations_locked().filter(key=Subquery(permit_key))
     if host is not None:
         operations = operations.filter(host=host)
+    if approver is not None:
+        operations = within_scope(operations, approver)
     operation = operations.first()
     if operation is None:
         raise NotFound("unknown_permit", "no such permit")

@@ -35,9 +35,14 @@ def test_adding_a_host_in_the_admin_shows_its_token_once(admin_client):
 
 
 def test_adding_an_approver_in_the_admin_shows_its_token_once(admin_client):
-    response = admin_client.post("/admin/approvals/approver/add/", {"name": "desk"})
+    response = admin_client.post(
+        "/admin/approvals/approver/add/",
+        {"name": "desk", "providers": '["orders"]', "hosts": "[]"},
+    )
     token = _token_from_messages(response)
-    assert Approver.objects.get(name="desk").token_hash == token_hash(token)
+    desk = Approver.objects.get(name="desk")
+    assert desk.token_hash == token_hash(token)
+    assert (desk.providers, desk.all_providers) == (["orders"], False)
 
 
 def test_provider_saved_in_the_admin_is_configured_and_audited(admin_client, tmp_path):

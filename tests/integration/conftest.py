@@ -133,9 +133,16 @@ class Settle:
     def approve(self, key: str, ttl_seconds: int = 300) -> dict[str, Any]:
         status, approval = self.host.post(f"/api/v1/operations/{key}/approvals")
         assert status == 201, approval
+        path = f"/api/v1/approvals/{approval['approval_id']}"
+        status, reviewed = self.approver.get(path)  # the approver sees the exact action
+        assert status == 200, reviewed
         status, decided = self.approver.post(
-            f"/api/v1/approvals/{approval['approval_id']}/decision",
-            {"decision": "approve", "ttl_seconds": ttl_seconds},
+            f"{path}/decision",
+            {
+                "decision": "approve",
+                "ttl_seconds": ttl_seconds,
+                "params_digest": reviewed["params_digest"],
+            },
         )
         assert status == 200 and decided["status"] == "approved", decided
         return decided
@@ -159,7 +166,7 @@ class Settle:
 @pytest.fixture
 def settle(live_server: Any) -> Settle:
     _, host_token = host_create(name="fleet-a")
-    _, approver_token = approver_create(name="alice-phone")
+    _, approver_token = approver_create(name="alice-phone", all_providers=True)
     base = live_server.url
     return Settle(base, Http(base, host_token), Http(base, approver_token), host_token)
 

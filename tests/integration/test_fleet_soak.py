@@ -254,7 +254,7 @@ def test_fleet_of_processes_keeps_every_safety_rule_under_load(
     http = make_provider("http", lease_seconds=1, secret=CALLBACK_SECRET)
     handles = {handle.name: handle for handle in (sqlite, journal, http)}
     _, host_token = host_create(name="soak-host")
-    _, approver_token = approver_create(name="soak-approver")
+    _, approver_token = approver_create(name="soak-approver", all_providers=True)
     deadlocks_before = pg_deadlocks(connection)
 
     results = fleet_run(

@@ -194,7 +194,7 @@ def test_settle_runs_as_a_role_that_can_only_append_to_the_audit_log(
 
     # Credentials and providers are the administrator's (owner's) doing.
     _, host_token = host_create(name="fleet-a")
-    _, approver_token = approver_create(name="alice-phone")
+    _, approver_token = approver_create(name="alice-phone", all_providers=True)
     orders = tmp_path / "orders.sqlite3"
     sqlite_provider_init(orders)
     for name, lease in (("orders", 60), ("orders-short", 1)):
@@ -212,7 +212,7 @@ def test_settle_runs_as_a_role_that_can_only_append_to_the_audit_log(
             body = {"key": key, "action": "payment.send", "provider": provider, "params": PARAMS}
             _ok(host.post("/api/v1/operations", body), server, f"{key} register")
             approval = _ok(host.post(f"/api/v1/operations/{key}/approvals"), server, "open")
-            decision = {"decision": "approve", "ttl_seconds": 300}
+            decision = {"decision": "approve", "params_digest": digest_of(PARAMS)}
             path = f"/api/v1/approvals/{approval['approval_id']}/decision"
             _ok(approver.post(path, decision), server, f"{key} approve")
             dispatch = {"worker": "w1", "params_digest": digest_of(PARAMS)}

@@ -144,7 +144,7 @@ class Steps:
         opened = self.call(
             f"{key} open approval", self.host, f"/api/v1/operations/{key}/approvals", {}
         )
-        decision = {"decision": "approve", "ttl_seconds": 300}
+        decision = {"decision": "approve", "ttl_seconds": 300, "params_digest": digest_of(PARAMS)}
         path = f"/api/v1/approvals/{opened['approval_id']}/decision"
         self.call(f"{key} approve", self.approver, path, decision)
 
@@ -166,7 +166,7 @@ def test_an_open_transaction_on_one_operation_holds_up_no_other(
     if connection.vendor != "postgresql":
         pytest.skip("row-lock isolation between operations is checked on PostgreSQL only")
     _, host_token = host_create(name="fleet-a")
-    _, approver_token = approver_create(name="alice-phone")
+    _, approver_token = approver_create(name="alice-phone", all_providers=True)
     orders = tmp_path / "orders.sqlite3"
     sqlite_provider_init(orders)
     provider_configure(

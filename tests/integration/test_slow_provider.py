@@ -47,7 +47,8 @@ def _approved(host: Http, approver: Http, key: str, provider: str) -> dict[str, 
     _ok(host.post("/api/v1/operations", body), f"{key} register")
     approval = _ok(host.post(f"/api/v1/operations/{key}/approvals"), f"{key} open")
     path = f"/api/v1/approvals/{approval['approval_id']}/decision"
-    _ok(approver.post(path, {"decision": "approve", "ttl_seconds": 300}), f"{key} approve")
+    decision = {"decision": "approve", "params_digest": digest_of(PARAMS)}
+    _ok(approver.post(path, decision), f"{key} approve")
     dispatch = {"worker": "w1", "params_digest": digest_of(PARAMS)}
     return _ok(host.post(f"/api/v1/operations/{key}/dispatch", dispatch), f"{key} dispatch")
 
@@ -56,7 +57,7 @@ def test_resumes_against_a_hanging_provider_hold_at_most_two_web_workers(tmp_pat
     if connection.vendor != "postgresql":
         pytest.skip("gunicorn's workers share the PostgreSQL test database")
     _, host_token = host_create(name="fleet-a")
-    _, approver_token = approver_create(name="alice-phone")
+    _, approver_token = approver_create(name="alice-phone", all_providers=True)
     process, url = http_provider_start(tmp_path, "secret")
     orders = tmp_path / "orders.sqlite3"
     sqlite_provider_init(orders)

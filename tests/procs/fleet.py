@@ -275,7 +275,12 @@ class Client:
         return self.api.call(
             "approve",
             f"/api/v1/approvals/{approval_id}/decision",
-            {"decision": "approve", "ttl_seconds": 300},
+            # The approver's app shows the action and names the digest it showed.
+            {
+                "decision": "approve",
+                "ttl_seconds": 300,
+                "params_digest": providers.digest_of(PARAMS),
+            },
             expect=expect,
             key=key,
             auth="approver",

@@ -241,8 +241,12 @@ ENDPOINTS = {
             "POST",
             "/api/v1/approvals/{approval_id}/decision",
             "approver",
-            lambda w: {"decision": "approve", "ttl_seconds": 300},
-            ("decision",),
+            lambda w: {
+                "decision": "approve",
+                "ttl_seconds": 300,
+                "params_digest": digest_of(PARAMS),
+            },
+            ("decision", "params_digest"),
         ),
         Endpoint(
             "revoke",
@@ -713,7 +717,7 @@ def test_a_console_session_without_its_csrf_token_is_refused(world, console_user
     before = snapshot()
     response = client.post(
         f"/api/v1/approvals/{world.approval_id}/decision",
-        data=json.dumps({"decision": "approve"}),
+        data=json.dumps({"decision": "approve", "params_digest": digest_of(PARAMS)}),
         content_type="application/json",
     )
     assert_error(response, 403, "csrf_failed")
@@ -726,7 +730,7 @@ def test_a_console_user_without_the_decide_permission_is_forbidden(world, consol
     before = snapshot()
     response = client.post(
         f"/api/v1/approvals/{world.approval_id}/decision",
-        data=json.dumps({"decision": "approve"}),
+        data=json.dumps({"decision": "approve", "params_digest": digest_of(PARAMS)}),
         content_type="application/json",
     )
     assert_error(response, 403, "forbidden")
@@ -1121,7 +1125,7 @@ def test_deciding_an_already_decided_approval_is_409_already_decided(world, deci
     before = snapshot()
     response = world.send(
         ENDPOINTS["decision"],
-        body={"decision": decision},
+        body={"decision": decision, "params_digest": digest_of(PARAMS)},
         approval_id=world.decided_approval_id,
     )
     assert_error(response, 409, "already_decided", status="approved")
@@ -1130,10 +1134,12 @@ def test_deciding_an_already_decided_approval_is_409_already_decided(world, deci
 
 def test_a_denied_approval_cannot_be_approved_afterwards(world):
     endpoint = ENDPOINTS["decision"]
-    denied = world.send(endpoint, body={"decision": "deny"})
+    denied = world.send(endpoint, body={"decision": "deny", "params_digest": digest_of(PARAMS)})
     assert denied.status_code == 200, denied.content
     before = snapshot()
-    response = world.send(endpoint, body={"decision": "approve"})
+    response = world.send(
+        endpoint, body={"decision": "approve", "params_digest": digest_of(PARAMS)}
+    )
     assert_error(response, 409, "already_decided", status="denied")
     assert_unchanged(before)
 
@@ -1203,7 +1209,8 @@ def test_opening_an_approval_on_an_operation_not_awaiting_one_is_409(world, flow
         flow.register("op-3")
         approval = world.host.post("/api/v1/operations/op-3/approvals").json()
         denied = world.approver.post(
-            f"/api/v1/approvals/{approval['approval_id']}/decision", {"decision": "deny"}
+            f"/api/v1/approvals/{approval['approval_id']}/decision",
+            {"decision": "deny", "params_digest": digest_of(PARAMS)},
         )
         assert denied.status_code == 200
     before = snapshot()

@@ -34,11 +34,11 @@ def test_create_host_refuses_a_taken_name():
 
 
 def test_create_approver_prints_a_working_token(client):
-    token = _run("create_approver", "alice")
+    token = _run("create_approver", "alice", "--all-providers")
     assert Approver.objects.get(name="alice").token_hash == token_hash(token)
     response = client.post(
         "/api/v1/approvals/00000000-0000-0000-0000-000000000000/decision",
-        data={"decision": "approve"},
+        data={"decision": "approve", "params_digest": "sha256:" + "0" * 64},
         content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {token}",
     )

@@ -178,7 +178,7 @@ def test_console_user_with_the_decide_permission_on_the_provider_approves(flow, 
     browser.get("/")  # sets the CSRF cookie, as a console page does
     response = browser.post(
         f"/api/v1/approvals/{approval['approval_id']}/decision",
-        data={"decision": "approve", "ttl_seconds": 60},
+        data={"decision": "approve", "ttl_seconds": 60, "params_digest": digest_of(PARAMS)},
         content_type="application/json",
         HTTP_X_CSRFTOKEN=browser.cookies["csrftoken"].value,
     )

@@ -51,6 +51,7 @@ EMITTED = {
     "invalid_state",
     "stale_state",
     "already_decided",
+    "digest_mismatch",
     "invalid_ttl",
     "not_authorized",
     "action_mismatch",
@@ -78,6 +79,7 @@ ADMIN_ONLY = {
     "name_taken",
     "unknown_credential",
     "unknown_credential_kind",
+    "empty_scope",
 }
 # CanonicalError codes that reach the API only as the `reason` of invalid_params.
 REASON_ONLY = {"integer_out_of_range"}

@@ -129,6 +129,9 @@ ANSWERS = {
 }
 
 
+DAMAGE_MODES = [mode for mode in SQLITE_TAMPER_MODES if mode != "huge_created_at"]
+
+
 def params_for(key: str) -> dict[str, Any]:
     return {"amount": 1000 + KEYS.index(key), "currency": "EUR", "to": f"acct-{key}"}
 
@@ -446,7 +449,9 @@ class SafetyMachine(RuleBasedStateMachine):
                 return answer_for(m.state), m.state, False
             state = m.state
         if state in (State.UNKNOWN, State.RECONCILE):
-            if not due:
+            # Resume judges the state under the lock: a view that went stale while the
+            # operation settled looks nothing up.
+            if m.state not in (State.UNKNOWN, State.RECONCILE) or not due:
                 return answer_for(m.state), m.state, False
             self._model_lookup(m)
             return answer_for(m.state), m.state, True
@@ -528,7 +533,11 @@ class SafetyMachine(RuleBasedStateMachine):
             return
         approve = decision == "approve"
         approval, permit = approval_decision(
-            approval_id=approval.id, approve=approve, ttl_seconds=TTL_SECONDS, decided_by="alice"
+            approval_id=approval.id,
+            approve=approve,
+            ttl_seconds=TTL_SECONDS,
+            decided_by="alice",
+            reviewed_digest=m.digest,
         )
         m.pending_approval = None
         m.decided_approvals.append(approval.id)
@@ -549,7 +558,11 @@ class SafetyMachine(RuleBasedStateMachine):
         approval_id = data.draw(st.sampled_from(m.decided_approvals), label="approval")
         with Refused("already_decided"):
             approval_decision(
-                approval_id=approval_id, approve=approve, ttl_seconds=TTL_SECONDS, decided_by="bob"
+                approval_id=approval_id,
+                approve=approve,
+                ttl_seconds=TTL_SECONDS,
+                decided_by="bob",
+                reviewed_digest=m.digest,
             )
 
     @precondition(lambda self: any(m.permit_id for m in self.ops.values()))
@@ -781,7 +794,9 @@ class SafetyMachine(RuleBasedStateMachine):
         m.record = Record.performed(params, status, reference)
 
     @precondition(lambda self: not self.provider_down and any(m.record for m in self.ops.values()))
-    @rule(data=st.data(), mode=st.sampled_from(SQLITE_TAMPER_MODES))
+    # The model's record knows the damage that changes a verdict; an out-of-range
+    # created_at is tested on its own (test_adapters, test_evidence_rules).
+    @rule(data=st.data(), mode=st.sampled_from(DAMAGE_MODES))
     @step
     def provider_record_damaged(self, data: st.DataObject, mode: str) -> None:
         m = self.ops[self._draw_key(data, [k for k in KEYS if self.ops[k].record])]

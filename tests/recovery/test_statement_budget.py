@@ -55,7 +55,7 @@ def test_the_lifecycle_calls_stay_within_the_budget(host_api, approver_api, prov
         post(
             approver_api,
             f"/api/v1/approvals/{approval.json()['approval_id']}/decision",
-            {"decision": "approve", "ttl_seconds": 300},
+            {"decision": "approve", "ttl_seconds": 300, "params_digest": digest_of(PARAMS)},
         ),
     )
     dispatched = _within_budget(
