@@ -35,11 +35,18 @@ from recovery.services import (
     permits,
     registration,
     resume,
-    signals,
 )
-from recovery.transitions import TransitionRefused
 
 logger = logging.getLogger("settle.api")
+
+# The HTTP status of each code a service raises; any other refusal is 409 Conflict.
+STATUS_BY_CODE = {
+    "unknown_operation": 404,
+    "unknown_approval": 404,
+    "unknown_permit": 404,
+    "unknown_provider": 404,
+    "invalid_ttl": 422,
+}
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$")
@@ -133,13 +140,8 @@ def api_view(
             except ApiError as exc:
                 return error_response(exc.status, exc.code, exc.message, **exc.extra)
             except errors.RecoveryError as exc:
-                return error_response(exc.status, exc.code, exc.message, **exc.extra)
-            except TransitionRefused as exc:
-                # The operation moved on while this request was in flight.
-                signals.transition_refused_record(exc, caller.actor if caller else "api")
-                return error_response(
-                    409, "stale_state", f"the operation moved on ({exc.state})", state=exc.state
-                )
+                status = STATUS_BY_CODE.get(exc.code, 409)
+                return error_response(status, exc.code, exc.message, **exc.extra)
             except DatabaseError:
                 logger.exception("database error in %s %s", request.method, request.path)
                 return error_response(
@@ -395,7 +397,7 @@ def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonRe
         request,
         {
             "worker": Field(str, pattern=NAME_PATTERN, max_length=200),
-            "params_digest": Field(str, max_length=71),
+            "params_digest": Field(str, pattern=DIGEST_PATTERN, max_length=71),
         },
     )
     outcome = dispatch.operation_dispatch(

@@ -57,6 +57,7 @@ def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 STR: dict[str, Any] = {"type": "string"}
 DIGEST: dict[str, Any] = {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}
 KEY: dict[str, Any] = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"}
+NAME: dict[str, Any] = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$"}
 
 
 def _op(
@@ -105,12 +106,12 @@ def openapi_document() -> dict[str, Any]:
                 _obj(
                     {
                         "key": KEY,
-                        "action": STR,
+                        "action": NAME,
                         "provider": STR,
                         "params": {
                             "type": "object",
                             "description": "At most 64 KiB canonical (RFC 8785), depth ≤ 10, "
-                            "finite numbers, integers within ±2^53.",
+                            "finite numbers, integers within ±(2^53-1).",
                         },
                     },
                     ["key", "action", "provider", "params"],
@@ -233,7 +234,7 @@ def openapi_document() -> dict[str, Any]:
             "parameters": key_param,
             "post": _op(
                 "Consume the permit and create the one dispatch",
-                _obj({"worker": STR, "params_digest": DIGEST}, ["worker", "params_digest"]),
+                _obj({"worker": NAME, "params_digest": DIGEST}, ["worker", "params_digest"]),
                 {
                     "200": (
                         "This caller holds the dispatch",
@@ -292,7 +293,7 @@ def openapi_document() -> dict[str, Any]:
             "parameters": key_param,
             "post": _op(
                 "What a fresh worker should do; never a second dispatch",
-                _obj({"worker": STR}, ["worker"]),
+                _obj({"worker": NAME}, ["worker"]),
                 {
                     "200": (
                         "Decision",

@@ -19,7 +19,7 @@ from recovery.models import (
 from recovery.services.errors import NotFound
 from recovery.services.evidence import evidence_apply
 from recovery.services.locking import operation_lock
-from recovery.services.signals import stale_signal
+from recovery.services.signals import refusals_recorded, stale_signal
 
 
 def callback_signature_valid(*, provider: Provider, body: bytes, signature: str) -> bool:
@@ -33,6 +33,7 @@ class CallbackOutcome:
     reason: str = ""
 
 
+@refusals_recorded(actor=lambda kwargs: f"provider:{kwargs['provider'].name}")
 @audit_transaction()
 def provider_callback(
     *,

@@ -23,7 +23,7 @@ from recovery.models import (
 )
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import OperationRef, binding, operation_lock
-from recovery.services.signals import stale_signal
+from recovery.services.signals import refusals_recorded, stale_signal
 from recovery.transitions import Event, operation_transition
 
 T = TypeVar("T")
@@ -36,6 +36,7 @@ class DispatchOutcome:
     state: str = ""
 
 
+@refusals_recorded()
 @audit_transaction()
 def operation_dispatch(
     *, operation: Operation | OperationRef, worker: str, presented_digest: str, actor: str
@@ -118,6 +119,7 @@ def _holding_dispatch(
     raise refusal
 
 
+@refusals_recorded()
 def operation_heartbeat(
     *, operation: Operation | OperationRef, fencing_token: str, actor: str
 ) -> Dispatch:
@@ -153,6 +155,7 @@ class ReportOutcome:
     receipt_status: str
 
 
+@refusals_recorded()
 def operation_report(
     *,
     operation: Operation | OperationRef,

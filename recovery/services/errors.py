@@ -6,9 +6,11 @@ from typing import Any
 
 
 class RecoveryError(Exception):
-    """A refused request; ``code`` is the stable error code the API returns."""
+    """A refused request; ``code`` is the stable error code the API returns.
 
-    status = 409
+    A Celery task or a console view raises and handles the same error; only the HTTP
+    layer turns a code into a status (``recovery.api.STATUS_BY_CODE``).
+    """
 
     def __init__(self, code: str, message: str, **extra: Any) -> None:
         super().__init__(message)
@@ -18,8 +20,8 @@ class RecoveryError(Exception):
 
 
 class NotFound(RecoveryError):
-    status = 404
+    """What was named does not exist, or not for this caller."""
 
 
 class Invalid(RecoveryError):
-    status = 422
+    """Settings or values no call may carry."""

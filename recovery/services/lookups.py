@@ -29,7 +29,7 @@ from recovery.services.dispatch import lease_lapsed
 from recovery.services.evidence import LOOKUP_BACKOFF_SECONDS, evidence_apply
 from recovery.services.locking import operation_lock
 from recovery.services.providers import provider_config
-from recovery.services.signals import transition_refused_record
+from recovery.services.signals import refusals_recorded, transition_refused_record
 from recovery.transitions import TransitionRefused
 
 LOOKUP_LEASE_MARGIN = timedelta(seconds=5)
@@ -169,6 +169,7 @@ def lookup_run(*, attempt: LookupAttempt, actor: str) -> Operation:
     return lookup_finish(attempt=attempt, result=result, actor=actor)
 
 
+@refusals_recorded()
 def operation_lookup(*, operation: Operation, trigger: str, actor: str) -> Operation:
     """Look up now, whatever the schedule, unless a lookup of it is already running."""
     slot = lookup_start(operation=operation, trigger=trigger, actor=actor, due_only=False)

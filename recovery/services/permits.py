@@ -26,6 +26,7 @@ from recovery.services.locking import (
     operations_locked,
     within_scope,
 )
+from recovery.services.signals import refusals_recorded
 from recovery.transitions import Event, operation_transition
 
 
@@ -52,6 +53,7 @@ def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[A
     return approval, created
 
 
+@refusals_recorded(actor="decided_by")
 def approval_decision(
     *,
     approval_id: uuid.UUID,
@@ -132,6 +134,7 @@ def _decide(
     return approval, permit
 
 
+@refusals_recorded()
 @audit_transaction()
 def permit_revoke(
     *,

@@ -15,6 +15,7 @@ from recovery.models import (
 from recovery.services.dispatch import operation_dispatch
 from recovery.services.locking import OperationRef, operation_read
 from recovery.services.lookups import lookup_run, lookup_start
+from recovery.services.signals import refusals_recorded
 
 # -- resume ---------------------------------------------------------------------------
 
@@ -55,6 +56,7 @@ def _answer(operation: Operation, retry_after: int = 0) -> ResumeOutcome:
     return ResumeOutcome(decision, operation.state, operation.recovered, retry_after=retry_after)
 
 
+@refusals_recorded()
 def operation_resume(
     *, operation: Operation | OperationRef, worker: str, actor: str
 ) -> ResumeOutcome:

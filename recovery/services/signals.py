@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar, cast
 
 from recovery.audit import (
     audit_append,
@@ -12,8 +14,37 @@ from recovery.audit import (
 from recovery.models import (
     Operation,
 )
+from recovery.services.errors import RecoveryError
 from recovery.services.locking import operations_locked
 from recovery.transitions import TransitionRefused
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def refusals_recorded(actor: str | Callable[[dict[str, Any]], str] = "actor") -> Callable[[F], F]:
+    """A service whose transition was refused records it and raises ``stale_state``.
+
+    The operation moved on while the call was in flight: its transaction rolled back,
+    so the refusal is recorded in one of its own, and the caller — the API, a task, a
+    console view — gets a ``RecoveryError`` like any other refusal. ``actor``: the name
+    of the keyword argument that says who called, or how to tell from the arguments.
+    """
+
+    def decorate(function: F) -> F:
+        @wraps(function)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return function(*args, **kwargs)
+            except TransitionRefused as exc:
+                who = actor(kwargs) if callable(actor) else str(kwargs.get(actor, ""))
+                transition_refused_record(exc, who)
+                raise RecoveryError(
+                    "stale_state", f"the operation moved on ({exc.state})", state=exc.state
+                ) from exc
+
+        return cast(F, inner)
+
+    return decorate
 
 
 def stale_signal(*, operation: Operation, signal: str, actor: str, data: dict[str, Any]) -> None:

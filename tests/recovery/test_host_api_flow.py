@@ -186,3 +186,11 @@ def test_console_user_with_the_decide_permission_on_the_provider_approves(flow, 
     assert response.json()["status"] == "approved"
     assert Operation.objects.get().state == "approved"
     assert AuditEvent.objects.filter(kind="transition", actor="user:sup").exists()
+
+
+def test_a_digest_that_is_not_one_is_a_422_not_a_recorded_refusal(flow):
+    flow.approved()
+    response = flow.dispatch(digest="sha256:xyz")
+    assert (response.status_code, response.json()["error"]) == (422, "invalid_field")
+    assert not PermitEvent.objects.exists()
+    assert not AuditEvent.objects.filter(kind="consume_refused").exists()

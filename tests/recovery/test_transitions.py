@@ -80,3 +80,27 @@ def test_only_evidence_or_an_operator_releases_an_uncertain_operation():
         (State.RECONCILE, Event.EVIDENCE_MATCH),
         (State.RECONCILE, Event.CONFIRM),
     }
+
+
+def test_a_service_whose_transition_is_refused_records_it_and_raises_stale_state(flow):
+    """Any caller — the API, a task, a console view — gets the same coded refusal."""
+    from approvals.models import Approval
+    from recovery.services.errors import RecoveryError
+    from recovery.services.permits import approval_decision
+    from tests.conftest import digest_of
+
+    flow.register("op-s")
+    approval_id = flow.host_api.post("/api/v1/operations/op-s/approvals").json()["approval_id"]
+    Operation.objects.filter(key="op-s").update(state=State.EXPIRED)
+    with pytest.raises(RecoveryError) as refused:
+        approval_decision(
+            approval_id=approval_id,
+            approve=True,
+            ttl_seconds=60,
+            decided_by="approver:alice",
+            reviewed_digest=digest_of(PARAMS),
+        )
+    assert (refused.value.code, refused.value.extra) == ("stale_state", {"state": "expired"})
+    signal = AuditEvent.objects.get(kind="stale_signal")
+    assert (signal.actor, signal.data["signal"]) == ("approver:alice", "transition_refused")
+    assert Approval.objects.get(pk=approval_id).status == "pending"
