@@ -17,11 +17,12 @@ the provider outside any transaction and apply the answer under the lock afterwa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Subquery
 
 from approvals import services as approvals
-from approvals.models import Approver
+from approvals.models import Approval, Approver, Permit
 from recovery.audit import (
     audit_chain_locked,
 )
@@ -61,6 +62,31 @@ def within_scope(operations: QuerySet[Operation], approver: Approver) -> QuerySe
     if approver.hosts:
         operations = operations.filter(host__name__in=approver.hosts)
     return operations
+
+
+def operation_lock_bound(
+    record: type[Approval] | type[Permit],
+    pk: Any,
+    *,
+    missing: str,
+    host: Host | None = None,
+    approver: Approver | None = None,
+) -> Operation:
+    """Lock the operation an approval or permit binds to, in one statement.
+
+    Only among this host's operations, or within this approver's scope; otherwise the
+    record does not exist for the caller (``NotFound(missing)``).
+    """
+    bound_key = record.objects.filter(pk=pk).values("operation_key")[:1]
+    operations = operations_locked().filter(key=Subquery(bound_key))
+    if host is not None:
+        operations = operations.filter(host=host)
+    if approver is not None:
+        operations = within_scope(operations, approver)
+    operation = operations.first()
+    if operation is None:
+        raise NotFound(missing, f"no such {record.__name__.lower()}")
+    return audit_chain_locked(operation)
 
 
 def operation_lock(operation: Operation | OperationRef) -> Operation:

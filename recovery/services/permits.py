@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import Subquery
-
 from approvals import services as approvals
 from approvals.models import Approval, Approver, Permit
 from recovery.audit import (
     audit_append,
-    audit_chain_locked,
     audit_transaction,
 )
 from recovery.models import (
@@ -18,13 +15,12 @@ from recovery.models import (
     Operation,
     State,
 )
-from recovery.services.errors import NotFound, RecoveryError
+from recovery.services.errors import RecoveryError
 from recovery.services.locking import (
     OperationRef,
     binding,
     operation_lock,
-    operations_locked,
-    within_scope,
+    operation_lock_bound,
 )
 from recovery.services.signals import refusals_recorded
 from recovery.transitions import Event, operation_transition
@@ -71,14 +67,9 @@ def approval_decision(
     """
     refusal: RecoveryError | None = None
     with audit_transaction():
-        approval_key = Approval.objects.filter(pk=approval_id).values("operation_key")[:1]
-        operations = operations_locked().filter(key=Subquery(approval_key))
-        if approver is not None:
-            operations = within_scope(operations, approver)
-        operation = operations.first()
-        if operation is None:
-            raise NotFound("unknown_approval", "no such approval")
-        operation = audit_chain_locked(operation)
+        operation = operation_lock_bound(
+            Approval, approval_id, missing="unknown_approval", approver=approver
+        )
         if reviewed_digest != operation.params_digest:
             audit_append(
                 kind="decision_refused",
@@ -149,16 +140,9 @@ def permit_revoke(
     ``host``, ``approver``: the permit must be for one of this host's operations, or
     within this approver's scope (else it does not exist for them).
     """
-    permit_key = Permit.objects.filter(pk=permit_id).values("operation_key")[:1]
-    operations = operations_locked().filter(key=Subquery(permit_key))
-    if host is not None:
-        operations = operations.filter(host=host)
-    if approver is not None:
-        operations = within_scope(operations, approver)
-    operation = operations.first()
-    if operation is None:
-        raise NotFound("unknown_permit", "no such permit")
-    operation = audit_chain_locked(operation)
+    operation = operation_lock_bound(
+        Permit, permit_id, missing="unknown_permit", host=host, approver=approver
+    )
     permit = Permit.objects.select_for_update().get(pk=permit_id)
     revoked = approvals.permit_revoke(permit=permit, reason=reason, actor=actor)
     audit_append(
