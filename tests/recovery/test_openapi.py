@@ -86,7 +86,7 @@ REASON_ONLY = {"integer_out_of_range"}
 
 RAISERS = re.compile(
     r"(?:ApiError\(\s*\d+,|error_response\(\s*\d+,|RecoveryError\(|NotFound\(|Invalid\("
-    r"|ApprovalError\(|CanonicalError\()\s*\"([a-z_]+)\""
+    r"|ApprovalError\(|CanonicalError\(|missing=)\s*\"([a-z_]+)\""
 )
 JSON_ERRORS = re.compile(r"\{\"error\": \"([a-z_]+)\"")
 SOURCES = [
