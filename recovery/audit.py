@@ -16,9 +16,9 @@ checkpoint
     grow, so a checkpointed head that is later missing or different is proof of a cut,
     a deletion, a truncation or a rewrite — even one whose hashes were all recomputed.
 window
-    Events newer than the newest checkpoint are protected by their chains alone: a
-    rewrite of those by someone with SQL access is found only by the next checkpoint's
-    comparison with its predecessors, i.e. not at all if it cuts whole new events.
+    Events newer than the newest checkpoint are protected by their chains and by their
+    operation's own head only: someone with SQL access who rewrites or cuts such events
+    and rewinds the head to match goes unnoticed. Checkpoints bound that window.
 
 Events are buffered for the duration of an ``audit_transaction`` and written in one
 INSERT at its end, inside the same database transaction as the change they describe.
@@ -56,8 +56,22 @@ _CHECKPOINT_LOCK = 0x5E771E02
 CHECKPOINT_RESCAN = timedelta(minutes=2)
 
 
+_TIMESTAMP = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
 def _timestamp(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return at.astimezone(UTC).strftime(_TIMESTAMP)
+
+
+def advisory_xact_lock(*keys: int) -> None:
+    """Take a PostgreSQL advisory lock until this transaction ends.
+
+    On SQLite writers are serialised already (``BEGIN IMMEDIATE``): nothing to take.
+    """
+    if connection.vendor == "postgresql":
+        placeholders = ", ".join(["%s"] * len(keys))
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT pg_advisory_xact_lock({placeholders})", list(keys))
 
 
 def event_hash(
@@ -127,9 +141,6 @@ class _Buffer:
 
     def head(self, chain: str) -> tuple[int, str] | None:
         return self._find("heads", chain)
-
-    def saved_head(self, chain: str) -> tuple[int, str] | None:
-        return self._find("saved", chain)
 
     def _find(self, name: str, chain: str) -> tuple[int, str] | None:
         buffer: _Buffer | None = self
@@ -220,9 +231,7 @@ def _chain_head(buffer: _Buffer, chain: str, operation: Operation | None) -> tup
             head = (operation.audit_seq, operation.audit_hash)
         buffer.saved[chain] = head
         return head
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_SYSTEM_CHAIN_LOCK])
+    advisory_xact_lock(_SYSTEM_CHAIN_LOCK)
     last = (
         AuditEvent.objects.filter(operation_key=chain)
         .order_by("-seq")
@@ -340,9 +349,7 @@ def audit_checkpoint() -> AuditCheckpoint | None:
     Also appended to ``SETTLE_AUDIT_CHECKPOINT_FILE``, outside the database.
     """
     with transaction.atomic():
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHECKPOINT_LOCK])
+        advisory_xact_lock(_CHECKPOINT_LOCK)
         previous = AuditCheckpoint.objects.order_by("-number").first()
         if previous is not None:
             if not AuditEvent.objects.filter(id__gt=previous.watermark).exists():
@@ -432,7 +439,7 @@ def _checkpoints_verified() -> tuple[list[AuditCheckpoint], str | None]:
     for line_number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
         try:
             record = json.loads(line)
-            made_at = datetime.strptime(record["made_at"], "%Y-%m-%dT%H:%M:%S.%fZ")
+            made_at = datetime.strptime(record["made_at"], _TIMESTAMP)
             checkpoint = AuditCheckpoint(
                 number=int(record["number"]),
                 made_at=made_at.replace(tzinfo=UTC),

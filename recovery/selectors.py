@@ -15,10 +15,6 @@ def operations_for_host(*, host: Host) -> QuerySet[Operation]:
     return Operation.objects.filter(host=host).select_related("provider", "host")
 
 
-def operation_for_host(*, host: Host, key: str) -> Operation | None:
-    return operations_for_host(host=host).filter(key=key).first()
-
-
 def approval_record(*, approval_id: Any, approver: Approver | None) -> dict[str, Any] | None:
     """What an approver sees before deciding; None outside its scope (or if none such)."""
     approval = Approval.objects.filter(pk=approval_id).first()

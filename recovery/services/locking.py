@@ -23,6 +23,7 @@ from django.db.models import QuerySet, Subquery
 
 from approvals import services as approvals
 from approvals.models import Approval, Approver, Permit
+from recovery import selectors
 from recovery.audit import (
     audit_chain_locked,
 )
@@ -45,14 +46,18 @@ class OperationRef:
     host: Host
 
 
-def operations_locked() -> QuerySet[Operation]:
-    """Operations as they are read for writing: locked, with their provider.
+def locking(operations: QuerySet[Operation]) -> QuerySet[Operation]:
+    """``operations`` as they are read for writing: locked, with their provider.
 
     ``of=("self",)`` locks the operation row only, never its provider or host;
     ``no_key`` lets concurrent inserts that reference the operation (dispatch,
     evidence) check their foreign key freely.
     """
-    return Operation.objects.select_for_update(of=("self",), no_key=True).select_related("provider")
+    return operations.select_for_update(of=("self",), no_key=True).select_related("provider")
+
+
+def operations_locked() -> QuerySet[Operation]:
+    return locking(Operation.objects.all())
 
 
 def within_scope(operations: QuerySet[Operation], approver: Approver) -> QuerySet[Operation]:
@@ -89,28 +94,28 @@ def operation_lock_bound(
     return audit_chain_locked(operation)
 
 
+def _meant(operation: Operation | OperationRef) -> QuerySet[Operation]:
+    """The one operation meant: by its key among its host's operations, or by its pk."""
+    if isinstance(operation, OperationRef):
+        return selectors.operations_for_host(host=operation.host).filter(key=operation.key)
+    return Operation.objects.filter(pk=operation.pk)
+
+
+def _found(operations: QuerySet[Operation], operation: Operation | OperationRef) -> Operation:
+    found = operations.first()
+    if found is None:
+        raise NotFound("unknown_operation", f"no operation {operation.key!r} for this host")
+    return found
+
+
 def operation_lock(operation: Operation | OperationRef) -> Operation:
     """Lock ``operation`` (first in the lock order) and read it afresh; its chain with it."""
-    if isinstance(operation, OperationRef):
-        found = operations_locked().filter(key=operation.key, host=operation.host).first()
-        if found is None:
-            raise NotFound("unknown_operation", f"no operation {operation.key!r} for this host")
-        return audit_chain_locked(found)
-    return audit_chain_locked(operations_locked().get(pk=operation.pk))
+    return audit_chain_locked(_found(locking(_meant(operation)), operation))
 
 
 def operation_read(operation: Operation | OperationRef) -> Operation:
     """The operation as it is now, without a lock."""
-    if isinstance(operation, OperationRef):
-        found = (
-            Operation.objects.select_related("provider")
-            .filter(key=operation.key, host=operation.host)
-            .first()
-        )
-        if found is None:
-            raise NotFound("unknown_operation", f"no operation {operation.key!r} for this host")
-        return found
-    return Operation.objects.select_related("provider").get(pk=operation.pk)
+    return _found(_meant(operation).select_related("provider"), operation)
 
 
 def binding(operation: Operation) -> approvals.Binding:

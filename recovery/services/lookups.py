@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection
 from django.utils import timezone
 
 from approvals import services as approvals
 from recovery.adapters import LookupResult, evidence_lookup
 from recovery.audit import (
+    advisory_xact_lock,
     audit_append,
     audit_transaction,
 )
@@ -113,9 +113,7 @@ def lookup_start(
 
 def _provider_lookups_running(provider: Provider, now: Any) -> int:
     """Running in-request lookups of ``provider``; serialised per provider on PostgreSQL."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_PROVIDER_LOOKUPS, provider.pk])
+    advisory_xact_lock(_PROVIDER_LOOKUPS, provider.pk)
     return LookupAttempt.objects.filter(
         operation__provider=provider,
         trigger=LookupAttempt.Trigger.RESUME,
