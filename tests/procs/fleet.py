@@ -400,38 +400,21 @@ class Client:
 
     def perform(self, key: str, provider: Provider, status: str = "committed") -> int:
         """Perform the effect at the provider (as its outside tool does); the record's seq."""
-        reference = f"ref-{key}"
-        digest = providers.digest_of(PARAMS)
-        if provider.kind == "sqlite":
-            try:
-                providers.sqlite_provider_commit(
-                    provider.path,
-                    operation_key=key,
-                    params=PARAMS,
-                    reference=reference,
-                    status=status,
-                    replace=False,
-                )
-            except sqlite3.IntegrityError:
-                self.violations.append(f"{key}: a second effect at {provider.name}")
-            return 0
-        if provider.kind == "journal":
-            line = providers.journal_append(
-                provider.path,
+        try:
+            stored = providers.provider_perform(
+                provider.kind,
+                path=provider.path,
+                url=provider.url,
                 operation_key=key,
-                params_digest=digest,
-                reference=reference,
+                params=PARAMS,
+                reference=f"ref-{key}",
                 status=status,
+                replace=False,  # a second effect must fail, and be counted, not overwrite
             )
-            return int(line["seq"])
-        record = providers.http_provider_perform(
-            provider.url,
-            operation_key=key,
-            params_digest=digest,
-            reference=reference,
-            status=status,
-        )
-        return int(record["seq"])
+        except sqlite3.IntegrityError:
+            self.violations.append(f"{key}: a second effect at {provider.name}")
+            return 0
+        return int(stored.get("seq", 0))
 
     def intend(self, key: str, intent: str) -> None:
         self.keys[key]["intent"] = intent

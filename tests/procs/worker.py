@@ -112,27 +112,17 @@ def perform_effect(args: argparse.Namespace, digest: str) -> dict[str, Any]:
     from tests.support import providers
 
     reference = args.reference or f"ref-{args.key}"
-    if args.effect == "sqlite":
-        stored = providers.sqlite_provider_commit(
-            args.provider_path,
-            operation_key=args.key,
-            params=json.loads(args.params),
-            reference=reference,
-        )
-        return {"reference": reference, "params_digest": stored}
-    if args.effect == "journal":
-        line = providers.journal_append(
-            args.provider_path,
-            operation_key=args.key,
-            params_digest=digest,
-            reference=reference,
-            corrupt_checksum=args.corrupt_checksum,
-        )
-        return {"reference": reference, "seq": line["seq"]}
-    record = providers.http_provider_perform(
-        args.provider_url, operation_key=args.key, params_digest=digest, reference=reference
+    stored = providers.provider_perform(
+        args.effect,
+        path=args.provider_path or "",
+        url=args.provider_url or "",
+        operation_key=args.key,
+        params=json.loads(args.params),
+        reference=reference,
+        params_digest=digest,
+        corrupt_checksum=args.corrupt_checksum,
     )
-    return {"reference": reference, "seq": record.get("seq")}
+    return {"reference": reference, **stored}
 
 
 def hold(stage: str, seconds: float) -> None:

@@ -419,3 +419,51 @@ def http_provider_history(base_url: str, operation_key: str) -> list[dict[str, A
         history = json.loads(response.read())
     assert isinstance(history, list)
     return history
+
+
+def provider_perform(
+    kind: str,
+    *,
+    path: StrPath = "",
+    url: str = "",
+    operation_key: str,
+    params: dict[str, Any],
+    reference: str,
+    params_digest: str | None = None,
+    status: str = "committed",
+    replace: bool = True,
+    corrupt_checksum: bool = False,
+) -> dict[str, Any]:
+    """Perform the effect at a provider of ``kind``, as that provider's own tool does.
+
+    Returns what the provider stored: ``params_digest``, and ``seq`` where the provider
+    numbers its records (journal, http). ``params_digest``: what the journal or HTTP
+    record claims, when a test wants it to differ from ``params``' own digest (SQLite
+    derives its receipt from ``params``). ``replace`` and ``corrupt_checksum`` are the
+    SQLite and journal writers' own options.
+    """
+    digest = params_digest or digest_of(params)
+    if kind == "sqlite":
+        stored = sqlite_provider_commit(
+            path,
+            operation_key=operation_key,
+            params=params,
+            reference=reference,
+            status=status,
+            replace=replace,
+        )
+        return {"params_digest": stored}
+    if kind == "journal":
+        line = journal_append(
+            path,
+            operation_key=operation_key,
+            params_digest=digest,
+            reference=reference,
+            status=status,
+            corrupt_checksum=corrupt_checksum,
+        )
+        return {"params_digest": digest, "seq": line["seq"]}
+    record = http_provider_perform(
+        url, operation_key=operation_key, params_digest=digest, reference=reference, status=status
+    )
+    return {"params_digest": digest, "seq": record.get("seq")}
