@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from approvals.actors import Actor
 from approvals.models import Approval, Permit, PermitEvent
 from approvals.services import ApprovalError, approver_create
 
@@ -62,8 +63,8 @@ class CredentialAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         obj.pk, obj.token_hash = created.pk, getattr(created, "token_hash", "")
         messages.warning(request, f"Token for {obj.name} (shown once): {token}")
 
-    def _actor(self, request: HttpRequest) -> str:
-        return f"user:{request.user.get_username()}"
+    def _actor(self, request: HttpRequest) -> Actor:
+        return Actor.of("user", request.user)
 
     @admin.action(description="Disable the selected credentials (401 from their next request)")
     def disable(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:

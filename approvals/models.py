@@ -11,6 +11,8 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from approvals.actors import ActorField
+
 
 class Approver(models.Model):
     """A credential that may decide approvals over the API (the customer's phone, a desk).
@@ -58,8 +60,8 @@ class Approval(models.Model):
     host = models.CharField(max_length=100, blank=True, help_text="The requesting host's name.")
     params_digest = models.CharField(max_length=71)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
-    requested_by = models.CharField(max_length=100)
-    decided_by = models.CharField(max_length=150, blank=True)
+    requested_by = ActorField(blank=False)
+    decided_by = ActorField()
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
 
@@ -100,9 +102,9 @@ class Permit(models.Model):
     issued_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     consumed_at = models.DateTimeField(null=True, blank=True)
-    consumed_by = models.CharField(max_length=150, blank=True)
+    consumed_by = ActorField()
     revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.CharField(max_length=150, blank=True)
+    revoked_by = ActorField()
     revoke_reason = models.CharField(max_length=500, blank=True)
 
     class Meta:
@@ -139,7 +141,7 @@ class PermitEvent(models.Model):
     permit = models.ForeignKey(Permit, on_delete=models.PROTECT, related_name="events")
     kind = models.CharField(max_length=16, choices=Kind.choices)
     reason = models.CharField(max_length=32, blank=True)
-    actor = models.CharField(max_length=150, blank=True)
+    actor = ActorField()
     detail = models.JSONField(default=dict, blank=True)
     at = models.DateTimeField()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
 
 
@@ -16,7 +17,9 @@ def permit_history(permit: Permit) -> list[dict[str, Any]]:
     """
     lines: list[tuple[datetime, int, dict[str, Any]]] = []
 
-    def line(kind: str, at: datetime, actor: str, detail: dict[str, Any], order: int) -> None:
+    def line(
+        kind: str, at: datetime, actor: Actor | None, detail: dict[str, Any], order: int
+    ) -> None:
         lines.append(
             (at, order, {"kind": kind, "reason": "", "actor": actor, "at": at, "detail": detail})
         )

@@ -18,6 +18,7 @@ from django.db import connection, models, transaction
 from django.db.models import DateTimeField, Func, Value
 from django.utils import timezone
 
+from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit, PermitEvent
 
 M = TypeVar("M", bound=models.Model)
@@ -111,7 +112,7 @@ def provider_rename(*, old: str, new: str) -> None:
 
 
 def approval_request(
-    *, binding: Binding, requested_by: str, host: str = ""
+    *, binding: Binding, requested_by: Actor, host: str = ""
 ) -> tuple[Approval, bool]:
     """Open an approval for ``binding``, or return the pending one (``created`` False)."""
     pending = Approval.objects.filter(
@@ -171,7 +172,7 @@ def _from_row(model: type[M], fields: Sequence[Any], row: tuple[Any, ...]) -> M:
 
 
 def approval_decide(
-    *, approval_id: Any, binding: Binding, approve: bool, decided_by: str, ttl_seconds: int
+    *, approval_id: Any, binding: Binding, approve: bool, decided_by: Actor, ttl_seconds: int
 ) -> tuple[Approval, Permit | None]:
     """Decide a pending approval of exactly ``binding``; approving issues the permit.
 
@@ -189,7 +190,7 @@ def approval_decide(
         "AND params_digest = %s",
         [
             status,
-            decided_by,
+            decided_by.stored,
             NOW,
             Approval._meta.pk.get_db_prep_value(approval_id, connection),
             Approval.Status.PENDING,
@@ -231,7 +232,7 @@ class ConsumeResult:
         return not self.refusal
 
 
-def _refuse(permit: Permit, reason: str, actor: str, detail: dict[str, Any]) -> ConsumeResult:
+def _refuse(permit: Permit, reason: str, actor: Actor, detail: dict[str, Any]) -> ConsumeResult:
     PermitEvent.objects.create(
         permit=permit,
         kind=PermitEvent.Kind.REFUSED,
@@ -243,7 +244,7 @@ def _refuse(permit: Permit, reason: str, actor: str, detail: dict[str, Any]) -> 
     return ConsumeResult(permit=permit, refusal=reason)
 
 
-def permit_consume(*, binding: Binding, presented_digest: str, actor: str) -> ConsumeResult:
+def permit_consume(*, binding: Binding, presented_digest: str, actor: Actor) -> ConsumeResult:
     """Consume the operation's permit for exactly ``binding``, or say why not.
 
     One compare-and-set: the permit must be active, bound to exactly this action and
@@ -263,7 +264,7 @@ def permit_consume(*, binding: Binding, presented_digest: str, actor: str) -> Co
             [
                 Permit.Status.CONSUMED,
                 NOW,
-                actor,
+                actor.stored,
                 binding.operation_key,
                 Permit.Status.ACTIVE,
                 binding.action,
@@ -278,7 +279,7 @@ def permit_consume(*, binding: Binding, presented_digest: str, actor: str) -> Co
     return permit_refusal(binding=binding, presented_digest=presented_digest, actor=actor)
 
 
-def permit_refusal(*, binding: Binding, presented_digest: str, actor: str) -> ConsumeResult:
+def permit_refusal(*, binding: Binding, presented_digest: str, actor: Actor) -> ConsumeResult:
     """Why the operation's permit cannot be consumed for ``binding``; recorded.
 
     For a caller that already knows consumption cannot succeed (the operation moved
@@ -315,7 +316,7 @@ def _permit_mark_expired(permit: Permit) -> None:
         PermitEvent.objects.create(permit=permit, kind=PermitEvent.Kind.EXPIRED, at=db_now())
 
 
-def permit_revoke(*, permit: Permit, reason: str, actor: str) -> bool:
+def permit_revoke(*, permit: Permit, reason: str, actor: Actor) -> bool:
     """Revoke an active permit. False when there was nothing left to guard.
 
     Revocation guards the future, not the past: a consumed (or already expired/revoked)

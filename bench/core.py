@@ -34,6 +34,7 @@ from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from approvals.actors import Actor  # noqa: E402
 from recovery.models import Dispatch, Host, Operation  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402
 from recovery.services.dispatch import operation_dispatch, operation_report  # noqa: E402
@@ -42,6 +43,8 @@ from recovery.services.providers import provider_configure  # noqa: E402
 from recovery.services.registration import operation_register  # noqa: E402
 from recovery.services.resume import operation_resume  # noqa: E402
 from tests.support.providers import sqlite_provider_commit, sqlite_provider_init  # noqa: E402
+
+BENCH = Actor.system("bench")
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7", "memo": "benchmark"}
 T = TypeVar("T")
@@ -84,7 +87,7 @@ def _approved(meter: Meter, host: Host, key: str) -> Operation:
     meter(
         "approve (issue permit)",
         lambda: approval_decision(
-            approval_id=approval.id, approve=True, ttl_seconds=300, decided_by="bench"
+            approval_id=approval.id, approve=True, ttl_seconds=300, decided_by=BENCH
         ),
     )
     operation.refresh_from_db()
@@ -98,7 +101,7 @@ def _dispatch(meter: Meter, operation: Operation) -> Dispatch:
             operation=operation,
             worker="w",
             presented_digest=operation.params_digest,
-            actor="bench",
+            actor=BENCH,
         ),
     )
     assert outcome.dispatch is not None
@@ -124,7 +127,7 @@ def run(count: int, scratch: Path) -> None:
                 fencing_token=token,
                 outcome="committed",
                 provider_reference="ref",
-                actor="bench",
+                actor=BENCH,
             ),
         )
     happy = count / (time.perf_counter() - started)
@@ -141,7 +144,7 @@ def run(count: int, scratch: Path) -> None:
         operation.refresh_from_db()
         answer = meter(
             "resume after crash (lookup)",
-            lambda op=operation: operation_resume(operation=op, worker="fresh", actor="bench"),
+            lambda op=operation: operation_resume(operation=op, worker="fresh", actor=BENCH),
         )
         assert answer.decision == "released", answer
     recovered = count / (time.perf_counter() - started)

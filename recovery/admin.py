@@ -12,6 +12,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
+from approvals.actors import Actor
 from approvals.admin import ApproverAdmin, CredentialAdmin, ReadOnlyAdmin
 from approvals.models import Approver
 from recovery.models import (
@@ -109,7 +110,7 @@ class ProviderAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         provider, _ = provider_save(
             provider_id=obj.pk if change else None,
             settings=form.settings(),
-            actor=f"user:{request.user.get_username()}",
+            actor=Actor.of("user", request.user),
         )
         obj.pk = provider.pk
         obj.refresh_from_db()

@@ -21,6 +21,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
 from approvals import services as approvals
+from approvals.actors import Actor
 from approvals.models import Approver
 from recovery import selectors
 from recovery.canonical import MAX_SAFE_INTEGER, CanonicalError, strict_loads
@@ -70,15 +71,16 @@ def error_response(status: int, code: str, message: str, /, **extra: Any) -> Jso
 
 @dataclass(frozen=True)
 class Caller:
-    kind: str  # "host", "approver" or "user"
-    name: str
+    """Who is calling, and the credential row behind it (exactly one is set)."""
+
+    actor: Actor
     host: Host | None = None
     user: Any = None
     approver: Approver | None = None
 
     @property
-    def actor(self) -> str:
-        return f"{self.kind}:{self.name}"
+    def kind(self) -> str:
+        return self.actor.kind
 
 
 def _bearer(request: HttpRequest) -> str | None:
@@ -101,9 +103,9 @@ def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
         else:
             host = credentials.host_authenticate(token=token)
         if host is not None:
-            caller = Caller("host", host.name, host=host)
+            caller = Caller(Actor.of("host", host), host=host)
         elif approver is not None:
-            caller = Caller("approver", approver.name, approver=approver)
+            caller = Caller(Actor.of("approver", approver), approver=approver)
         else:
             raise ApiError(401, "unauthorized", "unknown or revoked token")
     elif "user" in allowed and request.user.is_authenticated:
@@ -112,7 +114,7 @@ def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
             request, lambda r: HttpResponse(), (), {}
         ):
             raise ApiError(403, "csrf_failed", "CSRF token missing or incorrect")
-        caller = Caller("user", request.user.get_username(), user=request.user)
+        caller = Caller(Actor.of("user", request.user), user=request.user)
     else:
         raise ApiError(401, "unauthorized", "an Authorization bearer token is required")
     if caller.kind not in allowed:

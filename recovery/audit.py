@@ -41,6 +41,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from approvals.actors import Actor
 from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import AuditCheckpoint, AuditEvent, Operation
 
@@ -105,7 +106,7 @@ def event_digest(event: AuditEvent) -> str:
         at=event.at,
         kind=event.kind,
         operation_key=event.operation_key,
-        actor=event.actor,
+        actor=event.actor.stored if event.actor else "",
         data=event.data,
     )
 
@@ -277,7 +278,7 @@ def audit_append(
     *,
     kind: str,
     operation: Operation | None = None,
-    actor: str = "",
+    actor: Actor | None = None,
     data: dict[str, Any] | None = None,
 ) -> AuditEvent:
     """Add one event to its chain; it is written when the ``audit_transaction`` ends.

@@ -8,6 +8,8 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
+from approvals.actors import ActorField
+
 
 class Host(models.Model):
     """A worker fleet that calls the host API with a bearer token (stored hashed)."""
@@ -284,7 +286,7 @@ class AuditEvent(models.Model):
     at = models.DateTimeField()
     kind = models.CharField(max_length=40)
     operation_key = models.CharField(max_length=200, blank=True)
-    actor = models.CharField(max_length=150, blank=True)
+    actor = ActorField()
     data = models.JSONField(default=dict)
     prev_hash = models.CharField(max_length=71)
     hash = models.CharField(max_length=71)

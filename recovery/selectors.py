@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
 from approvals.selectors import permit_history
 from recovery.models import Dispatch, Evidence, Host, Operation
@@ -36,11 +37,16 @@ def approval_record(*, approval_id: Any, approver: Approver | None) -> dict[str,
         "params": operation.params if operation is not None else None,
         "params_digest": approval.params_digest,
         "requested_at": _iso(approval.created_at),
-        "decided_by": approval.decided_by,
+        "decided_by": _who(approval.decided_by),
         "decided_at": _iso(approval.decided_at),
         "permit_id": str(permit.id) if permit else None,
         "expires_at": _iso(permit.expires_at) if permit else None,
     }
+
+
+def _who(actor: Actor | None) -> str:
+    """An actor as hosts and approvers read it: kind and name (ids stay inside)."""
+    return str(actor) if actor is not None else ""
 
 
 def _iso(value: Any) -> str | None:
@@ -57,7 +63,10 @@ def permit_record(permit: Permit) -> dict[str, Any]:
         "expires_at": _iso(permit.expires_at),
         "consumed_at": _iso(permit.consumed_at),
         "revoked_at": _iso(permit.revoked_at),
-        "history": [{**line, "at": _iso(line["at"])} for line in permit_history(permit)],
+        "history": [
+            {**line, "actor": _who(line["actor"]), "at": _iso(line["at"])}
+            for line in permit_history(permit)
+        ],
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from django.db.models import F
 from django.utils import timezone
 
+from approvals.actors import Actor
 from recovery.audit import audit_append, audit_head_fields, audit_head_saved, audit_retract
 from recovery.models import Operation, State
 
@@ -82,7 +83,7 @@ def operation_transition(
     *,
     operation: Operation,
     event: str,
-    actor: str,
+    actor: Actor,
     data: dict[str, Any] | None = None,
     **fields: Any,
 ) -> Operation:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from approvals.actors import Actor
 from recovery.adapters import LookupResult, signature_valid
 from recovery.audit import (
     audit_transaction,
@@ -33,7 +34,7 @@ class CallbackOutcome:
     reason: str = ""
 
 
-@refusals_recorded(actor=lambda kwargs: f"provider:{kwargs['provider'].name}")
+@refusals_recorded(actor=lambda kwargs: Actor.of("provider", kwargs["provider"]))
 @audit_transaction()
 def provider_callback(
     *,
@@ -50,7 +51,7 @@ def provider_callback(
     if operation is None:
         raise NotFound("unknown_operation", f"no operation {operation_key!r} at this provider")
     operation = operation_lock(operation)
-    actor = f"provider:{provider.name}"
+    actor = Actor.of("provider", provider)
     last = operation.last_callback_sequence
     if last is not None and sequence <= last:
         stale_signal(

@@ -11,6 +11,7 @@ from django.db import models
 from django.utils import timezone
 
 from approvals import services as approvals
+from approvals.actors import Actor
 from approvals.models import Approver
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import Host
@@ -46,7 +47,7 @@ def _credential(kind: str, name: str) -> models.Model:
 
 
 @audit_transaction()
-def credential_disable(*, kind: str, name: str, actor: str, disabled: bool = True) -> None:
+def credential_disable(*, kind: str, name: str, actor: Actor, disabled: bool = True) -> None:
     """Disable (or enable again) a host or approver credential; audited."""
     credential = _credential(kind, name)
     credential.disabled_at = timezone.now() if disabled else None  # type: ignore[attr-defined]
@@ -59,7 +60,7 @@ def credential_disable(*, kind: str, name: str, actor: str, disabled: bool = Tru
 
 
 @audit_transaction()
-def credential_rotate(*, kind: str, name: str, actor: str) -> str:
+def credential_rotate(*, kind: str, name: str, actor: Actor) -> str:
     """Give a credential a new token; the old one answers 401 from now on. Audited."""
     credential = _credential(kind, name)
     token, hashed = approvals.new_token(KINDS[kind][1])

@@ -12,6 +12,7 @@ from typing import TypeVar
 from django.utils import timezone
 
 from approvals import services as approvals
+from approvals.actors import Actor
 from recovery.audit import (
     audit_append,
     audit_transaction,
@@ -39,7 +40,7 @@ class DispatchOutcome:
 @refusals_recorded()
 @audit_transaction()
 def operation_dispatch(
-    *, operation: Operation | OperationRef, worker: str, presented_digest: str, actor: str
+    *, operation: Operation | OperationRef, worker: str, presented_digest: str, actor: Actor
 ) -> DispatchOutcome:
     """Consume the permit and create the one dispatch, atomically, or record the refusal."""
     operation = operation_lock(operation)
@@ -83,7 +84,7 @@ def operation_dispatch(
     return DispatchOutcome(dispatch=dispatch, state=operation.state)
 
 
-def _dispatch_for_token(operation: Operation, fencing_token: str, actor: str) -> Dispatch:
+def _dispatch_for_token(operation: Operation, fencing_token: str, actor: Actor) -> Dispatch:
     dispatch = Dispatch.objects.filter(operation=operation).first()
     presented = fencing_token.encode("utf-8", "surrogatepass")
     if dispatch is None or not hmac.compare_digest(dispatch.fencing_token.encode(), presented):
@@ -102,7 +103,7 @@ def _dispatch_for_token(operation: Operation, fencing_token: str, actor: str) ->
 def _holding_dispatch(
     operation: Operation | OperationRef,
     fencing_token: str,
-    actor: str,
+    actor: Actor,
     then: Callable[[Operation, Dispatch], T],
 ) -> T:
     """Run ``then`` under the operation's lock on the dispatch ``fencing_token`` holds.
@@ -121,7 +122,7 @@ def _holding_dispatch(
 
 @refusals_recorded()
 def operation_heartbeat(
-    *, operation: Operation | OperationRef, fencing_token: str, actor: str
+    *, operation: Operation | OperationRef, fencing_token: str, actor: Actor
 ) -> Dispatch:
     """Extend the lease of a live dispatch; a stale token changes nothing and is recorded.
 
@@ -162,7 +163,7 @@ def operation_report(
     fencing_token: str,
     outcome: str,
     provider_reference: str,
-    actor: str,
+    actor: Actor,
 ) -> ReportOutcome:
     """Record the worker's own result. The first report wins; later ones are signals."""
     return _holding_dispatch(
@@ -176,7 +177,7 @@ def operation_report(
 
 
 def _report_apply(
-    operation: Operation, dispatch: Dispatch, outcome: str, reference: str, actor: str
+    operation: Operation, dispatch: Dispatch, outcome: str, reference: str, actor: Actor
 ) -> ReportOutcome:
     report = {"outcome": outcome, "provider_reference": reference}
     if dispatch.receipt_status != Dispatch.ReceiptStatus.RUNNING:
@@ -210,7 +211,7 @@ def _report_apply(
     return ReportOutcome(True, operation.state, dispatch.receipt_status)
 
 
-def lease_lapsed(operation: Operation, dispatch: Dispatch, actor: str) -> None:
+def lease_lapsed(operation: Operation, dispatch: Dispatch, actor: Actor) -> None:
     """The worker went quiet past its lease: the outcome is unknown until evidence says."""
     operation_transition(
         operation=operation,

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from approvals.actors import Actor
 from recovery.adapters import LookupResult
 from recovery.audit import (
     audit_append,
@@ -36,7 +37,7 @@ def evidence_apply(
     operation: Operation,
     result: LookupResult,
     source: str,
-    actor: str,
+    actor: Actor,
     lookup: LookupAttempt | None = None,
 ) -> Evidence:
     """Store the evidence and let it move the operation, if the rules allow.
@@ -80,7 +81,7 @@ def evidence_apply(
     return evidence
 
 
-def _evidence_decide(operation: Operation, evidence: Evidence, actor: str) -> None:
+def _evidence_decide(operation: Operation, evidence: Evidence, actor: Actor) -> None:
     state = operation.state
     verdict = evidence.verdict
     committed = verdict == Verdict.MATCH and evidence.provider_status == "committed"
@@ -134,7 +135,7 @@ def _evidence_decide(operation: Operation, evidence: Evidence, actor: str) -> No
         _inconclusive(operation, actor, ref)
 
 
-def _inconclusive(operation: Operation, actor: str, ref: dict[str, Any]) -> None:
+def _inconclusive(operation: Operation, actor: Actor, ref: dict[str, Any]) -> None:
     count = operation.lookups_inconclusive + 1
     if count >= operation.provider.lookup_budget:
         operation_transition(
@@ -154,7 +155,7 @@ def _inconclusive(operation: Operation, actor: str, ref: dict[str, Any]) -> None
 
 
 def _receipt_recover(
-    operation: Operation, dispatch: Dispatch, evidence: Evidence, actor: str
+    operation: Operation, dispatch: Dispatch, evidence: Evidence, actor: Actor
 ) -> None:
     """Complete a stranded receipt from verified evidence (a recovery receipt)."""
     committed = evidence.provider_status == "committed"

@@ -10,6 +10,7 @@ from typing import Any
 from django.utils import timezone
 
 from approvals import services as approvals
+from approvals.actors import Actor
 from recovery.adapters import LookupResult, evidence_lookup
 from recovery.audit import (
     advisory_xact_lock,
@@ -55,7 +56,7 @@ def lookup_start(
     *,
     operation: Operation,
     trigger: str,
-    actor: str,
+    actor: Actor,
     due_only: bool,
     provider_limit: int = 0,
     for_resume: bool = False,
@@ -125,7 +126,7 @@ def _provider_lookups_running(provider: Provider, now: Any) -> int:
 _PROVIDER_LOOKUPS = 0x5E77
 
 
-def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: str) -> Operation:
+def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: Actor) -> Operation:
     """Apply what a lookup found, under the operation lock, and close the attempt.
 
     Whatever happened since the lookup started is judged by the current state (rule 5).
@@ -153,7 +154,7 @@ def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: str) -
         return Operation.objects.select_related("provider").get(pk=attempt.operation_id)
 
 
-def lookup_run(*, attempt: LookupAttempt, actor: str) -> Operation:
+def lookup_run(*, attempt: LookupAttempt, actor: Actor) -> Operation:
     """Read the provider's record for a claimed attempt and apply it.
 
     The network call runs outside any transaction and holds no database lock.
@@ -168,7 +169,7 @@ def lookup_run(*, attempt: LookupAttempt, actor: str) -> Operation:
 
 
 @refusals_recorded()
-def operation_lookup(*, operation: Operation, trigger: str, actor: str) -> Operation:
+def operation_lookup(*, operation: Operation, trigger: str, actor: Actor) -> Operation:
     """Look up now, whatever the schedule, unless a lookup of it is already running."""
     slot = lookup_start(operation=operation, trigger=trigger, actor=actor, due_only=False)
     if slot.attempt is None:

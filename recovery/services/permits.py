@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from approvals import services as approvals
+from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
 from recovery.audit import (
     audit_append,
@@ -37,13 +38,13 @@ def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[A
             state=operation.state,
         )
     approval, created = approvals.approval_request(
-        binding=binding(operation), requested_by=f"host:{host.name}", host=host.name
+        binding=binding(operation), requested_by=Actor.of("host", host), host=host.name
     )
     if created:
         audit_append(
             kind="approval_requested",
             operation=operation,
-            actor=f"host:{host.name}",
+            actor=Actor.of("host", host),
             data={"approval_id": str(approval.id)},
         )
     return approval, created
@@ -55,7 +56,7 @@ def approval_decision(
     approval_id: uuid.UUID,
     approve: bool,
     ttl_seconds: int,
-    decided_by: str,
+    decided_by: Actor,
     reviewed_digest: str,
     approver: Approver | None = None,
 ) -> tuple[Approval, Permit | None]:
@@ -92,7 +93,7 @@ def approval_decision(
 
 
 def _decide(
-    operation: Operation, approval_id: uuid.UUID, approve: bool, ttl_seconds: int, actor: str
+    operation: Operation, approval_id: uuid.UUID, approve: bool, ttl_seconds: int, actor: Actor
 ) -> tuple[Approval, Permit | None]:
     try:
         approval, permit = approvals.approval_decide(
@@ -131,7 +132,7 @@ def permit_revoke(
     *,
     permit_id: uuid.UUID,
     reason: str,
-    actor: str,
+    actor: Actor,
     host: Host | None = None,
     approver: Approver | None = None,
 ) -> tuple[Permit, bool]:

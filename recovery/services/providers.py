@@ -17,6 +17,7 @@ from typing import Any
 from django.db import IntegrityError
 
 from approvals import services as approvals
+from approvals.actors import COMMAND_LINE, Actor
 from recovery.adapters import ProviderConfig
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import Provider
@@ -71,7 +72,7 @@ def provider_settings_check(settings: ProviderSettings, *, has_secret: bool = Fa
 
 @audit_transaction()
 def provider_save(
-    *, provider_id: int | None, settings: ProviderSettings, actor: str
+    *, provider_id: int | None, settings: ProviderSettings, actor: Actor
 ) -> tuple[Provider, bool]:
     """Create a provider (``provider_id`` None) or change the one with that id; audited."""
     provider = (
@@ -127,7 +128,7 @@ def provider_configure(
     timeout_seconds: float | None = None,
     lease_seconds: int | None = None,
     lookup_budget: int | None = None,
-    actor: str = "admin",
+    actor: Actor = COMMAND_LINE,
 ) -> tuple[Provider, bool]:
     """Create or update the provider named ``name`` (``manage.py add_provider``)."""
     existing = Provider.objects.filter(name=name).values_list("pk", flat=True).first()

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db import IntegrityError
 
+from approvals.actors import Actor
 from recovery.audit import (
     audit_append,
     audit_head_new,
@@ -50,7 +51,7 @@ def operation_register(
             audit_append(
                 kind="registered",
                 operation=operation,
-                actor=f"host:{host.name}",
+                actor=Actor.of("host", host),
                 data={"action": action, "provider": provider_name, "params_digest": digest},
             )
             # The chain's head goes into the row with it: one INSERT, event aside.

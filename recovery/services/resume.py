@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from approvals.actors import Actor
 from recovery.models import (
     UNSETTLED_STATES,
     LookupAttempt,
@@ -58,7 +59,7 @@ def _answer(operation: Operation, retry_after: int = 0) -> ResumeOutcome:
 
 @refusals_recorded()
 def operation_resume(
-    *, operation: Operation | OperationRef, worker: str, actor: str
+    *, operation: Operation | OperationRef, worker: str, actor: Actor
 ) -> ResumeOutcome:
     """What a fresh worker should do about ``operation``; never a second dispatch.
 

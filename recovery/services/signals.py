@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar, cast
 
+from approvals.actors import Actor
 from recovery.audit import (
     audit_append,
     audit_chain_locked,
@@ -21,7 +22,9 @@ from recovery.transitions import TransitionRefused
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def refusals_recorded(actor: str | Callable[[dict[str, Any]], str] = "actor") -> Callable[[F], F]:
+def refusals_recorded(
+    actor: str | Callable[[dict[str, Any]], Actor] = "actor",
+) -> Callable[[F], F]:
     """A service whose transition was refused records it and raises ``stale_state``.
 
     The operation moved on while the call was in flight: its transaction rolled back,
@@ -36,7 +39,7 @@ def refusals_recorded(actor: str | Callable[[dict[str, Any]], str] = "actor") ->
             try:
                 return function(*args, **kwargs)
             except TransitionRefused as exc:
-                who = actor(kwargs) if callable(actor) else str(kwargs.get(actor, ""))
+                who = actor(kwargs) if callable(actor) else kwargs.get(actor)
                 transition_refused_record(exc, who)
                 raise RecoveryError(
                     "stale_state", f"the operation moved on ({exc.state})", state=exc.state
@@ -47,7 +50,7 @@ def refusals_recorded(actor: str | Callable[[dict[str, Any]], str] = "actor") ->
     return decorate
 
 
-def stale_signal(*, operation: Operation, signal: str, actor: str, data: dict[str, Any]) -> None:
+def stale_signal(*, operation: Operation, signal: str, actor: Actor, data: dict[str, Any]) -> None:
     """Record something that arrived too late or out of turn; it changes nothing else."""
     audit_append(
         kind="stale_signal",
@@ -57,7 +60,7 @@ def stale_signal(*, operation: Operation, signal: str, actor: str, data: dict[st
     )
 
 
-def transition_refused_record(exc: TransitionRefused, actor: str) -> None:
+def transition_refused_record(exc: TransitionRefused, actor: Actor | None) -> None:
     """Record a refused transition in a transaction of its own (the change rolled back)."""
     with audit_transaction():
         operation = operations_locked().filter(key=exc.operation_key).first()

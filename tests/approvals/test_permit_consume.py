@@ -9,6 +9,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from approvals.actors import Actor
 from approvals.models import Approval, Permit, PermitEvent
 from approvals.selectors import permit_history
 from approvals.services import (
@@ -23,6 +24,9 @@ from approvals.services import (
 
 pytestmark = pytest.mark.django_db
 
+HOST = Actor("host", "1", "a")
+ALICE = Actor("approver", "1", "alice")
+BOB = Actor("approver", "2", "bob")
 BINDING = Binding(
     operation_key="op-1",
     action="payment.send",
@@ -42,9 +46,9 @@ def _decide(approval: Approval, *, approve: bool, by: str, ttl_seconds: int):
 
 
 def _permit(ttl_seconds: int = 300) -> Permit:
-    approval, created = approval_request(binding=BINDING, requested_by="host:a")
+    approval, created = approval_request(binding=BINDING, requested_by=HOST)
     assert created
-    _, permit = _decide(approval, approve=True, by="approver:x", ttl_seconds=ttl_seconds)
+    _, permit = _decide(approval, approve=True, by=ALICE, ttl_seconds=ttl_seconds)
     assert permit is not None
     return permit
 
@@ -52,7 +56,7 @@ def _permit(ttl_seconds: int = 300) -> Permit:
 def _consume(binding: Binding = BINDING, digest: str | None = None):
     with transaction.atomic():
         return permit_consume(
-            binding=binding, presented_digest=digest or binding.params_digest, actor="w"
+            binding=binding, presented_digest=digest or binding.params_digest, actor=HOST
         )
 
 
@@ -64,7 +68,7 @@ def test_permit_is_consumed_once_and_then_refused_as_already_consumed():
     permit.refresh_from_db()
     history = [(line["kind"], line["reason"]) for line in permit_history(permit)]
     assert history == [("issued", ""), ("consumed", ""), ("refused", "already_consumed")]
-    assert permit.consumed_by == "w"
+    assert permit.consumed_by == HOST
 
 
 @pytest.mark.parametrize("field", ["action", "provider", "params_digest"])
@@ -97,24 +101,24 @@ def test_permit_past_its_expiry_by_the_database_clock_is_refused():
 
 def test_revoking_an_active_permit_prevents_consumption():
     permit = _permit()
-    assert permit_revoke(permit=permit, reason="changed mind", actor="approver:x") is True
+    assert permit_revoke(permit=permit, reason="changed mind", actor=ALICE) is True
     assert _consume().refusal == Refusal.REVOKED
 
 
 def test_revoking_a_consumed_permit_changes_nothing_but_is_recorded():
     permit = _permit()
     _consume()
-    assert permit_revoke(permit=permit, reason="too late", actor="approver:x") is False
+    assert permit_revoke(permit=permit, reason="too late", actor=ALICE) is False
     permit.refresh_from_db()
     assert (permit.status, permit.revoked_at) == ("consumed", None)
     assert PermitEvent.objects.filter(permit=permit, kind="revoke_ignored").count() == 1
 
 
 def test_an_approval_is_decided_once():
-    approval, _ = approval_request(binding=BINDING, requested_by="host:a")
-    _decide(approval, approve=False, by="approver:x", ttl_seconds=60)
+    approval, _ = approval_request(binding=BINDING, requested_by=HOST)
+    _decide(approval, approve=False, by=ALICE, ttl_seconds=60)
     with pytest.raises(ApprovalError) as error:
-        _decide(approval, approve=True, by="approver:y", ttl_seconds=60)
+        _decide(approval, approve=True, by=BOB, ttl_seconds=60)
     assert error.value.code == "already_decided"
     assert not Permit.objects.exists()
     assert Approval.objects.get().status == "denied"
@@ -122,13 +126,13 @@ def test_an_approval_is_decided_once():
 
 @pytest.mark.parametrize("ttl", [0, -1, 7 * 24 * 3600 + 1])
 def test_ttl_outside_the_allowed_range_is_refused(ttl):
-    approval, _ = approval_request(binding=BINDING, requested_by="host:a")
+    approval, _ = approval_request(binding=BINDING, requested_by=HOST)
     with pytest.raises(ApprovalError):
-        _decide(approval, approve=True, by="x", ttl_seconds=ttl)
+        _decide(approval, approve=True, by=ALICE, ttl_seconds=ttl)
     assert Approval.objects.get().status == "pending"
 
 
 def test_a_second_request_returns_the_pending_approval():
-    first, _ = approval_request(binding=BINDING, requested_by="host:a")
-    second, created = approval_request(binding=BINDING, requested_by="host:a")
+    first, _ = approval_request(binding=BINDING, requested_by=HOST)
+    second, created = approval_request(binding=BINDING, requested_by=HOST)
     assert (second.pk, created) == (first.pk, False)

@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 
+from approvals.actors import Actor
 from approvals.models import Approver
 from approvals.services import token_hash
 from recovery.models import AuditEvent, Host, Provider
@@ -63,7 +64,8 @@ def test_provider_saved_in_the_admin_is_configured_and_audited(admin_client, tmp
     provider = Provider.objects.get(name="ledger")
     assert (provider.lease_seconds, provider.lookup_budget) == (30, 4)
     event = AuditEvent.objects.get(kind="provider_configured")
-    assert event.actor == "user:root"
+    root = User.objects.get(username="root")
+    assert (event.actor, event.actor.name) == (Actor("user", str(root.pk)), "root")
 
 
 def test_evidence_and_audit_are_read_only_in_the_admin(admin_client):
@@ -156,9 +158,13 @@ def test_renaming_a_provider_in_the_admin_keeps_one_provider_and_its_permits(
     from approvals.services import Binding, approval_decide, approval_request
 
     binding = Binding("op-9", "payment.send", "payments", "sha256:" + "a" * 64)
-    approval, _ = approval_request(binding=binding, requested_by="host:a")
+    approval, _ = approval_request(binding=binding, requested_by=Actor("host", "1", "a"))
     approval_decide(
-        approval_id=approval.pk, binding=binding, approve=True, decided_by="x", ttl_seconds=60
+        approval_id=approval.pk,
+        binding=binding,
+        approve=True,
+        decided_by=Actor("approver", "1", "x"),
+        ttl_seconds=60,
     )
     url = f"/admin/recovery/provider/{http_provider.pk}/change/"
     assert admin_client.post(url, _form(http_provider, name="payments-eu")).status_code == 302

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from approvals.actors import Actor
 from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Verdict
 from recovery.services.lookups import operation_lookup
 from tests.integration.conftest import (
@@ -101,7 +102,7 @@ def test_late_error_callback_and_stale_negative_lookup_cannot_undo_a_verified_co
         connection.execute("DELETE FROM receipts WHERE operation_key = ?", (key,))
         connection.execute("DELETE FROM orders WHERE operation_key = ?", (key,))
     looked_up = operation_lookup(
-        operation=operation(key), trigger=LookupAttempt.Trigger.TASK, actor="test:sweeper"
+        operation=operation(key), trigger=LookupAttempt.Trigger.TASK, actor=Actor.system("sweeper")
     )
     assert looked_up.state == "released"
     assert last_verdict(key) == Verdict.ABSENT

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
+from approvals.actors import Actor
 from approvals.services import approver_create
 from recovery.audit import audit_append, audit_transaction, audit_verify
 from recovery.models import AuditEvent, Operation
@@ -61,12 +62,14 @@ class Holder:
                 # Written before the wait (uncommitted): the audit INSERT takes its locks.
                 with audit_transaction():
                     locked = operation_lock(Operation.objects.get(pk=self.operation_pk))
-                    audit_append(kind="test", operation=locked, actor="test", data={"n": 1})
+                    audit_append(
+                        kind="test", operation=locked, actor=Actor.system("test"), data={"n": 1}
+                    )
                     outcome = operation_dispatch(
                         operation=locked,
                         worker="holder",
                         presented_digest=locked.params_digest,
-                        actor="test",
+                        actor=Actor.system("test"),
                     )
                     assert outcome.dispatch is not None, outcome
                 # Buffered across the wait, as every service call's events are.
@@ -75,9 +78,11 @@ class Holder:
                     operation_heartbeat(
                         operation=locked,
                         fencing_token=outcome.dispatch.fencing_token,
-                        actor="test",
+                        actor=Actor.system("test"),
                     )
-                    audit_append(kind="test", operation=locked, actor="test", data={"n": 2})
+                    audit_append(
+                        kind="test", operation=locked, actor=Actor.system("test"), data={"n": 2}
+                    )
                     self.holding.set()
                     if not self.release.wait(timeout=HOLD_LIMIT):
                         raise TimeoutError("operation A was never released")

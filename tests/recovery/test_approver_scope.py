@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 
+from approvals.actors import COMMAND_LINE, Actor
 from approvals.models import Approval, Approver, Permit
 from approvals.services import approver_create
 from recovery.models import AuditEvent, Operation
@@ -87,7 +88,10 @@ def test_a_decision_on_another_digest_is_refused_and_recorded(flow):
     assert Approval.objects.get().status == "pending"
     assert Operation.objects.get().state == "awaiting_approval"
     refused = AuditEvent.objects.get(kind="decision_refused")
-    assert (refused.data["reviewed_digest"], refused.actor) == (other, "approver:alice-phone")
+    assert (refused.data["reviewed_digest"], refused.actor) == (
+        other,
+        Actor.of("approver", Approver.objects.get(name="alice-phone")),
+    )
 
 
 def test_create_approver_needs_an_explicit_scope(provider, host, capsys):
@@ -109,6 +113,6 @@ def test_an_approver_scope_follows_a_provider_rename(provider):
     provider_save(
         provider_id=provider.pk,
         settings=ProviderSettings(name="orders-eu", adapter="sqlite", path=provider.path),
-        actor="admin",
+        actor=COMMAND_LINE,
     )
     assert Approver.objects.get(name="desk").providers == ["orders-eu"]

@@ -13,6 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
+from approvals.actors import Actor
 from recovery.audit import (
     GENESIS_HASH,
     _checkpoint_digest,
@@ -218,12 +219,12 @@ def _rewrite_chain(key: str, edit_seq: int) -> None:
     prev = GENESIS_HASH
     for event in AuditEvent.objects.filter(operation_key=key).order_by("seq"):
         if event.seq == edit_seq:
-            event.actor = "forged"
+            event.actor = Actor.system("forged")
         event.prev_hash = prev
         digest = event_digest(event)
         _sql(
             "UPDATE recovery_auditevent SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
-            [event.actor, prev, digest, event.pk],
+            [event.actor.stored if event.actor else "", prev, digest, event.pk],
         )
         prev = digest
 

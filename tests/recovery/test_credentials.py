@@ -10,11 +10,13 @@ from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.core.management import CommandError, call_command
 
+from approvals.actors import COMMAND_LINE, Actor
 from approvals.models import Approver
 from recovery.models import AuditEvent, Host
 from recovery.services.credentials import credential_disable, credential_rotate
 
 pytestmark = pytest.mark.django_db
+ROOT = Actor("user", "1", "root")
 
 
 def _lists(api) -> int:
@@ -32,10 +34,10 @@ def _decides(api) -> int:
 
 def test_a_disabled_host_is_refused_from_its_next_request_and_can_be_enabled(host_api):
     assert _lists(host_api) == 404  # authenticated: the operation does not exist
-    credential_disable(kind="host", name="fleet-a", actor="user:root")
+    credential_disable(kind="host", name="fleet-a", actor=ROOT)
     assert _lists(host_api) == 401
     assert host_api.get("/api/v1/operations/x").json()["error"] == "unauthorized"
-    credential_disable(kind="host", name="fleet-a", actor="user:root", disabled=False)
+    credential_disable(kind="host", name="fleet-a", actor=ROOT, disabled=False)
     assert _lists(host_api) == 404
     kinds = list(AuditEvent.objects.filter(operation_key="").values_list("kind", "data__name"))
     assert ("credential_disabled", "fleet-a") in kinds
@@ -43,7 +45,7 @@ def test_a_disabled_host_is_refused_from_its_next_request_and_can_be_enabled(hos
 
 
 def test_a_rotated_host_token_replaces_the_old_one_at_once(host_api):
-    token = credential_rotate(kind="host", name="fleet-a", actor="user:root")
+    token = credential_rotate(kind="host", name="fleet-a", actor=ROOT)
     assert _lists(host_api) == 401
     host_api.token = token
     assert _lists(host_api) == 404
@@ -54,11 +56,11 @@ def test_a_rotated_host_token_replaces_the_old_one_at_once(host_api):
 
 def test_a_disabled_or_rotated_approver_is_refused(approver_api):
     assert _decides(approver_api) == 404  # authenticated: no such approval
-    credential_disable(kind="approver", name="alice-phone", actor="admin")
+    credential_disable(kind="approver", name="alice-phone", actor=COMMAND_LINE)
     assert _decides(approver_api) == 401
-    credential_disable(kind="approver", name="alice-phone", actor="admin", disabled=False)
+    credential_disable(kind="approver", name="alice-phone", actor=COMMAND_LINE, disabled=False)
     approver_api.token, old = (
-        credential_rotate(kind="approver", name="alice-phone", actor="admin"),
+        credential_rotate(kind="approver", name="alice-phone", actor=COMMAND_LINE),
         approver_api.token,
     )
     assert approver_api.token.startswith("sta_")
@@ -108,4 +110,4 @@ def test_admin_actions_disable_and_rotate_and_never_delete(admin_client, host_ap
     actors = set(
         AuditEvent.objects.filter(kind__startswith="credential_").values_list("actor", flat=True)
     )
-    assert actors == {"user:root"}
+    assert actors == {Actor.of("user", User.objects.get(username="root"))}

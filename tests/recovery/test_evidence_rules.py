@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
 from recovery.models import AuditEvent, Dispatch, LookupAttempt, Operation, Provider
 from recovery.services.lookups import operation_lookup
@@ -119,7 +120,7 @@ def test_stale_negative_lookup_after_release_changes_nothing(flow, provider_db):
     released = Operation.objects.get()
     sqlite_provider_tamper(provider_db, "op-1", "delete_order")
     sqlite_provider_tamper(provider_db, "op-1", "delete_receipt")
-    operation_lookup(operation=released, trigger="operator", actor="test")
+    operation_lookup(operation=released, trigger="operator", actor=Actor.system("test"))
     after = Operation.objects.get()
     assert (after.state, after.version) == ("released", released.version)
     assert _stale_signals("evidence_after_settlement") == 1

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.test import Client
 from guardian.shortcuts import assign_perm
 
+from approvals.actors import Actor
 from approvals.models import PermitEvent
 from recovery.models import AuditEvent, Dispatch, Operation
 from tests.conftest import PARAMS, digest_of
@@ -185,7 +187,8 @@ def test_console_user_with_the_decide_permission_on_the_provider_approves(flow, 
     assert response.status_code == 200, response.content
     assert response.json()["status"] == "approved"
     assert Operation.objects.get().state == "approved"
-    assert AuditEvent.objects.filter(kind="transition", actor="user:sup").exists()
+    sup = User.objects.get(username="sup")
+    assert AuditEvent.objects.filter(kind="transition", actor=Actor.of("user", sup)).exists()
 
 
 def test_a_digest_that_is_not_one_is_a_422_not_a_recorded_refusal(flow):

@@ -48,6 +48,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
 from approvals.services import Refusal, db_now
 from recovery.audit import audit_verify
@@ -95,6 +96,9 @@ ACTION = "payment.send"
 PROVIDER = "orders"
 LOOKUP_BUDGET = 3
 TTL_SECONDS = 300
+ALICE = Actor("approver", "1", "alice")
+BOB = Actor("approver", "2", "bob")
+FLEET = Actor("host", "1", "fleet-a")
 OTHER_PARAMS = {"amount": 1, "currency": "EUR", "to": "acct-mallory"}
 TAMPERED_PARAMS = {"tampered": True}  # what sqlite_provider_tamper writes for other_params
 BROKEN_DIGEST = "sha256:" + "0" * 64  # what it writes for wrong_stored_digest
@@ -536,7 +540,7 @@ class SafetyMachine(RuleBasedStateMachine):
             approval_id=approval.id,
             approve=approve,
             ttl_seconds=TTL_SECONDS,
-            decided_by="alice",
+            decided_by=ALICE,
             reviewed_digest=m.digest,
         )
         m.pending_approval = None
@@ -561,7 +565,7 @@ class SafetyMachine(RuleBasedStateMachine):
                 approval_id=approval_id,
                 approve=approve,
                 ttl_seconds=TTL_SECONDS,
-                decided_by="bob",
+                decided_by=BOB,
                 reviewed_digest=m.digest,
             )
 
@@ -571,12 +575,12 @@ class SafetyMachine(RuleBasedStateMachine):
     def revoke(self, data: st.DataObject, unknown: bool) -> None:
         if unknown:
             with Refused("unknown_permit"):
-                permit_revoke(permit_id=uuid.uuid4(), reason="typo", actor="alice")
+                permit_revoke(permit_id=uuid.uuid4(), reason="typo", actor=ALICE)
             return
         m = self.ops[self._draw_key(data, [k for k in KEYS if self.ops[k].permit_id])]
         assert m.permit_id is not None
         permit, revoked = permit_revoke(
-            permit_id=m.permit_id, reason="customer changed their mind", actor="alice"
+            permit_id=m.permit_id, reason="customer changed their mind", actor=ALICE
         )
         assert revoked == (m.permit_status == Permit.Status.ACTIVE)
         if revoked:
@@ -625,7 +629,7 @@ class SafetyMachine(RuleBasedStateMachine):
             operation=self._op(m.key),
             worker=worker,
             presented_digest=presented,
-            actor=f"host:fleet-a/{worker}",
+            actor=FLEET,
         )
         expected = self._model_consume(m, right_digest=digest == "right")
         assert outcome.refusal == expected
@@ -662,9 +666,7 @@ class SafetyMachine(RuleBasedStateMachine):
         assert token is not None
 
         def call() -> Dispatch:
-            return operation_heartbeat(
-                operation=self._op(m.key), fencing_token=token, actor="host:fleet-a"
-            )
+            return operation_heartbeat(operation=self._op(m.key), fencing_token=token, actor=FLEET)
 
         if forged:
             with Refused("stale_fencing_token"):
@@ -699,7 +701,7 @@ class SafetyMachine(RuleBasedStateMachine):
                 fencing_token=token,
                 outcome=outcome,
                 provider_reference=f"ref-{m.key}",
-                actor="host:fleet-a",
+                actor=FLEET,
             )
 
         if m.token is None or token != m.token:
@@ -749,7 +751,7 @@ class SafetyMachine(RuleBasedStateMachine):
             if m.key not in self.views:
                 self.views[m.key] = self._op(m.key)
         start = view.state  # operation_resume may refresh the instance it is given
-        outcome = operation_resume(operation=view, worker=worker, actor=f"host:fleet-a/{worker}")
+        outcome = operation_resume(operation=view, worker=worker, actor=FLEET)
         decision, state, looked_up = self._model_resume(m, start, due)
         assert (outcome.decision, outcome.state) == (decision, state)
         throttled = state in (State.UNKNOWN, State.RECONCILE) and not looked_up
@@ -846,7 +848,7 @@ class SafetyMachine(RuleBasedStateMachine):
     def lookup(self, data: st.DataObject) -> None:
         m = self.ops[self._draw_key(data, self._registered())]
         operation = operation_lookup(
-            operation=self._op(m.key), trigger="operator", actor="operator:olivia"
+            operation=self._op(m.key), trigger="operator", actor=Actor("user", "1", "olivia")
         )
         self._model_lookup(m)
         assert (operation.state, operation.version) == (m.state, m.version)

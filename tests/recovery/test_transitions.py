@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from approvals.actors import Actor
 from recovery.audit import audit_transaction
 from recovery.models import AuditEvent, Operation, State
 from recovery.services.locking import operation_lock
@@ -22,10 +23,10 @@ def operation(host, provider) -> Operation:
     return operation
 
 
-def transition(operation: Operation, event: str, actor: str) -> None:
+def transition(operation: Operation, event: str, who: str) -> None:
     """One transition in its own audited transaction, the way services make them."""
     with audit_transaction():
-        operation_transition(operation=operation, event=event, actor=actor)
+        operation_transition(operation=operation, event=event, actor=Actor.system(who))
 
 
 def test_allowed_transition_bumps_version_and_is_audited(operation):
@@ -97,10 +98,10 @@ def test_a_service_whose_transition_is_refused_records_it_and_raises_stale_state
             approval_id=approval_id,
             approve=True,
             ttl_seconds=60,
-            decided_by="approver:alice",
+            decided_by=Actor("approver", "1", "alice"),
             reviewed_digest=digest_of(PARAMS),
         )
     assert (refused.value.code, refused.value.extra) == ("stale_state", {"state": "expired"})
     signal = AuditEvent.objects.get(kind="stale_signal")
-    assert (signal.actor, signal.data["signal"]) == ("approver:alice", "transition_refused")
+    assert (str(signal.actor), signal.data["signal"]) == ("approver:alice", "transition_refused")
     assert Approval.objects.get(pk=approval_id).status == "pending"

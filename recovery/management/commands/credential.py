@@ -4,6 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from approvals.actors import COMMAND_LINE
 from recovery.services.credentials import KINDS, credential_disable, credential_rotate
 from recovery.services.errors import RecoveryError
 
@@ -20,7 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("name")
 
     def handle(self, *args: Any, action: str, kind: str, name: str, **options: Any) -> None:
-        actor = "admin"
+        actor = COMMAND_LINE
         try:
             if action == "rotate":
                 self.stdout.write(credential_rotate(kind=kind, name=name, actor=actor))
