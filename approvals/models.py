@@ -40,9 +40,14 @@ class Approver(models.Model):
     def active(self) -> bool:
         return self.disabled_at is None
 
-    def may_decide(self, *, provider: str, host: str) -> bool:
-        in_providers = self.all_providers or provider in self.providers
-        return in_providers and (not self.hosts or host in self.hosts)
+    def scope(self, *, provider: str, host: str) -> Q:
+        """Its scope as a filter, given the lookups that name a row's provider and host."""
+        within = Q()
+        if not self.all_providers:
+            within &= Q(**{f"{provider}__in": self.providers})
+        if self.hosts:
+            within &= Q(**{f"{host}__in": self.hosts})
+        return within
 
 
 class Approval(models.Model):

@@ -25,7 +25,7 @@ from approvals.actors import Actor
 from approvals.models import Approver
 from recovery import selectors
 from recovery.canonical import MAX_SAFE_INTEGER, CanonicalError, strict_loads
-from recovery.models import Host, Provider
+from recovery.models import Host
 from recovery.openapi import openapi_document
 from recovery.services import (
     callbacks,
@@ -46,6 +46,7 @@ STATUS_BY_CODE = {
     "unknown_approval": 404,
     "unknown_permit": 404,
     "unknown_provider": 404,
+    "forbidden": 403,
     "invalid_ttl": 422,
 }
 
@@ -335,7 +336,7 @@ def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) ->
         },
     )
     if caller.kind == "user":
-        _require_user_perm(caller, pk)
+        selectors.approval_for_caller(approval_id=pk, user=caller.user, decide=True)
     approval, permit = permits.approval_decision(
         approval_id=pk,
         approve=values["decision"] == "approve",
@@ -358,23 +359,10 @@ def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) ->
 def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
     """Exactly what the approver would approve: the action, its parameters, its digest."""
     pk = _uuid(approval_id, "unknown_approval")
-    if caller.kind == "user":
-        _require_user_perm(caller, pk)
-    record = selectors.approval_record(approval_id=pk, approver=caller.approver)
-    if record is None:
-        raise ApiError(404, "unknown_approval", "no such approval")
-    return JsonResponse(record)
-
-
-def _require_user_perm(caller: Caller, approval_id: uuid.UUID) -> None:
-    from approvals.models import Approval
-
-    approval = Approval.objects.filter(pk=approval_id).first()
-    if approval is None:
-        raise ApiError(404, "unknown_approval", "no such approval")
-    provider = Provider.objects.filter(name=approval.provider).first()
-    if provider is None or not caller.user.has_perm("recovery.decide_approvals", provider):
-        raise ApiError(403, "forbidden", "you may not decide approvals for this provider")
+    approval = selectors.approval_for_caller(
+        approval_id=pk, approver=caller.approver, user=caller.user
+    )
+    return JsonResponse(selectors.approval_record(approval=approval))
 
 
 @api_view(methods=("POST",), auth=("host", "approver"))
@@ -474,12 +462,7 @@ def operation_resume(request: HttpRequest, caller: Caller, key: str) -> JsonResp
 
 @api_view(methods=("POST",), auth=())
 def provider_callbacks(request: HttpRequest, caller: None, name: str) -> JsonResponse:
-    # PostgreSQL cannot even compare a text containing NUL: such a name names nothing.
-    provider = None
-    if "\x00" not in name and len(name) <= 100:
-        provider = Provider.objects.filter(name=name).first()
-    if provider is None:
-        raise ApiError(404, "unknown_provider", "no such provider")
+    provider = selectors.provider_for_callback(name=name)
     raw = _raw_body(request)
     signature = request.headers.get("X-Provider-Signature", "")
     # hmac.compare_digest refuses non-ASCII text; such a header cannot be a hex HMAC.

@@ -1,30 +1,88 @@
-"""Reads: operations as a given caller may see them, and the whole record of one."""
+"""Reads that start from the caller: a host, an approver or a console user.
+
+Each ``*_for_*`` selector returns only what that caller may see; views, services and the
+console start every query from one of them, so a check cannot be forgotten in one place.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.db.models import QuerySet
+from guardian.shortcuts import get_objects_for_user
 
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
 from approvals.selectors import permit_history
-from recovery.models import Dispatch, Evidence, Host, Operation
+from recovery.models import Dispatch, Evidence, Host, Operation, Provider
+from recovery.services.errors import NotFound, RecoveryError
 
 
 def operations_for_host(*, host: Host) -> QuerySet[Operation]:
     return Operation.objects.filter(host=host).select_related("provider", "host")
 
 
-def approval_record(*, approval_id: Any, approver: Approver | None) -> dict[str, Any] | None:
-    """What an approver sees before deciding; None outside its scope (or if none such)."""
-    approval = Approval.objects.filter(pk=approval_id).first()
+def operations_for_approver(*, approver: Approver) -> QuerySet[Operation]:
+    """The operations ``approver`` may decide for: its providers, and its hosts if any."""
+    return Operation.objects.filter(approver.scope(provider="provider__name", host="host__name"))
+
+
+def providers_for_user(*, user: Any, permissions: tuple[str, ...]) -> QuerySet[Provider]:
+    """The providers on which ``user`` holds any of ``permissions`` (object or global)."""
+    return get_objects_for_user(
+        user,
+        [f"recovery.{name}" for name in permissions],
+        klass=Provider,
+        any_perm=True,
+        accept_global_perms=True,
+    )
+
+
+def approvals_for_approver(*, approver: Approver) -> QuerySet[Approval]:
+    return Approval.objects.filter(approver.scope(provider="provider", host="host"))
+
+
+def approvals_for_user(*, user: Any) -> QuerySet[Approval]:
+    """Approvals of the providers whose operations ``user`` may view or decide."""
+    names = providers_for_user(user=user, permissions=("view_operations", "decide_approvals"))
+    return Approval.objects.filter(provider__in=names.values("name"))
+
+
+def approval_for_caller(
+    *, approval_id: Any, approver: Approver | None = None, user: Any = None, decide: bool = False
+) -> Approval:
+    """One approval, for an approver or a console user.
+
+    Outside what the caller may see it does not exist (``unknown_approval``); a user who
+    may see it but not decide it is ``forbidden`` when ``decide``.
+    """
+    if approver is not None:
+        approvals = approvals_for_approver(approver=approver)
+    else:
+        approvals = approvals_for_user(user=user)
+    approval = approvals.filter(pk=approval_id).first()
     if approval is None:
-        return None
-    if approver is not None and not approver.may_decide(
-        provider=approval.provider, host=approval.host
-    ):
-        return None
+        raise NotFound("unknown_approval", "no such approval")
+    if decide and user is not None:
+        deciding = providers_for_user(user=user, permissions=("decide_approvals",))
+        if not deciding.filter(name=approval.provider).exists():
+            raise RecoveryError("forbidden", "you may not decide approvals for this provider")
+    return approval
+
+
+def provider_for_callback(*, name: str) -> Provider:
+    """The provider a signed callback names (its signature is checked next)."""
+    # PostgreSQL cannot even compare a text containing NUL: such a name names nothing.
+    provider = None
+    if "\x00" not in name and len(name) <= 100:
+        provider = Provider.objects.filter(name=name).first()
+    if provider is None:
+        raise NotFound("unknown_provider", "no such provider")
+    return provider
+
+
+def approval_record(*, approval: Approval) -> dict[str, Any]:
+    """What an approver sees before deciding: the action, its parameters, its digest."""
     operation = Operation.objects.filter(key=approval.operation_key).first()
     permit = Permit.objects.filter(approval=approval).first()
     return {

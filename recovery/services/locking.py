@@ -60,15 +60,6 @@ def operations_locked() -> QuerySet[Operation]:
     return locking(Operation.objects.all())
 
 
-def within_scope(operations: QuerySet[Operation], approver: Approver) -> QuerySet[Operation]:
-    """The operations ``approver`` may decide for: its providers, and its hosts if any."""
-    if not approver.all_providers:
-        operations = operations.filter(provider__name__in=approver.providers)
-    if approver.hosts:
-        operations = operations.filter(host__name__in=approver.hosts)
-    return operations
-
-
 def operation_lock_bound(
     record: type[Approval] | type[Permit],
     pk: Any,
@@ -83,11 +74,13 @@ def operation_lock_bound(
     record does not exist for the caller (``NotFound(missing)``).
     """
     bound_key = record.objects.filter(pk=pk).values("operation_key")[:1]
-    operations = operations_locked().filter(key=Subquery(bound_key))
     if host is not None:
-        operations = operations.filter(host=host)
-    if approver is not None:
-        operations = within_scope(operations, approver)
+        operations = selectors.operations_for_host(host=host)
+    elif approver is not None:
+        operations = selectors.operations_for_approver(approver=approver)
+    else:
+        operations = Operation.objects.all()
+    operations = locking(operations.filter(key=Subquery(bound_key)))
     operation = operations.first()
     if operation is None:
         raise NotFound(missing, f"no such {record.__name__.lower()}")

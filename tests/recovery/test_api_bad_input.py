@@ -24,6 +24,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
+from guardian.shortcuts import assign_perm
 
 from approvals.models import Approval, Permit, PermitEvent
 from recovery.canonical import MAX_PARAMS_BYTES, MAX_SAFE_INTEGER
@@ -33,6 +34,7 @@ from recovery.models import (
     Evidence,
     LookupAttempt,
     Operation,
+    Provider,
 )
 from recovery.services.providers import provider_configure
 from tests.conftest import PARAMS, Api, digest_of
@@ -755,7 +757,8 @@ def test_a_console_session_without_its_csrf_token_is_refused(world, console_user
     assert_unchanged(before)
 
 
-def test_a_console_user_without_the_decide_permission_is_forbidden(world, console_user):
+def test_a_console_user_who_may_view_but_not_decide_is_forbidden(world, console_user):
+    assign_perm("recovery.view_operations", console_user, Provider.objects.get(name="orders"))
     client = Client()
     client.force_login(console_user)
     before = snapshot()
@@ -765,6 +768,23 @@ def test_a_console_user_without_the_decide_permission_is_forbidden(world, consol
         content_type="application/json",
     )
     assert_error(response, 403, "forbidden")
+    assert_unchanged(before)
+    # Seeing what it would approve is viewing: allowed.
+    shown = client.get(f"/api/v1/approvals/{world.approval_id}")
+    assert (shown.status_code, shown.json()["status"]) == (200, "pending")
+
+
+def test_to_a_console_user_of_no_provider_an_approval_does_not_exist(world, console_user):
+    client = Client()
+    client.force_login(console_user)
+    before = snapshot()
+    response = client.post(
+        f"/api/v1/approvals/{world.approval_id}/decision",
+        data=json.dumps({"decision": "approve", "params_digest": digest_of(PARAMS)}),
+        content_type="application/json",
+    )
+    assert_error(response, 404, "unknown_approval")
+    assert_error(client.get(f"/api/v1/approvals/{world.approval_id}"), 404, "unknown_approval")
     assert_unchanged(before)
 
 

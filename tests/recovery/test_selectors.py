@@ -1,0 +1,80 @@
+"""Selectors start from the caller and return only what it may see."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from guardian.shortcuts import assign_perm
+
+from approvals.actors import Actor
+from approvals.models import Approver
+from approvals.services import Binding, approval_request
+from recovery import selectors
+from recovery.models import Provider
+from recovery.services.errors import RecoveryError
+from recovery.services.providers import provider_configure
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def two_providers(provider: Provider) -> tuple[Provider, Provider]:
+    other, _ = provider_configure(name="ledger", adapter="sqlite", path=provider.path)
+    for name, host in (("orders", "shop"), ("ledger", "shop"), ("orders", "till")):
+        binding = Binding(
+            operation_key=f"{name}-{host}",
+            action="payment.send",
+            provider=name,
+            params_digest="sha256:" + "0" * 64,
+        )
+        approval_request(binding=binding, requested_by=Actor("host", "1", host), host=host)
+    return provider, other
+
+
+def keys(approvals) -> set[str]:
+    return {approval.operation_key for approval in approvals}
+
+
+def test_an_approver_sees_its_providers_and_hosts_only(two_providers):
+    everything = Approver(name="desk", all_providers=True)
+    orders = Approver(name="phone", providers=["orders"])
+    orders_at_shop = Approver(name="shop-phone", providers=["orders"], hosts=["shop"])
+    assert keys(selectors.approvals_for_approver(approver=everything)) == {
+        "orders-shop",
+        "ledger-shop",
+        "orders-till",
+    }
+    assert keys(selectors.approvals_for_approver(approver=orders)) == {"orders-shop", "orders-till"}
+    assert keys(selectors.approvals_for_approver(approver=orders_at_shop)) == {"orders-shop"}
+
+
+def test_a_console_user_sees_the_providers_granted_to_them(two_providers):
+    _, ledger = two_providers
+    user = get_user_model().objects.create_user(username="olivia")
+    assert keys(selectors.approvals_for_user(user=user)) == set()
+    assign_perm("recovery.view_operations", user, ledger)
+    assert keys(selectors.approvals_for_user(user=user)) == {"ledger-shop"}
+    # A global (model) permission is a grant on every provider.
+    user.user_permissions.add(Permission.objects.get(codename="decide_approvals"))
+    user = get_user_model().objects.get(pk=user.pk)  # permissions are cached per object
+    assert keys(selectors.approvals_for_user(user=user)) == {
+        "orders-shop",
+        "ledger-shop",
+        "orders-till",
+    }
+
+
+def test_deciding_needs_the_decide_permission_on_that_provider(two_providers):
+    orders, ledger = two_providers
+    user = get_user_model().objects.create_user(username="victor")
+    assign_perm("recovery.view_operations", user, orders)
+    assign_perm("recovery.decide_approvals", user, ledger)
+    visible = {a.operation_key: a.pk for a in selectors.approvals_for_user(user=user)}
+    with pytest.raises(RecoveryError) as refused:
+        selectors.approval_for_caller(approval_id=visible["orders-shop"], user=user, decide=True)
+    assert refused.value.code == "forbidden"
+    decidable = selectors.approval_for_caller(
+        approval_id=visible["ledger-shop"], user=user, decide=True
+    )
+    assert decidable.provider == "ledger"
