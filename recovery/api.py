@@ -23,8 +23,9 @@ from django.views.decorators.csrf import csrf_exempt
 from approvals import services as approvals
 from approvals.actors import Actor
 from approvals.models import Approver
-from recovery import selectors
-from recovery.canonical import MAX_SAFE_INTEGER, CanonicalError, strict_loads
+from recovery import contract, selectors
+from recovery.canonical import CanonicalError, strict_loads
+from recovery.contract import ApiError
 from recovery.models import Host
 from recovery.openapi import openapi_document
 from recovery.services import (
@@ -50,20 +51,7 @@ STATUS_BY_CODE = {
     "invalid_ttl": 422,
 }
 
-KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$")
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$")
-DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
-# Fencing tokens are printable ASCII (token_urlsafe); anything else cannot be one.
-TOKEN_PATTERN = re.compile(r"^[!-~]{1,64}$")
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.extra = extra
+KEY_PATTERN = re.compile(contract.KEY_PATTERN)
 
 
 def error_response(status: int, code: str, message: str, /, **extra: Any) -> JsonResponse:
@@ -182,67 +170,8 @@ def _json_body(request: HttpRequest) -> dict[str, Any]:
     return body
 
 
-@dataclass(frozen=True)
-class Field:
-    kind: type | tuple[type, ...] | None  # None: any JSON value
-    required: bool = True
-    pattern: re.Pattern[str] | None = None
-    choices: tuple[str, ...] = ()
-    max_length: int = 500
-    minimum: int | None = None
-    maximum: int | None = None
-
-
-def _parse(request: HttpRequest, spec: dict[str, Field]) -> dict[str, Any]:
-    body = _json_body(request)
-    unknown = sorted(set(body) - set(spec))
-    if unknown:
-        raise ApiError(
-            400, "unknown_field", f"unknown field(s): {', '.join(unknown)}", fields=unknown
-        )
-    values: dict[str, Any] = {}
-    for name, field in spec.items():
-        if name not in body:
-            if field.required:
-                raise ApiError(422, "missing_field", f"{name} is required", field=name)
-            continue
-        values[name] = _check_field(name, body[name], field)
-    return values
-
-
-def _check_field(name: str, value: Any, field: Field) -> Any:
-    def invalid(why: str) -> ApiError:
-        return ApiError(422, "invalid_field", f"{name} {why}", field=name)
-
-    if field.kind is None:
-        return value
-    if isinstance(value, bool) and field.kind is not bool:
-        raise invalid("has the wrong type")
-    if not isinstance(value, field.kind):
-        raise invalid("has the wrong type")
-    if isinstance(value, str):
-        if len(value) > field.max_length or "\x00" in value:
-            raise invalid(f"must be at most {field.max_length} characters, without NUL")
-        if not _valid_unicode(value):
-            raise invalid("must be valid Unicode (no lone surrogates)")
-        if field.pattern is not None and not field.pattern.fullmatch(value):
-            raise invalid("has an invalid format")
-        if field.choices and value not in field.choices:
-            raise invalid(f"must be one of {', '.join(field.choices)}")
-    if isinstance(value, int):
-        if field.minimum is not None and value < field.minimum:
-            raise invalid(f"must be at least {field.minimum}")
-        if field.maximum is not None and value > field.maximum:
-            raise invalid(f"must be at most {field.maximum}")
-    return value
-
-
-def _valid_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def _parse(request: HttpRequest, model: type[contract.M]) -> contract.M:
+    return contract.parse(model, _json_body(request))
 
 
 def _check_key(key: str) -> None:
@@ -267,92 +196,73 @@ def _uuid(value: str, code: str) -> uuid.UUID:
 # -- endpoints ----------------------------------------------------------------------
 
 
-def _operation_summary(operation: Any) -> dict[str, Any]:
-    return {
-        "key": operation.key,
-        "state": operation.state,
-        "params_digest": operation.params_digest,
-        "version": operation.version,
-    }
+def _answer(body: contract.Body, status: int = 200) -> JsonResponse:
+    return JsonResponse(contract.dump(body), status=status)
 
 
 @api_view(methods=("POST",), auth=("host",))
 def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
-    values = _parse(
-        request,
-        {
-            "key": Field(str, pattern=KEY_PATTERN, max_length=200),
-            "action": Field(str, pattern=NAME_PATTERN, max_length=200),
-            "provider": Field(str, max_length=100),
-            # Any JSON value: canonical_params refuses a non-object as invalid_params.
-            "params": Field(None),
-        },
-    )
+    body = _parse(request, contract.RegisterRequest)
     assert caller.host is not None
     try:
         operation, created = registration.operation_register(
             host=caller.host,
-            key=values["key"],
-            action=values["action"],
-            provider_name=values["provider"],
-            params=values["params"],
+            key=body.key,
+            action=body.action,
+            provider_name=body.provider,
+            params=body.params,
         )
     except CanonicalError as exc:
         if exc.code == "params_too_large":
             raise ApiError(413, "params_too_large", exc.message) from None
         raise ApiError(422, "invalid_params", exc.message, reason=exc.code) from None
-    return JsonResponse(_operation_summary(operation), status=201 if created else 200)
+    summary = contract.OperationSummary(
+        key=operation.key,
+        state=operation.state,
+        params_digest=operation.params_digest,
+        version=operation.version,
+    )
+    return _answer(summary, status=201 if created else 200)
 
 
 @api_view(methods=("GET",), auth=("host",))
 def operation_detail(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = locking.operation_read(_operation(caller, key))
-    return JsonResponse(selectors.operation_record(operation=operation))
+    return _answer(selectors.operation_record(operation=operation))
 
 
 @api_view(methods=("POST",), auth=("host",))
 def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
     if _raw_body(request):
-        _parse(request, {})
+        _parse(request, contract.EmptyRequest)
     assert caller.host is not None
     approval, created = permits.approval_open(operation=operation, host=caller.host)
-    return JsonResponse(
-        {"approval_id": str(approval.id), "status": approval.status},
-        status=201 if created else 200,
-    )
+    opened = contract.ApprovalOpened(approval_id=str(approval.id), status=approval.status)
+    return _answer(opened, status=201 if created else 200)
 
 
 @api_view(methods=("POST",), auth=("approver", "user"))
 def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
     pk = _uuid(approval_id, "unknown_approval")
-    values = _parse(
-        request,
-        {
-            "decision": Field(str, choices=("approve", "deny")),
-            "ttl_seconds": Field(int, required=False, minimum=1, maximum=approvals.MAX_TTL_SECONDS),
-            # The digest of the parameters the approver reviewed (GET the approval).
-            "params_digest": Field(str, pattern=DIGEST_PATTERN, max_length=71),
-        },
-    )
+    body = _parse(request, contract.DecisionRequest)
     if caller.kind == "user":
         selectors.approval_for_caller(approval_id=pk, user=caller.user, decide=True)
     approval, permit = permits.approval_decision(
         approval_id=pk,
-        approve=values["decision"] == "approve",
-        ttl_seconds=values.get("ttl_seconds", 300),
+        approve=body.decision == "approve",
+        ttl_seconds=body.ttl_seconds,
         decided_by=caller.actor,
-        reviewed_digest=values["params_digest"],
+        reviewed_digest=body.params_digest,
         approver=caller.approver,
     )
-    return JsonResponse(
-        {
-            "approval_id": str(approval.id),
-            "status": approval.status,
-            "permit_id": str(permit.id) if permit else None,
-            "expires_at": permit.expires_at.isoformat() if permit else None,
-        }
+    decided = contract.Decided(
+        approval_id=str(approval.id),
+        status=approval.status,
+        permit_id=str(permit.id) if permit else None,
+        expires_at=permit.expires_at.isoformat() if permit else None,
     )
+    return _answer(decided)
 
 
 @api_view(methods=("GET",), auth=("approver", "user"))
@@ -362,102 +272,90 @@ def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> J
     approval = selectors.approval_for_caller(
         approval_id=pk, approver=caller.approver, user=caller.user
     )
-    return JsonResponse(selectors.approval_record(approval=approval))
+    return _answer(selectors.approval_record(approval=approval))
 
 
 @api_view(methods=("POST",), auth=("host", "approver"))
 def permit_revoke(request: HttpRequest, caller: Caller, permit_id: str) -> JsonResponse:
     pk = _uuid(permit_id, "unknown_permit")
-    values = _parse(request, {"reason": Field(str, max_length=500)})
+    body = _parse(request, contract.RevokeRequest)
     # A host may revoke only its own operations' permits; an approver those in its scope.
     permit, revoked = permits.permit_revoke(
         permit_id=pk,
-        reason=values["reason"],
+        reason=body.reason,
         actor=caller.actor,
         host=caller.host,
         approver=caller.approver,
     )
-    return JsonResponse({"permit_id": str(permit.id), "status": permit.status, "revoked": revoked})
+    return _answer(
+        contract.Revoked(permit_id=str(permit.id), status=permit.status, revoked=revoked)
+    )
 
 
 @api_view(methods=("POST",), auth=("host",))
 def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
-    values = _parse(
-        request,
-        {
-            "worker": Field(str, pattern=NAME_PATTERN, max_length=200),
-            "params_digest": Field(str, pattern=DIGEST_PATTERN, max_length=71),
-        },
-    )
+    body = _parse(request, contract.DispatchRequest)
     outcome = dispatch.operation_dispatch(
         operation=operation,
-        worker=values["worker"],
-        presented_digest=values["params_digest"],
+        worker=body.worker,
+        presented_digest=body.params_digest,
         actor=caller.actor,
     )
     if outcome.dispatch is None:
         extra = {"execution_state": outcome.state} if outcome.refusal == "already_consumed" else {}
         return error_response(409, outcome.refusal, "the permit was not consumed", **extra)
-    return JsonResponse(
-        {
-            "fencing_token": outcome.dispatch.fencing_token,
-            "permit_id": str(outcome.dispatch.permit_id),
-            "lease_expires_at": outcome.dispatch.lease_expires_at.isoformat(),
-        }
+    held = contract.Dispatched(
+        fencing_token=outcome.dispatch.fencing_token,
+        permit_id=str(outcome.dispatch.permit_id),
+        lease_expires_at=outcome.dispatch.lease_expires_at.isoformat(),
     )
+    return _answer(held)
 
 
 @api_view(methods=("POST",), auth=("host",))
 def operation_heartbeat(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
-    values = _parse(request, {"fencing_token": Field(str, pattern=TOKEN_PATTERN, max_length=64)})
+    body = _parse(request, contract.HeartbeatRequest)
     held = dispatch.operation_heartbeat(
-        operation=operation, fencing_token=values["fencing_token"], actor=caller.actor
+        operation=operation, fencing_token=body.fencing_token, actor=caller.actor
     )
-    return JsonResponse({"lease_expires_at": held.lease_expires_at.isoformat()})
+    return _answer(contract.Heartbeat(lease_expires_at=held.lease_expires_at.isoformat()))
 
 
 @api_view(methods=("POST",), auth=("host",))
 def operation_result(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
-    values = _parse(
-        request,
-        {
-            "fencing_token": Field(str, pattern=TOKEN_PATTERN, max_length=64),
-            "outcome": Field(str, choices=("committed", "failed")),
-            "provider_reference": Field(str, required=False, max_length=200),
-        },
-    )
+    body = _parse(request, contract.ResultRequest)
     outcome = dispatch.operation_report(
         operation=operation,
-        fencing_token=values["fencing_token"],
-        outcome=values["outcome"],
-        provider_reference=values.get("provider_reference", ""),
+        fencing_token=body.fencing_token,
+        outcome=body.outcome,
+        provider_reference=body.provider_reference,
         actor=caller.actor,
     )
-    return JsonResponse(
-        {"applied": outcome.applied, "state": outcome.state, "receipt": outcome.receipt_status}
+    reported = contract.Reported(
+        applied=outcome.applied, state=outcome.state, receipt=outcome.receipt_status
     )
+    return _answer(reported)
 
 
 @api_view(methods=("POST",), auth=("host",))
 def operation_resume(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
-    values = _parse(request, {"worker": Field(str, pattern=NAME_PATTERN, max_length=200)})
-    outcome = resume.operation_resume(
-        operation=operation, worker=values["worker"], actor=caller.actor
+    body = _parse(request, contract.ResumeRequest)
+    outcome = resume.operation_resume(operation=operation, worker=body.worker, actor=caller.actor)
+    # Optional fields are sent only when they say something.
+    optional = {"fencing_token": outcome.fencing_token, "retry_after": outcome.retry_after}
+    resumed = contract.Resumed.model_validate(
+        {
+            "decision": outcome.decision,
+            "state": outcome.state,
+            "recovered": outcome.recovered,
+            **{name: value for name, value in optional.items() if value},
+        }
     )
-    body: dict[str, Any] = {
-        "decision": outcome.decision,
-        "state": outcome.state,
-        "recovered": outcome.recovered,
-    }
-    if outcome.fencing_token:
-        body["fencing_token"] = outcome.fencing_token
-    if outcome.retry_after:
-        body["retry_after"] = outcome.retry_after
-    return JsonResponse(body)
+    return _answer(resumed)
 
 
 @api_view(methods=("POST",), auth=())
@@ -470,29 +368,18 @@ def provider_callbacks(request: HttpRequest, caller: None, name: str) -> JsonRes
         provider=provider, body=raw, signature=signature
     ):
         raise ApiError(401, "bad_signature", "missing or wrong X-Provider-Signature")
-    values = _parse(
-        request,
-        {
-            "operation_key": Field(str, pattern=KEY_PATTERN, max_length=200),
-            "status": Field(str, choices=("committed", "failed")),
-            "params_digest": Field(str, pattern=DIGEST_PATTERN, max_length=71),
-            "reference": Field(str, max_length=200),
-            "sequence": Field(int, minimum=0, maximum=MAX_SAFE_INTEGER),
-        },
-    )
+    body = _parse(request, contract.CallbackRequest)
     outcome = callbacks.provider_callback(
         provider=provider,
-        operation_key=values["operation_key"],
-        status=values["status"],
-        params_digest=values["params_digest"],
-        reference=values["reference"],
-        sequence=values["sequence"],
-        raw=values,
+        operation_key=body.operation_key,
+        status=body.status,
+        params_digest=body.params_digest,
+        reference=body.reference,
+        sequence=body.sequence,
+        raw=body.model_dump(),
     )
-    body: dict[str, Any] = {"applied": outcome.applied, "state": outcome.state}
-    if outcome.reason:
-        body["reason"] = outcome.reason
-    return JsonResponse(body)
+    reason = {"reason": outcome.reason} if outcome.reason else {}
+    return _answer(contract.CallbackApplied(applied=outcome.applied, state=outcome.state, **reason))
 
 
 def openapi(request: HttpRequest) -> JsonResponse:

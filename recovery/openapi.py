@@ -1,367 +1,265 @@
-"""The OpenAPI 3.1 document of the host API, served at /api/openapi.json."""
+"""The OpenAPI 3.1 document of the host API, generated from ``recovery.contract``.
+
+Served at /api/openapi.json. Each endpoint names its request model and, per status, its
+response model; errors all share the ``Error`` schema. Nothing here restates a field.
+"""
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-ERROR_CODES = [
-    "malformed_json",
-    "duplicate_key",
-    "non_finite_number",
-    "too_deep",
-    "invalid_body",
-    "unknown_field",
-    "missing_field",
-    "invalid_field",
-    "invalid_params",
-    "params_too_large",
-    "body_too_large",
-    "unsupported_media_type",
-    "unauthorized",
-    "forbidden",
-    "csrf_failed",
-    "bad_signature",
-    "unknown_operation",
-    "unknown_provider",
-    "unknown_approval",
-    "unknown_permit",
-    "key_conflict",
-    "invalid_state",
-    "stale_state",
-    "already_decided",
-    "digest_mismatch",
-    "invalid_ttl",
-    "not_authorized",
-    "action_mismatch",
-    "expired",
-    "revoked",
-    "already_consumed",
-    "stale_fencing_token",
-    "lease_lost",
-    "method_not_allowed",
-    "not_found",
-    "database_unavailable",
-    "internal_error",
+from pydantic import BaseModel
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
+
+from recovery import contract
+
+REF = "#/components/schemas/{model}"
+
+
+class _Schema(GenerateJsonSchema):
+    """Pydantic's JSON Schema, without a title on every property and without the
+    ``default: null`` of fields that are left out when unset (they are never null)."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def default_schema(self, schema: Any) -> Any:
+        generated = super().default_schema(schema)
+        if generated.get("default", ...) is None and "anyOf" not in generated:
+            del generated["default"]
+        return generated
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    path: str
+    method: str
+    summary: str
+    request: type[BaseModel] | None
+    # status → (description, body model; None: the Error schema)
+    responses: dict[int, tuple[str, type[BaseModel] | None]]
+    parameters: tuple[str, ...] = ()
+    signed: bool = False  # authenticated by the provider's signature, not a bearer token
+    errors: dict[int, str] = field(default_factory=dict)
+
+
+# Every authenticated endpoint may answer these, with the Error schema.
+COMMON_ERRORS = {
+    400: "Malformed body, duplicate keys, non-finite numbers or unknown fields",
+    401: "Missing, unknown or disabled bearer token",
+    403: "This kind of credential may not do this, or a console session without CSRF",
+    404: "No such thing, or not for this caller",
+    405: "Method not allowed (see the Allow header)",
+    413: "The body is too large",
+    415: "The body is not application/json",
+    422: "A missing field, or a field of the wrong type or format",
+    500: "internal_error: unexpected (logged with the request id)",
+    503: "The database refused the change; retry",
+}
+
+ENDPOINTS = [
+    Endpoint(
+        "/api/v1/operations",
+        "post",
+        "Register an operation (idempotent per key)",
+        contract.RegisterRequest,
+        {
+            201: ("Registered", contract.OperationSummary),
+            200: ("The same registration again", contract.OperationSummary),
+        },
+        errors={
+            409: "key_conflict: the key exists with a different action, provider or params",
+            413: "body_too_large, or params_too_large (over 64 KiB canonical)",
+            422: "missing_field, invalid_field, or invalid_params (with a reason)",
+        },
+    ),
+    Endpoint(
+        "/api/v1/operations/{key}",
+        "get",
+        "The whole record: state, permit and its history, dispatch, receipt, evidence",
+        None,
+        {200: ("The record", contract.OperationRecord)},
+        parameters=("key",),
+    ),
+    Endpoint(
+        "/api/v1/operations/{key}/approvals",
+        "post",
+        "Ask for approval of the exact action (the body may be empty)",
+        contract.EmptyRequest,
+        {
+            201: ("Approval opened", contract.ApprovalOpened),
+            200: ("The pending approval already open", contract.ApprovalOpened),
+        },
+        parameters=("key",),
+        errors={409: "invalid_state: the operation is not awaiting approval"},
+    ),
+    Endpoint(
+        "/api/v1/approvals/{approval_id}",
+        "get",
+        "Exactly what would be approved (an approver within its scope, or a console user "
+        "who may view the provider's operations)",
+        None,
+        {200: ("The approval and the exact action", contract.ApprovalRecord)},
+        parameters=("approval_id",),
+    ),
+    Endpoint(
+        "/api/v1/approvals/{approval_id}/decision",
+        "post",
+        "Approve or deny exactly what was reviewed (an approver within its scope, or a "
+        "console user with the decide permission on the provider)",
+        contract.DecisionRequest,
+        {200: ("Decided", contract.Decided)},
+        parameters=("approval_id",),
+        errors={
+            403: "A host token, a console user who may view but not decide, or no CSRF",
+            409: "already_decided, stale_state, or digest_mismatch (recorded)",
+            422: "missing_field, invalid_field, or invalid_ttl",
+        },
+    ),
+    Endpoint(
+        "/api/v1/permits/{permit_id}/revoke",
+        "post",
+        "Revoke a permit (guards the future: a consumed permit stays consumed)",
+        contract.RevokeRequest,
+        {200: ("Revoked, or recorded as ignored", contract.Revoked)},
+        parameters=("permit_id",),
+        errors={409: "stale_state: the operation moved on"},
+    ),
+    Endpoint(
+        "/api/v1/operations/{key}/dispatch",
+        "post",
+        "Consume the permit and create the one dispatch",
+        contract.DispatchRequest,
+        {200: ("This caller holds the dispatch", contract.Dispatched)},
+        parameters=("key",),
+        errors={
+            409: "Refused and recorded: not_authorized, action_mismatch, expired, revoked, "
+            "or already_consumed (with execution_state)",
+        },
+    ),
+    Endpoint(
+        "/api/v1/operations/{key}/heartbeat",
+        "post",
+        "Extend the dispatch lease",
+        contract.HeartbeatRequest,
+        {200: ("Lease extended", contract.Heartbeat)},
+        parameters=("key",),
+        errors={409: "stale_fencing_token or lease_lost"},
+    ),
+    Endpoint(
+        "/api/v1/operations/{key}/result",
+        "post",
+        "Report the outcome (the first report wins)",
+        contract.ResultRequest,
+        {200: ("Recorded (applied false: a later duplicate)", contract.Reported)},
+        parameters=("key",),
+        errors={409: "stale_fencing_token, or stale_state: the operation moved on"},
+    ),
+    Endpoint(
+        "/api/v1/operations/{key}/resume",
+        "post",
+        "What a fresh worker should do; never a second dispatch",
+        contract.ResumeRequest,
+        {200: ("Decision", contract.Resumed)},
+        parameters=("key",),
+        errors={409: "stale_state: the operation moved on"},
+    ),
+    Endpoint(
+        "/api/v1/providers/{name}/callbacks",
+        "post",
+        "Signed asynchronous provider notification (X-Provider-Signature: hex HMAC-SHA256 "
+        "of the raw body)",
+        contract.CallbackRequest,
+        {
+            200: (
+                "Applied, or recorded as stale (applied false, with reason)",
+                contract.CallbackApplied,
+            )
+        },
+        parameters=("name",),
+        signed=True,
+        errors={
+            401: "bad_signature",
+            404: "unknown_provider, or unknown_operation at this provider",
+            409: "stale_state: the operation moved on",
+        },
+    ),
 ]
 
-
-def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
+PATH_PARAMETERS = {
+    "key": contract.KEY_PATTERN,
+    "approval_id": None,
+    "permit_id": None,
+    "name": None,
+}
 
 
-STR: dict[str, Any] = {"type": "string"}
-DIGEST: dict[str, Any] = {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}
-KEY: dict[str, Any] = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"}
-NAME: dict[str, Any] = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$"}
+def _models() -> list[tuple[type[BaseModel], JsonSchemaMode]]:
+    models: list[tuple[type[BaseModel], JsonSchemaMode]] = [(contract.Error, "serialization")]
+    for endpoint in ENDPOINTS:
+        if endpoint.request is not None:
+            models.append((endpoint.request, "validation"))
+        for _, model in endpoint.responses.values():
+            if model is not None:
+                models.append((model, "serialization"))
+    return list(dict.fromkeys(models))
 
 
-def _op(
-    summary: str,
-    request: dict[str, Any] | None,
-    responses: dict[str, tuple[str, dict[str, Any] | None]],
-    *,
-    security: bool = True,
-) -> dict[str, Any]:
-    operation: dict[str, Any] = {"summary": summary, "responses": {}}
-    if request is not None:
+def _content(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _operation(endpoint: Endpoint, refs: dict[Any, Any]) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": endpoint.summary, "responses": {}}
+    if endpoint.request is not None:
         operation["requestBody"] = {
-            "required": True,
-            "content": {"application/json": {"schema": request}},
+            "required": endpoint.request is not contract.EmptyRequest,
+            "content": _content(refs[(endpoint.request, "validation")]),
         }
-    for code, (description, schema) in responses.items():
-        content_schema = schema or {"$ref": "#/components/schemas/Error"}
-        operation["responses"][code] = {
+    for status, (description, model) in endpoint.responses.items():
+        operation["responses"][str(status)] = {
             "description": description,
-            "content": {"application/json": {"schema": content_schema}},
+            "content": _content(refs[(model, "serialization")]),
         }
-    if not security:
+    errors = dict(COMMON_ERRORS)
+    if endpoint.signed:
         operation["security"] = []
+        del errors[403]
+    errors.update(endpoint.errors)
+    error = {"$ref": REF.format(model="Error")}
+    for status, description in sorted(errors.items()):
+        operation["responses"][str(status)] = {
+            "description": description,
+            "content": _content(error),
+        }
     return operation
 
 
-ERRORS = {
-    "400": ("Malformed body, duplicate keys or unknown fields", None),
-    "401": ("Missing or unknown bearer token", None),
-    "404": ("Unknown operation (for this host)", None),
-    "422": ("Missing field or wrong type", None),
-}
-
-SUMMARY = _obj(
-    {"key": KEY, "state": STR, "params_digest": DIGEST, "version": {"type": "integer"}},
-    ["key", "state", "params_digest", "version"],
-)
-
-
 def openapi_document() -> dict[str, Any]:
-    key_param = [{"name": "key", "in": "path", "required": True, "schema": KEY}]
-    paths: dict[str, Any] = {
-        "/api/v1/operations": {
-            "post": _op(
-                "Register an operation (idempotent per key)",
-                _obj(
-                    {
-                        "key": KEY,
-                        "action": NAME,
-                        "provider": STR,
-                        "params": {
-                            "type": "object",
-                            "description": "At most 64 KiB canonical (RFC 8785), depth ≤ 10, "
-                            "finite numbers, integers within ±(2^53-1).",
-                        },
-                    },
-                    ["key", "action", "provider", "params"],
-                ),
+    return copy.deepcopy(_document())
+
+
+@cache
+def _document() -> dict[str, Any]:
+    refs, definitions = models_json_schema(_models(), ref_template=REF, schema_generator=_Schema)
+    paths: dict[str, Any] = {}
+    for endpoint in ENDPOINTS:
+        item = paths.setdefault(endpoint.path, {})
+        if endpoint.parameters:
+            item["parameters"] = [
                 {
-                    "201": ("Registered", SUMMARY),
-                    "200": ("The same registration again", SUMMARY),
-                    "409": ("key_conflict: the key exists with a different action", None),
-                    "413": ("params_too_large", None),
-                    **ERRORS,
-                },
-            )
-        },
-        "/api/v1/operations/{key}": {
-            "parameters": key_param,
-            "get": _op(
-                "The whole record: state, permit and history, dispatch, receipt, evidence",
-                None,
-                {"200": ("The record", {"type": "object"}), **ERRORS},
-            ),
-        },
-        "/api/v1/operations/{key}/approvals": {
-            "parameters": key_param,
-            "post": _op(
-                "Ask for approval of the exact action",
-                None,
-                {
-                    "201": (
-                        "Approval opened",
-                        _obj({"approval_id": STR, "status": STR}, ["approval_id", "status"]),
-                    ),
-                    "200": ("The pending approval already open", None),
-                    "409": ("invalid_state", None),
-                    **ERRORS,
-                },
-            ),
-        },
-        "/api/v1/approvals/{approval_id}": {
-            "parameters": [{"name": "approval_id", "in": "path", "required": True, "schema": STR}],
-            "get": _op(
-                "Exactly what would be approved (an approver in whose scope it is, or a "
-                "console user with decide permission)",
-                None,
-                {
-                    "200": (
-                        "The approval and the exact action",
-                        _obj(
-                            {
-                                "approval_id": STR,
-                                "status": STR,
-                                "operation_key": KEY,
-                                "action": STR,
-                                "provider": STR,
-                                "host": STR,
-                                "params": {"type": ["object", "null"]},
-                                "params_digest": DIGEST,
-                                "requested_at": STR,
-                                "decided_by": STR,
-                                "decided_at": {"type": ["string", "null"]},
-                                "permit_id": {"type": ["string", "null"]},
-                                "expires_at": {"type": ["string", "null"]},
-                            },
-                            ["approval_id", "status", "action", "provider", "params_digest"],
-                        ),
-                    ),
-                    **ERRORS,
-                },
-            ),
-        },
-        "/api/v1/approvals/{approval_id}/decision": {
-            "parameters": [{"name": "approval_id", "in": "path", "required": True, "schema": STR}],
-            "post": _op(
-                "Approve or deny exactly what was reviewed (approver token within its scope, "
-                "or console user with decide permission)",
-                _obj(
-                    {
-                        "decision": {"enum": ["approve", "deny"]},
-                        "ttl_seconds": {"type": "integer", "minimum": 1, "maximum": 604800},
-                        "params_digest": DIGEST,
-                    },
-                    ["decision", "params_digest"],
-                ),
-                {
-                    "200": (
-                        "Decided",
-                        _obj(
-                            {
-                                "approval_id": STR,
-                                "status": STR,
-                                "permit_id": {"type": ["string", "null"]},
-                                "expires_at": {"type": ["string", "null"]},
-                            },
-                            ["status", "permit_id", "expires_at"],
-                        ),
-                    ),
-                    "403": ("A host token may not decide", None),
-                    "409": ("already_decided, or digest_mismatch (recorded)", None),
-                    **ERRORS,
-                },
-            ),
-        },
-        "/api/v1/permits/{permit_id}/revoke": {
-            "parameters": [{"name": "permit_id", "in": "path", "required": True, "schema": STR}],
-            "post": _op(
-                "Revoke a permit (guards the future: a consumed permit stays consumed)",
-                _obj({"reason": STR}, ["reason"]),
-                {
-                    "200": (
-                        "Revoked, or recorded as ignored",
-                        _obj(
-                            {"permit_id": STR, "status": STR, "revoked": {"type": "boolean"}},
-                            ["permit_id", "status", "revoked"],
-                        ),
-                    ),
-                    **ERRORS,
-                },
-            ),
-        },
-        "/api/v1/operations/{key}/dispatch": {
-            "parameters": key_param,
-            "post": _op(
-                "Consume the permit and create the one dispatch",
-                _obj({"worker": NAME, "params_digest": DIGEST}, ["worker", "params_digest"]),
-                {
-                    "200": (
-                        "This caller holds the dispatch",
-                        _obj(
-                            {"fencing_token": STR, "permit_id": STR, "lease_expires_at": STR},
-                            ["fencing_token", "permit_id"],
-                        ),
-                    ),
-                    "409": (
-                        "Refused: not_authorized, action_mismatch, expired, revoked or "
-                        "already_consumed (with execution_state)",
-                        None,
-                    ),
-                    **ERRORS,
-                },
-            ),
-        },
-        "/api/v1/operations/{key}/heartbeat": {
-            "parameters": key_param,
-            "post": _op(
-                "Extend the dispatch lease",
-                _obj({"fencing_token": STR}, ["fencing_token"]),
-                {
-                    "200": ("Lease extended", _obj({"lease_expires_at": STR}, [])),
-                    "409": ("stale_fencing_token or lease_lost", None),
-                    **ERRORS,
-                },
-            ),
-        },
-        "/api/v1/operations/{key}/result": {
-            "parameters": key_param,
-            "post": _op(
-                "Report the outcome (the first report wins)",
-                _obj(
-                    {
-                        "fencing_token": STR,
-                        "outcome": {"enum": ["committed", "failed"]},
-                        "provider_reference": STR,
-                    },
-                    ["fencing_token", "outcome"],
-                ),
-                {
-                    "200": (
-                        "Recorded (applied false: a later duplicate)",
-                        _obj(
-                            {"applied": {"type": "boolean"}, "state": STR, "receipt": STR},
-                            ["applied", "state", "receipt"],
-                        ),
-                    ),
-                    "409": ("stale_fencing_token", None),
-                    **ERRORS,
-                },
-            ),
-        },
-        "/api/v1/operations/{key}/resume": {
-            "parameters": key_param,
-            "post": _op(
-                "What a fresh worker should do; never a second dispatch",
-                _obj({"worker": NAME}, ["worker"]),
-                {
-                    "200": (
-                        "Decision",
-                        _obj(
-                            {
-                                "decision": {
-                                    "enum": [
-                                        "wait",
-                                        "dispatch",
-                                        "in_progress",
-                                        "released",
-                                        "unknown",
-                                        "reconcile",
-                                        "closed",
-                                    ]
-                                },
-                                "state": STR,
-                                "recovered": {"type": "boolean"},
-                                "fencing_token": STR,
-                                "retry_after": {
-                                    "type": "integer",
-                                    "minimum": 1,
-                                    "description": (
-                                        "Seconds until asking again is worth it: the "
-                                        "operation's next lookup is not due, another "
-                                        "lookup of it is running, or its provider's "
-                                        "in-request lookups are all busy."
-                                    ),
-                                },
-                            },
-                            ["decision", "state", "recovered"],
-                        ),
-                    ),
-                    **ERRORS,
-                },
-            ),
-        },
-        "/api/v1/providers/{name}/callbacks": {
-            "parameters": [{"name": "name", "in": "path", "required": True, "schema": STR}],
-            "post": _op(
-                "Signed asynchronous provider notification (X-Provider-Signature: hex "
-                "HMAC-SHA256 of the raw body)",
-                _obj(
-                    {
-                        "operation_key": KEY,
-                        "status": {"enum": ["committed", "failed"]},
-                        "params_digest": DIGEST,
-                        "reference": STR,
-                        "sequence": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
-                    },
-                    ["operation_key", "status", "params_digest", "reference", "sequence"],
-                ),
-                {
-                    "200": (
-                        "Applied, or recorded as stale (applied false, with reason)",
-                        _obj(
-                            {"applied": {"type": "boolean"}, "state": STR, "reason": STR},
-                            ["applied", "state"],
-                        ),
-                    ),
-                    "401": ("bad_signature", None),
-                    "404": ("unknown_provider or unknown_operation", None),
-                    **{k: v for k, v in ERRORS.items() if k in {"400", "422"}},
-                },
-                security=False,
-            ),
-        },
-    }
+                    "name": name,
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"}
+                    | ({"pattern": PATH_PARAMETERS[name]} if PATH_PARAMETERS[name] else {}),
+                }
+                for name in endpoint.parameters
+            ]
+        item[endpoint.method] = _operation(endpoint, refs)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -374,12 +272,6 @@ def openapi_document() -> dict[str, Any]:
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {
-                "Error": _obj(
-                    {"error": {"enum": ERROR_CODES}, "message": STR},
-                    ["error", "message"],
-                )
-                | {"additionalProperties": True},
-            },
+            "schemas": definitions["$defs"],
         },
     }

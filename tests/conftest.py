@@ -17,6 +17,7 @@ from recovery.canonical import canonical_params, params_digest
 from recovery.models import Host, Provider
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
+from tests.support.contract import response_check
 from tests.support.providers import sqlite_provider_init
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}
@@ -62,6 +63,27 @@ def _flush_past_audit_triggers() -> None:
 
 
 _flush_past_audit_triggers()
+
+
+@pytest.fixture(autouse=True)
+def _responses_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every API response a test receives must be one the OpenAPI document describes."""
+    receive = Client.request
+
+    def request(self: Client, **environ: Any) -> Any:
+        response = receive(self, **environ)
+        if not environ["PATH_INFO"].startswith("/api/"):
+            return response
+        response_check(
+            environ["REQUEST_METHOD"],
+            environ["PATH_INFO"],
+            response.status_code,
+            response.get("Content-Type", ""),
+            response.content,
+        )
+        return response
+
+    monkeypatch.setattr(Client, "request", request)
 
 
 @pytest.fixture(autouse=True)

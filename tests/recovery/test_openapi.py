@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,8 +12,9 @@ from django.urls import resolve
 from openapi_spec_validator import validate
 
 from approvals.services import Refusal
-from recovery import urls
+from recovery import contract, urls
 from recovery.openapi import openapi_document
+from tests.support.contract import ContractViolation, response_check
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +31,7 @@ EMITTED = {
     "invalid_body",
     "body_too_large",
     "unsupported_media_type",
-    # field validation (api._parse)
+    # field validation (contract.refusal)
     "unknown_field",
     "missing_field",
     "invalid_field",
@@ -91,6 +93,7 @@ RAISERS = re.compile(
 JSON_ERRORS = re.compile(r"\{\"error\": \"([a-z_]+)\"")
 SOURCES = [
     "recovery/api.py",
+    "recovery/contract.py",
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "recovery/services").glob("*.py")),
     "recovery/canonical.py",
     "approvals/services.py",
@@ -188,3 +191,77 @@ def test_every_operation_documents_its_errors_with_the_error_schema(document):
                     continue
                 schema = response["content"]["application/json"]["schema"]
                 assert schema == {"$ref": "#/components/schemas/Error"}, (path, method, status)
+
+
+# -- the contract: one definition, and every response checked against it -----------
+
+
+def test_request_schemas_are_the_models_the_api_validates_with(document):
+    schemas = document["components"]["schemas"]
+    for name in ("RegisterRequest", "DispatchRequest", "CallbackRequest", "DecisionRequest"):
+        model = getattr(contract, name)
+        assert set(schemas[name]["properties"]) == set(model.model_fields), name
+        assert schemas[name]["additionalProperties"] is False
+    digest = schemas["DispatchRequest"]["properties"]["params_digest"]
+    assert digest["pattern"] == contract.DIGEST_PATTERN
+    assert schemas["RegisterRequest"]["properties"]["key"]["pattern"] == contract.KEY_PATTERN
+
+
+def test_every_success_response_has_a_schema_of_its_own(document):
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            for status, response in operation["responses"].items():
+                schema = response["content"]["application/json"]["schema"]
+                if int(status) < 400:
+                    assert schema != {"$ref": "#/components/schemas/Error"}, (path, status)
+
+
+def _json(body: dict) -> bytes:
+    return json.dumps(body).encode()
+
+
+def test_the_response_check_refuses_an_undocumented_status():
+    with pytest.raises(ContractViolation, match="not documented"):
+        response_check("GET", "/api/v1/operations/op-1", 418, "application/json", b"{}")
+
+
+def test_the_response_check_refuses_a_body_its_schema_refuses():
+    resumed = {"decision": "resume-later", "state": "unknown", "recovered": False}
+    with pytest.raises(ContractViolation, match="is not one of"):
+        response_check(
+            "POST", "/api/v1/operations/op-1/resume", 200, "application/json", _json(resumed)
+        )
+    with pytest.raises(ContractViolation, match="Additional properties"):
+        response_check(
+            "POST",
+            "/api/v1/operations/op-1/heartbeat",
+            200,
+            "application/json",
+            _json({"lease_expires_at": "2026-01-01T00:00:00+00:00", "extra": 1}),
+        )
+    error = {"error": "no_such_code", "message": "x"}
+    with pytest.raises(ContractViolation, match="is not one of"):
+        response_check("POST", "/api/v1/operations", 409, "application/json", _json(error))
+
+
+def test_the_response_check_accepts_what_the_api_answers(flow):
+    # The check runs on every response a test receives (tests/conftest.py); here, once
+    # by hand, to show what it checks against.
+    response = flow.host_api.post("/api/v1/operations/nope/resume", {"worker": "w1"})
+    pointer = response_check(
+        "POST",
+        "/api/v1/operations/nope/resume",
+        response.status_code,
+        response["Content-Type"],
+        response.content,
+    )
+    assert (response.status_code, pointer) == (404, _pointer_of("resume", "404"))
+
+
+def _pointer_of(endpoint: str, status: str) -> str:
+    return (
+        f"#/paths/~1api~1v1~1operations~1{{key}}~1{endpoint}/post/responses/{status}"
+        "/content/application~1json/schema"
+    )

@@ -1,0 +1,369 @@
+"""The host API's contract: every request and response body, defined once.
+
+The views validate request bodies with these models (after ``canonical.strict_loads``,
+which refuses duplicate keys and non-finite numbers first), build every response from
+them, and ``recovery.openapi`` generates the OpenAPI document from them. A validation
+error becomes one of the API's stable error codes in one place: ``refusal``.
+
+Models are strict: no coercion (``"5"`` is not 5, ``true`` is not 1) and no unknown
+fields. Text is valid Unicode without NUL; patterns match the whole value.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar, cast
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    ValidationError,
+)
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
+
+from approvals.services import MAX_TTL_SECONDS
+from recovery.canonical import MAX_SAFE_INTEGER
+from recovery.models import State
+
+KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$"
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+# Fencing tokens are printable ASCII (token_urlsafe); anything else cannot be one.
+TOKEN_PATTERN = r"^[!-~]{1,64}$"
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise PydanticCustomError("string_nul", "must not contain NUL")
+    return value
+
+
+NoNul = AfterValidator(_no_nul)
+# Each text field: at most so many characters, without NUL, matching its pattern.
+Key = Annotated[str, StringConstraints(max_length=200, pattern=KEY_PATTERN), NoNul]
+Name = Annotated[str, StringConstraints(max_length=200, pattern=NAME_PATTERN), NoNul]
+Digest = Annotated[str, StringConstraints(max_length=71, pattern=DIGEST_PATTERN), NoNul]
+Token = Annotated[str, StringConstraints(max_length=64, pattern=TOKEN_PATTERN), NoNul]
+ProviderName = Annotated[str, StringConstraints(max_length=100), NoNul]
+Reference = Annotated[str, StringConstraints(max_length=200), NoNul]
+Reason = Annotated[str, StringConstraints(max_length=500), NoNul]
+OperationState = Annotated[str, Field(json_schema_extra={"enum": list(State.values)})]
+Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+Outcome = Literal["committed", "failed"]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+# -- requests -------------------------------------------------------------------------
+
+
+class RegisterRequest(Body):
+    key: Key
+    action: Name
+    provider: ProviderName
+    params: Any = Field(
+        json_schema_extra={
+            "type": "object",
+            "description": "At most 64 KiB canonical (RFC 8785), depth ≤ 10, finite "
+            "numbers, integers within ±(2^53-1).",
+        }
+    )
+
+
+class EmptyRequest(Body):
+    """No fields: the body may be empty or ``{}``."""
+
+
+class DecisionRequest(Body):
+    decision: Literal["approve", "deny"]
+    ttl_seconds: Annotated[int, Field(ge=1, le=MAX_TTL_SECONDS)] = 300
+    params_digest: Digest = Field(description="The digest of the parameters reviewed.")
+
+
+class RevokeRequest(Body):
+    reason: Reason
+
+
+class DispatchRequest(Body):
+    worker: Name
+    params_digest: Digest
+
+
+class HeartbeatRequest(Body):
+    fencing_token: Token
+
+
+class ResultRequest(Body):
+    fencing_token: Token
+    outcome: Outcome
+    provider_reference: Reference = ""
+
+
+class ResumeRequest(Body):
+    worker: Name
+
+
+class CallbackRequest(Body):
+    operation_key: Key
+    status: Outcome
+    params_digest: Digest
+    reference: Reference
+    sequence: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
+
+
+# -- responses ------------------------------------------------------------------------
+
+
+class OperationSummary(Body):
+    key: Key
+    state: OperationState
+    params_digest: Digest
+    version: int
+
+
+class ApprovalOpened(Body):
+    approval_id: str
+    status: str
+
+
+class ApprovalRecord(Body):
+    """Exactly what an approver would approve."""
+
+    approval_id: str
+    status: str
+    operation_key: Key
+    action: str
+    provider: str
+    host: str
+    params: dict[str, Any] | None
+    params_digest: Digest
+    requested_at: Timestamp
+    decided_by: str
+    decided_at: Timestamp | None
+    permit_id: str | None
+    expires_at: Timestamp | None
+
+
+class Decided(Body):
+    approval_id: str
+    status: str
+    permit_id: str | None
+    expires_at: Timestamp | None
+
+
+class Revoked(Body):
+    permit_id: str
+    status: str
+    revoked: bool
+
+
+class Dispatched(Body):
+    fencing_token: str
+    permit_id: str
+    lease_expires_at: Timestamp
+
+
+class Heartbeat(Body):
+    lease_expires_at: Timestamp
+
+
+class Reported(Body):
+    applied: bool = Field(description="false: a later duplicate, recorded and ignored")
+    state: OperationState
+    receipt: str
+
+
+class Resumed(Body):
+    decision: Literal[
+        "wait", "dispatch", "in_progress", "released", "unknown", "reconcile", "closed"
+    ] = Field(description="What the worker should do; see the README's resume table.")
+    state: OperationState
+    recovered: bool
+    # Sent only when set (never null), as are the optional fields below.
+    fencing_token: str | SkipJsonSchema[None] = None
+    retry_after: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="Seconds until asking again is worth it: the operation's next lookup "
+        "is not due, another lookup of it is running, or its provider's in-request "
+        "lookups are all busy.",
+    )
+
+
+class CallbackApplied(Body):
+    applied: bool
+    state: OperationState
+    reason: str | SkipJsonSchema[None] = None
+
+
+class PermitLine(Body):
+    kind: str
+    reason: str
+    actor: str = Field(description="kind:name of who acted")
+    at: Timestamp
+    detail: dict[str, Any]
+
+
+class PermitRecord(Body):
+    permit_id: str
+    approval_id: str
+    status: str
+    params_digest: Digest
+    issued_at: Timestamp
+    expires_at: Timestamp
+    consumed_at: Timestamp | None
+    revoked_at: Timestamp | None
+    history: list[PermitLine]
+
+
+class DispatchRecord(Body):
+    worker: str
+    permit_id: str
+    created_at: Timestamp
+    lease_expires_at: Timestamp
+    last_heartbeat_at: Timestamp | None
+
+
+class ReceiptRecord(Body):
+    status: str
+    provider_reference: str
+    recovered: bool
+    evidence_id: int | None
+    reported_at: Timestamp | None
+
+
+class EvidenceRecord(Body):
+    evidence_id: int
+    source: str
+    verdict: str
+    provider_status: str
+    provider_reference: str
+    detail: str
+    raw: Any
+    raw_digest: str
+    captured_at: Timestamp
+
+
+class OperationRecord(Body):
+    """The whole record of one operation."""
+
+    key: Key
+    action: str
+    provider: str
+    params: dict[str, Any]
+    params_digest: Digest
+    state: OperationState
+    version: int
+    recovered: bool
+    created_at: Timestamp
+    updated_at: Timestamp
+    permit: PermitRecord | None
+    dispatch: DispatchRecord | None
+    receipt: ReceiptRecord | None
+    evidence: list[EvidenceRecord]
+
+
+# Every ``error`` code a response can carry (tests/recovery/test_openapi.py checks this
+# list against the codes raised in the source).
+ERROR_CODES = [
+    "malformed_json",
+    "duplicate_key",
+    "non_finite_number",
+    "too_deep",
+    "invalid_body",
+    "unknown_field",
+    "missing_field",
+    "invalid_field",
+    "invalid_params",
+    "params_too_large",
+    "body_too_large",
+    "unsupported_media_type",
+    "unauthorized",
+    "forbidden",
+    "csrf_failed",
+    "bad_signature",
+    "unknown_operation",
+    "unknown_provider",
+    "unknown_approval",
+    "unknown_permit",
+    "key_conflict",
+    "invalid_state",
+    "stale_state",
+    "already_decided",
+    "digest_mismatch",
+    "invalid_ttl",
+    "not_authorized",
+    "action_mismatch",
+    "expired",
+    "revoked",
+    "already_consumed",
+    "stale_fencing_token",
+    "lease_lost",
+    "method_not_allowed",
+    "not_found",
+    "database_unavailable",
+    "internal_error",
+]
+
+
+class Error(BaseModel):
+    """Every refusal: a stable code and a human message, sometimes with details."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str = Field(json_schema_extra={"enum": cast(list[JsonValue], ERROR_CODES)})
+    message: str
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """A response body: unset optional fields are left out rather than sent as null."""
+    return model.model_dump(mode="json", exclude_unset=True)
+
+
+# -- validation errors as the API's codes ---------------------------------------------
+
+
+class ApiError(Exception):
+    """A refused request, as the HTTP layer answers it: status, code, message, details."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+
+def refusal(exc: ValidationError) -> ApiError:
+    """The one mapping from a validation error to the API's codes.
+
+    Unknown fields first (400 ``unknown_field``, all of them named); then the first
+    field in declaration order: absent is 422 ``missing_field``, anything else 422
+    ``invalid_field``.
+    """
+    errors = exc.errors(include_url=False, include_input=False)
+    unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
+    if unknown:
+        return ApiError(
+            400, "unknown_field", f"unknown field(s): {', '.join(unknown)}", fields=unknown
+        )
+    first = errors[0]
+    name = str(first["loc"][0]) if first["loc"] else ""
+    if first["type"] == "missing":
+        return ApiError(422, "missing_field", f"{name} is required", field=name)
+    return ApiError(422, "invalid_field", f"{name}: {first['msg'].lower()}", field=name)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse(model: type[M], body: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise refusal(exc) from None
