@@ -121,3 +121,154 @@ def operation_record(*, operation: Operation) -> dict[str, Any]:
         ),
         "evidence": [evidence_record(e) for e in operation.evidence.order_by("captured_at", "id")],
     }
+
+
+# -- the operator console: what a console user may see ------------------------------------
+
+# Imported here rather than at the top, so that this section is appended in one piece
+# while the functions above change independently.
+from dataclasses import dataclass  # noqa: E402
+from datetime import datetime  # noqa: E402
+
+from django.db.models import Count, F, JSONField, OuterRef, Q, Subquery  # noqa: E402
+from guardian.shortcuts import get_objects_for_user  # noqa: E402
+
+from recovery.models import AuditEvent, LookupAttempt, Provider, State  # noqa: E402
+
+QUEUE_STRANDED = "stranded"
+QUEUE_STATES = (State.UNKNOWN, State.RECONCILE)
+
+
+@dataclass(frozen=True)
+class QueueFilters:
+    """What the queue is narrowed to; every field optional, all of them combine."""
+
+    state: str = ""  # unknown, reconcile, or stranded (a receipt left running)
+    provider: str = ""  # a provider's name
+    verdict: str = ""  # the latest evidence's verdict, or "none" for no evidence yet
+    search: str = ""  # part of an operation key
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    rows: list[Operation]
+    next_after: tuple[datetime, int] | None  # the keyset cursor of the next page
+
+
+def providers_visible_to(*, user: Any) -> QuerySet[Provider]:
+    """Providers whose operations ``user`` may view: object permissions only.
+
+    Global (model-level) permissions are ignored on purpose: a role applies to the
+    providers it was granted on (``recovery.services.roles``). Superusers see all.
+    """
+    return get_objects_for_user(
+        user, "recovery.view_operations", klass=Provider, accept_global_perms=False
+    )
+
+
+def _latest_evidence() -> QuerySet[Evidence]:
+    return Evidence.objects.filter(operation=OuterRef("pk")).order_by("-captured_at", "-id")
+
+
+def _queue_branch(
+    rows: QuerySet[Operation], filters: QueueFilters, after: tuple[datetime, int] | None
+) -> QuerySet[Operation]:
+    if filters.provider:
+        rows = rows.filter(provider__name=filters.provider)
+    if filters.search:
+        rows = rows.filter(key__icontains=filters.search)
+    if after is not None:
+        at, pk = after
+        rows = rows.filter(Q(updated_at__gt=at) | Q(updated_at=at, pk__gt=pk))
+    rows = rows.annotate(
+        receipt_status=F("dispatch__receipt_status"),
+        latest_verdict=Subquery(_latest_evidence().values("verdict")[:1]),
+        latest_at=Subquery(_latest_evidence().values("captured_at")[:1]),
+        lookup_count=Subquery(
+            LookupAttempt.objects.filter(operation=OuterRef("pk"))
+            .order_by()
+            .values("operation")
+            .annotate(n=Count("pk"))
+            .values("n")[:1]
+        ),
+        last_transition=Subquery(
+            AuditEvent.objects.filter(operation_key=OuterRef("key"), kind="transition")
+            .order_by("-seq")
+            .values("data")[:1],
+            output_field=JSONField(),
+        ),
+    )
+    if filters.verdict == "none":
+        rows = rows.filter(latest_verdict__isnull=True)
+    elif filters.verdict:
+        rows = rows.filter(latest_verdict=filters.verdict)
+    return rows.select_related("provider").order_by("updated_at", "pk")
+
+
+def operations_queue_for_user(
+    *, user: Any, filters: QueueFilters, after: tuple[datetime, int] | None, limit: int
+) -> QueuePage:
+    """The console's queue: what waits for an operator, oldest first, one page of it.
+
+    Every operation in ``unknown`` or ``reconcile`` and every stranded receipt (still
+    ``running`` on an operation no longer ``dispatched``), of the providers ``user`` may
+    view. The two kinds are read by two queries, each along its own partial index
+    (``operation_unsettled``, ``receipt_running``), and merged here: one OR across the
+    join would use neither. Keyset pagination on (``updated_at``, id), the time the
+    operation entered its state: no OFFSET, no COUNT, the same cost on every page.
+    """
+    visible = providers_visible_to(user=user)
+    states = [filters.state] if filters.state in QUEUE_STATES else list(QUEUE_STATES)
+    branches = []
+    if filters.state != QUEUE_STRANDED:
+        branches.append(Operation.objects.filter(state__in=states, provider__in=visible))
+    if filters.state in ("", QUEUE_STRANDED):
+        stranded = Operation.objects.filter(
+            provider__in=visible, dispatch__receipt_status=Dispatch.ReceiptStatus.RUNNING
+        ).exclude(state=State.DISPATCHED)
+        if not filters.state:  # already in the first branch
+            stranded = stranded.exclude(state__in=QUEUE_STATES)
+        branches.append(stranded)
+    rows: list[Operation] = []
+    for branch in branches:
+        rows.extend(_queue_branch(branch, filters, after)[: limit + 1])
+    rows.sort(key=lambda row: (row.updated_at, row.pk))
+    if len(rows) <= limit:
+        return QueuePage(rows, None)
+    last = rows[limit - 1]
+    return QueuePage(rows[:limit], (last.updated_at, last.pk))
+
+
+def operations_queue_counts_for_user(*, user: Any) -> dict[str, int]:
+    """How many operations wait in each queue state, and how many receipts are stranded.
+
+    One grouped query over the unsettled rows of the visible providers (the
+    ``operation_provider_state`` index), one count over the running receipts.
+    """
+    visible = providers_visible_to(user=user)
+    counts = {str(state): 0 for state in QUEUE_STATES}
+    grouped = (
+        Operation.objects.filter(state__in=QUEUE_STATES, provider__in=visible)
+        .values("state")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    for line in grouped:
+        counts[line["state"]] = line["n"]
+    counts[QUEUE_STRANDED] = (
+        Dispatch.objects.filter(
+            receipt_status=Dispatch.ReceiptStatus.RUNNING, operation__provider__in=visible
+        )
+        .exclude(operation__state=State.DISPATCHED)
+        .count()
+    )
+    return counts
+
+
+def operation_for_user(*, user: Any, key: str) -> Operation | None:
+    """One operation by key, or None when there is none or ``user`` may not view it."""
+    return (
+        Operation.objects.filter(key=key, provider__in=providers_visible_to(user=user))
+        .select_related("provider", "host")
+        .first()
+    )
