@@ -41,6 +41,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "form": form,
         "page": page,
         "counts": operations_queue_counts_for_user(user=request.user),
+        "has_providers": bool(providers),
         "next_query": next_query,
         "first_query": first.urlencode() if request.GET.get("after") else None,
     }

@@ -93,3 +93,15 @@ def test_the_operation_page_answers_405_to_a_post(client, operator, stuck):
     stuck.unknown("op-1")
     client.force_login(operator)
     assert client.post("/operations/op-1/").status_code == 405
+
+
+def test_the_csrf_header_on_body_is_accepted_for_a_post(operator):
+    """What htmx sends (hx-headers on <body>) passes Django's CSRF check."""
+    import re
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+    page = client.get("/").content.decode()
+    (token,) = re.findall(r'hx-headers=\'\{"X-CSRFToken": "([^"]+)"\}\'', page)
+    assert client.post("/logout/", HTTP_X_CSRFTOKEN="not-the-token").status_code == 403
+    assert client.post("/logout/", HTTP_X_CSRFTOKEN=token).status_code == 302

@@ -102,7 +102,7 @@ def test_a_user_without_a_role_sees_an_empty_queue(signed_in, stuck):
     page = signed_in(console_user("nobody")).get("/")
     assert page.status_code == 200
     assert _keys(page) == []
-    assert "Nothing waits" in page.content.decode()
+    assert "no role on any provider yet" in page.content.decode()
 
 
 def test_a_grant_takes_effect_on_the_next_request(signed_in, provider, stuck):
@@ -223,3 +223,16 @@ def test_the_page_costs_the_same_statements_whatever_the_size_and_depth(
         # The only counts are grouped by state or over running receipts.
         if "COUNT(" in sql.upper() and '"recovery_operation"."state"' not in sql:
             assert "receipt_status" in sql or "recovery_lookupattempt" in sql
+
+
+def test_a_superuser_sees_every_providers_queue(signed_in, stuck, other_stuck):
+    stuck.unknown("orders-1")
+    other_stuck.unknown("ledger-1")
+    root = User.objects.create_superuser("root", "root@example.com", "unused-pw-0123")
+    assert sorted(_keys(signed_in(root).get("/"))) == ["ledger-1", "orders-1"]
+
+
+def test_an_empty_queue_says_nothing_waits(signed_in, operator, stuck):
+    stuck.released("op-1")
+    assert "Nothing waits." in signed_in(operator).get("/").content.decode()
+    assert "Nothing waits that matches" in signed_in(operator).get("/?q=zz").content.decode()

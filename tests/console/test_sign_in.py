@@ -126,3 +126,15 @@ def test_sign_out_without_a_csrf_token_is_refused():
     client.force_login(console_user("olivia"))
     assert client.post("/logout/").status_code == 403
     assert client.get("/").status_code == 200
+
+
+def test_an_administrator_can_lift_a_lockout_early():
+    from django.core.management import call_command
+
+    console_user("olivia")
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    _fail(client, "olivia", 4)
+    client.post("/login/", {"username": "olivia", "password": "wrong"})
+    assert client.post("/login/", {"username": "olivia", "password": PASSWORD}).status_code == 429
+    call_command("axes_reset_username", "olivia")
+    assert client.post("/login/", {"username": "olivia", "password": PASSWORD}).status_code == 302
