@@ -146,7 +146,7 @@ class QueueFilters:
     state: str = ""  # unknown, reconcile, or stranded (a receipt left running)
     provider: str = ""  # a provider's name
     verdict: str = ""  # the latest evidence's verdict, or "none" for no evidence yet
-    search: str = ""  # part of an operation key
+    search: str = ""  # the start of an operation key (or all of it)
 
 
 @dataclass(frozen=True)
@@ -175,8 +175,8 @@ def _queue_branch(
 ) -> QuerySet[Operation]:
     if filters.provider:
         rows = rows.filter(provider__name=filters.provider)
-    if filters.search:
-        rows = rows.filter(key__icontains=filters.search)
+    if filters.search:  # a prefix, so that the key's own index can serve it
+        rows = rows.filter(key__startswith=filters.search)
     if after is not None:
         at, pk = after
         rows = rows.filter(Q(updated_at__gt=at) | Q(updated_at=at, pk__gt=pk))
@@ -212,16 +212,20 @@ def operations_queue_for_user(
 
     Every operation in ``unknown`` or ``reconcile`` and every stranded receipt (still
     ``running`` on an operation no longer ``dispatched``), of the providers ``user`` may
-    view. The two kinds are read by two queries, each along its own partial index
-    (``operation_unsettled``, ``receipt_running``), and merged here: one OR across the
-    join would use neither. Keyset pagination on (``updated_at``, id), the time the
-    operation entered its state: no OFFSET, no COUNT, the same cost on every page.
+    view. Each state and the stranded receipts are read by a query of their own, each
+    along a partial index (``operation_unsettled``, ``receipt_running``), and merged
+    here: one OR across the join would use neither. Keyset pagination on
+    (``updated_at``, id), the time the operation entered its state: no OFFSET, no
+    COUNT, the same cost on every page.
     """
     visible = providers_visible_to(user=user)
     states = [filters.state] if filters.state in QUEUE_STATES else list(QUEUE_STATES)
     branches = []
     if filters.state != QUEUE_STRANDED:
-        branches.append(Operation.objects.filter(state__in=states, provider__in=visible))
+        # One query per state: with the state fixed, ``operation_unsettled`` yields rows
+        # already in (updated_at, id) order and the LIMIT stops the scan; ``state IN``
+        # would sort the whole queue first.
+        branches += [Operation.objects.filter(state=s, provider__in=visible) for s in states]
     if filters.state in ("", QUEUE_STRANDED):
         stranded = Operation.objects.filter(
             provider__in=visible, dispatch__receipt_status=Dispatch.ReceiptStatus.RUNNING
@@ -242,15 +246,17 @@ def operations_queue_for_user(
 def operations_queue_counts_for_user(*, user: Any) -> dict[str, int]:
     """How many operations wait in each queue state, and how many receipts are stranded.
 
-    One grouped query over the unsettled rows of the visible providers (the
-    ``operation_provider_state`` index), one count over the running receipts.
+    One grouped query over the unsettled rows of the visible providers (from the
+    ``operation_provider_state`` index alone), one count over the running receipts.
     """
-    visible = providers_visible_to(user=user)
+    # The ids first: given them as values, the planner knows how few providers it is
+    # counting for and reads only the index (a subquery made it read the whole queue).
+    visible = list(providers_visible_to(user=user).values_list("pk", flat=True))
     counts = {str(state): 0 for state in QUEUE_STATES}
     grouped = (
         Operation.objects.filter(state__in=QUEUE_STATES, provider__in=visible)
         .values("state")
-        .annotate(n=Count("pk"))
+        .annotate(n=Count("state"))
         .order_by()
     )
     for line in grouped:

@@ -126,7 +126,8 @@ def test_the_queue_answers_405_to_a_post(signed_in, operator):
         ("verdict=mismatch", ["op-c"]),
         ("verdict=absent", ["op-a", "op-b", "ledger-1"]),
         ("verdict=none", []),
-        ("q=OP-B", ["op-b"]),
+        ("q=op-b", ["op-b"]),
+        ("q=-b", []),  # a key's start, not any part of it
         ("q=op&state=reconcile", ["op-c"]),
         ("provider=orders", ["op-a", "op-b", "op-c"]),
         ("provider=ledger", ["ledger-1"]),
