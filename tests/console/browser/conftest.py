@@ -28,12 +28,14 @@ SCREENSHOTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "screensh
 WIDE, NARROW = 1280, 390
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"Chromium is not at {CHROMIUM}: apt-get install -y chromium")
     # Playwright's sync API keeps an event loop on this thread, which Django's ORM takes
     # for async code; the ORM calls in these tests (fixtures) are plain synchronous ones.
+    # Only while the browser runs (a module): a subprocess started later must not inherit
+    # it, or its check --deploy fails (async.E001).
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
