@@ -28,7 +28,9 @@
     if (dialog && dialog.open) return;
     if (event.key === "j") select(selected + 1);
     else if (event.key === "k") select(selected - 1);
-    else if (event.key === "Enter" && selected >= 0 && rows()[selected]) {
+    else if (event.key === "Enter") {
+      // Enter on a focused link or button is that control's own; only otherwise it opens.
+      if (event.target !== document.body || selected < 0 || !rows()[selected]) return;
       window.location.href = rows()[selected].dataset.href;
     } else if (event.key === "/") {
       var search = document.getElementById("id_q");
