@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -123,7 +124,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "template_partials",
     "guardian",
+    "axes",
     "approvals",
     "recovery",
     "console",
@@ -140,6 +143,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -164,6 +169,8 @@ DATABASES = {"default": _database()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
+    # First: a locked-out sign-in is refused before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
@@ -186,7 +193,19 @@ STORAGES = {
 # work without a collectstatic step; production runs collectstatic.
 WHITENOISE_USE_FINDERS = True
 
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+# Repeated failed sign-ins (console and admin alike) are throttled by django-axes: after
+# SETTLE_LOGIN_FAILURE_LIMIT failures for one username from one address, that pair is
+# refused (429) for SETTLE_LOGIN_COOLOFF_MINUTES. Keyed on the pair, so that nobody can
+# lock a colleague out from elsewhere, nor lock out everyone behind one proxy address.
+AXES_FAILURE_LIMIT = env_int("SETTLE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("SETTLE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 
 # Lookups of one provider that may run inside web requests at once (resume); more wait
 # for the schedule, so that one slow provider cannot hold every web worker.

@@ -1,16 +1,28 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console import views
+from console.views import operations, queue, system
 
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("healthz", views.healthz, name="healthz"),
+    path("", queue.home, name="home"),
+    path("operations/<str:key>/", operations.operation_detail, name="operation"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(
+            redirect_authenticated_user=True,
+            # FormView treats PUT as POST; a sign-in is a POST.
+            http_method_names=["get", "head", "post", "options"],
+        ),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz", system.healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/", include("recovery.urls")),
 ]
 
-handler404 = "console.views.not_found"
-handler500 = "console.views.server_error"
+handler404 = "console.views.system.not_found"
+handler500 = "console.views.system.server_error"

@@ -57,6 +57,7 @@ class Provider(models.Model):
             ("confirm_operations", "May confirm this provider's operations"),
             ("repair_operations", "May repair stranded receipts of this provider"),
             ("void_operations", "May void this provider's operations"),
+            ("propose_reconciliations", "May propose a reconciliation for four-eyes approval"),
             ("approve_reconciliations", "May approve another operator's reconciliation"),
             ("decide_approvals", "May approve or deny this provider's actions"),
         ]

@@ -6,16 +6,27 @@ console start every query from one of them, so a check cannot be forgotten in on
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, F, JSONField, OuterRef, Q, QuerySet, Subquery
 from guardian.shortcuts import get_objects_for_user
 
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
 from approvals.selectors import permit_history
 from recovery import contract
-from recovery.models import Dispatch, Evidence, Host, Operation, Provider
+from recovery.models import (
+    AuditEvent,
+    Dispatch,
+    Evidence,
+    Host,
+    LookupAttempt,
+    Operation,
+    Provider,
+    State,
+)
 from recovery.services.errors import NotFound, RecoveryError
 
 
@@ -29,13 +40,18 @@ def operations_for_approver(*, approver: Approver) -> QuerySet[Operation]:
 
 
 def providers_for_user(*, user: Any, permissions: tuple[str, ...]) -> QuerySet[Provider]:
-    """The providers on which ``user`` holds any of ``permissions`` (object or global)."""
+    """The providers on which ``user`` holds any of ``permissions``.
+
+    Object permissions only: a role applies to the providers it was granted on
+    (``manage.py grant``, ``recovery.services.roles``); a model-wide permission grants
+    nothing here. Superusers see all.
+    """
     return get_objects_for_user(
         user,
         [f"recovery.{name}" for name in permissions],
         klass=Provider,
         any_perm=True,
-        accept_global_perms=True,
+        accept_global_perms=False,
     )
 
 
@@ -194,4 +210,145 @@ def operation_record(*, operation: Operation) -> contract.OperationRecord:
             else None
         ),
         evidence=[evidence_record(e) for e in operation.evidence.order_by("captured_at", "id")],
+    )
+
+
+# -- the operator console: what a console user may see ------------------------------------
+
+QUEUE_STRANDED = "stranded"
+QUEUE_STATES = (State.UNKNOWN, State.RECONCILE)
+
+
+@dataclass(frozen=True)
+class QueueFilters:
+    """What the queue is narrowed to; every field optional, all of them combine."""
+
+    state: str = ""  # unknown, reconcile, or stranded (a receipt left running)
+    provider: str = ""  # a provider's name
+    verdict: str = ""  # the latest evidence's verdict, or "none" for no evidence yet
+    search: str = ""  # the start of an operation key (or all of it)
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    rows: list[Operation]
+    next_after: tuple[datetime, int] | None  # the keyset cursor of the next page
+
+
+def providers_visible_to(*, user: Any) -> QuerySet[Provider]:
+    """Providers whose operations ``user`` may view."""
+    return providers_for_user(user=user, permissions=("view_operations",))
+
+
+def _latest_evidence() -> QuerySet[Evidence]:
+    return Evidence.objects.filter(operation=OuterRef("pk")).order_by("-captured_at", "-id")
+
+
+def _queue_branch(
+    rows: QuerySet[Operation], filters: QueueFilters, after: tuple[datetime, int] | None
+) -> QuerySet[Operation]:
+    if filters.provider:
+        rows = rows.filter(provider__name=filters.provider)
+    if filters.search:  # a prefix, so that the key's own index can serve it
+        rows = rows.filter(key__startswith=filters.search)
+    if after is not None:
+        at, pk = after
+        rows = rows.filter(Q(updated_at__gt=at) | Q(updated_at=at, pk__gt=pk))
+    rows = rows.annotate(
+        receipt_status=F("dispatch__receipt_status"),
+        latest_verdict=Subquery(_latest_evidence().values("verdict")[:1]),
+        latest_at=Subquery(_latest_evidence().values("captured_at")[:1]),
+        lookup_count=Subquery(
+            LookupAttempt.objects.filter(operation=OuterRef("pk"))
+            .order_by()
+            .values("operation")
+            .annotate(n=Count("pk"))
+            .values("n")[:1]
+        ),
+        last_transition=Subquery(
+            AuditEvent.objects.filter(operation_key=OuterRef("key"), kind="transition")
+            .order_by("-seq")
+            .values("data")[:1],
+            output_field=JSONField(),
+        ),
+    )
+    if filters.verdict == "none":
+        rows = rows.filter(latest_verdict__isnull=True)
+    elif filters.verdict:
+        rows = rows.filter(latest_verdict=filters.verdict)
+    return rows.select_related("provider").order_by("updated_at", "pk")
+
+
+def operations_queue_for_user(
+    *, user: Any, filters: QueueFilters, after: tuple[datetime, int] | None, limit: int
+) -> QueuePage:
+    """The console's queue: what waits for an operator, oldest first, one page of it.
+
+    Every operation in ``unknown`` or ``reconcile`` and every stranded receipt (still
+    ``running`` on an operation no longer ``dispatched``), of the providers ``user`` may
+    view. Each state and the stranded receipts are read by a query of their own, each
+    along a partial index (``operation_unsettled``, ``receipt_running``), and merged
+    here: one OR across the join would use neither. Keyset pagination on
+    (``updated_at``, id), the time the operation entered its state: no OFFSET, no
+    COUNT, the same cost on every page.
+    """
+    visible = providers_visible_to(user=user)
+    states = [filters.state] if filters.state in QUEUE_STATES else list(QUEUE_STATES)
+    branches = []
+    if filters.state != QUEUE_STRANDED:
+        # One query per state: with the state fixed, ``operation_unsettled`` yields rows
+        # already in (updated_at, id) order and the LIMIT stops the scan; ``state IN``
+        # would sort the whole queue first.
+        branches += [Operation.objects.filter(state=s, provider__in=visible) for s in states]
+    if filters.state in ("", QUEUE_STRANDED):
+        stranded = Operation.objects.filter(
+            provider__in=visible, dispatch__receipt_status=Dispatch.ReceiptStatus.RUNNING
+        ).exclude(state=State.DISPATCHED)
+        if not filters.state:  # already in the first branch
+            stranded = stranded.exclude(state__in=QUEUE_STATES)
+        branches.append(stranded)
+    rows: list[Operation] = []
+    for branch in branches:
+        rows.extend(_queue_branch(branch, filters, after)[: limit + 1])
+    rows.sort(key=lambda row: (row.updated_at, row.pk))
+    if len(rows) <= limit:
+        return QueuePage(rows, None)
+    last = rows[limit - 1]
+    return QueuePage(rows[:limit], (last.updated_at, last.pk))
+
+
+def operations_queue_counts_for_user(*, user: Any) -> dict[str, int]:
+    """How many operations wait in each queue state, and how many receipts are stranded.
+
+    One grouped query over the unsettled rows of the visible providers (from the
+    ``operation_provider_state`` index alone), one count over the running receipts.
+    """
+    # The ids first: given them as values, the planner knows how few providers it is
+    # counting for and reads only the index (a subquery made it read the whole queue).
+    visible = list(providers_visible_to(user=user).values_list("pk", flat=True))
+    counts = {str(state): 0 for state in QUEUE_STATES}
+    grouped = (
+        Operation.objects.filter(state__in=QUEUE_STATES, provider__in=visible)
+        .values("state")
+        .annotate(n=Count("state"))
+        .order_by()
+    )
+    for line in grouped:
+        counts[line["state"]] = line["n"]
+    counts[QUEUE_STRANDED] = (
+        Dispatch.objects.filter(
+            receipt_status=Dispatch.ReceiptStatus.RUNNING, operation__provider__in=visible
+        )
+        .exclude(operation__state=State.DISPATCHED)
+        .count()
+    )
+    return counts
+
+
+def operation_for_user(*, user: Any, key: str) -> Operation | None:
+    """One operation by key, or None when there is none or ``user`` may not view it."""
+    return (
+        Operation.objects.filter(key=key, provider__in=providers_visible_to(user=user))
+        .select_related("provider", "host")
+        .first()
     )

@@ -16,8 +16,10 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def admin_client(client):
-    User.objects.create_superuser("root", "root@example.com", "pw-for-tests-only")
-    client.login(username="root", password="pw-for-tests-only")
+    # force_login: django-axes needs the request that only a real sign-in carries.
+    client.force_login(
+        User.objects.create_superuser("root", "root@example.com", "pw-for-tests-only")
+    )
     return client
 
 
@@ -108,7 +110,7 @@ def _staff(client, username: str, *codenames: str):
 
     user = User.objects.create_user(username, password="pw-for-tests-only", is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
-    client.login(username=username, password="pw-for-tests-only")
+    client.force_login(user)
     return client
 
 

@@ -83,8 +83,10 @@ def test_the_credential_command_disables_enables_and_rotates(host_api, capsys):
 
 @pytest.fixture
 def admin_client(client):
-    User.objects.create_superuser("root", "root@example.com", "pw-for-tests-only")
-    client.login(username="root", password="pw-for-tests-only")
+    # force_login: django-axes needs the request that only a real sign-in carries.
+    client.force_login(
+        User.objects.create_superuser("root", "root@example.com", "pw-for-tests-only")
+    )
     return client
 
 

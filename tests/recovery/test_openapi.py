@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
 
 # Every `error` code a response under /api/ can carry (grepped from recovery/api.py,
-# recovery/services/, approvals/services.py, recovery/canonical.py, console/views.py).
+# recovery/services/, approvals/services.py, recovery/canonical.py, console/views/).
 EMITTED = {
     # body parsing (api._json_body, canonical.strict_loads)
     "malformed_json",
@@ -82,6 +82,9 @@ ADMIN_ONLY = {
     "unknown_credential",
     "unknown_credential_kind",
     "empty_scope",
+    # roles (manage.py grant)
+    "unknown_role",
+    "unknown_permission",
 }
 # CanonicalError codes that reach the API only as the `reason` of invalid_params.
 REASON_ONLY = {"integer_out_of_range"}
@@ -97,7 +100,7 @@ SOURCES = [
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "recovery/services").glob("*.py")),
     "recovery/canonical.py",
     "approvals/services.py",
-    "console/views.py",
+    *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "console/views").glob("*.py")),
 ]
 
 

@@ -55,10 +55,12 @@ def test_a_console_user_sees_the_providers_granted_to_them(two_providers):
     assert keys(selectors.approvals_for_user(user=user)) == set()
     assign_perm("recovery.view_operations", user, ledger)
     assert keys(selectors.approvals_for_user(user=user)) == {"ledger-shop"}
-    # A global (model) permission is a grant on every provider.
+    # A model-wide permission grants nothing here: roles are granted per provider.
     user.user_permissions.add(Permission.objects.get(codename="decide_approvals"))
     user = get_user_model().objects.get(pk=user.pk)  # permissions are cached per object
-    assert keys(selectors.approvals_for_user(user=user)) == {
+    assert keys(selectors.approvals_for_user(user=user)) == {"ledger-shop"}
+    superuser = get_user_model().objects.create_superuser(username="root")
+    assert keys(selectors.approvals_for_user(user=superuser)) == {
         "orders-shop",
         "ledger-shop",
         "orders-till",

@@ -1,26 +1,16 @@
+"""Health check and the error pages: JSON under /api/, HTML elsewhere."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-
-from recovery.models import UNSETTLED_STATES, Operation, Provider
-
-
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    """A plain landing page until the operator console lands: what is running, where."""
-    context = {
-        "providers": Provider.objects.order_by("name"),
-        "unsettled": Operation.objects.filter(state__in=UNSETTLED_STATES).count(),
-        "total": Operation.objects.count(),
-    }
-    return render(request, "home.html", context)
+from django.views.decorators.http import require_safe
 
 
+@require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")

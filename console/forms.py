@@ -1,0 +1,69 @@
+"""Forms of the console: the queue's filters, read from the URL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django import forms
+
+from recovery.models import Verdict
+from recovery.selectors import QUEUE_STRANDED, QueueFilters
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def cursor_encode(after: tuple[datetime, int]) -> str:
+    """``<microseconds since the epoch>.<id>``: exact, short and safe in a URL."""
+    at, pk = after
+    return f"{(at - _EPOCH) // _MICROSECOND}.{pk}"
+
+
+def cursor_decode(value: str) -> tuple[datetime, int]:
+    micros, _, pk = value.partition(".")
+    try:
+        return _EPOCH + int(micros) * _MICROSECOND, int(pk)
+    except (ValueError, OverflowError):
+        raise forms.ValidationError("not a page of this queue") from None
+
+
+class QueueFilterForm(forms.Form):
+    """The queue's filters; they live in the URL, so a view can be bookmarked and shared."""
+
+    state = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "Any state"),
+            ("unknown", "Unknown"),
+            ("reconcile", "Reconcile"),
+            (QUEUE_STRANDED, "Stranded receipt"),
+        ],
+    )
+    provider = forms.CharField(required=False, max_length=100)
+    verdict = forms.ChoiceField(
+        required=False,
+        label="Latest verdict",
+        choices=[("", "Any verdict"), *Verdict.choices, ("none", "No lookup yet")],
+    )
+    q = forms.CharField(required=False, max_length=200, label="Search")
+    after = forms.CharField(required=False, max_length=60)
+
+    def __init__(self, *args: object, providers: list[str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["provider"] = forms.ChoiceField(
+            required=False, choices=[("", "Any provider"), *((p, p) for p in providers)]
+        )
+
+    def clean_after(self) -> tuple[datetime, int] | None:
+        value = self.cleaned_data["after"]
+        return cursor_decode(value) if value else None
+
+    def filters(self) -> QueueFilters:
+        """The valid filters; an invalid one is dropped (and shown as an error)."""
+        data = getattr(self, "cleaned_data", {})
+        return QueueFilters(
+            state=data.get("state", ""),
+            provider=data.get("provider", ""),
+            verdict=data.get("verdict", ""),
+            search=data.get("q", "").strip(),
+        )

@@ -1,0 +1,49 @@
+"""The queue: what waits for an operator, of the providers the user may view."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_safe
+
+from console.forms import QueueFilterForm, cursor_encode
+from recovery.selectors import (
+    operations_queue_counts_for_user,
+    operations_queue_for_user,
+    providers_visible_to,
+)
+
+PAGE_SIZE = 50
+
+
+@login_required
+@require_safe
+def home(request: HttpRequest) -> HttpResponse:
+    """The queue, filtered by the URL; htmx swaps only the results."""
+    providers = list(providers_visible_to(user=request.user).values_list("name", flat=True))
+    form = QueueFilterForm(request.GET, providers=sorted(providers))
+    form.is_valid()  # an invalid filter is dropped and shown; the rest still apply
+    page = operations_queue_for_user(
+        user=request.user,
+        filters=form.filters(),
+        after=getattr(form, "cleaned_data", {}).get("after"),
+        limit=PAGE_SIZE,
+    )
+    next_query = None
+    if page.next_after is not None:
+        query = request.GET.copy()
+        query["after"] = cursor_encode(page.next_after)
+        next_query = query.urlencode()
+    first = request.GET.copy()
+    first.pop("after", None)
+    context = {
+        "form": form,
+        "page": page,
+        "counts": operations_queue_counts_for_user(user=request.user),
+        "has_providers": bool(providers),
+        "next_query": next_query,
+        "first_query": first.urlencode() if request.GET.get("after") else None,
+    }
+    template = "console/queue.html#results" if request.htmx else "console/queue.html"  # type: ignore[attr-defined]
+    return render(request, template, context)

@@ -1,0 +1,84 @@
+"""Console roles: what a viewer, an operator and a supervisor may do, per provider.
+
+role
+    A named set of the object permissions on ``Provider`` (``Provider.Meta.permissions``).
+    Each role is also a ``Group`` holding exactly those permissions, so that the admin
+    shows what a role means; membership of the group grants nothing by itself.
+grant
+    A role given to one user on one provider: each of the role's permissions assigned
+    to the user on that provider (django-guardian), audited. The console only ever asks
+    for object permissions, so a role always names the providers it applies to.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, Group, Permission
+from guardian.shortcuts import assign_perm
+
+from approvals.actors import Actor
+from recovery.audit import audit_append, audit_transaction
+from recovery.models import Provider
+from recovery.services.errors import NotFound
+
+VIEWER = ("view_operations",)
+OPERATOR = (
+    *VIEWER,
+    "lookup_operations",
+    "confirm_operations",
+    "repair_operations",
+    "void_operations",
+    "propose_reconciliations",
+)
+SUPERVISOR = (*OPERATOR, "approve_reconciliations", "decide_approvals")
+ROLES: dict[str, tuple[str, ...]] = {
+    "viewer": VIEWER,
+    "operator": OPERATOR,
+    "supervisor": SUPERVISOR,
+}
+
+
+def _permissions(codenames: tuple[str, ...]) -> list[Permission]:
+    found = list(
+        Permission.objects.filter(content_type__app_label="recovery", codename__in=codenames)
+    )
+    missing = sorted(set(codenames) - {p.codename for p in found})
+    if missing:  # permissions are created after migrate; a half-migrated database
+        raise NotFound("unknown_permission", f"run migrate first: no {', '.join(missing)}")
+    return found
+
+
+def roles_ensure() -> dict[str, Group]:
+    """Create or correct the three role groups; running it again changes nothing."""
+    groups = {}
+    for name, codenames in ROLES.items():
+        group, _ = Group.objects.get_or_create(name=name)
+        group.permissions.set(_permissions(codenames))
+        groups[name] = group
+    return groups
+
+
+@audit_transaction()
+def role_grant(*, user: AbstractBaseUser, role: str, provider: Provider, actor: Actor) -> list[str]:
+    """Give ``user`` the permissions of ``role`` on ``provider``; audited.
+
+    Adds to what the user already holds and never takes anything away: granting
+    ``viewer`` to an operator leaves them an operator. Returns the permissions granted.
+    """
+    if role not in ROLES:
+        raise NotFound("unknown_role", f"a role is one of {', '.join(ROLES)}")
+    granted = []
+    for permission in _permissions(ROLES[role]):
+        assign_perm(permission, user, provider)
+        granted.append(permission.codename)
+    audit_append(
+        kind="permission_granted",
+        actor=actor,
+        data={
+            "user": user.get_username(),
+            "role": role,
+            "provider": provider.name,
+            "provider_id": provider.pk,
+            "permissions": sorted(granted),
+        },
+    )
+    return sorted(granted)

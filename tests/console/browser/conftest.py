@@ -1,0 +1,89 @@
+"""Playwright driving Debian's Chromium against a live server.
+
+Chromium comes from apt (``.ci/run`` installs it); Playwright's own browser download is
+not used. A missing Chromium fails the browser tests: it never skips them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.console.conftest import PASSWORD
+
+CHROMIUM = os.environ.get("SETTLE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "screenshots"
+WIDE, NARROW = 1280, 390
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium is not at {CHROMIUM}: apt-get install -y chromium")
+    # Playwright's sync API keeps an event loop on this thread, which Django's ORM takes
+    # for async code; the ORM calls in these tests (fixtures) are plain synchronous ones.
+    # Only while the browser runs (a module): a subprocess started later must not inherit
+    # it, or its check --deploy fails (async.E001).
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield launched
+            launched.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def page(browser: Browser, live_server) -> Iterator[Page]:
+    context = browser.new_context(
+        base_url=live_server.url, viewport={"width": WIDE, "height": 800}, color_scheme="light"
+    )
+    context.set_default_timeout(10_000)
+    opened = context.new_page()
+    yield opened
+    context.close()
+
+
+def sign_in(page: Page, username: str) -> None:
+    page.goto("/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/")
+
+
+def screenshot(page: Page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def assert_no_overflow(page: Page) -> None:
+    """Nothing sticks out sideways: the page is no wider than the window."""
+    widths = page.evaluate(
+        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    wide = page.evaluate(
+        """[...document.querySelectorAll('*')]
+            .filter(e => e.scrollWidth > document.documentElement.clientWidth)
+            .slice(0, 8).map(e => e.tagName + '.' + e.className + ':' + e.scrollWidth)"""
+    )
+    assert widths[0] <= widths[1], f"page is {widths[0]}px wide in {widths[1]}px: {wide}"

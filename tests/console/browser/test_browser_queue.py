@@ -1,0 +1,120 @@
+"""The queue in a real browser: sign in, see it, filter it, move through it by keyboard."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.console.browser.conftest import (
+    NARROW,
+    WIDE,
+    assert_no_overflow,
+    screenshot,
+    sign_in,
+)
+from tests.console.conftest import aged
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def queue(stuck, other_stuck):
+    aged(stuck.unknown("pay-2026-000117"), minutes=95)
+    aged(stuck.mismatch("pay-2026-000121"), minutes=48)
+    aged(stuck.unknown("refund-2026-000007-with-a-rather-long-key"), minutes=12)
+    aged(other_stuck.unknown("ledger-000042"), minutes=30)
+
+
+def rows(page: Page):
+    return page.locator("[data-queue] tbody tr")
+
+
+def test_an_operator_signs_in_and_sees_the_queue(page: Page, operator, queue):
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/login/\?next=/$"))
+    screenshot(page, "sign-in")
+    page.emulate_media(color_scheme="dark")
+    page.set_viewport_size({"width": NARROW, "height": 800})
+    assert_no_overflow(page)
+    screenshot(page, "sign-in-dark-390")
+    page.emulate_media(color_scheme="light")
+    page.set_viewport_size({"width": WIDE, "height": 800})
+    sign_in(page, "olivia")
+    expect(rows(page)).to_have_count(3)
+    expect(rows(page).nth(0)).to_contain_text("pay-2026-000117")
+    expect(rows(page).nth(1)).to_contain_text("Evidence mismatch")
+    assert "ledger-000042" not in page.content()
+    title = rows(page).nth(0).locator("time").first.get_attribute("title")
+    assert title and title.endswith(" UTC")
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for width in (WIDE, NARROW):
+            page.set_viewport_size({"width": width, "height": 800})
+            assert_no_overflow(page)
+            screenshot(page, f"queue-{scheme}-{width}")
+
+
+def test_filters_update_the_results_and_the_url_without_a_reload(page: Page, operator, queue):
+    sign_in(page, "olivia")
+    page.evaluate("window.notReloaded = true")
+    page.select_option("select[name=state]", "reconcile")
+    expect(page).to_have_url(re.compile(r"state=reconcile"))
+    expect(rows(page)).to_have_count(1)
+    expect(rows(page).first).to_contain_text("pay-2026-000121")
+    page.select_option("select[name=state]", "")
+    page.fill("#id_q", "refund")
+    expect(rows(page)).to_have_count(1)
+    expect(rows(page).first).to_contain_text("refund-2026-000007")
+    assert page.evaluate("window.notReloaded") is True  # htmx swapped the results only
+    # The filtered view is a link: opening it afresh shows the same.
+    page.goto(page.url)
+    expect(rows(page)).to_have_count(1)
+    expect(page.locator("#id_q")).to_have_value("refund")
+
+
+def test_the_keyboard_moves_through_the_queue_and_opens_an_operation(page: Page, operator, queue):
+    sign_in(page, "olivia")
+    page.keyboard.press("?")
+    expect(page.locator("#shortcuts")).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.locator("#shortcuts")).to_be_hidden()
+    page.keyboard.press("/")
+    expect(page.locator("#id_q")).to_be_focused()
+    page.keyboard.press("j")  # typing in the search box is typing, not moving
+    expect(page.locator("#id_q")).to_have_value("j")
+    expect(rows(page)).to_have_count(0)  # no key starts with "j"
+    page.keyboard.press("Backspace")
+    expect(rows(page)).to_have_count(3)
+    page.locator("#id_q").blur()
+    selected = page.locator("[data-queue] tbody tr.selected")
+    page.keyboard.press("j")
+    expect(selected).to_contain_text("pay-2026-000117")
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    page.keyboard.press("j")  # stays on the last
+    expect(selected).to_contain_text("refund-2026-000007")
+    page.keyboard.press("k")
+    expect(selected).to_contain_text("pay-2026-000121")
+    expect(selected).to_have_count(1)
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(re.compile(r"/operations/pay-2026-000121/$"))
+    expect(page.locator("h1")).to_have_text("pay-2026-000121")
+    for scheme, width in (("light", WIDE), ("dark", WIDE), ("light", NARROW), ("dark", NARROW)):
+        page.emulate_media(color_scheme=scheme)
+        page.set_viewport_size({"width": width, "height": 800})
+        assert_no_overflow(page)
+        screenshot(page, f"operation-{scheme}-{width}")
+
+
+def test_a_viewer_of_one_provider_never_sees_anothers_operation(page: Page, viewer, queue):
+    sign_in(page, "victor")
+    expect(rows(page)).to_have_count(3)
+    assert "ledger-000042" not in page.content()
+    page.select_option("select[name=state]", "unknown")
+    expect(rows(page)).to_have_count(2)
+    assert "ledger-000042" not in page.content()
+    response = page.goto("/operations/ledger-000042/")
+    assert response is not None and response.status == 404
+    expect(page.locator("h1")).to_have_text("Not found")

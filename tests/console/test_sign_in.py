@@ -1,0 +1,140 @@
+"""Sign-in and sign-out: every console page needs a signed-in user; failures are throttled."""
+
+from __future__ import annotations
+
+import pytest
+import time_machine
+from django.test import Client
+
+from tests.console.conftest import PASSWORD, console_user
+
+pytestmark = pytest.mark.django_db
+
+CONSOLE_PAGES = ["/", "/operations/op-1/"]
+
+
+@pytest.mark.parametrize("path", CONSOLE_PAGES)
+def test_an_anonymous_visitor_is_sent_to_sign_in_and_back(client, path):
+    response = client.get(path)
+    assert response.status_code == 302
+    assert response["Location"] == f"/login/?next={path}"
+
+
+def test_signing_in_lands_on_the_page_asked_for(client, provider):
+    console_user("olivia", "operator", provider)
+    page = client.get("/login/?next=/")
+    assert page.status_code == 200
+    assert b'name="password"' in page.content
+    response = client.post("/login/", {"username": "olivia", "password": PASSWORD, "next": "/"})
+    assert response.status_code == 302
+    assert response["Location"] == "/"
+    assert client.get("/").status_code == 200
+
+
+def test_a_wrong_password_is_refused_with_a_message(client):
+    console_user("olivia")
+    response = client.post("/login/", {"username": "olivia", "password": "wrong"})
+    assert response.status_code == 200
+    assert b"enter a correct username and password" in response.content
+    assert client.get("/").status_code == 302
+
+
+def test_a_signed_in_user_asking_for_sign_in_goes_to_the_queue(client):
+    client.force_login(console_user("olivia"))
+    response = client.get("/login/")
+    assert (response.status_code, response["Location"]) == (302, "/")
+
+
+def test_sign_in_answers_405_to_other_methods(client):
+    assert client.put("/login/").status_code == 405
+
+
+def test_sign_in_without_a_csrf_token_is_refused():
+    console_user("olivia")
+    client = Client(enforce_csrf_checks=True)
+    response = client.post("/login/", {"username": "olivia", "password": PASSWORD})
+    assert response.status_code == 403
+    assert "_auth_user_id" not in client.session
+
+
+def _fail(client: Client, username: str, times: int) -> None:
+    for _ in range(times):
+        response = client.post("/login/", {"username": username, "password": "wrong"})
+        assert response.status_code == 200
+
+
+def test_repeated_failures_lock_the_username_from_that_address_for_the_cool_off(settings):
+    assert settings.AXES_FAILURE_LIMIT == 5
+    console_user("olivia")
+    console_user("victor")
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    with time_machine.travel("2026-06-01 12:00:00Z", tick=False):
+        _fail(client, "olivia", 4)
+        # One more failure reaches the limit; from then on even the right password is
+        # refused, without being checked.
+        response = client.post("/login/", {"username": "olivia", "password": "wrong"})
+        assert response.status_code == 429
+        right = client.post("/login/", {"username": "olivia", "password": PASSWORD})
+        assert right.status_code == 429
+        assert b"Too many failed sign-ins" in right.content
+        assert b"15 min" in right.content
+        assert "_auth_user_id" not in client.session
+        # Neither a colleague at the same address nor the same user elsewhere is locked.
+        other_user = client.post("/login/", {"username": "victor", "password": PASSWORD})
+        assert other_user.status_code == 302
+        elsewhere = Client(REMOTE_ADDR="198.51.100.2")
+        assert (
+            elsewhere.post("/login/", {"username": "olivia", "password": PASSWORD}).status_code
+            == 302
+        )
+    with time_machine.travel("2026-06-01 12:16:00Z", tick=False):
+        client = Client(REMOTE_ADDR="203.0.113.7")
+        response = client.post("/login/", {"username": "olivia", "password": PASSWORD})
+        assert response.status_code == 302
+
+
+def test_a_success_clears_the_failures_before_the_limit(settings):
+    console_user("olivia")
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    _fail(client, "olivia", 4)
+    assert client.post("/login/", {"username": "olivia", "password": PASSWORD}).status_code == 302
+    client.post("/logout/")
+    _fail(client, "olivia", 4)
+    assert client.post("/login/", {"username": "olivia", "password": PASSWORD}).status_code == 302
+
+
+def test_the_admin_sign_in_is_throttled_too(settings):
+    console_user("olivia").__class__.objects.filter(username="olivia").update(is_staff=True)
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    for _ in range(5):
+        client.post("/admin/login/", {"username": "olivia", "password": "wrong"})
+    response = client.post("/admin/login/", {"username": "olivia", "password": PASSWORD})
+    assert response.status_code == 429
+
+
+def test_sign_out_is_a_post_and_ends_the_session(client):
+    client.force_login(console_user("olivia"))
+    assert client.get("/logout/").status_code == 405
+    response = client.post("/logout/")
+    assert response.status_code == 302
+    assert response["Location"] == "/login/"
+    assert client.get("/").status_code == 302
+
+
+def test_sign_out_without_a_csrf_token_is_refused():
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(console_user("olivia"))
+    assert client.post("/logout/").status_code == 403
+    assert client.get("/").status_code == 200
+
+
+def test_an_administrator_can_lift_a_lockout_early():
+    from django.core.management import call_command
+
+    console_user("olivia")
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    _fail(client, "olivia", 4)
+    client.post("/login/", {"username": "olivia", "password": "wrong"})
+    assert client.post("/login/", {"username": "olivia", "password": PASSWORD}).status_code == 429
+    call_command("axes_reset_username", "olivia")
+    assert client.post("/login/", {"username": "olivia", "password": PASSWORD}).status_code == 302
