@@ -319,8 +319,9 @@ def openapi_document() -> dict[str, Any]:
                                     "description": (
                                         "Seconds until asking again is worth it: the "
                                         "operation's next lookup is not due, another "
-                                        "lookup of it is running, or its provider's "
-                                        "in-request lookups are all busy."
+                                        "lookup of it is queued or running (decision "
+                                        "in_progress), or its provider's in-request "
+                                        "lookups are all busy."
                                     ),
                                 },
                             },
