@@ -173,8 +173,8 @@ def sweep(
                 break
             try:
                 publish(attempt_id)
-            except Exception:  # the broker's errors vary by transport
-                logger.warning("sweep: publishing lookup %s failed", attempt_id, exc_info=True)
+            except Exception as exc:  # the broker's errors vary by transport
+                logger.warning("sweep: publishing lookup %s failed: %r", attempt_id, exc)
                 report.publish_failed = True
             else:
                 report.published += 1
