@@ -72,15 +72,20 @@ def queue() -> Iterator[str]:
         client.close()
 
 
+def _test_database_url() -> str:
+    """The test database, for processes of their own (SQLite: the test run's file)."""
+    if connection.vendor == "postgresql":
+        return database_url(connection.settings_dict)
+    return f"sqlite:///{connection.settings_dict['NAME']}"
+
+
 @pytest.fixture
 def celery_env(queue: str, tmp_path: Path) -> dict[str, str | None]:
     """What a Celery process of this test needs: this test's database, broker and queue."""
-    if connection.vendor != "postgresql":
-        pytest.skip("Celery processes share the PostgreSQL test database")
     if not BROKER.startswith("redis://"):
         pytest.skip("CELERY_BROKER_URL must name a Redis database (CI: redis://…/0)")
     return {
-        "DATABASE_URL": database_url(connection.settings_dict),
+        "DATABASE_URL": _test_database_url(),
         "CELERY_BROKER_URL": BROKER,
         "SETTLE_CELERY_QUEUE": queue,
         "SETTLE_SWEEP_SECONDS": "1",
@@ -419,3 +424,37 @@ def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_b
     assert len(_transitions(dead, "evidence_match")) == 1
     assert_audit_intact()
     assert operation(dead).recovered is True
+
+
+# -- 6. the embedded default: no broker configured ------------------------------------------
+
+
+def test_with_no_broker_configured_a_real_worker_and_beat_recover_through_the_filesystem(
+    settle: Settle,
+    procs: Procs,
+    make_provider: Any,
+    celery_procs: Any,
+    tmp_path: Path,
+    settings: Any,
+) -> None:
+    var = tmp_path / "var"
+    env: dict[str, str | None] = {
+        "CELERY_BROKER_URL": None,  # the embedded default: kombu's filesystem transport
+        "SETTLE_VAR_DIR": str(var),
+        "DATABASE_URL": _test_database_url(),
+        "SECRET_KEY": str(settings.SECRET_KEY),
+        "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
+        "SETTLE_SWEEP_SECONDS": "1",
+    }
+    provider = make_provider("sqlite", lease_seconds=1)
+    celery_procs("worker", env)
+    celery_procs("beat", env)
+    key = "embedded-commit"
+    settle.approved(key, provider.name)
+    crash(procs, key, provider, "after_effect")
+
+    _wait(lambda: _state(key) == "released", 30, f"{key} released by the sweeper")
+    assert any((var / "broker" / "processed").iterdir()) or any((var / "broker" / "out").iterdir())
+    assert_recovered_receipt(key)
+    _nobody_resumed(key)
+    assert_audit_intact()
