@@ -37,7 +37,11 @@ from recovery.services.dispatch import lease_lapsed
 from recovery.services.evidence import LOOKUP_BACKOFF_SECONDS, evidence_apply
 from recovery.services.locking import operation_lock
 from recovery.services.providers import provider_config
-from recovery.services.signals import refusals_recorded, transition_refused_record
+from recovery.services.signals import (
+    refusals_recorded,
+    stale_signal,
+    transition_refused_record,
+)
 from recovery.transitions import TransitionRefused
 
 LOOKUP_LEASE_MARGIN = timedelta(seconds=5)
@@ -187,10 +191,20 @@ def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: str) -
 
     Whatever happened since the lookup started is judged by the current state (rule 5).
     An operation still in ``reconcile`` is looked at again after ``RECONCILE_RECHECK``.
+    A lookup that outlived its lease and was abandoned or taken over meanwhile applies
+    nothing: its successor's answer counts, once; the late answer is recorded.
     """
     try:
         with audit_transaction():
             locked = operation_lock(attempt.operation)
+            if not _still_holds(attempt):
+                stale_signal(
+                    operation=locked,
+                    signal="lookup_superseded",
+                    actor=actor,
+                    data={"lookup_id": attempt.pk, "verdict": result.verdict},
+                )
+                return locked
             evidence_apply(
                 operation=locked,
                 result=result,
@@ -208,6 +222,13 @@ def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: str) -
             status=LookupAttempt.Status.FINISHED, finished_at=timezone.now()
         )
         return Operation.objects.select_related("provider").get(pk=attempt.operation_id)
+
+
+def _still_holds(attempt: LookupAttempt) -> bool:
+    """Whether ``attempt`` is still running as this caller started it (under the lock)."""
+    return LookupAttempt.objects.filter(
+        pk=attempt.pk, status=LookupAttempt.Status.RUNNING, started_at=attempt.started_at
+    ).exists()
 
 
 def lookup_run(*, attempt: LookupAttempt, actor: str) -> Operation:

@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Operation, Provider
 from recovery.services.evidence import LOOKUP_BACKOFF_JITTER, LOOKUP_BACKOFF_SECONDS
-from recovery.services.sweep import SWEEPER_ACTOR, lookup_attempt_run, sweep
+from recovery.services.lookups import lookup_run
+from recovery.services.sweep import SWEEPER_ACTOR, _attempt_begin, lookup_attempt_run, sweep
 from tests.conftest import PARAMS
 from tests.support.providers import sqlite_provider_commit
 
@@ -181,3 +182,25 @@ def test_absent_evidence_backs_off_with_jitter_then_reconciles_after_the_budget(
     assert escalation.data["detail"] == f"evidence unavailable after {budget} lookups"
     assert escalation.actor == SWEEPER_ACTOR
     assert Dispatch.objects.count() == 1
+
+
+def test_a_lookup_that_outlived_its_lease_and_was_taken_over_applies_nothing(flow, provider_db):
+    """Its worker stalled past the lease; the redelivered message ran the attempt again."""
+    _crashed(flow)
+    sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
+    [attempt_id] = _sweep()
+    stalled, _ = _attempt_begin(attempt_id, SWEEPER_ACTOR)
+    assert stalled is not None
+    LookupAttempt.objects.filter(pk=attempt_id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    taken_over = lookup_attempt_run(attempt_id=attempt_id)
+    assert (taken_over.looked_up, taken_over.state) == (True, "released")
+
+    late = lookup_run(attempt=stalled, actor=SWEEPER_ACTOR)
+
+    assert late.state == "released"
+    assert Evidence.objects.count() == 1
+    assert _transitions("op-1", "evidence_match") == 1
+    signal = AuditEvent.objects.get(kind="stale_signal", data__signal="lookup_superseded")
+    assert signal.data["lookup_id"] == attempt_id and signal.data["verdict"] == "match"
