@@ -322,7 +322,9 @@ def test_a_worker_killed_mid_lookup_completes_the_lookup_after_redelivery_once(
     # again, finds the attempt's lease alive, waits it out and then runs it.
     waited = _wait(lambda: _state(key) == "released", 60, f"{key} released after redelivery")
     print(f"\nreleased {waited:.1f} s after the kill (the lookup lease is 10 s)")
-    assert "WorkerLostError" in worker.log() or "Worker exited prematurely" in worker.log()
+    log = worker.log()
+    assert "WorkerLostError" in log or "Worker exited prematurely" in log
+    assert f"Task {LOOKUP_TASK}[" in log and "retry: Retry in" in log  # waited for the lease
     assert len(_transitions(key, "evidence_match")) == 1
     assert Evidence.objects.filter(operation__key=key).count() == 1
     [attempt] = LookupAttempt.objects.filter(operation__key=key)

@@ -204,3 +204,27 @@ def test_a_lookup_that_outlived_its_lease_and_was_taken_over_applies_nothing(flo
     assert _transitions("op-1", "evidence_match") == 1
     signal = AuditEvent.objects.get(kind="stale_signal", data__signal="lookup_superseded")
     assert signal.data["lookup_id"] == attempt_id and signal.data["verdict"] == "match"
+
+
+def test_the_tasks_are_thin_calls_of_their_services(flow, provider_db, monkeypatch):
+    """Called directly (in-process, as a worker's pool process runs them).
+
+    Publishing to a real broker is the integration tests' part; here the sweep task's
+    publish is collected instead.
+    """
+    from recovery import tasks
+    from recovery.models import AuditCheckpoint
+
+    _crashed(flow)
+    sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
+    published: list[int] = []
+    monkeypatch.setattr(tasks.lookup_attempt, "delay", published.append)
+    counts = tasks.sweep()
+    assert counts == {"leases_lapsed": 1, "lookups_queued": 1, "published": 1}
+    assert tasks.lookup_attempt(published[0]) == "released"
+    assert tasks.lookup_attempt(published[0]) == "released"  # again: nothing changes
+    assert _transitions("op-1", "evidence_match") == 1
+
+    number = tasks.audit_checkpoint()
+    assert number == AuditCheckpoint.objects.get().number
+    assert tasks.audit_checkpoint() is None  # nothing moved since
