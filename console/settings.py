@@ -214,22 +214,82 @@ SETTLE_WEB_LOOKUPS_PER_PROVIDER = env_int("SETTLE_WEB_LOOKUPS_PER_PROVIDER", 2, 
 # Request bodies above this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("SETTLE_MAX_BODY_BYTES", 256 * 1024, minimum=70 * 1024)
 
+# Background recovery (recovery.services.sweep): how often beat sweeps, how many rows
+# one sweep transaction takes, and how long a queued lookup may wait for a worker before
+# the sweeper queues it again (its message was lost, or its publish never happened).
+SETTLE_SWEEP_SECONDS = env_int("SETTLE_SWEEP_SECONDS", 5, minimum=1)
+SETTLE_SWEEP_BATCH = env_int("SETTLE_SWEEP_BATCH", 200, minimum=1)
+SETTLE_LOOKUP_QUEUE_SECONDS = env_int("SETTLE_LOOKUP_QUEUE_SECONDS", 60, minimum=1)
+
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
-# embedded default, so trying Settle out needs no services.
+# embedded default, so trying Settle out needs no services (a worker process is still
+# needed: tasks never run inside a web request, and web requests never publish).
 _broker_dir = VAR_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL == "filesystem://":
-    for sub in ("out", "processed"):
+    for sub in ("out", "processed", "control"):
         (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
         "data_folder_processed": str(_broker_dir / "processed"),
+        # Exchange bindings and the workers' control messages (else ./control).
+        "control_folder": str(_broker_dir / "control"),
     }
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # Redis hands an unacknowledged message to another worker after this long, so it
+        # must exceed the longest a task may live (the hard time limit, 90 s) and the
+        # longest retry countdown (a lookup's lease, at most 65 s): else a live task runs
+        # twice. A dead worker's messages wait this long; the sweeper does not.
+        "visibility_timeout": 300,
+        # A broker that does not answer fails a publish in seconds, not minutes.
+        "socket_connect_timeout": 5,
+    }
+# One queue name per deployment (and per test run, so parallel runs never collide).
+CELERY_TASK_DEFAULT_QUEUE = env_str("SETTLE_CELERY_QUEUE", "settle")
+# Acknowledge after the task ran, not on receipt: a worker that dies mid-task leaves its
+# message to be delivered again; every task is safe to run twice.
 CELERY_TASK_ACKS_LATE = True
+# A pool process killed mid-task (SIGKILL, OOM, hard limit) requeues its message at once
+# instead of acknowledging it as failed.
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# Reserve one message at a time: lookups are slow and uneven, and a second reserved
+# message would wait behind the first instead of going to an idle worker.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A lookup is bounded by its provider's timeout (at most 60 s, a database constraint):
+# past 75 s something is stuck; the soft limit raises inside the task so it ends cleanly.
+CELERY_TASK_SOFT_TIME_LIMIT = 75
+# The hard limit kills the pool process; its lookup's lease lapses and it is run again.
+CELERY_TASK_TIME_LIMIT = 90
+# Nobody reads task results: outcomes are in the database, on the operation's record.
+CELERY_TASK_IGNORE_RESULT = True
+# Give up publishing quickly when the broker is down: the durable due time on the row,
+# not the message, schedules the work, and the next sweep publishes again.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 1,
+}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True  # a worker waits for its broker
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    # Lapsed leases to unknown, due lookups queued. A sweep not started within one
+    # interval is dropped (expires): the next one does the same work.
+    "sweep": {
+        "task": "recovery.tasks.sweep",
+        "schedule": float(SETTLE_SWEEP_SECONDS),
+        "options": {"expires": float(SETTLE_SWEEP_SECONDS)},
+    },
+    # Bounds the window of audit events no signed checkpoint covers yet.
+    "audit-checkpoint": {
+        "task": "recovery.tasks.audit_checkpoint",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
+}
 
 # Plain text by default; SETTLE_LOG_FORMAT=json writes one JSON object per line. Every
 # record made while a request is handled carries its request id (X-Request-ID).

@@ -190,8 +190,8 @@ class Resumed(Body):
     retry_after: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = Field(
         default=None,
         description="Seconds until asking again is worth it: the operation's next lookup "
-        "is not due, another lookup of it is running, or its provider's in-request "
-        "lookups are all busy.",
+        "is not due, another lookup of it is queued or running (decision in_progress), or "
+        "its provider's in-request lookups are all busy.",
     )
 
 

@@ -235,9 +235,11 @@ class Evidence(models.Model):
 class LookupAttempt(models.Model):
     """One look at the provider's record; the evidence it produced hangs off it.
 
-    At most one attempt per operation is ``running`` at a time. A running attempt holds
-    a lease; one whose lease lapsed (its process died mid-lookup) is ``abandoned`` by the
-    next attempt rather than waited for forever.
+    At most one attempt per operation is in flight (``queued`` or ``running``) at a time.
+    An attempt in flight holds a lease: a queued one until a background worker must have
+    picked it up, a running one until its lookup must have ended. One whose lease lapsed
+    (its message was lost, its process died mid-lookup) is ``abandoned`` by the next
+    attempt rather than waited for forever.
     """
 
     class Trigger(models.TextChoices):
@@ -246,6 +248,7 @@ class LookupAttempt(models.Model):
         OPERATOR = "operator"
 
     class Status(models.TextChoices):
+        QUEUED = "queued"
         RUNNING = "running"
         FINISHED = "finished"
         ABANDONED = "abandoned"
@@ -264,8 +267,8 @@ class LookupAttempt(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["operation"],
-                condition=Q(status="running"),
-                name="lookup_one_running_per_operation",
+                condition=Q(status__in=["queued", "running"]),
+                name="lookup_one_in_flight_per_operation",
             ),
         ]
         indexes = [models.Index(fields=["operation", "started_at"], name="lookup_operation")]

@@ -217,6 +217,12 @@ def lease_lapsed(operation: Operation, dispatch: Dispatch, actor: Actor) -> None
         operation=operation,
         event=Event.LEASE_LOST,
         actor=actor,
-        data={"lease_expires_at": dispatch.lease_expires_at.isoformat()},
+        data={
+            "reason": "no heartbeat or report before the lease expired",
+            "lease_expires_at": dispatch.lease_expires_at.isoformat(),
+            "last_heartbeat_at": (
+                dispatch.last_heartbeat_at.isoformat() if dispatch.last_heartbeat_at else None
+            ),
+        },
         next_lookup_at=timezone.now(),
     )

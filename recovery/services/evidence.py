@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 from typing import Any
 
@@ -24,7 +25,10 @@ from recovery.models import (
 from recovery.services.signals import stale_signal
 from recovery.transitions import Event, operation_transition
 
+# After an inconclusive lookup (absent / unavailable), the next is due after roughly
+# this long (three times longer each time), give or take LOOKUP_BACKOFF_JITTER of it.
 LOOKUP_BACKOFF_SECONDS = (5, 15, 45, 120, 300, 900)
+LOOKUP_BACKOFF_JITTER = 0.2
 
 
 def _receipt(operation: Operation) -> Dispatch | None:
@@ -142,12 +146,19 @@ def _inconclusive(operation: Operation, actor: Actor, ref: dict[str, Any]) -> No
             operation=operation,
             event=Event.ESCALATE,
             actor=actor,
-            data={**ref, "reason": "lookup_budget_spent", "lookups": count},
+            data={
+                **ref,
+                "reason": "lookup_budget_spent",
+                "lookups": count,
+                "detail": f"evidence unavailable after {count} lookups",
+            },
             lookups_inconclusive=count,
             next_lookup_at=None,
         )
         return
-    delay = LOOKUP_BACKOFF_SECONDS[min(count - 1, len(LOOKUP_BACKOFF_SECONDS) - 1)]
+    base = LOOKUP_BACKOFF_SECONDS[min(count - 1, len(LOOKUP_BACKOFF_SECONDS) - 1)]
+    # Jitter, so that the operations of one crash storm do not all come due together.
+    delay = base * random.uniform(1 - LOOKUP_BACKOFF_JITTER, 1 + LOOKUP_BACKOFF_JITTER)
     Operation.objects.filter(pk=operation.pk).update(
         lookups_inconclusive=count, next_lookup_at=timezone.now() + timedelta(seconds=delay)
     )

@@ -8,6 +8,10 @@ cycle:
 2. then the approvals rows bound to that operation (approval, permit);
 3. then its dispatch (which holds the host's receipt).
 
+The sweeper (``sweep``) locks a batch of operation rows in one statement with ``SKIP
+LOCKED`` — it never waits for a row someone holds — and then, under each, only that
+operation's lookup attempts; so it cannot join a cycle either.
+
 Nothing else is locked: rows of other operations are never touched, the audit log has
 no global head (an operation's chain is guarded by the operation's lock; the system
 chain by an advisory lock), and no lock is held across a network call — lookups read

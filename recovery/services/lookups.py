@@ -1,4 +1,11 @@
-"""Lookups: one at a time per operation, leased, bounded per provider inside web requests."""
+"""Lookups: one at a time per operation, leased, bounded per provider inside web requests.
+
+A lookup is claimed (``lookup_start``, or ``lookup_claim`` under a lock the caller
+holds), then run (``lookup_run``: the network call outside any transaction, the answer
+applied under the lock). Resume, operators and the background sweeper
+(``recovery.services.sweep``) all go through these; the sweeper's attempts are claimed
+``queued`` and started by a Celery task.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from approvals import services as approvals
@@ -30,10 +38,15 @@ from recovery.services.dispatch import lease_lapsed
 from recovery.services.evidence import LOOKUP_BACKOFF_SECONDS, evidence_apply
 from recovery.services.locking import operation_lock
 from recovery.services.providers import provider_config
-from recovery.services.signals import refusals_recorded, transition_refused_record
+from recovery.services.signals import (
+    refusals_recorded,
+    stale_signal,
+    transition_refused_record,
+)
 from recovery.transitions import TransitionRefused
 
 LOOKUP_LEASE_MARGIN = timedelta(seconds=5)
+IN_FLIGHT = (LookupAttempt.Status.QUEUED, LookupAttempt.Status.RUNNING)
 # How often an operation in reconcile is looked at again by resume (operators can look
 # up at any time): its evidence may be repaired at the provider.
 RECONCILE_RECHECK = timedelta(seconds=LOOKUP_BACKOFF_SECONDS[-2])
@@ -46,6 +59,8 @@ class LookupSlot:
     operation: Operation  # as it stood under the lock
     attempt: LookupAttempt | None
     retry_after: int = 0
+    # Another lookup of the operation is queued or running (its lease alive).
+    in_flight: bool = False
 
 
 def _seconds_until(moment: Any, now: Any) -> int:
@@ -79,37 +94,83 @@ def lookup_start(
             lease_lapsed(operation, dispatch, actor)
         if for_resume and operation.state not in UNSETTLED_STATES:
             return LookupSlot(operation, None)
-        now = timezone.now()
-        if due_only and operation.next_lookup_at is not None and operation.next_lookup_at > now:
-            return LookupSlot(operation, None, _seconds_until(operation.next_lookup_at, now))
-        running = (
-            LookupAttempt.objects.select_for_update()
-            .filter(operation=operation, status=LookupAttempt.Status.RUNNING)
-            .first()
-        )
-        if running is not None:
-            if running.lease_expires_at > now:
-                return LookupSlot(operation, None, _seconds_until(running.lease_expires_at, now))
-            running.status = LookupAttempt.Status.ABANDONED
-            running.save(update_fields=["status"])
-            audit_append(
-                kind="lookup_abandoned",
-                operation=operation,
-                actor=actor,
-                data={"lookup_id": running.pk, "started_at": running.started_at.isoformat()},
-            )
-        if provider_limit and _provider_lookups_running(operation.provider, now) >= provider_limit:
-            return LookupSlot(operation, None, math.ceil(operation.provider.timeout_seconds))
-        attempt = LookupAttempt.objects.create(
+        return lookup_claim(
             operation=operation,
             trigger=trigger,
-            started_at=now,
-            lease_expires_at=now
-            + timedelta(seconds=operation.provider.timeout_seconds)
-            + LOOKUP_LEASE_MARGIN,
+            actor=actor,
+            due_only=due_only,
+            provider_limit=provider_limit,
         )
-        attempt.operation = operation
-        return LookupSlot(operation, attempt)
+
+
+def lookup_claim(
+    *,
+    operation: Operation,
+    trigger: str,
+    actor: Actor,
+    due_only: bool,
+    provider_limit: int = 0,
+    queued: bool = False,
+) -> LookupSlot:
+    """``lookup_start``'s claim, for a caller that holds ``operation``'s lock already.
+
+    ``queued``: the attempt waits for a background worker (``recovery.services.sweep``)
+    and its lease is the time that worker has to start it, ``SETTLE_LOOKUP_QUEUE_SECONDS``.
+    An attempt in flight whose lease lapsed is abandoned, whichever kind it was.
+    """
+    now = timezone.now()
+    if due_only and operation.next_lookup_at is not None and operation.next_lookup_at > now:
+        return LookupSlot(operation, None, _seconds_until(operation.next_lookup_at, now))
+    in_flight = (
+        LookupAttempt.objects.select_for_update()
+        .filter(operation=operation, status__in=IN_FLIGHT)
+        .first()
+    )
+    if in_flight is not None:
+        if in_flight.lease_expires_at > now:
+            return LookupSlot(
+                operation, None, _seconds_until(in_flight.lease_expires_at, now), in_flight=True
+            )
+        lookup_abandon(operation=operation, attempt=in_flight, actor=actor)
+    if provider_limit and _provider_lookups_running(operation.provider, now) >= provider_limit:
+        return LookupSlot(operation, None, math.ceil(operation.provider.timeout_seconds))
+    attempt = LookupAttempt.objects.create(
+        operation=operation,
+        trigger=trigger,
+        status=LookupAttempt.Status.QUEUED if queued else LookupAttempt.Status.RUNNING,
+        started_at=now,
+        lease_expires_at=now
+        + (
+            timedelta(seconds=settings.SETTLE_LOOKUP_QUEUE_SECONDS)
+            if queued
+            else lookup_lease(operation.provider)
+        ),
+    )
+    attempt.operation = operation
+    return LookupSlot(operation, attempt)
+
+
+def lookup_lease(provider: Provider) -> timedelta:
+    """How long a running lookup of ``provider`` may take before it counts as dead."""
+    return timedelta(seconds=provider.timeout_seconds) + LOOKUP_LEASE_MARGIN
+
+
+def lookup_abandon(
+    *, operation: Operation, attempt: LookupAttempt, actor: Actor, reason: str = "lease_lapsed"
+) -> None:
+    """Close an attempt in flight that will not finish (under the operation's lock)."""
+    attempt.status = LookupAttempt.Status.ABANDONED
+    attempt.save(update_fields=["status"])
+    audit_append(
+        kind="lookup_abandoned",
+        operation=operation,
+        actor=actor,
+        data={
+            "lookup_id": attempt.pk,
+            "started_at": attempt.started_at.isoformat(),
+            "reason": reason,
+        },
+    )
 
 
 def _provider_lookups_running(provider: Provider, now: Any) -> int:
@@ -131,10 +192,20 @@ def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: Actor)
 
     Whatever happened since the lookup started is judged by the current state (rule 5).
     An operation still in ``reconcile`` is looked at again after ``RECONCILE_RECHECK``.
+    A lookup that outlived its lease and was abandoned or taken over meanwhile applies
+    nothing: its successor's answer counts, once; the late answer is recorded.
     """
     try:
         with audit_transaction():
             locked = operation_lock(attempt.operation)
+            if not _still_holds(attempt):
+                stale_signal(
+                    operation=locked,
+                    signal="lookup_superseded",
+                    actor=actor,
+                    data={"lookup_id": attempt.pk, "verdict": result.verdict},
+                )
+                return locked
             evidence_apply(
                 operation=locked,
                 result=result,
@@ -152,6 +223,13 @@ def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: Actor)
             status=LookupAttempt.Status.FINISHED, finished_at=timezone.now()
         )
         return Operation.objects.select_related("provider").get(pk=attempt.operation_id)
+
+
+def _still_holds(attempt: LookupAttempt) -> bool:
+    """Whether ``attempt`` is still running as this caller started it (under the lock)."""
+    return LookupAttempt.objects.filter(
+        pk=attempt.pk, status=LookupAttempt.Status.RUNNING, started_at=attempt.started_at
+    ).exists()
 
 
 def lookup_run(*, attempt: LookupAttempt, actor: Actor) -> Operation:

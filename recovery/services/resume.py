@@ -52,8 +52,12 @@ _SETTLED_DECISIONS = {
 }
 
 
-def _answer(operation: Operation, retry_after: int = 0) -> ResumeOutcome:
+def _answer(operation: Operation, retry_after: int = 0, in_flight: bool = False) -> ResumeOutcome:
     decision = _SETTLED_DECISIONS.get(State(operation.state), Decision.CLOSED)
+    if in_flight and operation.state in UNSETTLED_STATES:
+        # A lookup of it is queued or running (the sweeper's, an operator's): its answer
+        # is coming; starting a second one would only spend the budget.
+        decision = Decision.IN_PROGRESS
     return ResumeOutcome(decision, operation.state, operation.recovered, retry_after=retry_after)
 
 
@@ -67,7 +71,8 @@ def operation_resume(
     permit. A lapsed lease or an unsettled operation is looked up synchronously (bounded
     by the provider's timeout) and released only on matching evidence — but only when
     its next lookup is due, no other lookup of it is running and the provider has a free
-    in-request lookup slot; otherwise the answer is what is known, with ``retry_after``.
+    in-request lookup slot; otherwise the answer is what is known, with ``retry_after``
+    (``in_progress`` while another lookup of it is queued or running).
     """
     if isinstance(operation, OperationRef):
         operation = operation_read(operation)
@@ -93,6 +98,6 @@ def operation_resume(
             for_resume=True,
         )
         if slot.attempt is None:
-            return _answer(slot.operation, slot.retry_after)
+            return _answer(slot.operation, slot.retry_after, slot.in_flight)
         operation = lookup_run(attempt=slot.attempt, actor=actor)
     return _answer(operation)

@@ -70,3 +70,48 @@ def test_the_sign_in_throttle_comes_from_the_environment(tmp_path):
         timeout=60,
     )
     assert result.stdout.strip().splitlines()[-1] == "3 1:00:00"
+
+
+def test_celery_is_at_least_once_and_redis_never_redelivers_a_live_task():
+    """The settings the background recovery's safety argument rests on."""
+    from console.celery import app
+    from recovery.models import Provider
+
+    conf = app.conf
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert conf.worker_prefetch_multiplier == 1
+    assert not conf.task_always_eager  # tasks never run inside a web request
+    assert conf.task_soft_time_limit < conf.task_time_limit
+    # The longest lookup (the largest provider timeout the database allows) ends well
+    # inside the soft limit.
+    [timeout_check] = [c for c in Provider._meta.constraints if c.name == "provider_timeout_range"]
+    assert "60" in str(timeout_check.condition) and conf.task_soft_time_limit > 60 + 5
+    schedule = conf.beat_schedule
+    assert schedule["sweep"]["task"] == "recovery.tasks.sweep"
+    assert schedule["audit-checkpoint"]["schedule"] == 60.0
+    app.loader.import_default_modules()  # what a worker does at start: finds the tasks
+    assert set(app.tasks) >= {
+        "recovery.tasks.sweep",
+        "recovery.tasks.lookup_attempt",
+        "recovery.tasks.audit_checkpoint",
+    }
+
+
+def test_a_redis_broker_gets_a_visibility_timeout_longer_than_any_task(tmp_path):
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.CELERY_BROKER_TRANSPORT_OPTIONS['visibility_timeout'], s.CELERY_TASK_TIME_LIMIT)"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    environment |= {
+        "SETTLE_VAR_DIR": str(tmp_path / "var"),
+        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    visibility, hard_limit = map(int, result.stdout.split())
+    lookup_lease = 60 + 5  # the longest provider timeout plus the lease margin
+    assert visibility > hard_limit and visibility > lookup_lease

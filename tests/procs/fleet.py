@@ -582,10 +582,11 @@ def role_crasher(client: Client) -> None:
 def _fresh_worker(client: Client, key: str, tries: int = 4) -> None:
     """Resume a lapsed operation whose effect was performed: it must be released.
 
-    ``unknown`` is fine only with ``retry_after`` (no lookup was made): then try again.
+    ``unknown`` is fine only with ``retry_after`` (no lookup was made), and so is
+    ``in_progress`` (another lookup of it is running): then try again.
     """
-    decision, _, retry_after = client.resume(key, decisions=("released", "unknown"))
-    if decision != "unknown":
+    decision, _, retry_after = client.resume(key, decisions=("released", "unknown", "in_progress"))
+    if decision not in ("unknown", "in_progress"):
         return
     if not retry_after:
         client.api.unexpected.append(

@@ -9,7 +9,9 @@ fencing token, any number of times) and crash (their lease lapses); fresh worker
 only for a worker that held a dispatch; sometimes for other parameters or with a "not
 performed" status), damages and repairs its record, goes offline and comes back, and
 sends signed callbacks (right or wrong digest, fresh or stale sequence numbers);
-operators look up evidence; approvers revoke permits; permits expire.
+operators look up evidence; approvers revoke permits; permits expire; the background
+sweeper (``recovery.services.sweep``, called directly) moves lapsed leases to unknown and
+queues due lookups, whose tasks run later, sometimes twice.
 
 A small model predicts every answer and every state; invariants named after the rules
 compare the database with it after each step. Services refuse requests by raising
@@ -57,6 +59,7 @@ from recovery.models import (
     AuditEvent,
     Dispatch,
     Evidence,
+    LookupAttempt,
     Operation,
     Provider,
     State,
@@ -76,6 +79,7 @@ from recovery.services.permits import approval_decision, approval_open, permit_r
 from recovery.services.providers import provider_configure
 from recovery.services.registration import operation_register
 from recovery.services.resume import Decision, operation_resume
+from recovery.services.sweep import lookup_attempt_run, sweep
 from tests.support.providers import (
     SQLITE_TAMPER_MODES,
     digest_of,
@@ -115,6 +119,7 @@ HEAD_STARTS = (
     "crashed",
     "uncertain",
     "stranded",
+    "queued",
 )
 UNREGISTERED_KEY = "op-never-registered"
 
@@ -238,6 +243,8 @@ class OpModel:
     refusals: list[str] = field(default_factory=list)  # kept in the permit's history
     consume_refused: int = 0  # every refusal, with or without a permit
     release_cause: str = ""
+    lookup_queued: int | None = None  # the sweeper's attempt, waiting for its task
+    lookups_run: list[int] = field(default_factory=list)  # background attempts done
 
     def move(self, to: str) -> None:
         self.state = to
@@ -457,6 +464,8 @@ class SafetyMachine(RuleBasedStateMachine):
             # operation settled looks nothing up.
             if m.state not in (State.UNKNOWN, State.RECONCILE) or not due:
                 return answer_for(m.state), m.state, False
+            if m.lookup_queued is not None:  # the sweeper's lookup is coming
+                return Decision.IN_PROGRESS, m.state, False
             self._model_lookup(m)
             return answer_for(m.state), m.state, True
         return answer_for(state), state, False
@@ -478,8 +487,11 @@ class SafetyMachine(RuleBasedStateMachine):
             self._dispatch(m, WORKERS[KEYS.index(key)], "right")
             if stage == "performed":
                 self._perform(m, "committed")
-            if stage in ("crashed", "uncertain", "stranded"):
+            if stage in ("crashed", "uncertain", "stranded", "queued"):
                 self._crash(m)
+            if stage == "queued":  # the sweeper found it; its lookup waits for a worker
+                self.background_sweep(time_passed=False)
+                assert m.lookup_queued is not None
             if stage in ("uncertain", "stranded"):
                 self._resume(m, "w-fresh", stale_view=False, time_passed=True)
                 assert m.state == State.UNKNOWN
@@ -850,8 +862,73 @@ class SafetyMachine(RuleBasedStateMachine):
         operation = operation_lookup(
             operation=self._op(m.key), trigger="operator", actor=Actor("user", "1", "olivia")
         )
-        self._model_lookup(m)
+        if m.lookup_queued is None:  # else: one lookup at a time, the queued one first
+            self._model_lookup(m)
         assert (operation.state, operation.version) == (m.state, m.version)
+
+    @rule(time_passed=st.sampled_from([False, True, True]))
+    @step
+    def background_sweep(self, time_passed: bool) -> None:
+        """Beat's sweep: lapsed leases to unknown, then a lookup queued for each due one.
+
+        With ``time_passed`` the back-off of every unknown operation has run out.
+        """
+        now = timezone.now()
+        if time_passed:
+            Operation.objects.filter(state=State.UNKNOWN).update(
+                next_lookup_at=now - timedelta(seconds=1)
+            )
+        scheduled = dict(Operation.objects.values_list("key", "next_lookup_at"))
+        expected_lapsed, expected_queued = set(), set()
+        for key, m in self.ops.items():
+            if m.state == State.DISPATCHED and m.lease_lapsed:
+                m.move(State.UNKNOWN)
+                expected_lapsed.add(key)
+                scheduled[key] = None  # due at once
+            due = scheduled.get(key) is None or scheduled[key] <= now
+            if m.state == State.UNKNOWN and due and m.lookup_queued is None:
+                expected_queued.add(key)
+        published: list[int] = []
+        report = sweep(publish=published.append)
+        assert published == report.lookups_queued
+        keys = dict(Operation.objects.values_list("pk", "key"))
+        assert {keys[pk] for pk in report.leases_lapsed} == expected_lapsed
+        queued = dict(
+            LookupAttempt.objects.filter(pk__in=published).values_list("operation__key", "pk")
+        )
+        assert set(queued) == expected_queued and len(published) == len(queued)
+        for key, attempt_id in queued.items():
+            self.ops[key].lookup_queued = attempt_id
+
+    @precondition(lambda self: any(m.lookup_queued for m in self.ops.values()))
+    @rule(data=st.data())
+    @step
+    def background_lookup(self, data: st.DataObject) -> None:
+        """A Celery worker runs a queued lookup: only while the operation is unknown."""
+        keys = [k for k in KEYS if self.ops[k].lookup_queued]
+        m = self.ops[self._draw_key(data, keys)]
+        assert m.lookup_queued is not None
+        outcome = lookup_attempt_run(attempt_id=m.lookup_queued)
+        expect_lookup = m.state == State.UNKNOWN
+        if expect_lookup:
+            self._model_lookup(m)
+        assert (outcome.looked_up, outcome.state, outcome.retry_in) == (
+            expect_lookup,
+            m.state,
+            0,
+        )
+        m.lookups_run.append(m.lookup_queued)
+        m.lookup_queued = None
+
+    @precondition(lambda self: any(m.lookups_run for m in self.ops.values()))
+    @rule(data=st.data())
+    @step
+    def background_lookup_redelivered(self, data: st.DataObject) -> None:
+        """The broker delivers a finished lookup's message again: nothing changes."""
+        m = self.ops[self._draw_key(data, [k for k in KEYS if self.ops[k].lookups_run])]
+        attempt_id = data.draw(st.sampled_from(m.lookups_run), label="attempt")
+        outcome = lookup_attempt_run(attempt_id=attempt_id)
+        assert (outcome.looked_up, outcome.state) == (False, m.state)
 
     @rule(
         key=st.sampled_from([*KEYS, *KEYS, UNREGISTERED_KEY]),
@@ -1074,6 +1151,13 @@ class SafetyMachine(RuleBasedStateMachine):
         for key, m in self.ops.items():
             if m.registered:
                 assert facts.kinds[key]["transition"] == m.version - 1, key
+
+    @invariant()
+    def one_lookup_in_flight_at_most(self) -> None:
+        in_flight = LookupAttempt.objects.filter(status__in=["queued", "running"])
+        rows = Counter(in_flight.values_list("operation__key", "id"))
+        expected = Counter((k, m.lookup_queued) for k, m in self.ops.items() if m.lookup_queued)
+        assert rows == expected, (rows, expected)
 
     @invariant()
     def model_agrees_with_the_database(self) -> None:

@@ -1,0 +1,47 @@
+"""Celery tasks: thin. Each takes ids, calls one service, and is safe to run twice.
+
+Delivery is at least once (``task_acks_late``): a redelivered or duplicated message
+finds its work done or held by a live lease, and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from recovery.audit import audit_checkpoint as audit_checkpoint_make
+from recovery.services.sweep import lookup_attempt_run
+from recovery.services.sweep import sweep as sweep_run
+
+# A message that finds its attempt held by another worker's live lease waits for that
+# lease (at most a provider timeout plus a margin); after a few such waits the sweeper
+# takes over anyway.
+LOOKUP_RETRIES = 5
+
+
+@shared_task(bind=True, max_retries=LOOKUP_RETRIES)
+def lookup_attempt(self: Any, attempt_id: int) -> str:
+    """Run one queued lookup attempt (queued by the sweep)."""
+    outcome = lookup_attempt_run(attempt_id=attempt_id)
+    if outcome.retry_in:
+        raise self.retry(countdown=outcome.retry_in)
+    return outcome.state
+
+
+@shared_task
+def sweep() -> dict[str, int]:
+    """Beat's sweep: lapsed leases to unknown, due lookups queued and published."""
+    report = sweep_run(publish=lookup_attempt.delay)
+    return {
+        "leases_lapsed": len(report.leases_lapsed),
+        "lookups_queued": len(report.lookups_queued),
+        "published": report.published,
+    }
+
+
+@shared_task
+def audit_checkpoint() -> int | None:
+    """Beat's signed checkpoint of the audit chains that moved (None if none did)."""
+    checkpoint = audit_checkpoint_make()
+    return None if checkpoint is None else checkpoint.number

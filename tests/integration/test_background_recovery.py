@@ -1,0 +1,469 @@
+"""Background recovery with the real components: Celery workers and beat, Redis, PostgreSQL.
+
+Nobody calls ``resume`` here. Workers that die are real processes killed with SIGKILL
+(``tests/procs/worker.py``); ``celery -A console worker`` and ``celery -A console beat``
+run as in production, against the test database and the broker the environment names
+(``CELERY_BROKER_URL``, Redis), each test on a queue of its own. Two sweeps at once run
+in threads with their own PostgreSQL sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import kombu
+import pytest
+import redis
+from django.db import connection, connections
+from django.utils import timezone
+
+from approvals.actors import Actor
+from approvals.services import approver_create, db_now
+from console.celery import app as celery_app
+from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Operation
+from recovery.services.credentials import host_create
+from recovery.services.dispatch import operation_dispatch
+from recovery.services.permits import approval_decision, approval_open
+from recovery.services.registration import operation_register
+from recovery.services.sweep import SWEEPER_ACTOR, sweep
+from tests.conftest import PARAMS, digest_of
+from tests.integration.conftest import (
+    Http,
+    Procs,
+    Settle,
+    assert_audit_intact,
+    operation,
+)
+from tests.integration.test_crash_recovery import (
+    assert_one_dispatch_one_consumption,
+    assert_recovered_receipt,
+    crash,
+)
+from tests.support.celery_procs import (
+    REPO_ROOT,
+    Proc,
+    beat_start,
+    queue_name,
+    redis_start,
+    worker_start,
+)
+from tests.support.gunicorn import database_url, gunicorn_running
+from tests.support.providers import http_provider_control, sqlite_provider_commit
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+LOOKUP_TASK = "recovery.tasks.lookup_attempt"
+BROKER = os.environ.get("CELERY_BROKER_URL", "")
+
+
+@pytest.fixture
+def queue() -> Iterator[str]:
+    """A queue of this test's own; its routing key is deleted afterwards."""
+    name = queue_name()
+    yield name
+    if BROKER.startswith("redis://"):
+        client = redis.Redis.from_url(BROKER)
+        client.delete(name, f"_kombu.binding.{name}", f"_kombu.binding_permanent.{name}")
+        client.close()
+
+
+def _test_database_url() -> str:
+    """The test database, for processes of their own (SQLite: the test run's file)."""
+    if connection.vendor == "postgresql":
+        return database_url(connection.settings_dict)
+    return f"sqlite:///{connection.settings_dict['NAME']}"
+
+
+@pytest.fixture
+def celery_env(queue: str, tmp_path: Path) -> dict[str, str | None]:
+    """What a Celery process of this test needs: this test's database, broker and queue."""
+    if not BROKER.startswith("redis://"):
+        pytest.skip("CELERY_BROKER_URL must name a Redis database (CI: redis://…/0)")
+    return {
+        "DATABASE_URL": _test_database_url(),
+        "CELERY_BROKER_URL": BROKER,
+        "SETTLE_CELERY_QUEUE": queue,
+        "SETTLE_SWEEP_SECONDS": "1",
+        "SETTLE_AUDIT_CHECKPOINT_FILE": str(tmp_path / "worker-checkpoints.jsonl"),
+    }
+
+
+@pytest.fixture
+def celery_procs(tmp_path: Path):
+    """Start workers and beat with ``start(kind, env)``; all are stopped at the end."""
+    started: list[Proc] = []
+    count = Counter[str]()
+
+    def start(kind: str, env: dict[str, str | None]) -> Proc:
+        count[kind] += 1
+        if kind == "beat":
+            directory = tmp_path / f"beat{count[kind]}"
+            directory.mkdir()
+            proc = beat_start(directory=directory, env=env)
+        else:
+            name = f"worker{count[kind]}"
+            proc = worker_start(log_path=tmp_path / f"{name}.log", env=env, name=name)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in reversed(started):
+        proc.stop()
+
+
+def _wait(predicate: Any, timeout: float, what: str, step: float = 0.1) -> float:
+    """Poll until ``predicate()``; return the seconds it took, fail after ``timeout``."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(step)
+    return time.monotonic() - started
+
+
+def _wait_lease_lapsed(key: str) -> None:
+    dispatch = Dispatch.objects.filter(operation__key=key)
+    _wait(lambda: dispatch.get().lease_expires_at < db_now(), 10, f"{key}'s lease lapsed")
+
+
+def _state(key: str) -> str:
+    return str(Operation.objects.filter(key=key).values_list("state", flat=True).get())
+
+
+def _transitions(key: str, event: str) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(operation_key=key, kind="transition", data__event=event))
+
+
+def _nobody_resumed(key: str) -> None:
+    """Every change after the dispatch was the sweeper's: no host resumed or looked up."""
+    transitions = AuditEvent.objects.filter(operation_key=key, kind="transition")
+    later = [t for t in transitions if t.data["event"] not in ("approve", "dispatch")]
+    assert later and {t.actor for t in later} == {SWEEPER_ACTOR}, later
+    assert not LookupAttempt.objects.filter(operation__key=key).exclude(trigger="task").exists()
+
+
+# -- 1. a dead worker's operation settles by itself ------------------------------------------
+
+
+def test_a_stranded_operation_is_released_by_the_sweeper_with_nobody_calling_resume(
+    settle: Settle, procs: Procs, make_provider: Any, celery_env: Any, celery_procs: Any
+) -> None:
+    provider = make_provider("sqlite", lease_seconds=1)
+    celery_procs("worker", celery_env)
+    celery_procs("beat", celery_env)
+    key = "swept-commit"
+    settle.approved(key, provider.name)
+
+    crash(procs, key, provider, "after_effect")
+    lease = Dispatch.objects.get(operation__key=key).lease_expires_at
+    _wait(lambda: _state(key) == "released", 30, f"{key} released by the sweeper")
+    released_at = _transitions(key, "evidence_match")[0].at
+    lag = (released_at - lease).total_seconds()
+    print(f"\nlease lapsed → released by the sweeper in {lag:.2f} s")
+    assert lag <= 5.0, lag  # lease + a few seconds: beat sweeps every second here
+
+    assert provider.effects(key) == 1
+    assert_one_dispatch_one_consumption(key)
+    assert_recovered_receipt(key)
+    [lost] = _transitions(key, "lease_lost")
+    assert lost.data["reason"] == "no heartbeat or report before the lease expired"
+    _nobody_resumed(key)
+    assert_audit_intact()
+
+
+# -- 2. the same task twice ------------------------------------------------------------------
+
+
+def test_the_same_lookup_task_delivered_twice_changes_state_once(
+    settle: Settle,
+    procs: Procs,
+    make_provider: Any,
+    celery_env: Any,
+    celery_procs: Any,
+    queue: str,
+) -> None:
+    provider = make_provider("journal", lease_seconds=1)
+    worker = celery_procs("worker", celery_env)
+    key = "swept-twice"
+    settle.approved(key, provider.name)
+    crash(procs, key, provider, "after_effect")
+    _wait_lease_lapsed(key)
+
+    def publish_twice(attempt_id: int) -> None:
+        for _ in range(2):
+            celery_app.send_task(LOOKUP_TASK, args=[attempt_id], queue=queue)
+
+    report = sweep(publish=publish_twice)
+    assert report.published == 1 and len(report.lookups_queued) == 1
+    worker.wait_for_log(f"Task {LOOKUP_TASK}[", timeout=30, count=4)  # 2 received, 2 done
+    worker.wait_for_log("succeeded in", timeout=30, count=2)
+
+    assert _state(key) == "released"
+    assert len(_transitions(key, "evidence_match")) == 1
+    assert Evidence.objects.filter(operation__key=key).count() == 1
+    assert LookupAttempt.objects.filter(operation__key=key).count() == 1
+    assert_recovered_receipt(key)
+    assert_audit_intact()
+
+
+# -- 3. two sweepers at once -----------------------------------------------------------------
+
+
+def _stranded(count: int, provider: str) -> list[str]:
+    """``count`` dispatched operations whose worker went quiet (their leases lapsed)."""
+    host, _ = host_create(name="fleet-s")
+    keys = []
+    for n in range(count):
+        key = f"storm-{n:03d}"
+        op, _ = operation_register(
+            host=host, key=key, action="payment.send", provider_name=provider, params=PARAMS
+        )
+        approval, _ = approval_open(operation=op, host=host)
+        approval_decision(
+            approval_id=approval.id,
+            approve=True,
+            ttl_seconds=300,
+            decided_by=Actor("approver", "1", "test"),
+            reviewed_digest=digest_of(PARAMS),
+        )
+        outcome = operation_dispatch(
+            operation=op,
+            worker="w",
+            presented_digest=digest_of(PARAMS),
+            actor=Actor("host", "1", "fleet-s"),
+        )
+        assert outcome.dispatch is not None
+        keys.append(key)
+    Dispatch.objects.update(lease_expires_at=timezone.now() - timedelta(seconds=5))
+    return keys
+
+
+def test_two_sweeps_at_once_never_handle_one_operation_twice(make_provider: Any) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("SKIP LOCKED is PostgreSQL's; SQLite serialises writers instead")
+    provider = make_provider("sqlite", lease_seconds=1)
+    keys = _stranded(60, provider.name)
+    barrier = threading.Barrier(2)
+    reports: dict[int, Any] = {}
+    published: dict[int, list[int]] = {0: [], 1: []}
+    errors: list[BaseException] = []
+
+    def sweeper(n: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            # Small batches, so that the two interleave over many transactions.
+            reports[n] = sweep(publish=published[n].append, batch_size=4, max_batches=100)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=sweeper, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+
+    lapsed = [reports[0].leases_lapsed, reports[1].leases_lapsed]
+    queued = [reports[0].lookups_queued, reports[1].lookups_queued]
+    print(f"\nsweeper 0 moved {len(lapsed[0])}, sweeper 1 moved {len(lapsed[1])}")
+    assert not set(lapsed[0]) & set(lapsed[1])
+    assert len(lapsed[0]) + len(lapsed[1]) == len(keys)
+    assert not set(queued[0]) & set(queued[1])
+    assert sorted(published[0] + published[1]) == sorted(queued[0] + queued[1])
+    per_operation = Counter(
+        LookupAttempt.objects.filter(status="queued").values_list("operation__key", flat=True)
+    )
+    assert per_operation == Counter(dict.fromkeys(keys, 1))
+    for key in keys:
+        assert len(_transitions(key, "lease_lost")) == 1, key
+        assert _state(key) == "unknown"
+    assert_audit_intact()
+
+
+# -- 4. the Celery worker killed mid-lookup ---------------------------------------------------
+
+
+def test_a_worker_killed_mid_lookup_completes_the_lookup_after_redelivery_once(
+    settle: Settle,
+    procs: Procs,
+    make_provider: Any,
+    celery_env: Any,
+    celery_procs: Any,
+    queue: str,
+) -> None:
+    provider = make_provider("http", lease_seconds=1)
+    worker = celery_procs("worker", celery_env)
+    key = "swept-killed"
+    settle.approved(key, provider.name)
+    crash(procs, key, provider, "after_effect")
+    _wait_lease_lapsed(key)
+    http_provider_control(provider.url, "slow", delay=4)  # within its 5 s timeout
+
+    report = sweep(
+        publish=lambda attempt_id: celery_app.send_task(LOOKUP_TASK, args=[attempt_id], queue=queue)
+    )
+    [attempt_id] = report.lookups_queued
+    _wait(
+        lambda: LookupAttempt.objects.get(pk=attempt_id).status == "running",
+        30,
+        "the lookup started",
+    )
+    time.sleep(1.0)  # the pool process now waits for the provider's answer
+    [child] = worker.children()
+    os.kill(child, 9)
+    http_provider_control(provider.url, "normal")
+
+    # The pool process's message is requeued (task_reject_on_worker_lost), delivered
+    # again, finds the attempt's lease alive, waits it out and then runs it.
+    waited = _wait(lambda: _state(key) == "released", 60, f"{key} released after redelivery")
+    print(f"\nreleased {waited:.1f} s after the kill (the lookup lease is 10 s)")
+    log = worker.log()
+    assert "WorkerLostError" in log or "Worker exited prematurely" in log
+    assert f"Task {LOOKUP_TASK}[" in log and "retry: Retry in" in log  # waited for the lease
+    assert len(_transitions(key, "evidence_match")) == 1
+    assert Evidence.objects.filter(operation__key=key).count() == 1
+    [attempt] = LookupAttempt.objects.filter(operation__key=key)
+    assert (attempt.pk, attempt.status) == (attempt_id, "finished")
+    assert provider.effects(key) == 1
+    assert_recovered_receipt(key)
+    assert_audit_intact()
+
+
+# -- 5. Redis down: the host API answers, nothing is lost -----------------------------------
+
+
+def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_back(
+    make_provider: Any,
+    celery_env: Any,
+    celery_procs: Any,
+    queue: str,
+    tmp_path: Path,
+    settings: Any,
+) -> None:
+    settings.SETTLE_LOOKUP_QUEUE_SECONDS = 2  # queued by this process: re-queued soon
+    redis_dir = tmp_path / "redis"
+    redis_dir.mkdir()
+    redis, port = redis_start(redis_dir)
+    private = f"redis://127.0.0.1:{port}/0"
+    env = {**celery_env, "CELERY_BROKER_URL": private}
+    provider = make_provider("sqlite", lease_seconds=1)
+    _, host_token = host_create(name="fleet-r")
+    _, approver_token = approver_create(name="bob-phone", all_providers=True)
+    try:
+        with gunicorn_running(
+            database_url=celery_env["DATABASE_URL"],
+            log_path=tmp_path / "gunicorn.log",
+            workers=2,
+            env={"CELERY_BROKER_URL": private, "SETTLE_CELERY_QUEUE": queue},
+        ) as server:
+            celery_procs("worker", env)
+            celery_procs("beat", env)
+            redis.stop()  # the broker is gone
+
+            host, approver = Http(server.url, host_token), Http(server.url, approver_token)
+            slowest = 0.0
+            for key, report in (("while-down-ok", True), ("while-down-dead", False)):
+                started = time.monotonic()
+                body = {"key": key, "action": "payment.send", "provider": provider.name}
+                status, _ = host.post("/api/v1/operations", {**body, "params": PARAMS})
+                assert status == 201
+                status, approval = host.post(f"/api/v1/operations/{key}/approvals")
+                assert status == 201
+                status, _ = approver.post(
+                    f"/api/v1/approvals/{approval['approval_id']}/decision",
+                    {"decision": "approve", "params_digest": digest_of(PARAMS)},
+                )
+                assert status == 200
+                status, dispatched = host.post(
+                    f"/api/v1/operations/{key}/dispatch",
+                    {"worker": "w1", "params_digest": digest_of(PARAMS)},
+                )
+                assert status == 200
+                sqlite_provider_commit(
+                    provider.path, operation_key=key, params=PARAMS, reference=f"r-{key}"
+                )
+                if report:
+                    status, result = host.post(
+                        f"/api/v1/operations/{key}/result",
+                        {"fencing_token": dispatched["fencing_token"], "outcome": "committed"},
+                    )
+                    assert status == 200 and result["state"] == "released"
+                slowest = max(slowest, time.monotonic() - started)
+            print(f"\nwith Redis down, one lifecycle took at most {slowest:.2f} s")
+            assert slowest < 5.0
+
+            # A sweep while the broker is down commits its work and publishes nothing.
+            dead = "while-down-dead"
+            _wait_lease_lapsed(dead)
+            down = kombu.Connection(private, connect_timeout=2)
+            started = time.monotonic()
+            report = sweep(
+                publish=lambda attempt_id: celery_app.send_task(
+                    LOOKUP_TASK, args=[attempt_id], queue=queue, connection=down
+                )
+            )
+            print(f"a sweep with the broker down took {time.monotonic() - started:.2f} s")
+            assert report.publish_failed and report.published == 0
+            assert _state(dead) == "unknown"
+            assert LookupAttempt.objects.get(operation__key=dead).status == "queued"
+
+            redis, _ = redis_start(redis_dir, port)  # back, empty: the message never was
+            waited = _wait(lambda: _state(dead) == "released", 90, "released once Redis is back")
+            print(f"released {waited:.1f} s after Redis came back")
+    finally:
+        redis.stop()
+
+    assert _state("while-down-ok") == "released"
+    assert_recovered_receipt(dead)
+    statuses = Counter(
+        LookupAttempt.objects.filter(operation__key=dead).values_list("status", flat=True)
+    )
+    assert statuses["finished"] == 1 and statuses["abandoned"] >= 1, statuses
+    assert len(_transitions(dead, "evidence_match")) == 1
+    assert_audit_intact()
+    assert operation(dead).recovered is True
+
+
+# -- 6. the embedded default: no broker configured ------------------------------------------
+
+
+def test_with_no_broker_configured_a_real_worker_and_beat_recover_through_the_filesystem(
+    settle: Settle,
+    procs: Procs,
+    make_provider: Any,
+    celery_procs: Any,
+    tmp_path: Path,
+    settings: Any,
+) -> None:
+    var = tmp_path / "var"
+    env: dict[str, str | None] = {
+        "CELERY_BROKER_URL": None,  # the embedded default: kombu's filesystem transport
+        "SETTLE_VAR_DIR": str(var),
+        "DATABASE_URL": _test_database_url(),
+        "SECRET_KEY": str(settings.SECRET_KEY),
+        "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
+        "SETTLE_SWEEP_SECONDS": "1",
+    }
+    provider = make_provider("sqlite", lease_seconds=1)
+    celery_procs("worker", env)
+    celery_procs("beat", env)
+    key = "embedded-commit"
+    settle.approved(key, provider.name)
+    crash(procs, key, provider, "after_effect")
+
+    _wait(lambda: _state(key) == "released", 30, f"{key} released by the sweeper")
+    # The filesystem broker under the var dir carried the messages (its exchange table).
+    assert (var / "broker" / "control" / "settle.exchange").exists()
+    assert not (REPO_ROOT / "control").exists()
+    assert_recovered_receipt(key)
+    _nobody_resumed(key)
+    assert_audit_intact()
