@@ -744,29 +744,29 @@ def console_user(db):
     return get_user_model().objects.create_user(username="carol", password="pw-not-used")
 
 
-def test_a_console_session_without_its_csrf_token_is_refused(world, console_user):
-    client = Client(enforce_csrf_checks=True)
-    client.force_login(console_user)
-    before = snapshot()
+def _console_decision(world: Any, user: Any, *, csrf_checks: bool = False) -> tuple[Client, Any]:
+    """A console session posting an approval decision; the client and its answer."""
+    client = Client(enforce_csrf_checks=csrf_checks)
+    client.force_login(user)
     response = client.post(
         f"/api/v1/approvals/{world.approval_id}/decision",
         data=json.dumps({"decision": "approve", "params_digest": digest_of(PARAMS)}),
         content_type="application/json",
     )
+    return client, response
+
+
+def test_a_console_session_without_its_csrf_token_is_refused(world, console_user):
+    before = snapshot()
+    _, response = _console_decision(world, console_user, csrf_checks=True)
     assert_error(response, 403, "csrf_failed")
     assert_unchanged(before)
 
 
 def test_a_console_user_who_may_view_but_not_decide_is_forbidden(world, console_user):
     assign_perm("recovery.view_operations", console_user, Provider.objects.get(name="orders"))
-    client = Client()
-    client.force_login(console_user)
     before = snapshot()
-    response = client.post(
-        f"/api/v1/approvals/{world.approval_id}/decision",
-        data=json.dumps({"decision": "approve", "params_digest": digest_of(PARAMS)}),
-        content_type="application/json",
-    )
+    client, response = _console_decision(world, console_user)
     assert_error(response, 403, "forbidden")
     assert_unchanged(before)
     # Seeing what it would approve is viewing: allowed.
@@ -775,14 +775,8 @@ def test_a_console_user_who_may_view_but_not_decide_is_forbidden(world, console_
 
 
 def test_to_a_console_user_of_no_provider_an_approval_does_not_exist(world, console_user):
-    client = Client()
-    client.force_login(console_user)
     before = snapshot()
-    response = client.post(
-        f"/api/v1/approvals/{world.approval_id}/decision",
-        data=json.dumps({"decision": "approve", "params_digest": digest_of(PARAMS)}),
-        content_type="application/json",
-    )
+    client, response = _console_decision(world, console_user)
     assert_error(response, 404, "unknown_approval")
     assert_error(client.get(f"/api/v1/approvals/{world.approval_id}"), 404, "unknown_approval")
     assert_unchanged(before)
