@@ -67,3 +67,10 @@ class QueueFilterForm(forms.Form):
             verdict=data.get("verdict", ""),
             search=data.get("q", "").strip(),
         )
+
+
+class ActionForm(forms.Form):
+    """Every operator action: the version the operator saw, and why they act."""
+
+    version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    reason = forms.CharField(max_length=500, strip=True)

@@ -9,6 +9,7 @@ from console.views import operations, queue, system
 urlpatterns = [
     path("", queue.home, name="home"),
     path("operations/<str:key>/", operations.operation_detail, name="operation"),
+    path("operations/<str:key>/lookup", operations.operation_lookup, name="operation-lookup"),
     path(
         "login/",
         auth_views.LoginView.as_view(

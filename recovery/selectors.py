@@ -352,3 +352,8 @@ def operation_for_user(*, user: Any, key: str) -> Operation | None:
         .select_related("provider", "host")
         .first()
     )
+
+
+def provider_permitted(*, user: Any, permission: str, provider: Provider) -> bool:
+    """Whether ``user`` holds ``permission`` on ``provider`` (as ``providers_for_user``)."""
+    return providers_for_user(user=user, permissions=(permission,)).filter(pk=provider.pk).exists()

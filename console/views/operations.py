@@ -1,14 +1,20 @@
-"""One operation, as a user who may view its provider sees it."""
+"""One operation, as a user who may view its provider sees it, and what they may do to it."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_safe
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST, require_safe
 
+from approvals.actors import Actor
+from console.forms import ActionForm
 from recovery.models import Operation
-from recovery.selectors import operation_for_user, operation_record
+from recovery.selectors import operation_for_user, operation_record, provider_permitted
+from recovery.services.errors import RecoveryError
+from recovery.services.operator import operator_lookup, operator_refusal_record
 
 
 def _operation_for_viewer(request: HttpRequest, key: str) -> Operation:
@@ -24,5 +30,53 @@ def _operation_for_viewer(request: HttpRequest, key: str) -> Operation:
 def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
     """The whole record of one operation, read-only: the host API's record of it."""
     operation = _operation_for_viewer(request, key)
-    context = {"operation": operation, "record": operation_record(operation=operation)}
+    context = {
+        "operation": operation,
+        "record": operation_record(operation=operation),
+        "may_lookup": provider_permitted(
+            user=request.user, permission="lookup_operations", provider=operation.provider
+        ),
+        "action_form": ActionForm(initial={"version": operation.version}),
+    }
     return render(request, "console/operation.html", context)
+
+
+def _operation_for_action(
+    request: HttpRequest, key: str, action: str, permission: str
+) -> Operation:
+    """The operation, if this user may view it (else 404) and act on it (else 403, recorded)."""
+    operation = _operation_for_viewer(request, key)
+    if not provider_permitted(
+        user=request.user, permission=permission, provider=operation.provider
+    ):
+        operator_refusal_record(
+            operation=operation,
+            action=action,
+            code="forbidden",
+            actor=Actor.of("user", request.user),
+        )
+        raise PermissionDenied(f"you may not {action} this provider's operations")
+    return operation
+
+
+@login_required
+@require_POST
+def operation_lookup(request: HttpRequest, key: str) -> HttpResponse:
+    """Look the evidence up now, with a reason, as of the version the operator saw."""
+    operation = _operation_for_action(request, key, "lookup", "lookup_operations")
+    form = ActionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Nothing was done: give a reason for the lookup.")
+        return redirect("operation", key=key)
+    try:
+        looked_up = operator_lookup(
+            operation=operation,
+            version=form.cleaned_data["version"],
+            reason=form.cleaned_data["reason"],
+            actor=Actor.of("user", request.user),
+        )
+    except RecoveryError as exc:
+        messages.error(request, f"Refused: {exc.message}.")
+    else:
+        messages.success(request, f"Looked up: the operation is {looked_up.state}.")
+    return redirect("operation", key=key)

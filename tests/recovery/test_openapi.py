@@ -67,8 +67,11 @@ EMITTED = {
     "not_found",
     "internal_error",
 }
-# Raised only by provider_configure, which the admin and `add_provider` call, never the API.
+# Raised only by provider_configure, which the admin and `add_provider` call, and by the
+# console's operator actions (recovery.services.operator) — never by the host API.
 ADMIN_ONLY = {
+    "stale_version",
+    "lookup_in_flight",
     "invalid_adapter",
     "missing_path",
     "missing_url",

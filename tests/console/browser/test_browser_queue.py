@@ -7,6 +7,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.conftest import PARAMS
 from tests.console.browser.conftest import (
     NARROW,
     WIDE,
@@ -15,6 +16,7 @@ from tests.console.browser.conftest import (
     sign_in,
 )
 from tests.console.conftest import aged
+from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -118,3 +120,30 @@ def test_a_viewer_of_one_provider_never_sees_anothers_operation(page: Page, view
     response = page.goto("/operations/ledger-000042/")
     assert response is not None and response.status == 404
     expect(page.locator("h1")).to_have_text("Not found")
+
+
+def test_an_operator_looks_up_now_and_sees_what_became_of_it(
+    page: Page, operator, queue, provider_db
+):
+    sqlite_provider_commit(
+        provider_db, operation_key="pay-2026-000117", params=PARAMS, reference="r-117"
+    )
+    sign_in(page, "olivia")
+    page.goto("/operations/pay-2026-000117/")
+    expect(page.locator(".page-head .badge").first).to_have_text("unknown")
+    page.fill("input[name=reason]", "the provider says it went through")
+    page.click("text=Look up now")
+    expect(page.locator(".notice.success")).to_have_text("Looked up: the operation is released.")
+    expect(page.locator(".page-head .badge").first).to_have_text("released")
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        page.set_viewport_size({"width": WIDE, "height": 800})
+        assert_no_overflow(page)
+        screenshot(page, f"operation-looked-up-{scheme}-{WIDE}")
+
+
+def test_a_viewer_sees_no_action_on_an_operation(page: Page, viewer, queue):
+    sign_in(page, "victor")
+    page.goto("/operations/pay-2026-000117/")
+    expect(page.locator("h1")).to_have_text("pay-2026-000117")
+    expect(page.locator("text=Look up now")).to_have_count(0)

@@ -1,0 +1,66 @@
+"""What an operator does from the console, checked again on the server and audited.
+
+Every action names the version of the operation the operator was looking at: if the
+operation has moved on since, the action is refused (``stale_version``) and nothing
+changes. Every action and every refusal — a missing permission included — is an audit
+event on the operation's chain (``operator_action``, ``operator_refused``), with the
+reason the operator gave.
+"""
+
+from __future__ import annotations
+
+from approvals.actors import Actor
+from recovery.audit import audit_append, audit_chain_locked, audit_transaction
+from recovery.models import LookupAttempt, Operation
+from recovery.services.errors import RecoveryError
+from recovery.services.locking import operations_locked
+from recovery.services.lookups import IN_FLIGHT, operation_lookup
+
+
+def operator_refusal_record(*, operation: Operation, action: str, code: str, actor: Actor) -> None:
+    """Record a refused operator action, in a transaction of its own."""
+    with audit_transaction():
+        locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
+        audit_append(
+            kind="operator_refused",
+            operation=locked,
+            actor=actor,
+            data={"action": action, "code": code, "version": locked.version},
+        )
+
+
+def _refuse(operation: Operation, action: str, error: RecoveryError, actor: Actor) -> None:
+    operator_refusal_record(operation=operation, action=action, code=error.code, actor=actor)
+    raise error
+
+
+def operator_lookup(*, operation: Operation, version: int, reason: str, actor: Actor) -> Operation:
+    """Look the operation's evidence up now (``lookup_operations`` was checked by the caller).
+
+    Refused when the operation moved on since ``version``, or while a lookup of it is
+    already queued or running. The lookup itself is the core's (``operation_lookup``);
+    its own events follow the ``operator_action`` that asked for it.
+    """
+    with audit_transaction():
+        locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
+        refusal = None
+        if locked.version != version:
+            refusal = RecoveryError(
+                "stale_version",
+                f"the operation moved on: it is now {locked.state}, version {locked.version} "
+                f"(you saw version {version})",
+                state=locked.state,
+                version=locked.version,
+            )
+        elif LookupAttempt.objects.filter(operation=locked, status__in=IN_FLIGHT).exists():
+            refusal = RecoveryError("lookup_in_flight", "a lookup of it is already under way")
+        else:
+            audit_append(
+                kind="operator_action",
+                operation=locked,
+                actor=actor,
+                data={"action": "lookup", "reason": reason, "version": version},
+            )
+    if refusal is not None:
+        _refuse(operation, "lookup", refusal, actor)
+    return operation_lookup(operation=locked, trigger=LookupAttempt.Trigger.OPERATOR, actor=actor)

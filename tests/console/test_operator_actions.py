@@ -1,0 +1,131 @@
+"""Operator actions from the console: checked again on the server, audited, refusals too."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from recovery.models import AuditEvent, Evidence, LookupAttempt, Operation
+from tests.support.providers import sqlite_provider_commit
+
+pytestmark = pytest.mark.django_db
+
+
+def _client(user: User | None, *, csrf_checks: bool = False) -> Client:
+    client = Client(enforce_csrf_checks=csrf_checks)
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+def _lookup(
+    client: Client, operation: Operation, *, version: int | None = None, reason="customer called"
+):
+    data = {"version": operation.version if version is None else version, "reason": reason}
+    return client.post(f"/operations/{operation.key}/lookup", data)
+
+
+def _events(operation: Operation, kind: str) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(operation_key=operation.key, kind=kind))
+
+
+def test_an_operator_looks_up_now_and_the_evidence_settles_it(operator, stuck, provider_db):
+    operation = stuck.unknown("op-1")
+    sqlite_provider_commit(
+        provider_db, operation_key="op-1", params=operation.params, reference="r-9"
+    )
+    client = _client(operator)
+    response = _lookup(client, operation)
+    assert response.status_code == 302
+    operation.refresh_from_db()
+    assert operation.state == "released"
+    assert Evidence.objects.filter(operation=operation, verdict="match").count() == 1
+    assert LookupAttempt.objects.filter(operation=operation, trigger="operator").count() == 1
+    [asked] = _events(operation, "operator_action")
+    assert asked.data == {
+        "action": "lookup",
+        "reason": "customer called",
+        "version": operation.version - 1,
+    }
+    assert (asked.actor.kind, asked.actor.id) == ("user", str(operator.pk))
+    page = client.get(response["Location"])
+    assert "Looked up: the operation is released." in page.content.decode()
+
+
+def test_a_lookup_from_a_stale_page_is_refused_and_changes_nothing(operator, stuck):
+    operation = stuck.unknown("op-1")
+    seen = operation.version - 1
+    shown = _client(operator).post(
+        f"/operations/{operation.key}/lookup", {"version": seen, "reason": "x"}, follow=True
+    )
+    assert not LookupAttempt.objects.filter(trigger="operator").exists()
+    assert Operation.objects.get(pk=operation.pk).version == operation.version
+    [refused] = _events(operation, "operator_refused")
+    assert refused.data == {
+        "action": "lookup",
+        "code": "stale_version",
+        "version": operation.version,
+    }
+    text = shown.content.decode()
+    assert f"it is now unknown, version {operation.version} (you saw version {seen})" in text
+
+
+def test_a_lookup_needs_a_reason(operator, stuck):
+    operation = stuck.unknown("op-1")
+    response = _client(operator).post(
+        f"/operations/{operation.key}/lookup", {"version": operation.version}, follow=True
+    )
+    assert "give a reason" in response.content.decode()
+    assert not LookupAttempt.objects.filter(trigger="operator").exists()
+    assert not _events(operation, "operator_action")
+
+
+def test_a_viewer_may_not_look_up_sees_no_button_and_the_refusal_is_recorded(viewer, stuck):
+    operation = stuck.unknown("op-1")
+    client = _client(viewer)
+    assert "Look up now" not in client.get(f"/operations/{operation.key}/").content.decode()
+    assert _lookup(client, operation).status_code == 403
+    assert not LookupAttempt.objects.filter(trigger="operator").exists()
+    [refused] = _events(operation, "operator_refused")
+    assert (refused.data["code"], refused.actor.id) == ("forbidden", str(viewer.pk))
+
+
+def test_an_operator_sees_the_button(operator, stuck):
+    operation = stuck.unknown("op-1")
+    page = _client(operator).get(f"/operations/{operation.key}/").content.decode()
+    assert "Look up now" in page and f'value="{operation.version}"' in page
+
+
+def test_another_providers_operator_gets_404_and_nothing_is_recorded(outsider, stuck):
+    operation = stuck.unknown("op-1")
+    assert _lookup(_client(outsider), operation).status_code == 404
+    assert not _events(operation, "operator_refused")
+
+
+def test_anonymous_is_sent_to_sign_in_wrong_method_is_405_csrf_is_required(operator, stuck):
+    operation = stuck.unknown("op-1")
+    anonymous = _lookup(_client(None), operation)
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
+    assert _client(operator).get(f"/operations/{operation.key}/lookup").status_code == 405
+    assert _lookup(_client(operator, csrf_checks=True), operation).status_code == 403
+    assert not LookupAttempt.objects.filter(trigger="operator").exists()
+
+
+def test_a_lookup_while_one_is_in_flight_is_refused(operator, stuck):
+    operation = stuck.unknown("op-1")
+    now = timezone.now()
+    LookupAttempt.objects.create(
+        operation=operation,
+        trigger="task",
+        status=LookupAttempt.Status.QUEUED,
+        started_at=now,
+        lease_expires_at=now + timedelta(minutes=1),
+    )
+    _lookup(_client(operator), operation)
+    assert not LookupAttempt.objects.filter(trigger="operator").exists()
+    [refused] = _events(operation, "operator_refused")
+    assert refused.data["code"] == "lookup_in_flight"
