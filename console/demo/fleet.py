@@ -236,10 +236,36 @@ def fleet_run(
     """Run one batch: every scenario in its own process, all at once; kill the holders.
 
     ``providers``: name → (adapter, file path). After the kills, wait out the lease and
-    let replacement workers resume the operations marked ``resume``.
+    let replacement workers resume the operations marked ``resume``. However it ends
+    (Ctrl-C included), no worker process outlives it.
     """
+    started: list[Worker] = []
+    try:
+        return _fleet_run(
+            url=url,
+            batch=batch,
+            tokens=tokens,
+            providers=providers,
+            lease_seconds=lease_seconds,
+            started=started,
+        )
+    finally:
+        for worker in started:
+            if worker.process.poll() is None:
+                worker.kill()
+
+
+def _fleet_run(
+    *,
+    url: str,
+    batch: int,
+    tokens: Mapping[str, str],
+    providers: Mapping[str, tuple[str, str]],
+    lease_seconds: int,
+    started: list[Worker],
+) -> FleetReport:
     report = FleetReport()
-    workers = []
+    workers = started
     for number, scenario in enumerate(FLEET):
         key = f"demo-b{batch}-{scenario.name}"
         adapter, path = providers[scenario.provider]
@@ -283,6 +309,7 @@ def fleet_run(
         for scenario in FLEET
         if scenario.resume
     ]
+    started.extend(replacements)
     for worker in replacements:
         if worker.wait_settled(timeout=60) != "done":
             raise RuntimeError(f"replacement worker for {worker.key} failed: {worker.events}")
