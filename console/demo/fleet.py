@@ -32,23 +32,23 @@ _LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 @dataclass(frozen=True)
 class Scenario:
     name: str  # the end of the operation key
-    provider: str  # "orders" (SQLite) or "journal" (JSONL)
+    provider: str  # the provider's name: demo-orders (SQLite) or demo-journal (JSONL)
     scenario: str  # see console.demo.worker
     resume: bool = False  # a replacement worker resumes it once the lease has lapsed
 
 
 # What each batch runs, and what the console shows for it afterwards.
 FLEET = (
-    Scenario("order-paid", "orders", "normal"),  # released
-    Scenario("ledger-posted", "journal", "normal"),  # released
-    Scenario("order-died-after-commit", "orders", "after_commit", resume=True),  # released
-    Scenario("order-died-before-commit", "orders", "before_commit", resume=True),  # unknown
-    Scenario("order-other-params", "orders", "other_params", resume=True),  # reconcile
-    Scenario("ledger-corrupt-line", "journal", "corrupt", resume=True),  # reconcile
-    Scenario("order-provider-down", "orders", "provider_down"),  # failed
-    Scenario("ledger-awaiting-approval", "journal", "awaiting"),  # awaiting_approval
+    Scenario("order-paid", "demo-orders", "normal"),  # released
+    Scenario("ledger-posted", "demo-journal", "normal"),  # released
+    Scenario("order-died-after-commit", "demo-orders", "after_commit", resume=True),  # released
+    Scenario("order-died-before-commit", "demo-orders", "before_commit", resume=True),  # unknown
+    Scenario("order-other-params", "demo-orders", "other_params", resume=True),  # reconcile
+    Scenario("ledger-corrupt-line", "demo-journal", "corrupt", resume=True),  # reconcile
+    Scenario("order-provider-down", "demo-orders", "provider_down"),  # failed
+    Scenario("ledger-awaiting-approval", "demo-journal", "awaiting"),  # awaiting_approval
     # Killed after the commit and left to the sweeper: the background lookup releases it.
-    Scenario("ledger-died-after-commit", "journal", "after_commit"),
+    Scenario("ledger-died-after-commit", "demo-journal", "after_commit"),
 )
 
 

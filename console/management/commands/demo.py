@@ -132,7 +132,11 @@ class Command(BaseCommand):
             connection.close()
         journal.touch()
         configured = []
-        for name, adapter, path in (("orders", "sqlite", orders), ("journal", "journal", journal)):
+        # Names of their own, so that the demo never reconfigures a provider of yours.
+        for name, adapter, path in (
+            ("demo-orders", "sqlite", orders),
+            ("demo-journal", "journal", journal),
+        ):
             provider, _ = provider_configure(
                 name=name, adapter=adapter, path=str(path), lease_seconds=LEASE_SECONDS
             )
@@ -160,7 +164,7 @@ class Command(BaseCommand):
         """A host token for this batch's fleet and an approver token for its approvals."""
         _, host_token = host_create(name=f"demo-fleet-b{batch}")
         _, approver_token = approver_create(
-            name=f"demo-phone-b{batch}", providers=["orders", "journal"]
+            name=f"demo-phone-b{batch}", providers=["demo-orders", "demo-journal"]
         )
         return {"SETTLE_HOST_TOKEN": host_token, "SETTLE_APPROVER_TOKEN": approver_token}
 
@@ -185,7 +189,7 @@ class Command(BaseCommand):
         write("")
         write("Sign in with (DEMO PASSWORDS, for this throwaway database only):")
         for username, role, password in DEMO_USERS:
-            write(f"  {username:<11} {password:<16} {role} on orders and journal")
+            write(f"  {username:<11} {password:<16} {role} on demo-orders and demo-journal")
 
     def _served(self, url: str, var: Path, children: list[fleet.Child]) -> None:
         self.stdout.write("")
