@@ -20,9 +20,9 @@ $(VENV)/.dev: $(VENV)/.runtime pyproject.toml
 install: $(VENV)/.runtime
 install-dev: $(VENV)/.dev
 
+# The demo: migrates, seeds from real crashing workers, serves with Celery until Ctrl-C.
 run: install
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py runserver $(HOST):$(PORT)
+	$(PY) manage.py demo --host $(HOST) --port $(PORT)
 
 lint: install-dev
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,181 @@
+"""``manage.py demo``: seeded by real killed workers, and stopped cleanly by Ctrl-C.
+
+The demo runs as a subprocess on the embedded default, as a newcomer runs it: its own
+SQLite database and filesystem broker under a temporary ``SETTLE_VAR_DIR``, whatever
+database and broker the suite itself uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.providers import _free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MANAGE = [sys.executable, str(REPO_ROOT / "manage.py")]
+
+pytestmark = pytest.mark.processes
+
+# What the console shows, read through the console's own selectors as the supervisor.
+CONSOLE_VIEW = """
+import json
+from django.contrib.auth import get_user_model
+from recovery.models import Operation
+from recovery.selectors import QueueFilters
+from recovery.selectors import operations_queue_counts_for_user as counts
+from recovery.selectors import operations_queue_for_user as queue
+user = get_user_model().objects.get(username="supervisor")
+page = queue(user=user, filters=QueueFilters(), after=None, limit=500)
+print(json.dumps({
+    "states": dict(Operation.objects.values_list("key", "state")),
+    "queue": sorted(row.key for row in page.rows),
+    "counts": counts(user=user),
+    "verdicts": {row.key: row.latest_verdict for row in page.rows},
+}))
+"""
+
+
+def demo_env(var_dir: Path, **extra: str) -> dict[str, str]:
+    """The suite's environment without its database and broker: the embedded default."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.pop("SETTLE_REQUIRE_POSTGRES", None)
+    return {**env, "SETTLE_VAR_DIR": str(var_dir), **extra}
+
+
+def seed(var_dir: Path) -> str:
+    done = subprocess.run(
+        [*MANAGE, "demo", "--no-serve"],
+        cwd=REPO_ROOT,
+        env=demo_env(var_dir),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def console_view(var_dir: Path) -> dict[str, dict[str, str]]:
+    done = subprocess.run(
+        [*MANAGE, "shell", "-c", CONSOLE_VIEW],
+        cwd=REPO_ROOT,
+        env=demo_env(var_dir),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    view: dict[str, dict[str, str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return view
+
+
+def test_demo_seeds_every_state_the_console_shows_and_a_second_run_adds_a_batch(
+    tmp_path: Path,
+) -> None:
+    output = seed(tmp_path)
+
+    assert "DEMO PASSWORDS" in output
+    for login in ("viewer      demo-viewer", "operator    demo-operator", "supervisor  demo-sup"):
+        assert login in output
+    assert "5 killed with SIGKILL" in output
+    view = console_view(tmp_path)
+    states = view["states"]
+    assert states == {
+        "demo-b1-order-paid": "released",
+        "demo-b1-ledger-posted": "released",
+        "demo-b1-order-died-after-commit": "released",  # recovered from the evidence
+        "demo-b1-order-died-before-commit": "unknown",  # lease lost, nothing at the provider
+        "demo-b1-order-other-params": "reconcile",
+        "demo-b1-ledger-corrupt-line": "reconcile",
+        "demo-b1-order-provider-down": "failed",
+        "demo-b1-ledger-awaiting-approval": "awaiting_approval",
+        "demo-b1-ledger-died-after-commit": "dispatched",  # left for the sweeper
+    }
+    assert view["queue"] == [
+        "demo-b1-ledger-corrupt-line",
+        "demo-b1-order-died-before-commit",
+        "demo-b1-order-other-params",
+    ]
+    assert view["verdicts"] == {
+        "demo-b1-ledger-corrupt-line": "corrupt",
+        "demo-b1-order-died-before-commit": "absent",
+        "demo-b1-order-other-params": "mismatch",
+    }
+    # The three killed workers' receipts are still running: stranded.
+    assert view["counts"] == {"unknown": 1, "reconcile": 2, "stranded": 3}
+
+    again = seed(tmp_path)
+
+    assert "Seeding batch 2" in again
+    states = console_view(tmp_path)["states"]
+    assert len(states) == 18
+    assert {k: v for k, v in states.items() if k.startswith("demo-b1-")} == view["states"]
+    assert sorted(v for k, v in states.items() if k.startswith("demo-b2-")) == sorted(
+        view["states"].values()
+    )
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Live processes whose environment names ``marker`` (our var dir): the demo's own."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            environ = (entry / "environ").read_bytes()
+            status = (entry / "status").read_text()
+            if marker.encode() in environ and "\nState:\tZ" not in status:
+                found.append(int(entry.name))
+    return found
+
+
+def test_ctrl_c_stops_the_web_server_the_worker_and_beat_with_nothing_left_behind(
+    tmp_path: Path,
+) -> None:
+    port = _free_port()
+    log = tmp_path / "demo.out"
+    with open(log, "wb") as out:
+        demo = subprocess.Popen(
+            [*MANAGE, "demo"],
+            cwd=REPO_ROOT,
+            env=demo_env(tmp_path, PORT=str(port)),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while "Press Ctrl-C" not in log.read_text() and time.monotonic() < deadline:
+            assert demo.poll() is None, log.read_text()
+            time.sleep(0.2)
+        output = log.read_text()
+        assert f"Settle is running at http://127.0.0.1:{port}/" in output, output
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            assert response.status == 200
+        children = _processes_with(str(tmp_path))
+        # gunicorn (master and workers), the Celery worker (and its pool), beat.
+        assert len([pid for pid in children if pid != demo.pid]) >= 5, children
+
+        demo.send_signal(signal.SIGINT)
+
+        assert demo.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(timeout=10)
+    assert "stopped." in log.read_text()
+    deadline = time.monotonic() + 5
+    while _processes_with(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(str(tmp_path)) == []
