@@ -11,7 +11,7 @@ lapsed leases
     at once.
 due lookups
     ``unknown`` operations whose ``next_lookup_at`` is due and that have no lookup in
-    flight → a ``queued`` lookup attempt, claimed with ``lookup_claim`` (the claim resume
+    flight → a ``queued`` lookup attempt, claimed with ``lookups_queue`` (the claim resume
     makes), then one task published per attempt, after the commit.
 
 Rows are taken with ``SELECT … FOR UPDATE SKIP LOCKED`` on PostgreSQL, so sweepers on
@@ -52,9 +52,9 @@ from recovery.services.lookups import (
     IN_FLIGHT,
     RECONCILE_RECHECK,
     lookup_abandon,
-    lookup_claim,
     lookup_lease,
     lookup_run,
+    lookups_queue,
 )
 from recovery.services.providers import provider_config
 from recovery.services.signals import stale_signal
@@ -142,19 +142,10 @@ def _lookups_queue(*, batch_size: int, actor: Actor) -> list[tuple[int, int]]:
                 ).filter(~Exists(live))
             ).order_by("next_lookup_at", "id")[:batch_size]
         )
-        queued = []
         for operation in operations:
             audit_chain_locked(operation)
-            slot = lookup_claim(
-                operation=operation,
-                trigger=LookupAttempt.Trigger.TASK,
-                actor=actor,
-                due_only=True,
-                queued=True,
-            )
-            if slot.attempt is not None:
-                queued.append((slot.attempt.pk, operation.provider_id))
-    return queued
+        attempts = lookups_queue(operations=operations, actor=actor)
+    return [(attempt.pk, attempt.operation.provider_id) for attempt in attempts]
 
 
 def sweep(
