@@ -26,6 +26,7 @@ command's own progress polling).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -264,17 +265,24 @@ class Command(BaseCommand):
             sweeps = StatementCount()
             self._leases_lapse(provider)
             started = time.monotonic()
+            cpu_started = time.process_time()
+            workers_cpu_started = sum(_cpu_seconds(proc.pid) for proc in procs)
+            sweeping = 0.0
             deadline = started + options["timeout"]
             released = 0
             while released < count:
                 if time.monotonic() > deadline:
                     raise CommandError(f"timed out: {released} of {count} released")
+                sweep_started = time.monotonic()
                 with _Counting(sweeps):
                     outcome = sweep_task()
+                sweeping += time.monotonic() - sweep_started
                 if not outcome["leases_lapsed"] and not outcome["lookups_queued"]:
                     time.sleep(0.1)
                 released = Operation.objects.filter(provider=provider, state=State.RELEASED).count()
             elapsed = time.monotonic() - started
+            cpu = time.process_time() - cpu_started
+            workers_cpu = sum(_cpu_seconds(proc.pid) for proc in procs) - workers_cpu_started
             time.sleep(1.0)  # the last task's count file is written after it returns
             in_workers = count_files_total(counts)
         finally:
@@ -291,6 +299,9 @@ class Command(BaseCommand):
         figures["sql_sweep"] = sweeps.total / count
         figures["sql_workers"] = in_workers.total / count
         figures["commits"] = (sweeps.commit + in_workers.commit) / count
+        figures["sweeping_s"] = sweeping
+        figures["sweeper_cpu_s"] = cpu
+        figures["workers_cpu_s"] = workers_cpu
         return figures
 
     def _workers_ready(self, procs: list[subprocess.Popen[bytes]], logs: list[Path]) -> None:
@@ -342,6 +353,12 @@ class Command(BaseCommand):
         }
 
     def _print(self, title: str, figures: dict[str, float]) -> None:
+        if "sweeping_s" in figures:
+            self.stdout.write(
+                f"  where the time went: sweeping {figures['sweeping_s']:.1f} s of the wall "
+                f"time; CPU: sweeping process {figures['sweeper_cpu_s']:.1f} s, worker "
+                f"processes {figures['workers_cpu_s']:.1f} s (PostgreSQL not included)"
+            )
         self.stdout.write(
             f"{title}: {int(figures['count'])} released in {figures['elapsed']:.1f} s = "
             f"{figures['rate']:.0f} operations/s; lost lease → released p50 "
@@ -350,6 +367,23 @@ class Command(BaseCommand):
             f"workers {figures['sql_workers']:.1f}; commits {figures['commits']:.2f})"
         )
         self.stdout.write(json.dumps({title: {k: round(v, 3) for k, v in figures.items()}}))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` and its children (a worker and its pool process)."""
+    total = 0.0
+    pids = [pid]
+    with contextlib.suppress(OSError):
+        pids += [
+            int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ]
+    for each in pids:
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 class _Counting:
