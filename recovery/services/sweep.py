@@ -12,7 +12,8 @@ lapsed leases
 due lookups
     ``unknown`` operations whose ``next_lookup_at`` is due and that have no lookup in
     flight → a ``queued`` lookup attempt, claimed with ``lookups_queue`` (the claim resume
-    makes), then one task published per attempt, after the commit.
+    makes, for a batch), then published after the commit: beat's sweep sends one
+    ``lookup_batch`` task per provider and ``SETTLE_LOOKUP_BATCH`` attempts.
 
 Rows are taken with ``SELECT … FOR UPDATE SKIP LOCKED`` on PostgreSQL, so sweepers on
 several machines, and host calls holding an operation, never wait on each other and
@@ -23,8 +24,10 @@ a lost message or a broker that is down strands nothing. A queued attempt that n
 worker started within ``SETTLE_LOOKUP_QUEUE_SECONDS``, or a running one whose worker
 died (its lease lapsed), is abandoned by the next sweep and queued afresh.
 
-``lookup_attempt_run`` is what the task calls: it starts a queued attempt and runs it
-with ``lookup_run``, the same code as resume's synchronous lookup. A duplicate or
+``lookup_batch_run`` is what the batch task calls: it starts the queued attempts, reads
+their provider once and applies the answers in one transaction, each judged by the
+rules every lookup follows (``evidence_apply_many``). ``lookup_attempt_run`` runs one
+attempt with ``lookup_run``, the same code as resume's synchronous lookup. A duplicate or
 redelivered message changes nothing: the attempt is no longer queued, or is running
 under another worker's live lease (then: retry after that lease).
 """
