@@ -41,76 +41,31 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from console.wsgi import application as django_application
+from recovery.sqlcount import StatementCount, counting
 from tests.procs.fleet import SQL_DETAIL_HEADER, SQL_HEADER
-
-
-class RequestCount:
-    """Statements and transaction control of one request."""
-
-    def __init__(self) -> None:
-        self.statements = 0
-        self.begin = 0
-        self.commit = 0
-        self.rollback = 0
-        self.open = False  # a transaction whose BEGIN was counted has not ended yet
-
-    @property
-    def total(self) -> int:
-        return self.statements + self.begin + self.commit + self.rollback
-
-    def detail(self) -> str:
-        return (
-            f"statements={self.statements} begin={self.begin} "
-            f"commit={self.commit} rollback={self.rollback}"
-        )
-
 
 _current = threading.local()
 
 
-def _count() -> RequestCount | None:
+def _count() -> StatementCount | None:
     return getattr(_current, "count", None)
 
 
-def _execute(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
-    count = _count()
-    if count is not None:
-        if not connection.get_autocommit() and not count.open:
-            count.begin += 1
-            count.open = True
-        count.statements += len(params) if many and params is not None else 1
-    return execute(sql, params, many, context)
-
-
-def _ending(original: Callable[[], None], kind: str) -> Callable[[], None]:
-    def end() -> None:
-        count = _count()
-        if count is not None and count.open:
-            setattr(count, kind, getattr(count, kind) + 1)
-            count.open = False
-        original()
-
-    return end
-
-
-def _wrap_transaction_control() -> None:
-    """Wrap this thread's connection's ``_commit``/``_rollback`` once (they are per thread)."""
+def _counting_this_thread() -> None:
+    """Count on this thread's connection once; each request then swaps its own count in."""
     target = connections[DEFAULT_DB_ALIAS]
-    if getattr(target, "_settle_counting", False):
-        return
-    # Instance attributes shadow the methods; Django calls ``self._commit()``.
-    target._commit = _ending(target._commit, "commit")
-    target._rollback = _ending(target._rollback, "rollback")
-    target._settle_counting = True
+    if not getattr(target, "_settle_counting", False):
+        counting(_count)
+        target._settle_counting = True
 
 
 def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-    count = RequestCount()
+    count = StatementCount()
     _current.count = count
-    _wrap_transaction_control()
+    _counting_this_thread()
 
     def counting_start_response(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
         headers = [
@@ -122,7 +77,6 @@ def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> 
         return start_response(status, headers, *exc)
 
     try:
-        with connection.execute_wrapper(_execute):
-            return django_application(environ, counting_start_response)
+        return django_application(environ, counting_start_response)
     finally:
         _current.count = None

@@ -220,6 +220,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("SETTLE_MAX_BODY_BYTES", 256 * 1024, minim
 SETTLE_SWEEP_SECONDS = env_int("SETTLE_SWEEP_SECONDS", 5, minimum=1)
 SETTLE_SWEEP_BATCH = env_int("SETTLE_SWEEP_BATCH", 200, minimum=1)
 SETTLE_LOOKUP_QUEUE_SECONDS = env_int("SETTLE_LOOKUP_QUEUE_SECONDS", 60, minimum=1)
+# Lookups of one provider run by one task: the provider is read once per batch (a journal
+# once, a SQLite database with one query) and the answers applied in one transaction.
+SETTLE_LOOKUP_BATCH = env_int("SETTLE_LOOKUP_BATCH", 200, minimum=1)
 
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still

@@ -30,11 +30,13 @@ import hashlib
 import hmac
 import json
 import math
+import re
 import sqlite3
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.client import HTTPException
 from typing import Any
@@ -112,6 +114,42 @@ def evidence_lookup(
                 f"The lookup failed unexpectedly ({type(exc).__name__}: {exc}).",
                 error=f"{type(exc).__name__}: {exc}",
             )
+    return _finished(result)
+
+
+def evidence_lookup_many(
+    *, config: ProviderConfig, wanted: dict[str, str]
+) -> dict[str, LookupResult]:
+    """``evidence_lookup`` for many operations of one provider at once; never raises.
+
+    ``wanted`` maps operation keys to params digests. A journal is read once, a SQLite
+    database queried once per ``SQLITE_BATCH`` keys, an HTTP provider asked with at most
+    ``HTTP_CONCURRENCY`` requests at a time. Each key's answer is judged by the same code
+    as a single lookup's, so it is the answer ``evidence_lookup`` would give.
+    """
+    if not wanted:
+        return {}
+    many = _MANY_ADAPTERS.get(config.adapter)
+    if many is None:
+        return {
+            key: evidence_lookup(config=config, operation_key=key, params_digest=digest)
+            for key, digest in wanted.items()
+        }
+    try:
+        found = many(config, wanted)
+    except Exception as exc:  # the contract is "never raises"
+        found = {
+            key: _unavailable(
+                f"The lookup failed unexpectedly ({type(exc).__name__}: {exc}).",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            for key in wanted
+        }
+    return {key: _finished(found[key]) for key in wanted}
+
+
+def _finished(result: LookupResult) -> LookupResult:
+    """Every adapter's answer, made safe to compare and store (single and batch alike)."""
     unsafe = first_unsafe_integer(result.raw)
     if unsafe is not None and result.verdict in (MATCH, MISMATCH):
         # Such a number cannot be compared or stored exactly: the record is not sound.
@@ -239,45 +277,77 @@ def _sqlite_text(value: Any) -> str | None:
 
 
 def _sqlite_lookup(config: ProviderConfig, operation_key: str, expected: str) -> LookupResult:
-    """Read ``orders`` and ``receipts`` for the key in one read transaction, read-only.
+    return _sqlite_lookup_many(config, {operation_key: expected})[operation_key]
+
+
+# Keys per query: well below SQLite's limit on bound parameters (999 before 3.32).
+SQLITE_BATCH = 500
+
+
+def _sqlite_lookup_many(config: ProviderConfig, wanted: dict[str, str]) -> dict[str, LookupResult]:
+    """Read ``orders`` and ``receipts`` for the keys in one read transaction, read-only.
 
     The provider commits both rows in one transaction, so half a pair (or a receipt whose
     digest does not match its own ``params_json``) means the record was damaged.
     """
     if not config.path:
-        return _unavailable("No SQLite path is configured for this provider.", error="no_path")
+        failed = _unavailable("No SQLite path is configured for this provider.", error="no_path")
+        return dict.fromkeys(wanted, failed)
     uri = f"file:{urllib.parse.quote(config.path)}?mode=ro"
     try:
         connection = sqlite3.connect(
             uri, uri=True, timeout=config.timeout_seconds, isolation_level=None
         )
     except sqlite3.Error as exc:
-        return _unavailable(
+        failed = _unavailable(
             f"The provider database could not be opened ({exc}).", error=str(exc), path=config.path
         )
+        return dict.fromkeys(wanted, failed)
+    # Text is read as bytes (below); a key's rows are found by its UTF-8 bytes.
+    by_bytes = {key.encode("utf-8"): key for key in wanted}
+    orders: dict[str, tuple[Any, ...]] = {}
+    receipts: dict[str, tuple[Any, ...]] = {}
     try:
         # Text is read as bytes so that invalid UTF-8 is "corrupt", not a driver error.
         connection.text_factory = bytes
         connection.execute("PRAGMA query_only = ON")
         connection.execute("BEGIN")
-        order_row = connection.execute(
-            "SELECT operation_key, reference, status, created_at FROM orders "
-            "WHERE operation_key = ?",
-            (operation_key,),
-        ).fetchone()
-        receipt_row = connection.execute(
-            "SELECT operation_key, params_json, params_digest FROM receipts "
-            "WHERE operation_key = ?",
-            (operation_key,),
-        ).fetchone()
+        keys = list(wanted)
+        for start in range(0, len(keys), SQLITE_BATCH):
+            chunk = keys[start : start + SQLITE_BATCH]
+            marks = ", ".join("?" * len(chunk))
+            for row in connection.execute(
+                "SELECT operation_key, reference, status, created_at FROM orders "
+                f"WHERE operation_key IN ({marks})",
+                chunk,
+            ):
+                _first_row(orders, by_bytes, row)
+            for row in connection.execute(
+                "SELECT operation_key, params_json, params_digest FROM receipts "
+                f"WHERE operation_key IN ({marks})",
+                chunk,
+            ):
+                _first_row(receipts, by_bytes, row)
         connection.execute("COMMIT")
     except sqlite3.Error as exc:
-        return _unavailable(
+        failed = _unavailable(
             f"The provider database could not be read ({exc}).", error=str(exc), path=config.path
         )
+        return dict.fromkeys(wanted, failed)
     finally:
         connection.close()
-    return _sqlite_verdict(operation_key, expected, order_row, receipt_row)
+    return {
+        key: _sqlite_verdict(key, expected, orders.get(key), receipts.get(key))
+        for key, expected in wanted.items()
+    }
+
+
+def _first_row(
+    rows: dict[str, tuple[Any, ...]], by_bytes: dict[bytes, str], row: tuple[Any, ...]
+) -> None:
+    key = by_bytes.get(row[0]) if isinstance(row[0], bytes) else None
+    if key is not None:
+        rows.setdefault(key, row)
 
 
 def _sqlite_verdict(
@@ -349,71 +419,140 @@ def _journal_checksum(record: dict[str, Any]) -> str:
 
 
 def _journal_lookup(config: ProviderConfig, operation_key: str, expected: str) -> LookupResult:
-    """Stream the journal; the highest ``seq`` for the key is the provider's answer.
+    return _journal_lookup_many(config, {operation_key: expected})[operation_key]
 
-    Damage near the key (an unparsable line mentioning it, a bad checksum) makes the whole
-    answer ``corrupt``: a damaged line might have been the latest word. Lines for other keys
-    are none of this lookup's business, even when broken.
+
+def _journal_lookup_many(config: ProviderConfig, wanted: dict[str, str]) -> dict[str, LookupResult]:
+    """Stream the journal once; each key's answer is judged by its own ``_JournalKey``.
+
+    A line concerns a key when it mentions the key's JSON text or parses to a record
+    for that key. A line without a backslash spells every string it holds literally,
+    so if it mentions none of the keys it cannot hold a record for one: it is skipped
+    unparsed (most lines, for a journal much longer than the batch).
     """
     if not config.path:
-        return _unavailable("No journal path is configured for this provider.", error="no_path")
-    needles = {
-        json.dumps(operation_key).encode("utf-8"),
-        json.dumps(operation_key, ensure_ascii=False).encode("utf-8", "surrogatepass"),
-    }
-    best: dict[str, Any] | None = None
-    best_line = 0
+        failed = _unavailable("No journal path is configured for this provider.", error="no_path")
+        return dict.fromkeys(wanted, failed)
+    readers = {key: _JournalKey(key, expected) for key, expected in wanted.items()}
+    needles: dict[bytes, str] = {}
+    for key in wanted:
+        needles[json.dumps(key).encode("utf-8")] = key
+        needles[json.dumps(key, ensure_ascii=False).encode("utf-8", "surrogatepass")] = key
+    longest = max(len(needle) for needle in needles)
     try:
         with open(config.path, "rb") as handle:
             for line_number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
-                mentions_key = any(needle in line for needle in needles)
-                text = line.decode("utf-8", "replace").rstrip("\r\n")
+                mentioned = _mentioned(line, needles, longest)
+                if not mentioned and b"\\" not in line:
+                    continue
                 record = _parse_journal_line(line)
-                if record is None:
-                    if mentions_key:
-                        return _corrupt(
-                            f"Journal line {line_number} mentions this key but is not a valid "
-                            "JSON object.",
-                            {"line_number": line_number, "line": _snippet(text)},
-                        )
-                    continue
-                if record.get("operation_key") != operation_key and not mentions_key:
-                    continue
-                checksum_ok = _checksum_ok(record)
-                if not checksum_ok:
-                    return _corrupt(
-                        f"Journal line {line_number} for this key has a bad checksum.",
-                        {"line_number": line_number, "record": record},
-                    )
-                if record.get("operation_key") != operation_key:
-                    continue  # a sound line for another key that merely mentions this one
-                seq = record.get("seq")
-                if not isinstance(seq, int) or isinstance(seq, bool):
-                    return _corrupt(
-                        f"Journal line {line_number} for this key has no integer seq.",
-                        {"line_number": line_number, "record": record},
-                    )
-                if best is None or seq > best["seq"]:
-                    best, best_line = record, line_number
-                elif seq == best["seq"] and record != best:
-                    return _corrupt(
-                        f"Journal lines {best_line} and {line_number} both claim seq {seq} "
-                        "for this key with different contents.",
-                        {"line_numbers": [best_line, line_number], "records": [best, record]},
-                    )
+                concerned = set(mentioned)
+                if record is not None:
+                    own = record.get("operation_key")
+                    if isinstance(own, str) and own in readers:
+                        concerned.add(own)
+                for key in concerned:
+                    reader = readers[key]
+                    if reader.result is None:
+                        reader.read(line_number, line, record, key in mentioned)
     except OSError as exc:
-        return _unavailable(
+        failed = _unavailable(
             f"The provider journal could not be read ({exc}).", error=str(exc), path=config.path
         )
-    if best is None:
-        return _result(ABSENT, "The provider journal has no line for this key.", {})
-    raw = {"line_number": best_line, "record": best}
-    problem = _check_record_fields(best, f"latest journal line (seq {best['seq']})")
-    if problem is not None:
-        return _corrupt(problem, raw)
-    return _compare_digest(best, expected, raw, f"latest journal line (seq {best['seq']})")
+        return {key: reader.result or failed for key, reader in readers.items()}
+    return {key: reader.answer() for key, reader in readers.items()}
+
+
+_QUOTE = re.compile(b'"')
+
+
+def _mentioned(line: bytes, needles: dict[bytes, str], longest: int) -> set[str]:
+    """The keys whose JSON text (a needle) occurs anywhere in ``line``.
+
+    Every needle starts and ends with a quote, so it can only occur between two quotes
+    of the line at most ``longest`` bytes apart: those few slices are looked up.
+    """
+    if len(needles) <= 2:
+        return {key for needle, key in needles.items() if needle in line}
+    found: set[str] = set()
+    quotes = [match.start() for match in _QUOTE.finditer(line)]
+    for index, start in enumerate(quotes):
+        for end in quotes[index + 1 :]:
+            if end - start >= longest:
+                break
+            key = needles.get(line[start : end + 1])
+            if key is not None:
+                found.add(key)
+    return found
+
+
+class _JournalKey:
+    """One key's reading of the journal: the highest ``seq`` for the key is the answer.
+
+    Damage near the key (an unparsable line mentioning it, a bad checksum) makes the whole
+    answer ``corrupt``: a damaged line might have been the latest word. Lines for other keys
+    are none of this lookup's business, even when broken.
+    """
+
+    def __init__(self, operation_key: str, expected: str) -> None:
+        self.operation_key = operation_key
+        self.expected = expected
+        self.best: dict[str, Any] | None = None
+        self.best_line = 0
+        self.result: LookupResult | None = None  # set once the answer is decided early
+
+    def read(
+        self, line_number: int, line: bytes, record: dict[str, Any] | None, mentions_key: bool
+    ) -> None:
+        """Take one line that mentions the key or parsed to a record for it."""
+        if record is None:
+            if mentions_key:
+                text = line.decode("utf-8", "replace").rstrip("\r\n")
+                self.result = _corrupt(
+                    f"Journal line {line_number} mentions this key but is not a valid JSON object.",
+                    {"line_number": line_number, "line": _snippet(text)},
+                )
+            return
+        if record.get("operation_key") != self.operation_key and not mentions_key:
+            return
+        if not _checksum_ok(record):
+            self.result = _corrupt(
+                f"Journal line {line_number} for this key has a bad checksum.",
+                {"line_number": line_number, "record": record},
+            )
+            return
+        if record.get("operation_key") != self.operation_key:
+            return  # a sound line for another key that merely mentions this one
+        seq = record.get("seq")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            self.result = _corrupt(
+                f"Journal line {line_number} for this key has no integer seq.",
+                {"line_number": line_number, "record": record},
+            )
+            return
+        best = self.best
+        if best is None or seq > best["seq"]:
+            self.best, self.best_line = record, line_number
+        elif seq == best["seq"] and record != best:
+            self.result = _corrupt(
+                f"Journal lines {self.best_line} and {line_number} both claim seq {seq} "
+                "for this key with different contents.",
+                {"line_numbers": [self.best_line, line_number], "records": [best, record]},
+            )
+
+    def answer(self) -> LookupResult:
+        if self.result is not None:
+            return self.result
+        best = self.best
+        if best is None:
+            return _result(ABSENT, "The provider journal has no line for this key.", {})
+        raw = {"line_number": self.best_line, "record": best}
+        problem = _check_record_fields(best, f"latest journal line (seq {best['seq']})")
+        if problem is not None:
+            return _corrupt(problem, raw)
+        return _compare_digest(best, self.expected, raw, f"latest journal line (seq {best['seq']})")
 
 
 def _parse_journal_line(line: bytes) -> dict[str, Any] | None:
@@ -533,6 +672,27 @@ def _http_verdict(
         return _corrupt(problem, raw)
     return _compare_digest(record, expected, raw, "provider's effect record")
 
+
+# Requests in flight at once to one HTTP provider, for a batch of lookups.
+HTTP_CONCURRENCY = 8
+
+
+def _http_lookup_many(config: ProviderConfig, wanted: dict[str, str]) -> dict[str, LookupResult]:
+    """One ``GET`` per key, at most ``HTTP_CONCURRENCY`` at a time."""
+    workers = min(HTTP_CONCURRENCY, len(wanted))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lookup") as pool:
+        futures = {
+            key: pool.submit(_http_lookup, config, key, expected)
+            for key, expected in wanted.items()
+        }
+    return {key: future.result() for key, future in futures.items()}
+
+
+_MANY_ADAPTERS: dict[str, Callable[[ProviderConfig, dict[str, str]], dict[str, LookupResult]]] = {
+    "sqlite": _sqlite_lookup_many,
+    "journal": _journal_lookup_many,
+    "http": _http_lookup_many,
+}
 
 _ADAPTERS: dict[str, Callable[[ProviderConfig, str, str], LookupResult]] = {
     "sqlite": _sqlite_lookup,

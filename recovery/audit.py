@@ -39,6 +39,7 @@ from typing import Any, TypeVar, cast
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from approvals.actors import Actor
@@ -161,10 +162,19 @@ class _Buffer:
         """Write the events in one INSERT, then the heads no operation row holds yet."""
         if self.events:
             AuditEvent.objects.bulk_create(self.events)
+        moved = {}
         for chain, saved in self.saved.items():
             head = self.heads.get(chain, saved)
             if head != saved:
-                Operation.objects.filter(key=chain).update(audit_seq=head[0], audit_hash=head[1])
+                moved[chain] = head
+        if len(moved) == 1:
+            [(chain, (seq, digest))] = moved.items()
+            Operation.objects.filter(key=chain).update(audit_seq=seq, audit_hash=digest)
+        elif moved:  # a batch: every head in one UPDATE
+            Operation.objects.filter(key__in=list(moved)).update(
+                audit_seq=Case(*(When(key=c, then=Value(h[0])) for c, h in moved.items())),
+                audit_hash=Case(*(When(key=c, then=Value(h[1])) for c, h in moved.items())),
+            )
 
 
 class audit_transaction:

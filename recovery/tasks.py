@@ -11,7 +11,7 @@ from typing import Any
 from celery import shared_task
 
 from recovery.audit import audit_checkpoint as audit_checkpoint_make
-from recovery.services.sweep import lookup_attempt_run
+from recovery.services.sweep import lookup_attempt_run, lookup_batch_run
 from recovery.services.sweep import sweep as sweep_run
 
 # A message that finds its attempt held by another worker's live lease waits for that
@@ -29,10 +29,22 @@ def lookup_attempt(self: Any, attempt_id: int) -> str:
     return outcome.state
 
 
+@shared_task(bind=True, max_retries=LOOKUP_RETRIES)
+def lookup_batch(self: Any, attempt_ids: list[int]) -> int:
+    """Run a batch of queued lookup attempts of one provider (queued by the sweep).
+
+    Attempts another worker holds under a live lease are retried on their own.
+    """
+    outcome = lookup_batch_run(attempt_ids=attempt_ids)
+    if outcome.retry_ids:
+        raise self.retry(args=[outcome.retry_ids], countdown=outcome.retry_in)
+    return len(outcome.looked_up)
+
+
 @shared_task
 def sweep() -> dict[str, int]:
-    """Beat's sweep: lapsed leases to unknown, due lookups queued and published."""
-    report = sweep_run(publish=lookup_attempt.delay)
+    """Beat's sweep: lapsed leases to unknown, due lookups queued and published in batches."""
+    report = sweep_run(publish_batch=lookup_batch.delay)
     return {
         "leases_lapsed": len(report.leases_lapsed),
         "lookups_queued": len(report.lookups_queued),

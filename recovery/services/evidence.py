@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +24,7 @@ from recovery.models import (
     Verdict,
 )
 from recovery.services.signals import stale_signal
-from recovery.transitions import Event, operation_transition
+from recovery.transitions import Event, TransitionRefused, operation_transition
 
 # After an inconclusive lookup (absent / unavailable), the next is due after roughly
 # this long (three times longer each time), give or take LOOKUP_BACKOFF_JITTER of it.
@@ -52,8 +53,71 @@ def evidence_apply(
     Must run inside the caller's transaction with ``operation`` locked.
     """
     now = timezone.now()
+    evidence = _evidence_new(operation, result, source, now)
+    evidence.save()
+    if lookup is not None:
+        _lookup_finished(lookup, evidence, now)
+        lookup.save(update_fields=["evidence", "finished_at", "status"])
+    _evidence_audit(operation, evidence, actor)
+    _evidence_decide(operation, evidence, actor, _receipt(operation))
+    return evidence
+
+
+@dataclass(frozen=True)
+class EvidenceFound:
+    """One lookup's answer in a batch: the locked operation, its attempt, what was found."""
+
+    operation: Operation
+    lookup: LookupAttempt
+    result: LookupResult
+
+
+def evidence_apply_many(
+    *, found: list[EvidenceFound], source: str, actor: Actor
+) -> list[TransitionRefused]:
+    """``evidence_apply`` for a batch, in a few statements; the refusals, each on its own.
+
+    Evidence rows are inserted in one statement and the attempts closed in one; each
+    operation is then judged by the same rules, its transition still a compare-and-set
+    of its own. A refused one (the operation moved on) is recorded as a stale signal and
+    the others go ahead: the refused transition wrote nothing (``operation_transition``
+    takes back its event, and a judgement writes nothing before its transition).
+    Must run inside the caller's transaction with every operation locked.
+    """
+    if not found:
+        return []
+    now = timezone.now()
+    evidences = Evidence.objects.bulk_create(
+        [_evidence_new(item.operation, item.result, source, now) for item in found]
+    )
+    for item, evidence in zip(found, evidences, strict=True):
+        _lookup_finished(item.lookup, evidence, now)
+    LookupAttempt.objects.bulk_update(
+        [item.lookup for item in found], ["evidence", "finished_at", "status"]
+    )
+    receipts = {
+        dispatch.operation_id: dispatch
+        for dispatch in Dispatch.objects.filter(operation__in=[item.operation for item in found])
+    }
+    refused = []
+    for item, evidence in zip(found, evidences, strict=True):
+        _evidence_audit(item.operation, evidence, actor)
+        try:
+            _evidence_decide(item.operation, evidence, actor, receipts.get(item.operation.pk))
+        except TransitionRefused as exc:
+            refused.append(exc)
+            stale_signal(
+                operation=item.operation,
+                signal="transition_refused",
+                actor=actor,
+                data={"event": exc.event, "reason": exc.reason, "evidence_id": evidence.pk},
+            )
+    return refused
+
+
+def _evidence_new(operation: Operation, result: LookupResult, source: str, now: Any) -> Evidence:
     raw = result.raw
-    evidence = Evidence.objects.create(
+    return Evidence(
         operation=operation,
         source=source,
         verdict=result.verdict,
@@ -64,33 +128,37 @@ def evidence_apply(
         raw_digest=sha256_digest(canonical_dumps(raw)),
         captured_at=now,
     )
-    if lookup is not None:
-        lookup.evidence = evidence
-        lookup.finished_at = now
-        lookup.status = LookupAttempt.Status.FINISHED
-        lookup.save(update_fields=["evidence", "finished_at", "status"])
+
+
+def _lookup_finished(lookup: LookupAttempt, evidence: Evidence, now: Any) -> None:
+    lookup.evidence = evidence
+    lookup.finished_at = now
+    lookup.status = LookupAttempt.Status.FINISHED
+
+
+def _evidence_audit(operation: Operation, evidence: Evidence, actor: Actor) -> None:
     audit_append(
         kind="evidence",
         operation=operation,
         actor=actor,
         data={
-            "source": source,
+            "source": evidence.source,
             "evidence_id": evidence.pk,
-            "verdict": result.verdict,
-            "provider_status": result.provider_status,
+            "verdict": evidence.verdict,
+            "provider_status": evidence.provider_status,
             "raw_digest": evidence.raw_digest,
         },
     )
-    _evidence_decide(operation, evidence, actor)
-    return evidence
 
 
-def _evidence_decide(operation: Operation, evidence: Evidence, actor: Actor) -> None:
+def _evidence_decide(
+    operation: Operation, evidence: Evidence, actor: Actor, receipt: Dispatch | None
+) -> None:
+    """The rules: what ``evidence`` does to ``operation`` (whose receipt is ``receipt``)."""
     state = operation.state
     verdict = evidence.verdict
     committed = verdict == Verdict.MATCH and evidence.provider_status == "committed"
     not_performed = verdict == Verdict.MATCH and evidence.provider_status == "failed"
-    receipt = _receipt(operation)
     ref = {"evidence_id": evidence.pk, "verdict": verdict}
 
     if state == State.FAILED and committed:

@@ -10,7 +10,9 @@ cycle:
 
 The sweeper (``sweep``) locks a batch of operation rows in one statement with ``SKIP
 LOCKED`` — it never waits for a row someone holds — and then, under each, only that
-operation's lookup attempts; so it cannot join a cycle either.
+operation's lookup attempts; so it cannot join a cycle either. A batch of background
+lookups (``lookup_batch_run``) locks its operations in one statement, in id order, then
+their attempts; two batches over the same rows take them in the same order.
 
 Nothing else is locked: rows of other operations are never touched, the audit log has
 no global head (an operation's chain is guarded by the operation's lock; the system

@@ -150,6 +150,43 @@ def lookup_claim(
     return LookupSlot(operation, attempt)
 
 
+def lookups_queue(*, operations: list[Operation], actor: Actor) -> list[LookupAttempt]:
+    """``lookup_claim(due_only=True, queued=True)`` for a batch the caller holds locked.
+
+    The same rules, in two statements for the batch: the attempts in flight are read in
+    one, the new queued attempts inserted in the other. An operation not due, or with
+    a lookup in flight under a live lease, gets none; one whose lease lapsed is
+    abandoned first.
+    """
+    now = timezone.now()
+    due = [op for op in operations if op.next_lookup_at is None or op.next_lookup_at <= now]
+    if not due:
+        return []
+    in_flight = {
+        attempt.operation_id: attempt
+        for attempt in LookupAttempt.objects.select_for_update().filter(
+            operation__in=due, status__in=IN_FLIGHT
+        )
+    }
+    attempts = []
+    for operation in due:
+        current = in_flight.get(operation.pk)
+        if current is not None:
+            if current.lease_expires_at > now:
+                continue
+            lookup_abandon(operation=operation, attempt=current, actor=actor)
+        attempts.append(
+            LookupAttempt(
+                operation=operation,
+                trigger=LookupAttempt.Trigger.TASK,
+                status=LookupAttempt.Status.QUEUED,
+                started_at=now,
+                lease_expires_at=now + timedelta(seconds=settings.SETTLE_LOOKUP_QUEUE_SECONDS),
+            )
+        )
+    return LookupAttempt.objects.bulk_create(attempts)
+
+
 def lookup_lease(provider: Provider) -> timedelta:
     """How long a running lookup of ``provider`` may take before it counts as dead."""
     return timedelta(seconds=provider.timeout_seconds) + LOOKUP_LEASE_MARGIN

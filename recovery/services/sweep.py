@@ -11,8 +11,9 @@ lapsed leases
     at once.
 due lookups
     ``unknown`` operations whose ``next_lookup_at`` is due and that have no lookup in
-    flight → a ``queued`` lookup attempt, claimed with ``lookup_claim`` (the claim resume
-    makes), then one task published per attempt, after the commit.
+    flight → a ``queued`` lookup attempt, claimed with ``lookups_queue`` (the claim resume
+    makes, for a batch), then published after the commit: beat's sweep sends one
+    ``lookup_batch`` task per provider and ``SETTLE_LOOKUP_BATCH`` attempts.
 
 Rows are taken with ``SELECT … FOR UPDATE SKIP LOCKED`` on PostgreSQL, so sweepers on
 several machines, and host calls holding an operation, never wait on each other and
@@ -23,8 +24,10 @@ a lost message or a broker that is down strands nothing. A queued attempt that n
 worker started within ``SETTLE_LOOKUP_QUEUE_SECONDS``, or a running one whose worker
 died (its lease lapsed), is abandoned by the next sweep and queued afresh.
 
-``lookup_attempt_run`` is what the task calls: it starts a queued attempt and runs it
-with ``lookup_run``, the same code as resume's synchronous lookup. A duplicate or
+``lookup_batch_run`` is what the batch task calls: it starts the queued attempts, reads
+their provider once and applies the answers in one transaction, each judged by the
+rules every lookup follows (``evidence_apply_many``). ``lookup_attempt_run`` runs one
+attempt with ``lookup_run``, the same code as resume's synchronous lookup. A duplicate or
 redelivered message changes nothing: the attempt is no longer queued, or is running
 under another worker's live lease (then: retry after that lease).
 """
@@ -34,6 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
@@ -41,17 +45,22 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from approvals.actors import Actor
+from recovery.adapters import LookupResult, evidence_lookup_many
 from recovery.audit import audit_chain_locked, audit_transaction
-from recovery.models import Dispatch, LookupAttempt, Operation, State
+from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, State
 from recovery.services.dispatch import lease_lapsed
+from recovery.services.evidence import EvidenceFound, evidence_apply_many
 from recovery.services.locking import locking
 from recovery.services.lookups import (
     IN_FLIGHT,
+    RECONCILE_RECHECK,
     lookup_abandon,
-    lookup_claim,
     lookup_lease,
     lookup_run,
+    lookups_queue,
 )
+from recovery.services.providers import provider_config
+from recovery.services.signals import stale_signal
 from recovery.transitions import TransitionRefused
 
 logger = logging.getLogger(__name__)
@@ -106,8 +115,9 @@ def leases_sweep(*, batch_size: int, actor: Actor = SWEEPER_ACTOR) -> list[int]:
                 continue
             audit_chain_locked(operation)
             try:
-                with audit_transaction():  # a savepoint: one refusal fails only its row
-                    lease_lapsed(operation, dispatch, actor)
+                # No savepoint needed: a refused transition wrote nothing and took back
+                # its event, so one refusal fails only its row.
+                lease_lapsed(operation, dispatch, actor)
             except TransitionRefused as exc:
                 logger.error("sweep: %s", exc)
                 continue
@@ -117,6 +127,11 @@ def leases_sweep(*, batch_size: int, actor: Actor = SWEEPER_ACTOR) -> list[int]:
 
 def lookups_sweep(*, batch_size: int, actor: Actor = SWEEPER_ACTOR) -> list[int]:
     """One batch: due ``unknown`` operations with no live lookup → queued attempts' ids."""
+    return [attempt_id for attempt_id, _ in _lookups_queue(batch_size=batch_size, actor=actor)]
+
+
+def _lookups_queue(*, batch_size: int, actor: Actor) -> list[tuple[int, int]]:
+    """``lookups_sweep``, with each queued attempt's provider: (attempt id, provider id)."""
     now = timezone.now()
     live = LookupAttempt.objects.filter(
         operation=OuterRef("pk"), status__in=IN_FLIGHT, lease_expires_at__gt=now
@@ -130,35 +145,30 @@ def lookups_sweep(*, batch_size: int, actor: Actor = SWEEPER_ACTOR) -> list[int]
                 ).filter(~Exists(live))
             ).order_by("next_lookup_at", "id")[:batch_size]
         )
-        queued = []
         for operation in operations:
             audit_chain_locked(operation)
-            slot = lookup_claim(
-                operation=operation,
-                trigger=LookupAttempt.Trigger.TASK,
-                actor=actor,
-                due_only=True,
-                queued=True,
-            )
-            if slot.attempt is not None:
-                queued.append(slot.attempt.pk)
-    return queued
+        attempts = lookups_queue(operations=operations, actor=actor)
+    return [(attempt.pk, attempt.operation.provider_id) for attempt in attempts]
 
 
 def sweep(
     *,
-    publish: Callable[[int], object],
+    publish: Callable[[int], object] | None = None,
+    publish_batch: Callable[[list[int]], object] | None = None,
     batch_size: int = 0,
     max_batches: int = 10,
     actor: Actor = SWEEPER_ACTOR,
 ) -> SweepReport:
     """Lapsed leases to ``unknown``, then due lookups queued and published, batch by batch.
 
-    ``publish(attempt_id)`` sends the task that runs one attempt; it is called after the
-    attempt's row committed, never inside a transaction. A publish that fails (the
-    broker is down) ends the publishing: the attempts stay queued in the database and a
-    later sweep queues them again once their lease lapses. Call it outside a transaction.
+    ``publish(attempt_id)`` sends the task that runs one attempt; ``publish_batch(ids)``
+    (beat's sweep) one that runs a batch of attempts of one provider, at most
+    ``SETTLE_LOOKUP_BATCH`` of them. Either is called after the attempts' rows
+    committed, never inside a transaction. A publish that fails (the broker is down)
+    ends the publishing: the attempts stay queued in the database and a later sweep
+    queues them again once their lease lapses. Call it outside a transaction.
     """
+    assert (publish is None) != (publish_batch is None), "publish one way"
     batch_size = batch_size or settings.SETTLE_SWEEP_BATCH
     report = SweepReport()
     for _ in range(max_batches):
@@ -167,21 +177,40 @@ def sweep(
         if len(moved) < batch_size:
             break
     for _ in range(max_batches):
-        queued = lookups_sweep(batch_size=batch_size, actor=actor)
-        report.lookups_queued += queued
-        for attempt_id in queued:
+        queued = _lookups_queue(batch_size=batch_size, actor=actor)
+        report.lookups_queued += [attempt_id for attempt_id, _ in queued]
+        for message in _messages(queued, batched=publish_batch is not None):
             if report.publish_failed:
                 break
             try:
-                publish(attempt_id)
+                if publish_batch is not None:
+                    publish_batch(message)
+                else:
+                    assert publish is not None
+                    publish(message[0])
             except Exception as exc:  # the broker's errors vary by transport
-                logger.warning("sweep: publishing lookup %s failed: %r", attempt_id, exc)
+                logger.warning("sweep: publishing lookups %s failed: %r", message, exc)
                 report.publish_failed = True
             else:
-                report.published += 1
+                report.published += len(message)
         if len(queued) < batch_size or report.publish_failed:
             break
     return report
+
+
+def _messages(queued: list[tuple[int, int]], *, batched: bool) -> list[list[int]]:
+    """The attempt ids of each message: one each, or batches of one provider's."""
+    if not batched:
+        return [[attempt_id] for attempt_id, _ in queued]
+    by_provider: dict[int, list[int]] = {}
+    for attempt_id, provider_id in queued:
+        by_provider.setdefault(provider_id, []).append(attempt_id)
+    size = settings.SETTLE_LOOKUP_BATCH
+    return [
+        ids[start : start + size]
+        for ids in by_provider.values()
+        for start in range(0, len(ids), size)
+    ]
 
 
 # -- the lookup task's service -------------------------------------------------------
@@ -200,12 +229,28 @@ class BackgroundLookup:
     retry_in: int = 0
 
 
-def _attempt_begin(attempt_id: int, actor: Actor) -> tuple[LookupAttempt | None, BackgroundLookup]:
-    """Start ``attempt_id`` under its operation's lock, if it is still this task's to run.
+def _attempt_claim(
+    operation: Operation, attempt: LookupAttempt, now: Any, actor: Actor
+) -> tuple[bool, int]:
+    """Whether this task may start ``attempt``, or in how many seconds to ask again.
 
     A queued attempt starts; a running one whose lease lapsed (its worker died mid-lookup
-    and the message was delivered again) is taken over. Anything else is a duplicate.
+    and the message was delivered again) is taken over. Anything else is a duplicate;
+    one whose operation settled or escalated since it was queued is abandoned.
+    Under the operation's lock.
     """
+    if attempt.status not in IN_FLIGHT:
+        return False, 0
+    if attempt.status == LookupAttempt.Status.RUNNING and attempt.lease_expires_at > now:
+        return False, int((attempt.lease_expires_at - now).total_seconds()) + 1
+    if operation.state != State.UNKNOWN:
+        lookup_abandon(operation=operation, attempt=attempt, actor=actor, reason=operation.state)
+        return False, 0
+    return True, 0
+
+
+def _attempt_begin(attempt_id: int, actor: Actor) -> tuple[LookupAttempt | None, BackgroundLookup]:
+    """Start ``attempt_id`` under its operation's lock, if it is still this task's to run."""
     with audit_transaction():
         operation_id = LookupAttempt.objects.filter(pk=attempt_id).values("operation_id")[:1]
         operation = locking(Operation.objects.filter(pk=Subquery(operation_id))).first()
@@ -214,24 +259,15 @@ def _attempt_begin(attempt_id: int, actor: Actor) -> tuple[LookupAttempt | None,
         audit_chain_locked(operation)
         attempt = LookupAttempt.objects.select_for_update().get(pk=attempt_id)
         now = timezone.now()
-        done = BackgroundLookup(False, operation.state)
-        if attempt.status not in IN_FLIGHT:
-            return None, done
-        if attempt.status == LookupAttempt.Status.RUNNING and attempt.lease_expires_at > now:
-            seconds = int((attempt.lease_expires_at - now).total_seconds()) + 1
-            return None, BackgroundLookup(False, operation.state, retry_in=seconds)
-        if operation.state != State.UNKNOWN:
-            # Settled or escalated since it was queued: nothing left for this lookup.
-            lookup_abandon(
-                operation=operation, attempt=attempt, actor=actor, reason=operation.state
-            )
-            return None, done
+        start, retry_in = _attempt_claim(operation, attempt, now, actor)
+        if not start:
+            return None, BackgroundLookup(False, operation.state, retry_in=retry_in)
         attempt.status = LookupAttempt.Status.RUNNING
         attempt.started_at = now
         attempt.lease_expires_at = now + lookup_lease(operation.provider)
         attempt.save(update_fields=["status", "started_at", "lease_expires_at"])
         attempt.operation = operation
-        return attempt, done
+        return attempt, BackgroundLookup(False, operation.state)
 
 
 def lookup_attempt_run(*, attempt_id: int, actor: Actor = SWEEPER_ACTOR) -> BackgroundLookup:
@@ -244,3 +280,123 @@ def lookup_attempt_run(*, attempt_id: int, actor: Actor = SWEEPER_ACTOR) -> Back
     if attempt is None:
         return outcome
     return BackgroundLookup(True, lookup_run(attempt=attempt, actor=actor).state)
+
+
+# -- the batch lookup task's service -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchLookup:
+    """What running a batch of queued attempts did.
+
+    ``looked_up``: the attempts run; ``retry_ids``: those another worker holds under a
+    live lease, to be run again in ``retry_in`` seconds.
+    """
+
+    looked_up: list[int] = field(default_factory=list)
+    retry_ids: list[int] = field(default_factory=list)
+    retry_in: int = 0
+
+
+def lookup_batch_run(*, attempt_ids: list[int], actor: Actor = SWEEPER_ACTOR) -> BatchLookup:
+    """Run queued lookup attempts as one batch (the Celery task's body); safe to run twice.
+
+    Each attempt is claimed by the rules of a single one (``_attempt_claim``); the
+    providers are read outside any transaction, once per provider
+    (``evidence_lookup_many``); the answers are applied in one transaction by the rules
+    every lookup follows (``evidence_apply_many``), each operation's transition its own
+    compare-and-set.
+    """
+    started, retry_ids, retry_in = _batch_begin(attempt_ids, actor)
+    results: dict[int, LookupResult] = {}
+    by_provider: dict[int, list[LookupAttempt]] = {}
+    for attempt in started:
+        by_provider.setdefault(attempt.operation.provider_id, []).append(attempt)
+    for attempts in by_provider.values():
+        provider = attempts[0].operation.provider
+        found = evidence_lookup_many(
+            config=provider_config(provider),
+            wanted={attempt.operation.key: attempt.operation.params_digest for attempt in attempts},
+        )
+        for attempt in attempts:
+            results[attempt.pk] = found[attempt.operation.key]
+    if started:
+        _batch_finish(started, results, actor)
+    return BatchLookup([attempt.pk for attempt in started], retry_ids, retry_in)
+
+
+def _operations_locked(ids: Any) -> dict[int, Operation]:
+    """Lock the operations, in id order (the order every batch takes them in)."""
+    operations = locking(Operation.objects.filter(pk__in=ids)).order_by("pk")
+    return {operation.pk: audit_chain_locked(operation) for operation in operations}
+
+
+def _batch_begin(
+    attempt_ids: list[int], actor: Actor
+) -> tuple[list[LookupAttempt], list[int], int]:
+    """Start the attempts that are still this task's to run: (started, held, retry_in)."""
+    with audit_transaction():
+        operation_ids = LookupAttempt.objects.filter(pk__in=attempt_ids).values("operation_id")
+        operations = _operations_locked(Subquery(operation_ids))
+        attempts = LookupAttempt.objects.select_for_update().filter(pk__in=attempt_ids)
+        now = timezone.now()
+        started: list[LookupAttempt] = []
+        held: list[int] = []
+        retry_in = 0
+        for attempt in attempts.order_by("pk"):
+            operation = operations[attempt.operation_id]
+            start, seconds = _attempt_claim(operation, attempt, now, actor)
+            if seconds:
+                held.append(attempt.pk)
+                retry_in = max(retry_in, seconds)
+            if not start:
+                continue
+            attempt.status = LookupAttempt.Status.RUNNING
+            attempt.started_at = now
+            attempt.lease_expires_at = now + lookup_lease(operation.provider)
+            attempt.operation = operation
+            started.append(attempt)
+        leases: dict[Any, list[int]] = {}
+        for attempt in started:
+            leases.setdefault(attempt.lease_expires_at, []).append(attempt.pk)
+        for lease_expires_at, ids in leases.items():
+            LookupAttempt.objects.filter(pk__in=ids).update(
+                status=LookupAttempt.Status.RUNNING,
+                started_at=now,
+                lease_expires_at=lease_expires_at,
+            )
+    return started, held, retry_in
+
+
+def _batch_finish(
+    started: list[LookupAttempt], results: dict[int, LookupResult], actor: Actor
+) -> None:
+    """Apply the answers under the operations' locks, as ``lookup_finish`` does one."""
+    with audit_transaction():
+        operations = _operations_locked([attempt.operation_id for attempt in started])
+        holding = set(
+            LookupAttempt.objects.filter(
+                pk__in=[attempt.pk for attempt in started], status=LookupAttempt.Status.RUNNING
+            ).values_list("pk", "started_at")
+        )
+        found = []
+        for attempt in started:
+            operation = operations[attempt.operation_id]
+            result = results[attempt.pk]
+            if (attempt.pk, attempt.started_at) not in holding:
+                # Abandoned or taken over meanwhile: its successor's answer counts, once.
+                stale_signal(
+                    operation=operation,
+                    signal="lookup_superseded",
+                    actor=actor,
+                    data={"lookup_id": attempt.pk, "verdict": result.verdict},
+                )
+                continue
+            attempt.operation = operation
+            found.append(EvidenceFound(operation, attempt, result))
+        evidence_apply_many(found=found, source=Evidence.Source.LOOKUP, actor=actor)
+        reconcile = [item.operation.pk for item in found if item.operation.state == State.RECONCILE]
+        if reconcile:
+            Operation.objects.filter(pk__in=reconcile).update(
+                next_lookup_at=timezone.now() + RECONCILE_RECHECK
+            )

@@ -217,12 +217,14 @@ def test_the_tasks_are_thin_calls_of_their_services(flow, provider_db, monkeypat
 
     _crashed(flow)
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
-    published: list[int] = []
-    monkeypatch.setattr(tasks.lookup_attempt, "delay", published.append)
+    published: list[list[int]] = []
+    monkeypatch.setattr(tasks.lookup_batch, "delay", published.append)
     counts = tasks.sweep()
     assert counts == {"leases_lapsed": 1, "lookups_queued": 1, "published": 1}
-    assert tasks.lookup_attempt(published[0]) == "released"
-    assert tasks.lookup_attempt(published[0]) == "released"  # again: nothing changes
+    [[attempt_id]] = published
+    assert tasks.lookup_batch([attempt_id]) == 1
+    assert tasks.lookup_batch([attempt_id]) == 0  # again: nothing changes
+    assert tasks.lookup_attempt(attempt_id) == "released"  # nor does the single task
     assert _transitions("op-1", "evidence_match") == 1
 
     number = tasks.audit_checkpoint()
