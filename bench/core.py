@@ -87,7 +87,11 @@ def _approved(meter: Meter, host: Host, key: str) -> Operation:
     meter(
         "approve (issue permit)",
         lambda: approval_decision(
-            approval_id=approval.id, approve=True, ttl_seconds=300, decided_by=BENCH
+            approval_id=approval.id,
+            approve=True,
+            ttl_seconds=300,
+            decided_by=BENCH,
+            reviewed_digest=operation.params_digest,
         ),
     )
     operation.refresh_from_db()
