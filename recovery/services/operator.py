@@ -14,7 +14,8 @@ from recovery.audit import audit_append, audit_chain_locked, audit_transaction
 from recovery.models import LookupAttempt, Operation
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operations_locked
-from recovery.services.lookups import IN_FLIGHT, operation_lookup
+from recovery.services.lookups import lookup_claim, lookup_run
+from recovery.services.signals import refusals_recorded
 
 
 def operator_refusal_record(*, operation: Operation, action: str, code: str, actor: Actor) -> None:
@@ -34,16 +35,19 @@ def _refuse(operation: Operation, action: str, error: RecoveryError, actor: Acto
     raise error
 
 
+@refusals_recorded()
 def operator_lookup(*, operation: Operation, version: int, reason: str, actor: Actor) -> Operation:
     """Look the operation's evidence up now (``lookup_operations`` was checked by the caller).
 
     Refused when the operation moved on since ``version``, or while a lookup of it is
-    already queued or running. The lookup itself is the core's (``operation_lookup``);
-    its own events follow the ``operator_action`` that asked for it.
+    in flight under a live lease (``lookup_claim``'s rule, the one every lookup follows).
+    The claim and the ``operator_action`` that asked for it commit together; the lookup
+    then runs with no lock held, as every lookup does.
     """
     with audit_transaction():
         locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
         refusal = None
+        slot = None
         if locked.version != version:
             refusal = RecoveryError(
                 "stale_version",
@@ -52,15 +56,23 @@ def operator_lookup(*, operation: Operation, version: int, reason: str, actor: A
                 state=locked.state,
                 version=locked.version,
             )
-        elif LookupAttempt.objects.filter(operation=locked, status__in=IN_FLIGHT).exists():
-            refusal = RecoveryError("lookup_in_flight", "a lookup of it is already under way")
         else:
-            audit_append(
-                kind="operator_action",
+            slot = lookup_claim(
                 operation=locked,
+                trigger=LookupAttempt.Trigger.OPERATOR,
                 actor=actor,
-                data={"action": "lookup", "reason": reason, "version": version},
+                due_only=False,
             )
+            if slot.attempt is None:
+                refusal = RecoveryError("lookup_in_flight", "a lookup of it is already under way")
+            else:
+                audit_append(
+                    kind="operator_action",
+                    operation=locked,
+                    actor=actor,
+                    data={"action": "lookup", "reason": reason, "version": version},
+                )
     if refusal is not None:
         _refuse(operation, "lookup", refusal, actor)
-    return operation_lookup(operation=locked, trigger=LookupAttempt.Trigger.OPERATOR, actor=actor)
+    assert slot is not None and slot.attempt is not None
+    return lookup_run(attempt=slot.attempt, actor=actor)

@@ -129,3 +129,21 @@ def test_a_lookup_while_one_is_in_flight_is_refused(operator, stuck):
     assert not LookupAttempt.objects.filter(trigger="operator").exists()
     [refused] = _events(operation, "operator_refused")
     assert refused.data["code"] == "lookup_in_flight"
+
+
+def test_a_lookup_whose_worker_died_does_not_block_the_operator(operator, stuck):
+    """The rule every lookup follows: an attempt past its lease is abandoned, not waited on."""
+    operation = stuck.unknown("op-1")
+    now = timezone.now()
+    dead = LookupAttempt.objects.create(
+        operation=operation,
+        trigger="task",
+        status=LookupAttempt.Status.RUNNING,
+        started_at=now - timedelta(minutes=5),
+        lease_expires_at=now - timedelta(minutes=1),
+    )
+    _lookup(_client(operator), Operation.objects.get(pk=operation.pk))
+    dead.refresh_from_db()
+    assert dead.status != LookupAttempt.Status.RUNNING
+    assert LookupAttempt.objects.filter(operation=operation, trigger="operator").count() == 1
+    assert not _events(operation, "operator_refused")
