@@ -14,7 +14,7 @@ from openapi_spec_validator import validate
 from approvals.services import Refusal
 from recovery import contract, urls
 from recovery.openapi import openapi_document
-from tests.support.contract import ContractViolation, response_check
+from tests.support.contract import ContractViolation, response_check, route_template
 
 pytestmark = pytest.mark.django_db
 
@@ -117,7 +117,7 @@ def scanned_codes() -> set[str]:
 
 
 def documented_path(route: str) -> str:
-    return "/api/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)
+    return route_template("api/" + route)
 
 
 def sample_url(route: str) -> str:

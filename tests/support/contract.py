@@ -37,13 +37,18 @@ def _validator(pointer: str) -> Draft202012Validator:
     return Draft202012Validator({**_document(), "$ref": pointer})
 
 
+def route_template(route: str) -> str:
+    """A URL route as the document names its path: ``api/v1/operations/<str:key>`` →
+    ``/api/v1/operations/{key}``."""
+    return "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)
+
+
 def documented_path(path: str) -> str | None:
     """The document's path for a request path (``/api/v1/operations/{key}``), if any."""
     try:
-        route = resolve(path).route
+        return route_template(resolve(path).route)
     except Resolver404:
         return None
-    return "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)
 
 
 def response_check(method: str, path: str, status: int, content_type: str, body: bytes) -> str:
