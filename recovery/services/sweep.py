@@ -48,7 +48,7 @@ from approvals.actors import Actor
 from recovery.adapters import LookupResult, evidence_lookup_many
 from recovery.audit import audit_chain_locked, audit_transaction
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, State
-from recovery.services.dispatch import lease_lapsed
+from recovery.services.dispatch import lease_lapsed_change
 from recovery.services.evidence import EvidenceFound, evidence_apply_many
 from recovery.services.locking import locking
 from recovery.services.lookups import (
@@ -61,7 +61,7 @@ from recovery.services.lookups import (
 )
 from recovery.services.providers import provider_config
 from recovery.services.signals import stale_signal
-from recovery.transitions import TransitionRefused
+from recovery.transitions import operation_transition_many
 
 logger = logging.getLogger(__name__)
 
@@ -108,20 +108,18 @@ def leases_sweep(*, batch_size: int, actor: Actor = SWEEPER_ACTOR) -> list[int]:
                 lease_expires_at__lte=Now(),
             )
         }
-        moved = []
+        lapsed = []
         for operation in operations:
             dispatch = dispatches.get(operation.pk)
-            if dispatch is None:
-                continue
-            audit_chain_locked(operation)
-            try:
-                # No savepoint needed: a refused transition wrote nothing and took back
-                # its event, so one refusal fails only its row.
-                lease_lapsed(operation, dispatch, actor)
-            except TransitionRefused as exc:
-                logger.error("sweep: %s", exc)
-                continue
-            moved.append(operation.pk)
+            if dispatch is not None:
+                lapsed.append(lease_lapsed_change(audit_chain_locked(operation), dispatch))
+        # One compare-and-set statement for the batch, each row checked on its own: a
+        # refused row wrote nothing and took back its event, so it fails only itself.
+        refused = operation_transition_many(changes=lapsed, actor=actor)
+        for exc in refused:
+            logger.error("sweep: %s", exc)
+        gone = {exc.operation_key for exc in refused}
+        moved = [change.operation.pk for change in lapsed if change.operation.key not in gone]
     return moved
 
 
