@@ -74,3 +74,9 @@ class ActionForm(forms.Form):
 
     version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
     reason = forms.CharField(max_length=500, strip=True)
+
+
+class DecisionForm(forms.Form):
+    """Approving or rejecting a four-eyes proposal: why."""
+
+    reason = forms.CharField(max_length=500, strip=True)

@@ -211,6 +211,10 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # for the schedule, so that one slow provider cannot hold every web worker.
 SETTLE_WEB_LOOKUPS_PER_PROVIDER = env_int("SETTLE_WEB_LOOKUPS_PER_PROVIDER", 2, minimum=1)
 
+# An operator's claim on an operation lapses after this long without an action of theirs
+# on it, so that a claim left behind by someone who went home does not block the rest.
+SETTLE_CLAIM_IDLE_MINUTES = env_int("SETTLE_CLAIM_IDLE_MINUTES", 30, minimum=1)
+
 # Request bodies above this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("SETTLE_MAX_BODY_BYTES", 256 * 1024, minimum=70 * 1024)
 

@@ -4,66 +4,37 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
 from console.forms import ActionForm
-from recovery.models import Operation
-from recovery.selectors import operation_for_user, operation_record, provider_permitted
+from console.views.access import operation_for_action, operation_for_viewer
+from console.views.reconcile import actions_context
+from recovery.selectors import operation_record
 from recovery.services.errors import RecoveryError
-from recovery.services.operator import operator_lookup, operator_refusal_record
-
-
-def _operation_for_viewer(request: HttpRequest, key: str) -> Operation:
-    """The operation named ``key`` if this user may view it; 404 whether absent or hidden."""
-    operation = operation_for_user(user=request.user, key=key)
-    if operation is None:
-        raise Http404("no such operation")
-    return operation
+from recovery.services.operator import operator_lookup
 
 
 @login_required
 @require_safe
 def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
     """The whole record of one operation, read-only: the host API's record of it."""
-    operation = _operation_for_viewer(request, key)
+    operation = operation_for_viewer(request, key)
     context = {
         "operation": operation,
         "record": operation_record(operation=operation),
-        "may_lookup": provider_permitted(
-            user=request.user, permission="lookup_operations", provider=operation.provider
-        ),
-        "action_form": ActionForm(initial={"version": operation.version}),
+        **actions_context(request, operation),
     }
     return render(request, "console/operation.html", context)
-
-
-def _operation_for_action(
-    request: HttpRequest, key: str, action: str, permission: str
-) -> Operation:
-    """The operation, if this user may view it (else 404) and act on it (else 403, recorded)."""
-    operation = _operation_for_viewer(request, key)
-    if not provider_permitted(
-        user=request.user, permission=permission, provider=operation.provider
-    ):
-        operator_refusal_record(
-            operation=operation,
-            action=action,
-            code="forbidden",
-            actor=Actor.of("user", request.user),
-        )
-        raise PermissionDenied(f"you may not {action} this provider's operations")
-    return operation
 
 
 @login_required
 @require_POST
 def operation_lookup(request: HttpRequest, key: str) -> HttpResponse:
     """Look the evidence up now, with a reason, as of the version the operator saw."""
-    operation = _operation_for_action(request, key, "lookup", "lookup_operations")
+    operation = operation_for_action(request, key, "lookup", "lookup_operations")
     form = ActionForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Nothing was done: give a reason for the lookup.")

@@ -10,6 +10,7 @@ from typing import Any
 from django.utils import timezone
 
 from approvals.actors import Actor
+from approvals.models import ReconciliationRequest
 from recovery.adapters import LookupResult
 from recovery.audit import (
     audit_append,
@@ -237,28 +238,55 @@ def _receipt_recover(
     operation: Operation, dispatch: Dispatch, evidence: Evidence, actor: Actor
 ) -> None:
     """Complete a stranded receipt from verified evidence (a recovery receipt)."""
-    committed = evidence.provider_status == "committed"
+    receipt_complete(
+        operation=operation,
+        dispatch=dispatch,
+        succeeded=evidence.provider_status == "committed",
+        actor=actor,
+        evidence=evidence,
+    )
+
+
+def receipt_complete(
+    *,
+    operation: Operation,
+    dispatch: Dispatch,
+    succeeded: bool,
+    actor: Actor,
+    evidence: Evidence | None = None,
+    request: ReconciliationRequest | None = None,
+) -> None:
+    """Complete a stranded receipt as a recovery receipt, pointing at what backs it.
+
+    Verified ``evidence``, or a four-eyes ``request`` where no evidence did; one of them.
+    Must run with ``operation`` locked (its dispatch changes only under that lock).
+    """
+    assert (evidence is None) != (request is None)
     dispatch.receipt_status = (
-        Dispatch.ReceiptStatus.SUCCEEDED if committed else Dispatch.ReceiptStatus.FAILED
+        Dispatch.ReceiptStatus.SUCCEEDED if succeeded else Dispatch.ReceiptStatus.FAILED
     )
     dispatch.receipt_recovered = True
     dispatch.receipt_evidence = evidence
-    dispatch.receipt_reference = evidence.provider_reference
+    dispatch.receipt_request = request
+    if evidence is not None:
+        dispatch.receipt_reference = evidence.provider_reference
     dispatch.receipt_reported_at = timezone.now()
     dispatch.save(
         update_fields=[
             "receipt_status",
             "receipt_recovered",
             "receipt_evidence",
+            "receipt_request",
             "receipt_reference",
             "receipt_reported_at",
         ]
     )
+    grounds = {"evidence_id": evidence.pk} if evidence else {"request_id": request.pk}  # type: ignore[union-attr]
     audit_append(
         kind="receipt_recovered",
         operation=operation,
         actor=actor,
-        data={"evidence_id": evidence.pk, "status": dispatch.receipt_status},
+        data={**grounds, "status": dispatch.receipt_status},
     )
 
 
