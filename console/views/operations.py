@@ -33,14 +33,14 @@ def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
 @login_required
 @require_POST
 def operation_lookup(request: HttpRequest, key: str) -> HttpResponse:
-    """Look the evidence up now, with a reason, as of the version the operator saw."""
+    """Queue a lookup of the evidence now, with a reason, as of the version the operator saw."""
     operation = operation_for_action(request, key, "lookup", "lookup_operations")
     form = ActionForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Nothing was done: give a reason for the lookup.")
         return redirect("operation", key=key)
     try:
-        looked_up = operator_lookup(
+        queued = operator_lookup(
             operation=operation,
             version=form.cleaned_data["version"],
             reason=form.cleaned_data["reason"],
@@ -49,5 +49,14 @@ def operation_lookup(request: HttpRequest, key: str) -> HttpResponse:
     except RecoveryError as exc:
         messages.error(request, f"Refused: {exc.message}.")
     else:
-        messages.success(request, f"Looked up: the operation is {looked_up.state}.")
+        if queued.published:
+            messages.success(
+                request, "Queued: a background worker looks it up now; this page shows the answer."
+            )
+        else:
+            messages.warning(
+                request,
+                "Queued, but the background workers could not be reached: it will be looked "
+                "up once they are (or ask again in a minute).",
+            )
     return redirect("operation", key=key)

@@ -73,6 +73,8 @@ def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any
     pending = ReconciliationRequest.objects.filter(
         operation_key=operation.key, status=ReconciliationRequest.Status.PENDING
     ).first()
+    if pending is not None:  # one proposal at a time: it is decided first
+        decisions = []
     may_lookup = provider_permitted(
         user=user, permission="lookup_operations", provider=operation.provider
     )
