@@ -227,6 +227,9 @@ SETTLE_LOOKUP_QUEUE_SECONDS = env_int("SETTLE_LOOKUP_QUEUE_SECONDS", 60, minimum
 # Lookups of one provider run by one task: the provider is read once per batch (a journal
 # once, a SQLite database with one query) and the answers applied in one transaction.
 SETTLE_LOOKUP_BATCH = env_int("SETTLE_LOOKUP_BATCH", 200, minimum=1)
+# How often beat signs a checkpoint of the audit log: the window of events that no signed
+# checkpoint covers yet is at most this long (plus the time a checkpoint takes).
+SETTLE_AUDIT_CHECKPOINT_SECONDS = env_int("SETTLE_AUDIT_CHECKPOINT_SECONDS", 60, minimum=1)
 
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still
@@ -293,8 +296,8 @@ CELERY_BEAT_SCHEDULE = {
     # Bounds the window of audit events no signed checkpoint covers yet.
     "audit-checkpoint": {
         "task": "recovery.tasks.audit_checkpoint",
-        "schedule": 60.0,
-        "options": {"expires": 60.0},
+        "schedule": float(SETTLE_AUDIT_CHECKPOINT_SECONDS),
+        "options": {"expires": float(SETTLE_AUDIT_CHECKPOINT_SECONDS)},
     },
 }
 

@@ -9,6 +9,7 @@ in threads with their own PostgreSQL sessions.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -25,7 +26,15 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.services import approver_create, db_now
 from console.celery import app as celery_app
-from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Operation
+from recovery.audit import audit_verify
+from recovery.models import (
+    AuditCheckpoint,
+    AuditEvent,
+    Dispatch,
+    Evidence,
+    LookupAttempt,
+    Operation,
+)
 from recovery.services.credentials import host_create
 from recovery.services.dispatch import operation_dispatch
 from recovery.services.permits import approval_decision, approval_open
@@ -408,3 +417,41 @@ def test_with_no_broker_configured_a_real_worker_and_beat_recover_through_the_fi
     assert_recovered_receipt(key)
     _nobody_resumed(key)
     assert_audit_intact()
+
+
+def test_beat_signs_audit_checkpoints_on_schedule_and_they_verify(
+    settle: Settle,
+    make_provider: Any,
+    celery_env: dict[str, str | None],
+    celery_procs: Any,
+    tmp_path: Path,
+    settings: Any,
+) -> None:
+    checkpoints = tmp_path / "checkpoints.jsonl"
+    settings.SETTLE_AUDIT_CHECKPOINT_FILE = checkpoints  # verify_audit here reads the same
+    env = {
+        **celery_env,
+        "SETTLE_AUDIT_CHECKPOINT_SECONDS": "1",
+        "SETTLE_AUDIT_CHECKPOINT_FILE": str(checkpoints),
+        "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
+    }
+    provider = make_provider("sqlite", lease_seconds=1)
+    celery_procs("worker", env)
+    celery_procs("beat", env)
+    settle.approved("cp-1", provider.name)
+    _wait(lambda: AuditCheckpoint.objects.exists(), 30, "a first checkpoint by beat")
+    first = AuditCheckpoint.objects.order_by("-number").first()
+    assert first is not None and "cp-1" in first.heads
+    settle.approved("cp-2", provider.name)  # events after it: the next one covers them
+    _wait(
+        lambda: AuditCheckpoint.objects.filter(
+            number__gt=first.number, heads__has_key="cp-2"
+        ).exists(),
+        30,
+        "a later checkpoint covering cp-2",
+    )
+    lines = [json.loads(line) for line in checkpoints.read_text().splitlines()]
+    assert [line["number"] for line in lines] == list(
+        AuditCheckpoint.objects.order_by("number").values_list("number", flat=True)
+    )
+    assert list(audit_verify()) == []
