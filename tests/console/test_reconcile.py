@@ -62,33 +62,11 @@ def _fresh(operation: Operation) -> Operation:
     return Operation.objects.select_related("dispatch").get(pk=operation.pk)
 
 
-def _conflict(stuck, provider_db, key: str, *, host_says: str, provider_says: str) -> Operation:
-    """The host reported one outcome after its lease lapsed; the provider's record says the
-    other; a lookup finds the contradiction: reconcile, with the evidence as the latest."""
-    flow = stuck.flow
-    flow.approved(key, PARAMS)
-    token = flow.dispatch(key, worker="w-late").json()["fencing_token"]
-    Dispatch.objects.filter(operation__key=key).update(
-        lease_expires_at=timezone.now() - timedelta(seconds=1)
-    )
-    assert flow.resume(key)["state"] == "unknown"
-    late = flow.host_api.post(
-        f"/api/v1/operations/{key}/result", {"fencing_token": token, "outcome": host_says}
-    )
-    assert late.status_code == 200
-    sqlite_provider_commit(
-        provider_db, operation_key=key, params=PARAMS, reference="r-7", status=provider_says
-    )
-    lookup_due(key)
-    assert flow.resume(key)["state"] == "reconcile"
-    return Operation.objects.get(key=key)
-
-
 # -- backed by the evidence: done at once --------------------------------------------------
 
 
 def test_confirm_on_matching_evidence_releases_at_once(operator, stuck, provider_db):
-    operation = _conflict(stuck, provider_db, "op-1", host_says="failed", provider_says="committed")
+    operation = stuck.conflict("op-1", host_says="failed", provider_says="committed")
     page = _act(_client(operator), operation, "confirm", reason="provider shows it done")
     after = _fresh(operation)
     assert after.state == "released"
@@ -107,7 +85,7 @@ def test_confirm_on_matching_evidence_releases_at_once(operator, stuck, provider
 def test_void_is_refused_outright_when_the_evidence_matches_a_committed_effect(
     supervisor, stuck, provider_db
 ):
-    operation = _conflict(stuck, provider_db, "op-1", host_says="failed", provider_says="committed")
+    operation = stuck.conflict("op-1", host_says="failed", provider_says="committed")
     page = _act(_client(supervisor), operation, "void")
     assert "it happened, so it cannot be voided" in page.content.decode()
     assert _fresh(operation).state == "reconcile"
@@ -116,7 +94,7 @@ def test_void_is_refused_outright_when_the_evidence_matches_a_committed_effect(
 
 
 def test_void_on_the_providers_failed_record_is_done_at_once(operator, stuck, provider_db):
-    operation = _conflict(stuck, provider_db, "op-1", host_says="committed", provider_says="failed")
+    operation = stuck.conflict("op-1", host_says="committed", provider_says="failed")
     _act(_client(operator), operation, "void")
     assert _fresh(operation).state == "voided"
     assert not ReconciliationRequest.objects.exists()

@@ -68,3 +68,16 @@ def test_an_operator_proposes_a_void_and_a_supervisor_approves_it(
     expect(olivia.locator(".page-head .badge").first).to_have_text("voided")
     olivia.context.close()
     sam.context.close()
+
+
+def test_an_operator_confirms_an_operation_whose_evidence_matches(page: Page, operator, stuck):
+    """The host said failed, the provider's record says committed: the evidence backs it."""
+    operation = stuck.conflict("pay-2026-000130", host_says="failed", provider_says="committed")
+    sign_in(page, "olivia")
+    page.goto(f"/operations/{operation.key}/")
+    expect(page.get_by_role("button", name="Propose confirm")).to_have_count(0)
+    page.fill("#id_reason", "the provider's record shows the payment")
+    page.get_by_role("button", name="Confirm", exact=True).click()
+    expect(page.locator(".notice.success")).to_have_text("Confirmed: the operation is released.")
+    expect(page.locator(".page-head .badge").first).to_have_text("released")
+    assert Operation.objects.get(pk=operation.pk).state == "released"
