@@ -12,7 +12,15 @@ from django.views.decorators.http import require_POST, require_safe
 from approvals.actors import Actor
 from console.forms import ActionForm
 from recovery.models import Operation
-from recovery.selectors import operation_for_user, operation_record, provider_permitted
+from recovery.selectors import (
+    lookup_in_flight,
+    operation_comparison,
+    operation_for_user,
+    operation_permit_history,
+    operation_record,
+    operation_timeline,
+    provider_permitted,
+)
 from recovery.services.errors import RecoveryError
 from recovery.services.operator import operator_lookup, operator_refusal_record
 
@@ -28,17 +36,34 @@ def _operation_for_viewer(request: HttpRequest, key: str) -> Operation:
 @login_required
 @require_safe
 def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
-    """The whole record of one operation, read-only: the host API's record of it."""
+    """The whole record of one operation, its history, and what differs in its evidence.
+
+    While a lookup of it is in flight, the evidence and history (``#live``) poll this
+    view, which answers htmx's ``#live`` requests with that region alone; the answer
+    that finds no lookup in flight carries no trigger, so the polling stops there.
+    """
     operation = _operation_for_viewer(request, key)
+    polled = bool(request.htmx) and request.htmx.target == "live"  # type: ignore[attr-defined]
+    # Read before the record: a lookup that ends in between is then seen finished in the
+    # record and polled once more, never seen over while the record predates its answer.
+    in_flight = lookup_in_flight(operation=operation)
+    record = operation_record(operation=operation)
     context = {
         "operation": operation,
-        "record": operation_record(operation=operation),
+        "record": record,
+        "comparison": operation_comparison(record=record),
+        "timeline": operation_timeline(operation=operation),
+        "permits": operation_permit_history(operation=operation),
+        "in_flight": in_flight,
+        "finished": polled and in_flight is None,
+        "oob": polled,
         "may_lookup": provider_permitted(
             user=request.user, permission="lookup_operations", provider=operation.provider
         ),
         "action_form": ActionForm(initial={"version": operation.version}),
     }
-    return render(request, "console/operation.html", context)
+    template = "console/operation.html#live" if polled else "console/operation.html"
+    return render(request, template, context)
 
 
 def _operation_for_action(
