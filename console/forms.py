@@ -10,6 +10,15 @@ from recovery.models import Verdict
 from recovery.selectors import QUEUE_AGES, QUEUE_REASONS, QUEUE_STRANDED, QueueFilters
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The queue's reasons, short enough for a filter beside five others.
+_SHORT_REASONS = {
+    "lease_lost": "Lease lapsed",
+    "mismatch": "Evidence mismatch",
+    "corrupt": "Evidence corrupt",
+    "conflict": "Contradicts report",
+    "lookup_budget_spent": "Lookup budget spent",
+    QUEUE_STRANDED: "Stranded receipt",
+}
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -46,7 +55,9 @@ class QueueFilterForm(forms.Form):
         choices=[("", "Any verdict"), *Verdict.choices, ("none", "No lookup yet")],
     )
     reason = forms.ChoiceField(
-        required=False, label="Reason", choices=[("", "Any reason"), *QUEUE_REASONS.items()]
+        required=False,
+        label="Reason",
+        choices=[("", "Any reason"), *((code, _SHORT_REASONS[code]) for code in QUEUE_REASONS)],
     )
     age = forms.ChoiceField(
         required=False,

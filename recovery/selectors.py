@@ -491,7 +491,7 @@ def _lookup_entry(attempt: LookupAttempt) -> TimelineEntry:
     return TimelineEntry(
         at=attempt.started_at,
         kind="lookup",
-        actor=attempt.trigger,
+        actor="",  # the trigger, in the summary: the actor is on the chain's own events
         summary=summary,
         detail={
             "lookup_id": attempt.pk,
@@ -520,7 +520,7 @@ def operation_timeline(*, operation: Operation, limit: int = TIMELINE_LIMIT) -> 
         TimelineEntry(
             at=event.at,
             kind=event.kind,
-            actor=_who(event.actor) or "—",
+            actor=_who(event.actor),
             summary=_event_summary(event.kind, event.data),
             detail=event.data,
         )
