@@ -363,16 +363,21 @@ def operations_queue_for_user(
     visible = providers_visible_to(user=user)
     states = [filters.state] if filters.state in QUEUE_STATES else list(QUEUE_STATES)
     branches = []
-    if filters.state != QUEUE_STRANDED:
+    # Only the stranded branch's settled rows wait for the stranded reason, and only
+    # they: a branch that cannot hold the reason asked for is not read at all.
+    if filters.state != QUEUE_STRANDED and filters.reason != QUEUE_STRANDED:
         # One query per state: with the state fixed, ``operation_unsettled`` yields rows
         # already in (updated_at, id) order and the LIMIT stops the scan; ``state IN``
         # would sort the whole queue first.
         branches += [Operation.objects.filter(state=s, provider__in=visible) for s in states]
-    if filters.state in ("", QUEUE_STRANDED):
+    settled_only = not filters.state  # the stranded branch holds no unsettled row then
+    if filters.state in ("", QUEUE_STRANDED) and not (
+        settled_only and filters.reason not in ("", QUEUE_STRANDED)
+    ):
         stranded = Operation.objects.filter(
             provider__in=visible, dispatch__receipt_status=Dispatch.ReceiptStatus.RUNNING
         ).exclude(state=State.DISPATCHED)
-        if not filters.state:  # already in the first branch
+        if settled_only:  # the unsettled ones are in the first branches
             stranded = stranded.exclude(state__in=QUEUE_STATES)
         branches.append(stranded)
     rows: list[Operation] = []

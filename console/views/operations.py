@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
 from console.forms import ActionForm
-from recovery.models import Operation
+from recovery.models import LookupAttempt, Operation
 from recovery.selectors import (
     lookup_in_flight,
     operation_comparison,
@@ -33,20 +33,30 @@ def _operation_for_viewer(request: HttpRequest, key: str) -> Operation:
     return operation
 
 
+def _seen(attempt: LookupAttempt) -> str:
+    """What a polling page shows of the lookup in flight: which one, and how far along."""
+    return f"{attempt.pk}.{attempt.status}"
+
+
 @login_required
 @require_safe
 def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
     """The whole record of one operation, its history, and what differs in its evidence.
 
-    While a lookup of it is in flight, the evidence and history (``#live``) poll this
-    view, which answers htmx's ``#live`` requests with that region alone; the answer
-    that finds no lookup in flight carries no trigger, so the polling stops there.
+    While a lookup of it is in flight, the page's ``#live`` region (evidence, receipt,
+    history) polls this view. A poll that finds the same lookup as the page shows gets
+    204, which htmx leaves on screen; any other answer is the region, redrawn, and once
+    no lookup is in flight it carries no trigger, so the polling stops there.
     """
     operation = _operation_for_viewer(request, key)
     polled = bool(request.htmx) and request.htmx.target == "live"  # type: ignore[attr-defined]
-    # Read before the record: a lookup that ends in between is then seen finished in the
-    # record and polled once more, never seen over while the record predates its answer.
     in_flight = lookup_in_flight(operation=operation)
+    if polled and in_flight is not None and request.GET.get("seen") == _seen(in_flight):
+        return HttpResponse(status=204)
+    if in_flight is None:
+        # Read again now: a lookup that ended since the first read is then in the state
+        # shown, and the page never stops polling on a state that predates its answer.
+        operation.refresh_from_db()
     record = operation_record(operation=operation)
     context = {
         "operation": operation,
@@ -61,6 +71,7 @@ def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
             user=request.user, permission="lookup_operations", provider=operation.provider
         ),
         "action_form": ActionForm(initial={"version": operation.version}),
+        "seen": _seen(in_flight) if in_flight is not None else "",
     }
     template = "console/operation.html#live" if polled else "console/operation.html"
     return render(request, template, context)

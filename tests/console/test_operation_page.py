@@ -171,16 +171,22 @@ def test_the_live_region_polls_while_a_lookup_is_in_flight_and_stops_after(
 
     attempt = _queue_lookup(operation)
     page = _page(client, "op-1")
-    assert re.search(r'<div id="live" hx-get="/operations/op-1/" hx-trigger="every 1s"', page)
+    seen = f"{attempt.pk}.queued"
+    polling = f'<div id="live" hx-get="/operations/op-1/?seen={seen}" hx-trigger="every 1s"'
+    assert polling in page
     assert "A lookup is queued" in page and '<a href="/operations/op-1/">Refresh</a>' in page
     live = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "live"}
+    # Nothing new since the page was drawn: 204, which htmx leaves as it is, still polling.
+    unchanged = client.get("/operations/op-1/", {"seen": seen}, **live)
+    assert unchanged.status_code == 204 and unchanged.content == b""
+    # A page that saw something else gets the region alone, redrawn.
     polled = _page(client, "op-1", **live)
-    assert polled.lstrip().startswith('<div id="live" hx-get=')  # the region alone
-    assert "<html" not in polled and 'hx-trigger="every 1s"' in polled
+    assert polled.lstrip().startswith(polling)
+    assert "<html" not in polled
 
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r-1")
     assert lookup_attempt_run(attempt_id=attempt.pk).state == "released"
-    done = _page(client, "op-1", **live)
+    done = client.get("/operations/op-1/", {"seen": seen}, **live).content.decode()
     assert done.lstrip().startswith('<div id="live">')  # no trigger: the polling stops
     assert "The lookup finished: the operation is released." in done
     # The state line and the action form's version are brought up to date with it.
@@ -203,3 +209,29 @@ def test_the_live_region_is_the_operations_own_for_another_providers_user(client
     client.force_login(outsider)
     polled = client.get("/operations/op-1/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="live")
     assert polled.status_code == 404
+
+
+def test_the_page_costs_the_same_statements_however_long_the_history(client, operator, stuck):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    operation = stuck.mismatch("op-1")
+    client.force_login(operator)
+
+    def statements(**headers: str) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get("/operations/op-1/", **headers).status_code in (200, 204)
+        return len(captured.captured_queries)
+
+    statements()  # content types and the like are cached by the first request
+    short = statements()
+    _append(operation, "note", count=300)
+    long = statements()
+    assert short == long <= 20
+    attempt = _queue_lookup(operation)
+    live = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "live"}
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get("/operations/op-1/", {"seen": f"{attempt.pk}.queued"}, **live)
+    assert response.status_code == 204
+    print(f"page: {long} statements; a poll with nothing new: {len(captured)}")
+    assert len(captured) <= 6

@@ -408,3 +408,16 @@ def test_a_search_never_reveals_another_providers_operation(
     other_stuck.mismatch("ledger-2")  # its record has reference x-1 too
     response = client.get("/", {"q": "x-1", "jump": "1"})
     assert response.status_code == 302 and response["Location"] == "/operations/ledger-2/"
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("state=stranded&reason=lease_lost", ["op-lapsed"]),  # unknown, its receipt running
+        ("state=stranded&reason=stranded", ["op-stranded"]),
+        ("state=reconcile&reason=stranded", []),
+        ("state=unknown&reason=mismatch", []),
+    ],
+)
+def test_reason_combines_with_state(signed_in, operator, reasons, query, expected):
+    assert _keys(signed_in(operator).get(f"/?{query}")) == expected
