@@ -235,3 +235,14 @@ def test_the_page_costs_the_same_statements_however_long_the_history(client, ope
     assert response.status_code == 204
     print(f"page: {long} statements; a poll with nothing new: {len(captured)}")
     assert len(captured) <= 6
+
+
+def test_a_viewer_polls_too_but_is_sent_no_action_form_field(client, viewer, stuck):
+    attempt = _queue_lookup(stuck.unknown("op-1"))
+    client.force_login(viewer)
+    page = _page(client, "op-1")
+    assert "A lookup is queued" in page and "Look up now" not in page
+    assert lookup_attempt_run(attempt_id=attempt.pk).state == "unknown"  # still nothing there
+    done = _page(client, "op-1", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="live")
+    assert done.lstrip().startswith('<div id="live">')
+    assert 'id="op-state" hx-swap-oob="true"' in done and 'id="id_version"' not in done
