@@ -246,3 +246,31 @@ def test_a_viewer_polls_too_but_is_sent_no_action_form_field(client, viewer, stu
     done = _page(client, "op-1", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="live")
     assert done.lstrip().startswith('<div id="live">')
     assert 'id="op-state" hx-swap-oob="true"' in done and 'id="id_version"' not in done
+
+
+def test_a_journal_record_without_params_flags_the_digest_and_says_why_no_more(
+    client, operator, host_api, approver_api, tmp_path
+):
+    from recovery.services.providers import provider_configure
+    from tests.conftest import Flow
+    from tests.console.conftest import Stuck
+    from tests.support.providers import journal_append
+
+    journal = tmp_path / "journal.jsonl"
+    journal.touch()
+    # The operator's provider, configured to read a journal instead of its SQLite file.
+    created, _ = provider_configure(name="orders", adapter="journal", path=str(journal))
+    stuck = Stuck(Flow(host_api, approver_api, created), journal)
+    stuck._lapsed("op-1", PARAMS)
+    journal_append(
+        journal, operation_key="op-1", params_digest=digest_of({"amount": 9}), reference="j-1"
+    )
+    assert stuck.flow.resume("op-1")["state"] == "reconcile"
+    client.force_login(operator)
+    html = _page(client, "op-1")
+    evidence = _section(html, "evidence-title")
+    assert 'verdict-mismatch">mismatch<' in evidence
+    assert evidence.count('<dd class="differs">') == 1  # its digest
+    assert "holds only the digest of its parameters" in evidence
+    assert 'id="differences-title"' not in html
+    assert '<tr class="differs">' not in html  # no parameter is singled out
