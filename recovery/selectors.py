@@ -521,16 +521,19 @@ def operation_timeline(*, operation: Operation, limit: int = TIMELINE_LIMIT) -> 
         .select_related("evidence")
         .order_by("-started_at", "-id")[: limit + 1]
     )
-    entries = [
-        TimelineEntry(
-            at=event.at,
-            kind=event.kind,
-            actor=_who(event.actor),
-            summary=_event_summary(event.kind, event.data),
-            detail=event.data,
+    entries = []
+    for event in events:
+        # The chain accepts any JSON; a kind written later may not hold an object.
+        data = event.data if isinstance(event.data, dict) else {"data": event.data}
+        entries.append(
+            TimelineEntry(
+                at=event.at,
+                kind=event.kind,
+                actor=_who(event.actor),
+                summary=_event_summary(event.kind, data),
+                detail=data,
+            )
         )
-        for event in events
-    ]
     entries += [_lookup_entry(attempt) for attempt in attempts]
     entries.sort(key=lambda entry: entry.at, reverse=True)  # stable: the chain's order holds
     return Timeline(entries[:limit], len(entries) > limit)

@@ -274,3 +274,23 @@ def test_a_journal_record_without_params_flags_the_digest_and_says_why_no_more(
     assert "holds only the digest of its parameters" in evidence
     assert 'id="differences-title"' not in html
     assert '<tr class="differs">' not in html  # no parameter is singled out
+
+
+def test_an_operation_never_dispatched_has_a_page_too(client, operator, flow):
+    flow.register("op-1", PARAMS)
+    client.force_login(operator)
+    html = _page(client, "op-1")
+    assert "No permit was issued." in html and "Never dispatched." in html
+    assert "No lookup yet." in html and "awaiting_approval" in html
+    timeline = _section(html, "timeline-title")
+    assert "Registered" in timeline
+
+
+def test_an_event_whose_data_is_not_an_object_still_shows(client, operator, stuck):
+    operation = stuck.unknown("op-1")
+    with audit_transaction():
+        locked = operation_lock(operation)
+        audit_append(kind="stale_signal", operation=locked, data=["late", 1])  # type: ignore[arg-type]
+    client.force_login(operator)
+    section = _section(_page(client, "op-1"), "timeline-title")
+    assert "Stale signal, not applied" in section and "&quot;late&quot;" in section
