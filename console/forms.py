@@ -10,6 +10,7 @@ from recovery.models import Verdict
 from recovery.selectors import QUEUE_AGES, QUEUE_REASONS, QUEUE_STRANDED, QueueFilters
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 # The queue's reasons, short enough for a filter beside five others.
 _SHORT_REASONS = {
     "lease_lost": "Lease lapsed",
@@ -19,7 +20,6 @@ _SHORT_REASONS = {
     "lookup_budget_spent": "Lookup budget spent",
     QUEUE_STRANDED: "Stranded receipt",
 }
-_MICROSECOND = timedelta(microseconds=1)
 
 
 def cursor_encode(after: tuple[datetime, int]) -> str:
