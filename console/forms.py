@@ -7,10 +7,19 @@ from datetime import UTC, datetime, timedelta
 from django import forms
 
 from recovery.models import Verdict
-from recovery.selectors import QUEUE_STRANDED, QueueFilters
+from recovery.selectors import QUEUE_AGES, QUEUE_REASONS, QUEUE_STRANDED, QueueFilters
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+# The queue's reasons, short enough for a filter beside five others.
+_SHORT_REASONS = {
+    "lease_lost": "Lease lapsed",
+    "mismatch": "Evidence mismatch",
+    "corrupt": "Evidence corrupt",
+    "conflict": "Contradicts report",
+    "lookup_budget_spent": "Lookup budget spent",
+    QUEUE_STRANDED: "Stranded receipt",
+}
 
 
 def cursor_encode(after: tuple[datetime, int]) -> str:
@@ -45,7 +54,21 @@ class QueueFilterForm(forms.Form):
         label="Latest verdict",
         choices=[("", "Any verdict"), *Verdict.choices, ("none", "No lookup yet")],
     )
+    reason = forms.ChoiceField(
+        required=False,
+        label="Reason",
+        choices=[("", "Any reason"), *((code, _SHORT_REASONS[code]) for code in QUEUE_REASONS)],
+    )
+    age = forms.ChoiceField(
+        required=False,
+        label="Waiting",
+        choices=[("", "Any time"), *((code, age[0]) for code, age in QUEUE_AGES.items())],
+    )
     q = forms.CharField(required=False, max_length=200, label="Search")
+    # Set by the search's own submit (Enter, the button): an exact id then opens its
+    # operation. Typing alone only filters, so that a key that is the start of others
+    # does not carry the operator away mid-word.
+    jump = forms.BooleanField(required=False)
     after = forms.CharField(required=False, max_length=60)
 
     def __init__(self, *args: object, providers: list[str], **kwargs: object) -> None:
@@ -66,6 +89,8 @@ class QueueFilterForm(forms.Form):
             provider=data.get("provider", ""),
             verdict=data.get("verdict", ""),
             search=data.get("q", "").strip(),
+            reason=data.get("reason", ""),
+            age=data.get("age", ""),
         )
 
 

@@ -12,22 +12,57 @@ from approvals.actors import Actor
 from console.forms import ActionForm
 from console.views.access import operation_for_action, operation_for_viewer
 from console.views.reconcile import actions_context
-from recovery.selectors import operation_record
+from recovery.models import LookupAttempt
+from recovery.selectors import (
+    lookup_in_flight,
+    operation_comparison,
+    operation_permit_history,
+    operation_record,
+    operation_timeline,
+)
 from recovery.services.errors import RecoveryError
 from recovery.services.operator import operator_lookup
+
+
+def _seen(attempt: LookupAttempt) -> str:
+    """What a polling page shows of the lookup in flight: which one, and how far along."""
+    return f"{attempt.pk}.{attempt.status}"
 
 
 @login_required
 @require_safe
 def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
-    """The whole record of one operation, read-only: the host API's record of it."""
+    """The whole record of one operation, its history, and what differs in its evidence.
+
+    While a lookup of it is in flight, the page's ``#live`` region (evidence, receipt,
+    history) polls this view. A poll that finds the same lookup as the page shows gets
+    204, which htmx leaves on screen; any other answer is the region, redrawn, and once
+    no lookup is in flight it carries no trigger, so the polling stops there.
+    """
     operation = operation_for_viewer(request, key)
+    polled = bool(request.htmx) and request.htmx.target == "live"  # type: ignore[attr-defined]
+    in_flight = lookup_in_flight(operation=operation)
+    if polled and in_flight is not None and request.GET.get("seen") == _seen(in_flight):
+        return HttpResponse(status=204)
+    if in_flight is None:
+        # Read again now: a lookup that ended since the first read is then in the state
+        # shown, and the page never stops polling on a state that predates its answer.
+        operation.refresh_from_db()
+    record = operation_record(operation=operation)
     context = {
         "operation": operation,
-        "record": operation_record(operation=operation),
+        "record": record,
+        "comparison": operation_comparison(record=record),
+        "timeline": operation_timeline(operation=operation),
+        "permits": operation_permit_history(operation=operation),
+        "in_flight": in_flight,
+        "finished": polled and in_flight is None,
+        "oob": polled,
         **actions_context(request, operation),
+        "seen": _seen(in_flight) if in_flight is not None else "",
     }
-    return render(request, "console/operation.html", context)
+    template = "console/operation.html#live" if polled else "console/operation.html"
+    return render(request, template, context)
 
 
 @login_required

@@ -17,6 +17,7 @@ from console.forms import ActionForm, DecisionForm
 from console.views.access import operation_for_action
 from recovery.models import Dispatch, Operation
 from recovery.selectors import (
+    provider_permissions,
     provider_permitted,
     reconciliation_request_for_user,
     reconciliation_requests_for_user,
@@ -52,15 +53,12 @@ def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any
     A decision is listed only if the user holds its permission and the operation allows
     it now, with whether it is taken at once (the evidence backs it) or proposed.
     """
-    user = request.user
+    held = provider_permissions(user=request.user, provider=operation.provider)
     evidence = evidence_latest(operation)
     dispatch = Dispatch.objects.filter(operation=operation).first()
-    may_propose = provider_permitted(
-        user=user, permission="propose_reconciliations", provider=operation.provider
-    )
     decisions = []
     for action, permission in DECISIONS.items():
-        if not provider_permitted(user=user, permission=permission, provider=operation.provider):
+        if permission not in held:
             continue
         try:
             grounds = reconcile_grounds(
@@ -68,16 +66,14 @@ def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any
             )
         except RecoveryError:
             continue
-        if grounds.backed or may_propose:
+        if grounds.backed or "propose_reconciliations" in held:
             decisions.append({"action": action, "direct": grounds.backed})
     pending = ReconciliationRequest.objects.filter(
         operation_key=operation.key, status=ReconciliationRequest.Status.PENDING
     ).first()
     if pending is not None:  # one proposal at a time: it is decided first
         decisions = []
-    may_lookup = provider_permitted(
-        user=user, permission="lookup_operations", provider=operation.provider
-    )
+    may_lookup = "lookup_operations" in held
     return {
         "may_lookup": may_lookup,
         "decisions": decisions,
@@ -85,10 +81,7 @@ def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any
         "may_claim": may_lookup,
         "me": _actor(request),
         "pending_request": pending,
-        "may_approve": pending is not None
-        and provider_permitted(
-            user=user, permission="approve_reconciliations", provider=operation.provider
-        ),
+        "may_approve": pending is not None and "approve_reconciliations" in held,
         "action_form": ActionForm(initial={"version": operation.version}),
     }
 
