@@ -331,3 +331,23 @@ class AuditCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint #{self.number}"
+
+
+class AuditVerification(models.Model):
+    """The outcome of one full verification of the audit log (``verify_audit``).
+
+    Kept so that the console can say when the log was last verified and what the first
+    problem was, without verifying a million events on a page view. Only a record of a
+    run: the proof is running ``verify_audit`` again.
+    """
+
+    at = models.DateTimeField(help_text="When the verification started.")
+    ok = models.BooleanField()
+    problem = models.TextField(blank=True, help_text="The first problem found, if any.")
+    events_checked = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"verification at {self.at:%Y-%m-%d %H:%M:%S}: {'ok' if self.ok else 'broken'}"
