@@ -301,7 +301,11 @@ class AuditEvent(models.Model):
             # Two writers can never fork a chain: the second append at a seq fails.
             models.UniqueConstraint(fields=["operation_key", "seq"], name="audit_chain_seq"),
         ]
-        indexes = [models.Index(fields=["kind", "at"], name="audit_kind_at")]
+        indexes = [
+            models.Index(fields=["kind", "at"], name="audit_kind_at"),
+            # The audit trail filtered by kind, newest first by id: read backwards, no sort.
+            models.Index(fields=["kind", "id"], name="audit_kind_id"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.operation_key or 'system'} #{self.seq} {self.kind}"

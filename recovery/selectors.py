@@ -6,6 +6,7 @@ console start every query from one of them, so a check cannot be forgotten in on
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -406,16 +407,29 @@ def _actor_filter(text: str) -> Q:
     return Q(actor__regex=rf"^{re.escape(kind)}:([^:]*:)?{re.escape(name)}$")
 
 
-def _audit_events(*, user: Any, filters: AuditFilters) -> QuerySet[AuditEvent]:
+def _audit_branches(*, user: Any, filters: AuditFilters) -> list[QuerySet[AuditEvent]]:
+    """The chains ``user`` may read, as one query per kind of chain, filters applied.
+
+    The operations' chains and the system chain are read apart and merged by the
+    caller: an OR of the two makes PostgreSQL hash every visible operation's key on
+    every page, where alone each walks the events backwards along an index.
+    """
     visible = providers_visible_to(user=user)
     if filters.provider:
         visible = visible.filter(name=filters.provider)
-    # A semi-join on the operations' keys: one chain per operation, found through the
-    # (operation_key, seq) index whichever side the planner starts from.
-    chains = Q(operation_key__in=Operation.objects.filter(provider__in=visible).values("key"))
-    if not filters.provider and audit_supervisor(user=user):
-        chains |= Q(operation_key=SYSTEM_CHAIN)
-    events = AuditEvent.objects.filter(chains)
+    # The provider ids as values, not a subquery: then the planner knows how many
+    # operations (and so events) they hold, and either walks the newest events back
+    # checking each one's operation (a large share) or reads the few operations' chains
+    # through (operation_key, seq) and sorts them (a small share).
+    provider_ids = list(visible.values_list("pk", flat=True))
+    operations = Operation.objects.filter(provider__in=provider_ids).values("key")
+    branches = [AuditEvent.objects.filter(operation_key__in=operations)]
+    if not filters.provider and not filters.key and audit_supervisor(user=user):
+        branches.append(AuditEvent.objects.filter(operation_key=SYSTEM_CHAIN))
+    return [_audit_filtered(events, filters) for events in branches]
+
+
+def _audit_filtered(events: QuerySet[AuditEvent], filters: AuditFilters) -> QuerySet[AuditEvent]:
     if filters.key:
         events = events.filter(operation_key=filters.key)
     if filters.kind:
@@ -438,10 +452,12 @@ def audit_events_for_user(
     (``audit_supervisor``) the system chain. Keyset pagination on id: no OFFSET, no
     COUNT; one row beyond ``limit`` says whether there is a next page.
     """
-    events = _audit_events(user=user, filters=filters)
-    if after is not None:
-        events = events.filter(id__lt=after)
-    rows = list(events.order_by("-id")[: limit + 1])
+    rows: list[AuditEvent] = []
+    for events in _audit_branches(user=user, filters=filters):
+        if after is not None:
+            events = events.filter(id__lt=after)
+        rows.extend(events.order_by("-id")[: limit + 1])
+    rows.sort(key=lambda event: event.pk, reverse=True)
     if len(rows) <= limit:
         return AuditPage(rows, None)
     return AuditPage(rows[:limit], rows[limit - 1].pk)
@@ -452,11 +468,17 @@ def audit_events_export_for_user(
 ) -> Iterator[AuditEvent]:
     """Every event of the filtered trail, oldest first, read in chunks.
 
-    On PostgreSQL ``iterator`` reads through a server-side cursor: a million events
-    never sit in memory at once. Oldest first, so that each chain reads in its order.
+    On PostgreSQL ``iterator`` reads through a server-side cursor (one per branch,
+    merged by id as they go): a million events never sit in memory at once. Oldest
+    first, so that each chain reads in its order.
     """
-    events = _audit_events(user=user, filters=filters).order_by("id")
-    return events.iterator(chunk_size=chunk_size)
+    return heapq.merge(
+        *(
+            events.order_by("id").iterator(chunk_size=chunk_size)
+            for events in _audit_branches(user=user, filters=filters)
+        ),
+        key=lambda event: event.pk,
+    )
 
 
 @dataclass(frozen=True)
