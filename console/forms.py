@@ -110,7 +110,7 @@ class AuditFilterForm(forms.Form):
     actor = forms.CharField(
         required=False,
         max_length=200,
-        widget=forms.TextInput(attrs={"type": "search", "placeholder": "name or kind:name"}),
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "e.g. user:olivia"}),
     )
     key = forms.CharField(
         required=False,
