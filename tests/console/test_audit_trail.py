@@ -21,6 +21,7 @@ import time_machine
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction, exported_event_hash
@@ -240,6 +241,27 @@ def test_pages_continue_from_the_last_event_without_overlap(
     partial = client.get("/audit/?" + query, HTTP_HX_REQUEST="true")
     assert _events(partial) == expected[4:8]
     assert "<html" not in partial.content.decode()
+
+
+def test_a_page_never_counts_and_never_skips_rows(signed_in, supervisor, trail, monkeypatch):
+    monkeypatch.setattr("console.views.audit.PAGE_SIZE", 4)
+    client = signed_in(supervisor)
+    query = _next_query(client.get("/audit/"))
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/audit/?" + query).status_code == 200
+    events = [q["sql"] for q in queries.captured_queries if "recovery_auditevent" in q["sql"]]
+    assert events  # one per branch: the operations' chains, the system chain
+    for sql in events:
+        assert "COUNT(" not in sql.upper() and "OFFSET" not in sql.upper()
+        assert '"recovery_auditevent"."id" < ' in sql and "LIMIT 5" in sql
+
+
+def test_an_actor_filter_is_text_not_a_pattern(signed_in, supervisor, trail):
+    client = signed_in(supervisor)
+    for actor in ("host:.*", "(.*)", "fleet-.", "host:[a-z]+", "%", "_"):
+        page = client.get("/audit/", {"actor": actor})
+        assert page.status_code == 200
+        assert _events(page) == [], actor
 
 
 @pytest.mark.parametrize(
