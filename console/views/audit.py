@@ -24,7 +24,7 @@ from recovery.selectors import (
     audit_supervisor,
     providers_visible_to,
 )
-from recovery.services.audit_trail import audit_export_record
+from recovery.services.audit_trail import ExportFormat, audit_export_record
 
 PAGE_SIZE = 50
 EXPORT_COLUMNS = ("id", "at", "chain", "seq", "kind", "actor", "data", "prev_hash", "hash")
@@ -92,7 +92,7 @@ def _jsonl_lines(events: Iterable[AuditEvent]) -> Iterator[str]:
         yield canonical_dumps(event_export(event)).decode("utf-8") + "\n"
 
 
-def _export(request: HttpRequest, export_format: str) -> HttpResponseBase:
+def _export(request: HttpRequest, export_format: ExportFormat) -> HttpResponseBase:
     """Record the export, then stream it; a filter that does not parse is refused.
 
     Unlike the page, an export does not drop a bad filter: it would hand out more than
