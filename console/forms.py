@@ -1,13 +1,19 @@
-"""Forms of the console: the queue's filters, read from the URL."""
+"""Forms of the console: the queue's and the audit trail's filters, read from the URL."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 from django import forms
 
 from recovery.models import Verdict
-from recovery.selectors import QUEUE_AGES, QUEUE_REASONS, QUEUE_STRANDED, QueueFilters
+from recovery.selectors import (
+    QUEUE_AGES,
+    QUEUE_REASONS,
+    QUEUE_STRANDED,
+    AuditFilters,
+    QueueFilters,
+)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -105,3 +111,98 @@ class DecisionForm(forms.Form):
     """Approving or rejecting a four-eyes proposal: why."""
 
     reason = forms.CharField(max_length=500, strip=True)
+
+
+AUDIT_KINDS = (
+    "registered",
+    "transition",
+    "approval_requested",
+    "permit_issued",
+    "permit_consumed",
+    "consume_refused",
+    "permit_revoked",
+    "decision_refused",
+    "host_report",
+    "evidence",
+    "receipt_recovered",
+    "lookup_abandoned",
+    "stale_signal",
+    "operator_action",
+    "operator_refused",
+    "provider_configured",
+    "permission_granted",
+    "credential_rotated",
+    "credential_disabled",
+    "audit_exported",
+)
+
+
+class AuditFilterForm(forms.Form):
+    """The audit trail's filters, in the URL; the page and its exports read the same ones.
+
+    Dates are whole UTC days, both ends included. ``kind`` is free text (the list is
+    only a suggestion), so that a kind added later is found without changing the form.
+    """
+
+    actor = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "e.g. user:olivia"}),
+    )
+    key = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Operation key",
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "the whole key"}),
+    )
+    kind = forms.CharField(
+        required=False,
+        max_length=40,
+        widget=forms.TextInput(attrs={"type": "search", "list": "audit-kinds"}),
+    )
+    provider = forms.CharField(required=False, max_length=100)
+    since = forms.DateField(
+        required=False, label="From", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    until = forms.DateField(
+        required=False, label="To", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def __init__(self, *args: object, providers: list[str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["provider"] = forms.ChoiceField(
+            required=False, choices=[("", "Any provider"), *((p, p) for p in providers)]
+        )
+
+    def clean_until(self) -> date | None:
+        value: date | None = self.cleaned_data["until"]
+        if value is not None and value >= date.max:
+            raise forms.ValidationError("too far in the future")  # its end has no datetime
+        return value
+
+    def clean(self) -> dict[str, object]:
+        data = super().clean() or {}
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            self.add_error("until", "the end comes before the start")
+        return data
+
+    def filters(self) -> AuditFilters:
+        """The valid filters; an invalid one is dropped (and shown as an error)."""
+        data = getattr(self, "cleaned_data", {})
+        since, until = data.get("since"), data.get("until")
+        return AuditFilters(
+            actor=data.get("actor", "").strip(),
+            key=data.get("key", "").strip(),
+            kind=data.get("kind", "").strip(),
+            provider=data.get("provider", ""),
+            since=datetime.combine(since, time.min, UTC) if since else None,
+            until=datetime.combine(until, time.min, UTC) + timedelta(days=1) if until else None,
+        )
+
+    def query(self) -> dict[str, str]:
+        """The valid filters as the URL spells them (for the export links and the record)."""
+        data = getattr(self, "cleaned_data", {})
+        names = ("actor", "key", "kind", "provider", "since", "until")
+        return {name: str(data[name]).strip() for name in names if data.get(name)}

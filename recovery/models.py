@@ -339,7 +339,11 @@ class AuditEvent(models.Model):
             # Two writers can never fork a chain: the second append at a seq fails.
             models.UniqueConstraint(fields=["operation_key", "seq"], name="audit_chain_seq"),
         ]
-        indexes = [models.Index(fields=["kind", "at"], name="audit_kind_at")]
+        indexes = [
+            models.Index(fields=["kind", "at"], name="audit_kind_at"),
+            # The audit trail filtered by kind, newest first by id: read backwards, no sort.
+            models.Index(fields=["kind", "id"], name="audit_kind_id"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.operation_key or 'system'} #{self.seq} {self.kind}"
@@ -369,3 +373,23 @@ class AuditCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint #{self.number}"
+
+
+class AuditVerification(models.Model):
+    """The outcome of one full verification of the audit log (``verify_audit``).
+
+    Kept so that the console can say when the log was last verified and what the first
+    problem was, without verifying a million events on a page view. Only a record of a
+    run: the proof is running ``verify_audit`` again.
+    """
+
+    at = models.DateTimeField(help_text="When the verification started.")
+    ok = models.BooleanField()
+    problem = models.TextField(blank=True, help_text="The first problem found, if any.")
+    events_checked = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"verification at {self.at:%Y-%m-%d %H:%M:%S}: {'ok' if self.ok else 'broken'}"

@@ -66,3 +66,9 @@ def duration(value: timedelta | None) -> str:
         return "a while"
     whole = int(value.total_seconds())
     return next((f"{whole // size} {name}" for name, size in _UNITS if whole >= size), "0 s")
+
+
+@register.filter
+def compact_json(value: Any) -> str:
+    """One line of JSON, keys sorted: an audit event's data in a table cell."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

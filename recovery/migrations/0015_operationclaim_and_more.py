@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("approvals", "0008_reconciliationrequest"),
-        ("recovery", "0012_remove_lookupattempt_lookup_one_running_per_operation_and_more"),
+        ("recovery", "0014_auditevent_audit_kind_id"),
     ]
 
     operations = [
