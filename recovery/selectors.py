@@ -563,7 +563,23 @@ def _event_summary(kind: str, data: dict[str, Any]) -> str:
     if kind == "operator_refused":
         return f"Operator's {get('action')} refused ({get('code')})"
     if kind == "receipt_recovered":
-        return f"Receipt completed from evidence #{get('evidence_id')}: {get('status')}"
+        grounds = (
+            f"four-eyes request #{get('request_id')}"
+            if get("request_id")
+            else f"evidence #{get('evidence_id')}"
+        )
+        return f"Receipt completed from {grounds}: {get('status')}"
+    if kind == "reconciliation_proposed":
+        return f"Proposed {get('action')} for a second operator: “{get('reason')}”"
+    if kind in ("reconciliation_approved", "reconciliation_rejected"):
+        verb = "approved" if kind.endswith("approved") else "rejected"
+        return f"Proposed {get('action')} {verb}: “{get('reason')}”"
+    if kind == "reconciliation_invalidated":
+        return f"Proposed {get('action')} invalidated: {get('why')}"
+    if kind == "claimed":
+        return "Claimed"
+    if kind == "claim_released":
+        return "Claim released"
     if kind == "lookup_abandoned":
         return f"Lookup #{get('lookup_id')} abandoned ({get('reason').replace('_', ' ')})"
     if kind == "consume_refused":

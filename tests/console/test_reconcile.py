@@ -151,6 +151,10 @@ def test_a_proposed_void_is_approved_by_a_supervisor_in_one_step(operator, super
     [approved] = _events(operation, "reconciliation_approved")
     assert approved.data["proposed_by"] == f"user:{operator.get_username()}"
     assert _events(operation, "transition")[-1].data["request_id"] == proposal.pk
+    timeline = _client(operator).get(f"/operations/{operation.key}/").content.decode()
+    assert "Proposed void for a second operator: “customer cancelled by phone”" in timeline
+    assert "Proposed void approved: “confirmed with the customer”" in timeline
+    assert f"Receipt completed from four-eyes request #{proposal.pk}: failed" in timeline
 
 
 def test_the_proposer_can_never_approve_their_own_request(supervisor, stuck):
