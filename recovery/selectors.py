@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import (
     Case,
     CharField,
@@ -44,6 +45,7 @@ from recovery.models import (
     Host,
     LookupAttempt,
     Operation,
+    OperationClaim,
     Provider,
     State,
 )
@@ -316,6 +318,12 @@ _REASON_OF_TRANSITION = Case(
 )
 
 
+def claim_cutoff(now: datetime | None = None) -> datetime:
+    """Claims last touched before this have lapsed (``recovery.services.claims``)."""
+    idle = timedelta(minutes=settings.SETTLE_CLAIM_IDLE_MINUTES)
+    return (now or timezone.now()) - idle
+
+
 def _queue_branch(
     rows: QuerySet[Operation], filters: QueueFilters, after: tuple[datetime, int] | None
 ) -> QuerySet[Operation]:
@@ -344,6 +352,11 @@ def _queue_branch(
             .values("operation")
             .annotate(n=Count("pk"))
             .values("n")[:1]
+        ),
+        claimed_by=Subquery(
+            OperationClaim.objects.filter(
+                operation=OuterRef("pk"), touched_at__gt=claim_cutoff()
+            ).values("actor")[:1]
         ),
         reason=Case(
             When(~Q(state__in=QUEUE_STATES), then=Value(QUEUE_STRANDED)),

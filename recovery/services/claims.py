@@ -9,22 +9,14 @@ by design someone else. Claims are audited on the operation's chain.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
-from django.conf import settings
 from django.utils import timezone
 
 from approvals.actors import Actor
 from recovery.audit import audit_append, audit_chain_locked, audit_transaction
 from recovery.models import Operation, OperationClaim
+from recovery.selectors import claim_cutoff
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operations_locked
-
-
-def claim_cutoff(now: datetime | None = None) -> datetime:
-    """Claims touched before this have lapsed."""
-    idle = timedelta(minutes=settings.SETTLE_CLAIM_IDLE_MINUTES)
-    return (now or timezone.now()) - idle
 
 
 def claim_live(operation: Operation) -> OperationClaim | None:

@@ -421,3 +421,29 @@ def test_a_search_never_reveals_another_providers_operation(
 )
 def test_reason_combines_with_state(signed_in, operator, reasons, query, expected):
     assert _keys(signed_in(operator).get(f"/?{query}")) == expected
+
+
+def test_the_queue_shows_who_claimed_an_operation_until_the_claim_lapses(
+    signed_in, operator, stuck, settings
+):
+    import time_machine
+    from django.utils import timezone
+
+    from recovery.services.claims import operation_claim
+
+    claimed = stuck.unknown("op-claimed")
+    stuck.mismatch("op-free")
+    operation_claim(operation=claimed, actor=Actor.of("user", operator))
+    html = signed_in(operator).get("/").content.decode()
+    rows = dict(
+        re.findall(r'>(op-[a-z]+)</a></td>.*?data-label="Claimed by">(.*?)</td>', html, re.S)
+    )
+    assert rows["op-claimed"] == "olivia"
+    assert "—" in rows["op-free"]
+    idle = settings.SETTLE_CLAIM_IDLE_MINUTES + 1
+    with time_machine.travel(timezone.now() + timezone.timedelta(minutes=idle)):
+        html = signed_in(operator).get("/").content.decode()
+    rows = dict(
+        re.findall(r'>(op-[a-z]+)</a></td>.*?data-label="Claimed by">(.*?)</td>', html, re.S)
+    )
+    assert "—" in rows["op-claimed"]
