@@ -230,6 +230,9 @@ SETTLE_LOOKUP_BATCH = env_int("SETTLE_LOOKUP_BATCH", 200, minimum=1)
 # How often beat signs a checkpoint of the audit log: the window of events that no signed
 # checkpoint covers yet is at most this long (plus the time a checkpoint takes).
 SETTLE_AUDIT_CHECKPOINT_SECONDS = env_int("SETTLE_AUDIT_CHECKPOINT_SECONDS", 60, minimum=1)
+# How often beat verifies the whole audit log (every chain, every checkpoint): what the
+# audit trail page shows as "last verified". A full read of the log, so not too often.
+SETTLE_AUDIT_VERIFY_SECONDS = env_int("SETTLE_AUDIT_VERIFY_SECONDS", 3600, minimum=1)
 
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still
@@ -298,6 +301,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "recovery.tasks.audit_checkpoint",
         "schedule": float(SETTLE_AUDIT_CHECKPOINT_SECONDS),
         "options": {"expires": float(SETTLE_AUDIT_CHECKPOINT_SECONDS)},
+    },
+    "audit-verify": {
+        "task": "recovery.tasks.audit_verify",
+        "schedule": float(SETTLE_AUDIT_VERIFY_SECONDS),
+        "options": {"expires": float(SETTLE_AUDIT_VERIFY_SECONDS)},
     },
 }
 

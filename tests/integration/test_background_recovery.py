@@ -30,6 +30,7 @@ from recovery.audit import audit_verify
 from recovery.models import (
     AuditCheckpoint,
     AuditEvent,
+    AuditVerification,
     Dispatch,
     Evidence,
     LookupAttempt,
@@ -419,7 +420,7 @@ def test_with_no_broker_configured_a_real_worker_and_beat_recover_through_the_fi
     assert_audit_intact()
 
 
-def test_beat_signs_audit_checkpoints_on_schedule_and_they_verify(
+def test_beat_signs_audit_checkpoints_and_verifies_the_log_on_schedule(
     settle: Settle,
     make_provider: Any,
     celery_env: dict[str, str | None],
@@ -432,6 +433,7 @@ def test_beat_signs_audit_checkpoints_on_schedule_and_they_verify(
     env = {
         **celery_env,
         "SETTLE_AUDIT_CHECKPOINT_SECONDS": "1",
+        "SETTLE_AUDIT_VERIFY_SECONDS": "2",
         "SETTLE_AUDIT_CHECKPOINT_FILE": str(checkpoints),
         "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
     }
@@ -455,3 +457,5 @@ def test_beat_signs_audit_checkpoints_on_schedule_and_they_verify(
         AuditCheckpoint.objects.order_by("number").values_list("number", flat=True)
     )
     assert list(audit_verify()) == []
+    # Beat verifies the whole log too, and keeps the outcome for the audit trail page.
+    _wait(lambda: AuditVerification.objects.filter(ok=True).exists(), 30, "beat's verification")
