@@ -156,3 +156,64 @@ class PermitEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.reason}".strip()
+
+
+class ReconciliationRequest(models.Model):
+    """A proposed operator decision that a second person must approve (four eyes).
+
+    Made when the evidence does not back the decision by itself: a confirm or a void
+    without matching evidence, a receipt repaired without it. Binds to the operation by
+    value, as approvals do, and to what the proposer saw: the operation's version and
+    its latest evidence. If either has moved on when a second person decides, the
+    request is ``invalidated`` and nothing changes. The proposer never decides their
+    own request.
+    """
+
+    class Action(models.TextChoices):
+        CONFIRM = "confirm"
+        VOID = "void"
+        REPAIR = "repair"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        INVALIDATED = "invalidated"
+
+    operation_key = models.CharField(max_length=200, db_index=True)
+    provider = models.CharField(max_length=100)
+    params_digest = models.CharField(max_length=71)
+    action = models.CharField(max_length=10, choices=Action.choices)
+    operation_version = models.PositiveIntegerField()
+    # The latest evidence the proposer saw (an id of recovery's evidence), or None.
+    evidence_seen = models.BigIntegerField(null=True, blank=True)
+    reason = models.CharField(max_length=500)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
+    proposed_by = ActorField(blank=False)
+    proposed_at = models.DateTimeField()
+    decided_by = ActorField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["operation_key"],
+                condition=Q(status="pending"),
+                name="reconciliation_one_pending_per_operation",
+            ),
+            models.CheckConstraint(
+                condition=Q(status="pending") | Q(decided_at__isnull=False),
+                name="reconciliation_decided_has_time",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["proposed_at", "id"],
+                condition=Q(status="pending"),
+                name="reconciliation_pending",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} of {self.operation_key} ({self.status})"

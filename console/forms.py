@@ -1,16 +1,31 @@
-"""Forms of the console: the queue's filters, read from the URL."""
+"""Forms of the console: the queue's and the audit trail's filters, read from the URL."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 from django import forms
 
 from recovery.models import Verdict
-from recovery.selectors import QUEUE_STRANDED, QueueFilters
+from recovery.selectors import (
+    QUEUE_AGES,
+    QUEUE_REASONS,
+    QUEUE_STRANDED,
+    AuditFilters,
+    QueueFilters,
+)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+# The queue's reasons, short enough for a filter beside five others.
+_SHORT_REASONS = {
+    "lease_lost": "Lease lapsed",
+    "mismatch": "Evidence mismatch",
+    "corrupt": "Evidence corrupt",
+    "conflict": "Contradicts report",
+    "lookup_budget_spent": "Lookup budget spent",
+    QUEUE_STRANDED: "Stranded receipt",
+}
 
 
 def cursor_encode(after: tuple[datetime, int]) -> str:
@@ -45,7 +60,21 @@ class QueueFilterForm(forms.Form):
         label="Latest verdict",
         choices=[("", "Any verdict"), *Verdict.choices, ("none", "No lookup yet")],
     )
+    reason = forms.ChoiceField(
+        required=False,
+        label="Reason",
+        choices=[("", "Any reason"), *((code, _SHORT_REASONS[code]) for code in QUEUE_REASONS)],
+    )
+    age = forms.ChoiceField(
+        required=False,
+        label="Waiting",
+        choices=[("", "Any time"), *((code, age[0]) for code, age in QUEUE_AGES.items())],
+    )
     q = forms.CharField(required=False, max_length=200, label="Search")
+    # Set by the search's own submit (Enter, the button): an exact id then opens its
+    # operation. Typing alone only filters, so that a key that is the start of others
+    # does not carry the operator away mid-word.
+    jump = forms.BooleanField(required=False)
     after = forms.CharField(required=False, max_length=60)
 
     def __init__(self, *args: object, providers: list[str], **kwargs: object) -> None:
@@ -66,6 +95,8 @@ class QueueFilterForm(forms.Form):
             provider=data.get("provider", ""),
             verdict=data.get("verdict", ""),
             search=data.get("q", "").strip(),
+            reason=data.get("reason", ""),
+            age=data.get("age", ""),
         )
 
 
@@ -74,3 +105,104 @@ class ActionForm(forms.Form):
 
     version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
     reason = forms.CharField(max_length=500, strip=True)
+
+
+class DecisionForm(forms.Form):
+    """Approving or rejecting a four-eyes proposal: why."""
+
+    reason = forms.CharField(max_length=500, strip=True)
+
+
+AUDIT_KINDS = (
+    "registered",
+    "transition",
+    "approval_requested",
+    "permit_issued",
+    "permit_consumed",
+    "consume_refused",
+    "permit_revoked",
+    "decision_refused",
+    "host_report",
+    "evidence",
+    "receipt_recovered",
+    "lookup_abandoned",
+    "stale_signal",
+    "operator_action",
+    "operator_refused",
+    "provider_configured",
+    "permission_granted",
+    "credential_rotated",
+    "credential_disabled",
+    "audit_exported",
+)
+
+
+class AuditFilterForm(forms.Form):
+    """The audit trail's filters, in the URL; the page and its exports read the same ones.
+
+    Dates are whole UTC days, both ends included. ``kind`` is free text (the list is
+    only a suggestion), so that a kind added later is found without changing the form.
+    """
+
+    actor = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "e.g. user:olivia"}),
+    )
+    key = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Operation key",
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "the whole key"}),
+    )
+    kind = forms.CharField(
+        required=False,
+        max_length=40,
+        widget=forms.TextInput(attrs={"type": "search", "list": "audit-kinds"}),
+    )
+    provider = forms.CharField(required=False, max_length=100)
+    since = forms.DateField(
+        required=False, label="From", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    until = forms.DateField(
+        required=False, label="To", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def __init__(self, *args: object, providers: list[str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["provider"] = forms.ChoiceField(
+            required=False, choices=[("", "Any provider"), *((p, p) for p in providers)]
+        )
+
+    def clean_until(self) -> date | None:
+        value: date | None = self.cleaned_data["until"]
+        if value is not None and value >= date.max:
+            raise forms.ValidationError("too far in the future")  # its end has no datetime
+        return value
+
+    def clean(self) -> dict[str, object]:
+        data = super().clean() or {}
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            self.add_error("until", "the end comes before the start")
+        return data
+
+    def filters(self) -> AuditFilters:
+        """The valid filters; an invalid one is dropped (and shown as an error)."""
+        data = getattr(self, "cleaned_data", {})
+        since, until = data.get("since"), data.get("until")
+        return AuditFilters(
+            actor=data.get("actor", "").strip(),
+            key=data.get("key", "").strip(),
+            kind=data.get("kind", "").strip(),
+            provider=data.get("provider", ""),
+            since=datetime.combine(since, time.min, UTC) if since else None,
+            until=datetime.combine(until, time.min, UTC) + timedelta(days=1) if until else None,
+        )
+
+    def query(self) -> dict[str, str]:
+        """The valid filters as the URL spells them (for the export links and the record)."""
+        data = getattr(self, "cleaned_data", {})
+        names = ("actor", "key", "kind", "provider", "since", "until")
+        return {name: str(data[name]).strip() for name in names if data.get(name)}

@@ -211,6 +211,10 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # for the schedule, so that one slow provider cannot hold every web worker.
 SETTLE_WEB_LOOKUPS_PER_PROVIDER = env_int("SETTLE_WEB_LOOKUPS_PER_PROVIDER", 2, minimum=1)
 
+# An operator's claim on an operation lapses after this long without an action of theirs
+# on it, so that a claim left behind by someone who went home does not block the rest.
+SETTLE_CLAIM_IDLE_MINUTES = env_int("SETTLE_CLAIM_IDLE_MINUTES", 30, minimum=1)
+
 # Request bodies above this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("SETTLE_MAX_BODY_BYTES", 256 * 1024, minimum=70 * 1024)
 
@@ -223,6 +227,12 @@ SETTLE_LOOKUP_QUEUE_SECONDS = env_int("SETTLE_LOOKUP_QUEUE_SECONDS", 60, minimum
 # Lookups of one provider run by one task: the provider is read once per batch (a journal
 # once, a SQLite database with one query) and the answers applied in one transaction.
 SETTLE_LOOKUP_BATCH = env_int("SETTLE_LOOKUP_BATCH", 200, minimum=1)
+# How often beat signs a checkpoint of the audit log: the window of events that no signed
+# checkpoint covers yet is at most this long (plus the time a checkpoint takes).
+SETTLE_AUDIT_CHECKPOINT_SECONDS = env_int("SETTLE_AUDIT_CHECKPOINT_SECONDS", 60, minimum=1)
+# How often beat verifies the whole audit log (every chain, every checkpoint): what the
+# audit trail page shows as "last verified". A full read of the log, so not too often.
+SETTLE_AUDIT_VERIFY_SECONDS = env_int("SETTLE_AUDIT_VERIFY_SECONDS", 3600, minimum=1)
 
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still
@@ -289,8 +299,13 @@ CELERY_BEAT_SCHEDULE = {
     # Bounds the window of audit events no signed checkpoint covers yet.
     "audit-checkpoint": {
         "task": "recovery.tasks.audit_checkpoint",
-        "schedule": 60.0,
-        "options": {"expires": 60.0},
+        "schedule": float(SETTLE_AUDIT_CHECKPOINT_SECONDS),
+        "options": {"expires": float(SETTLE_AUDIT_CHECKPOINT_SECONDS)},
+    },
+    "audit-verify": {
+        "task": "recovery.tasks.audit_verify",
+        "schedule": float(SETTLE_AUDIT_VERIFY_SECONDS),
+        "options": {"expires": float(SETTLE_AUDIT_VERIFY_SECONDS)},
     },
 }
 

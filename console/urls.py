@@ -4,12 +4,35 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console.views import operations, queue, system
+from console.views import audit, operations, queue, reconcile, system
 
 urlpatterns = [
     path("", queue.home, name="home"),
     path("operations/<str:key>/", operations.operation_detail, name="operation"),
     path("operations/<str:key>/lookup", operations.operation_lookup, name="operation-lookup"),
+    *(
+        path(
+            f"operations/<str:key>/{action}",
+            reconcile.operation_decide,
+            {"action": action},
+            name=f"operation-{action}",
+        )
+        for action in reconcile.DECISIONS
+    ),
+    path("operations/<str:key>/claim", reconcile.operation_claim_view, name="operation-claim"),
+    path(
+        "operations/<str:key>/release", reconcile.operation_release_view, name="operation-release"
+    ),
+    path("reconciliations/", reconcile.reconciliations, name="reconciliations"),
+    *(
+        path(
+            f"reconciliations/<int:request_id>/{decision}",
+            reconcile.reconciliation_decide,
+            {"decision": decision},
+            name=f"reconciliation-{decision}",
+        )
+        for decision in ("approve", "reject")
+    ),
     path(
         "login/",
         auth_views.LoginView.as_view(
@@ -20,6 +43,9 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("audit/", audit.audit_trail, name="audit"),
+    path("audit/export.csv", audit.audit_export_csv, name="audit-export-csv"),
+    path("audit/export.jsonl", audit.audit_export_jsonl, name="audit-export-jsonl"),
     path("healthz", system.healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/", include("recovery.urls")),

@@ -57,7 +57,7 @@ class ProviderForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Provider
         fields = ["name", "adapter", "path", "url", "timeout_seconds", "lease_seconds"]
-        fields += ["lookup_budget"]
+        fields += ["lookup_budget", "absent_is_authoritative"]
 
     def settings(self) -> ProviderSettings:
         data = self.cleaned_data
@@ -70,6 +70,7 @@ class ProviderForm(forms.ModelForm):  # type: ignore[type-arg]
             timeout_seconds=data.get("timeout_seconds"),
             lease_seconds=data.get("lease_seconds"),
             lookup_budget=data.get("lookup_budget"),
+            absent_is_authoritative=data.get("absent_is_authoritative"),
         )
 
     def clean(self) -> dict[str, Any]:
@@ -99,6 +100,7 @@ class ProviderAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "timeout_seconds",
         "lease_seconds",
         "lookup_budget",
+        "absent_is_authoritative",
     ]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:

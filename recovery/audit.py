@@ -45,7 +45,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from recovery.batchsql import values_update
 from recovery.canonical import canonical_dumps, sha256_digest
-from recovery.models import AuditCheckpoint, AuditEvent, Operation
+from recovery.models import AuditCheckpoint, AuditEvent, AuditVerification, Operation
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,6 +77,18 @@ def advisory_xact_lock(*keys: int) -> None:
             cursor.execute(f"SELECT pg_advisory_xact_lock({placeholders})", list(keys))
 
 
+def _content_hash(prev_hash: str, content: dict[str, Any]) -> str:
+    """sha256 of the previous hash's ASCII followed by the content's canonical JSON.
+
+    ``content`` holds ``seq``, ``at`` (``_timestamp``'s text), ``kind``,
+    ``operation_key``, ``actor`` (its stored text) and ``data``: the one definition of
+    an event's hash, for appending, verifying, and checking an export.
+    """
+    return (
+        "sha256:" + hashlib.sha256(prev_hash.encode("ascii") + canonical_dumps(content)).hexdigest()
+    )
+
+
 def event_hash(
     *,
     prev_hash: str,
@@ -87,7 +99,8 @@ def event_hash(
     actor: str,
     data: dict[str, Any],
 ) -> str:
-    content = canonical_dumps(
+    return _content_hash(
+        prev_hash,
         {
             "seq": seq,
             "at": _timestamp(at),
@@ -95,9 +108,8 @@ def event_hash(
             "operation_key": operation_key,
             "actor": actor,
             "data": data,
-        }
+        },
     )
-    return "sha256:" + hashlib.sha256(prev_hash.encode("ascii") + content).hexdigest()
 
 
 def event_digest(event: AuditEvent) -> str:
@@ -110,6 +122,45 @@ def event_digest(event: AuditEvent) -> str:
         operation_key=event.operation_key,
         actor=event.actor.stored if event.actor else "",
         data=event.data,
+    )
+
+
+def event_export(event: AuditEvent) -> dict[str, Any]:
+    """An event as an export carries it: every field its hash covers, as hashed.
+
+    ``at`` is the exact text the hash covers (microseconds, UTC) and ``actor`` the
+    stored ``kind:id:name``, so that ``exported_event_hash`` (or any RFC 8785
+    implementation) recomputes ``hash`` from the record alone.
+    """
+    return {
+        "id": event.pk,
+        "at": _timestamp(event.at),
+        "chain": event.operation_key,
+        "seq": event.seq,
+        "kind": event.kind,
+        "actor": event.actor.stored if event.actor else "",
+        "data": event.data,
+        "prev_hash": event.prev_hash,
+        "hash": event.hash,
+    }
+
+
+def exported_event_hash(record: dict[str, Any]) -> str:
+    """The hash an exported event must carry, from its exported fields alone.
+
+    ``data`` may be the object or its canonical JSON text (the CSV export's form).
+    """
+    data = record["data"]
+    return _content_hash(
+        str(record["prev_hash"]),
+        {
+            "seq": int(record["seq"]),
+            "at": str(record["at"]),
+            "kind": str(record["kind"]),
+            "operation_key": str(record["chain"]),
+            "actor": str(record["actor"]),
+            "data": json.loads(data) if isinstance(data, str) else data,
+        },
     )
 
 
@@ -522,8 +573,18 @@ def _vouched_problem(chain: str, length: int, vouched: tuple[int, str, int] | No
     return f"events after #{length} are missing; checkpoint #{number} names #{seq} (cut)"
 
 
-def audit_verify(*, chunk_size: int = 5000) -> Iterator[ChainBreak]:
+@dataclass
+class VerifyTally:
+    """How far a verification got: the events whose hashes it checked."""
+
+    events: int = 0
+
+
+def audit_verify(
+    *, chunk_size: int = 5000, tally: VerifyTally | None = None
+) -> Iterator[ChainBreak]:
     """Check every checkpoint and every chain; yield the first problem found (if any)."""
+    tally = tally if tally is not None else VerifyTally()
     checkpoints, problem = _checkpoints_verified()
     if problem:
         yield ChainBreak("", 0, problem)
@@ -534,6 +595,7 @@ def audit_verify(*, chunk_size: int = 5000) -> Iterator[ChainBreak]:
     prev_hash = GENESIS_HASH
     events = AuditEvent.objects.order_by("operation_key", "seq").iterator(chunk_size=chunk_size)
     for event in events:
+        tally.events += 1
         if event.operation_key != chain:
             if chain is not None:
                 cut = _vouched_problem(chain, length, vouched.pop(chain, None))
@@ -607,3 +669,20 @@ def audit_status() -> AuditStatus:
     events = AuditEvent.objects.count()
     chains = AuditEvent.objects.values("operation_key").distinct().count()
     return AuditStatus(events=events, chains=chains, checkpoint=latest)
+
+
+def audit_verification_run(*, chunk_size: int = 5000) -> AuditVerification:
+    """Verify the whole log (``audit_verify``) and keep the outcome, for the console.
+
+    The record is written whether or not a problem was found: a broken log must show
+    as broken, not as "last verified" at an earlier, intact moment.
+    """
+    started = timezone.now()
+    tally = VerifyTally()
+    problem = next(iter(audit_verify(chunk_size=chunk_size, tally=tally)), None)
+    return AuditVerification.objects.create(
+        at=started,
+        ok=problem is None,
+        problem="" if problem is None else str(problem),
+        events_checked=tally.events,
+    )

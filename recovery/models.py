@@ -47,6 +47,14 @@ class Provider(models.Model):
     lookup_budget = models.PositiveIntegerField(
         default=5, help_text="Inconclusive lookups (absent/unavailable) before reconcile."
     )
+    absent_is_authoritative = models.BooleanField(
+        default=False,
+        help_text=(
+            "The provider's record is complete: an operation it has no record of was not "
+            "performed, so an operator may void it on 'absent' evidence without a second "
+            "operator. Leave off unless the provider writes its record before any effect."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -176,14 +184,25 @@ class Dispatch(models.Model):
     receipt_evidence = models.ForeignKey(
         "Evidence", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    # Or, where no evidence backed it, the four-eyes decision it was completed by.
+    receipt_request = models.ForeignKey(
+        "approvals.ReconciliationRequest",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
     receipt_reported_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["operation"], name="dispatch_one_per_operation"),
+            # A recovery receipt points at what it was built from.
             models.CheckConstraint(
-                condition=Q(receipt_recovered=False) | Q(receipt_evidence__isnull=False),
-                name="receipt_recovery_has_evidence",
+                condition=Q(receipt_recovered=False)
+                | Q(receipt_evidence__isnull=False)
+                | Q(receipt_request__isnull=False),
+                name="receipt_recovery_has_grounds",
             ),
         ]
         indexes = [
@@ -197,6 +216,25 @@ class Dispatch(models.Model):
 
     def __str__(self) -> str:
         return f"dispatch of {self.operation_id}"
+
+
+class OperationClaim(models.Model):
+    """An operator working on an operation, so that a second one does not.
+
+    A claim lapses by itself once its holder has been idle (no action on the operation)
+    for ``SETTLE_CLAIM_IDLE_MINUTES``; a lapsed claim is as good as none and is replaced
+    by the next one taken.
+    """
+
+    operation = models.OneToOneField(
+        Operation, on_delete=models.PROTECT, primary_key=True, related_name="claim"
+    )
+    actor = ActorField(blank=False)
+    claimed_at = models.DateTimeField()
+    touched_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.operation_id} claimed by {self.actor}"
 
 
 class Verdict(models.TextChoices):
@@ -301,7 +339,11 @@ class AuditEvent(models.Model):
             # Two writers can never fork a chain: the second append at a seq fails.
             models.UniqueConstraint(fields=["operation_key", "seq"], name="audit_chain_seq"),
         ]
-        indexes = [models.Index(fields=["kind", "at"], name="audit_kind_at")]
+        indexes = [
+            models.Index(fields=["kind", "at"], name="audit_kind_at"),
+            # The audit trail filtered by kind, newest first by id: read backwards, no sort.
+            models.Index(fields=["kind", "id"], name="audit_kind_id"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.operation_key or 'system'} #{self.seq} {self.kind}"
@@ -331,3 +373,23 @@ class AuditCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint #{self.number}"
+
+
+class AuditVerification(models.Model):
+    """The outcome of one full verification of the audit log (``verify_audit``).
+
+    Kept so that the console can say when the log was last verified and what the first
+    problem was, without verifying a million events on a page view. Only a record of a
+    run: the proof is running ``verify_audit`` again.
+    """
+
+    at = models.DateTimeField(help_text="When the verification started.")
+    ok = models.BooleanField()
+    problem = models.TextField(blank=True, help_text="The first problem found, if any.")
+    events_checked = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"verification at {self.at:%Y-%m-%d %H:%M:%S}: {'ok' if self.ok else 'broken'}"

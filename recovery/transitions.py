@@ -66,7 +66,10 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (State.FAILED, Event.CONFLICT): State.RECONCILE,
     (State.DISPATCHED, Event.CONFLICT): State.RECONCILE,
     (State.UNKNOWN, Event.CONFLICT): State.RECONCILE,
-    # Operator decisions.
+    # Operator decisions (``recovery.services.reconcile``): backed by the latest
+    # evidence, or approved by a second operator.
+    (State.UNKNOWN, Event.CONFIRM): State.RELEASED,
+    (State.UNKNOWN, Event.VOID): State.VOIDED,
     (State.RECONCILE, Event.CONFIRM): State.RELEASED,
     (State.RECONCILE, Event.VOID): State.VOIDED,
 }

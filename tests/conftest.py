@@ -20,6 +20,9 @@ from recovery.services.providers import provider_configure
 from tests.support.contract import response_check
 from tests.support.providers import sqlite_provider_init
 
+# Real Celery processes (queue, celery_env, celery_procs), for any test that needs them.
+pytest_plugins = ["tests.support.celery_fixtures"]
+
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}
 
 # CI sets SETTLE_REQUIRE_POSTGRES: there the suite must run on PostgreSQL and nothing

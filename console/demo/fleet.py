@@ -32,7 +32,9 @@ _LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 @dataclass(frozen=True)
 class Scenario:
     name: str  # the end of the operation key
-    provider: str  # the provider's name: demo-orders (SQLite) or demo-journal (JSONL)
+    # The provider's name: demo-orders (SQLite), demo-journal (JSONL) or demo-payments
+    # (HTTP, down: nothing listens where it is configured).
+    provider: str
     scenario: str  # see console.demo.worker
     resume: bool = False  # a replacement worker resumes it once the lease has lapsed
 
@@ -47,6 +49,9 @@ FLEET = (
     Scenario("ledger-corrupt-line", "demo-journal", "corrupt", resume=True),  # reconcile
     Scenario("order-provider-down", "demo-orders", "provider_down"),  # failed
     Scenario("ledger-awaiting-approval", "demo-journal", "awaiting"),  # awaiting_approval
+    # Killed before it reached the payment provider, which is down: every lookup finds it
+    # unavailable; after the provider's lookup budget, reconcile.
+    Scenario("payment-provider-down", "demo-payments", "before_commit", resume=True),
     # Killed after the commit and left to the sweeper: the background lookup releases it.
     Scenario("ledger-died-after-commit", "demo-journal", "after_commit"),
 )
@@ -270,7 +275,7 @@ def _fleet_run(
         key = f"demo-b{batch}-{scenario.name}"
         adapter, path = providers[scenario.provider]
         params = {"amount": 1000 + 25 * number, "currency": "EUR", "batch": batch}
-        action = "order.place" if adapter == "sqlite" else "ledger.post"
+        action = {"sqlite": "order.place", "journal": "ledger.post"}.get(adapter, "payment.send")
         workers.append(
             worker_start(
                 url=url,

@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", choices=SCENARIOS, required=True)
     parser.add_argument("--action", default="order.place")
     parser.add_argument("--provider", default="")
-    parser.add_argument("--adapter", choices=("sqlite", "journal"), default="sqlite")
+    parser.add_argument("--adapter", choices=("sqlite", "journal", "http"), default="sqlite")
     parser.add_argument("--provider-path", default="")
     parser.add_argument("--params", default="{}")
     parser.add_argument("--hold-seconds", type=float, default=60.0)

@@ -12,6 +12,8 @@ from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from recovery.selectors import QUEUE_REASONS
+
 register = template.Library()
 
 _UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
@@ -45,25 +47,11 @@ def age(value: datetime | str | None) -> SafeString | str:
     )
 
 
-_REASONS = {
-    "lease_lost": "Worker's lease lapsed",
-    "conflict": "Evidence contradicts the worker's report",
-    "lookup_budget_spent": "Lookups inconclusive, budget spent",
-}
-
-
 @register.filter
 def queue_reason(operation: Any) -> str:
-    """Why an operation waits, from its latest transition (annotated by the selector)."""
-    if operation.state not in ("unknown", "reconcile"):
-        return "Receipt still running"
-    data = getattr(operation, "last_transition", None) or {}
-    reason = data.get("reason") or data.get("event", "")
-    if reason in _REASONS:
-        return _REASONS[reason]
-    if data.get("verdict") in ("mismatch", "corrupt"):
-        return f"Evidence {data['verdict']}"
-    return str(reason).replace("_", " ").capitalize() or "—"
+    """Why an operation waits: the reason the queue's selector annotated, in words."""
+    code = getattr(operation, "reason", None) or ""
+    return QUEUE_REASONS.get(code) or code.replace("_", " ").capitalize() or "—"
 
 
 @register.filter
@@ -78,3 +66,9 @@ def duration(value: timedelta | None) -> str:
         return "a while"
     whole = int(value.total_seconds())
     return next((f"{whole // size} {name}" for name, size in _UNITS if whole >= size), "0 s")
+
+
+@register.filter
+def compact_json(value: Any) -> str:
+    """One line of JSON, keys sorted: an audit event's data in a table cell."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

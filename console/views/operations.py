@@ -4,72 +4,78 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
 from console.forms import ActionForm
-from recovery.models import Operation
-from recovery.selectors import operation_for_user, operation_record, provider_permitted
+from console.views.access import operation_for_action, operation_for_viewer
+from console.views.reconcile import actions_context
+from recovery.models import LookupAttempt
+from recovery.selectors import (
+    lookup_in_flight,
+    operation_comparison,
+    operation_permit_history,
+    operation_record,
+    operation_timeline,
+)
 from recovery.services.errors import RecoveryError
-from recovery.services.operator import operator_lookup, operator_refusal_record
+from recovery.services.operator import operator_lookup
 
 
-def _operation_for_viewer(request: HttpRequest, key: str) -> Operation:
-    """The operation named ``key`` if this user may view it; 404 whether absent or hidden."""
-    operation = operation_for_user(user=request.user, key=key)
-    if operation is None:
-        raise Http404("no such operation")
-    return operation
+def _seen(attempt: LookupAttempt) -> str:
+    """What a polling page shows of the lookup in flight: which one, and how far along."""
+    return f"{attempt.pk}.{attempt.status}"
 
 
 @login_required
 @require_safe
 def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
-    """The whole record of one operation, read-only: the host API's record of it."""
-    operation = _operation_for_viewer(request, key)
+    """The whole record of one operation, its history, and what differs in its evidence.
+
+    While a lookup of it is in flight, the page's ``#live`` region (evidence, receipt,
+    history) polls this view. A poll that finds the same lookup as the page shows gets
+    204, which htmx leaves on screen; any other answer is the region, redrawn, and once
+    no lookup is in flight it carries no trigger, so the polling stops there.
+    """
+    operation = operation_for_viewer(request, key)
+    polled = bool(request.htmx) and request.htmx.target == "live"  # type: ignore[attr-defined]
+    in_flight = lookup_in_flight(operation=operation)
+    if polled and in_flight is not None and request.GET.get("seen") == _seen(in_flight):
+        return HttpResponse(status=204)
+    if in_flight is None:
+        # Read again now: a lookup that ended since the first read is then in the state
+        # shown, and the page never stops polling on a state that predates its answer.
+        operation.refresh_from_db()
+    record = operation_record(operation=operation)
     context = {
         "operation": operation,
-        "record": operation_record(operation=operation),
-        "may_lookup": provider_permitted(
-            user=request.user, permission="lookup_operations", provider=operation.provider
-        ),
-        "action_form": ActionForm(initial={"version": operation.version}),
+        "record": record,
+        "comparison": operation_comparison(record=record),
+        "timeline": operation_timeline(operation=operation),
+        "permits": operation_permit_history(operation=operation),
+        "in_flight": in_flight,
+        "finished": polled and in_flight is None,
+        "oob": polled,
+        **actions_context(request, operation),
+        "seen": _seen(in_flight) if in_flight is not None else "",
     }
-    return render(request, "console/operation.html", context)
-
-
-def _operation_for_action(
-    request: HttpRequest, key: str, action: str, permission: str
-) -> Operation:
-    """The operation, if this user may view it (else 404) and act on it (else 403, recorded)."""
-    operation = _operation_for_viewer(request, key)
-    if not provider_permitted(
-        user=request.user, permission=permission, provider=operation.provider
-    ):
-        operator_refusal_record(
-            operation=operation,
-            action=action,
-            code="forbidden",
-            actor=Actor.of("user", request.user),
-        )
-        raise PermissionDenied(f"you may not {action} this provider's operations")
-    return operation
+    template = "console/operation.html#live" if polled else "console/operation.html"
+    return render(request, template, context)
 
 
 @login_required
 @require_POST
 def operation_lookup(request: HttpRequest, key: str) -> HttpResponse:
-    """Look the evidence up now, with a reason, as of the version the operator saw."""
-    operation = _operation_for_action(request, key, "lookup", "lookup_operations")
+    """Queue a lookup of the evidence now, with a reason, as of the version the operator saw."""
+    operation = operation_for_action(request, key, "lookup", "lookup_operations")
     form = ActionForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Nothing was done: give a reason for the lookup.")
         return redirect("operation", key=key)
     try:
-        looked_up = operator_lookup(
+        queued = operator_lookup(
             operation=operation,
             version=form.cleaned_data["version"],
             reason=form.cleaned_data["reason"],
@@ -78,5 +84,14 @@ def operation_lookup(request: HttpRequest, key: str) -> HttpResponse:
     except RecoveryError as exc:
         messages.error(request, f"Refused: {exc.message}.")
     else:
-        messages.success(request, f"Looked up: the operation is {looked_up.state}.")
+        if queued.published:
+            messages.success(
+                request, "Queued: a background worker looks it up now; this page shows the answer."
+            )
+        else:
+            messages.warning(
+                request,
+                "Queued, but the background workers could not be reached: it will be looked "
+                "up once they are (or ask again in a minute).",
+            )
     return redirect("operation", key=key)

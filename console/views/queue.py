@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_safe
+from django_htmx.http import HttpResponseClientRedirect
 
 from console.forms import QueueFilterForm, cursor_encode
 from recovery.selectors import (
+    operation_jump_for_user,
     operations_queue_counts_for_user,
     operations_queue_for_user,
     providers_visible_to,
@@ -20,14 +23,26 @@ PAGE_SIZE = 50
 @login_required
 @require_safe
 def home(request: HttpRequest) -> HttpResponse:
-    """The queue, filtered by the URL; htmx swaps only the results."""
+    """The queue, filtered by the URL; htmx swaps only the results.
+
+    A submitted search that names one visible operation exactly (its key, a permit or
+    approval id, a provider reference) opens that operation instead.
+    """
     providers = list(providers_visible_to(user=request.user).values_list("name", flat=True))
     form = QueueFilterForm(request.GET, providers=sorted(providers))
     form.is_valid()  # an invalid filter is dropped and shown; the rest still apply
+    data = getattr(form, "cleaned_data", {})
+    if data.get("jump") and data.get("q", "").strip():
+        key = operation_jump_for_user(user=request.user, text=data["q"].strip())
+        if key is not None:
+            if request.htmx:  # type: ignore[attr-defined]
+                # The whole page goes, not the results pane: the browser navigates.
+                return HttpResponseClientRedirect(reverse("operation", args=[key]))
+            return redirect("operation", key=key)
     page = operations_queue_for_user(
         user=request.user,
         filters=form.filters(),
-        after=getattr(form, "cleaned_data", {}).get("after"),
+        after=data.get("after"),
         limit=PAGE_SIZE,
     )
     next_query = None

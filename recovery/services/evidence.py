@@ -10,6 +10,7 @@ from typing import Any
 from django.utils import timezone
 
 from approvals.actors import Actor
+from approvals.models import ReconciliationRequest
 from recovery.adapters import LookupResult
 from recovery.audit import (
     audit_append,
@@ -270,7 +271,13 @@ def _judgement_apply(
         )
         if judgement.recover:
             assert receipt is not None
-            _receipts_recover([(operation, receipt, evidence)], actor)
+            receipt_complete(
+                operation=operation,
+                dispatch=receipt,
+                succeeded=evidence.provider_status == "committed",
+                actor=actor,
+                evidence=evidence,
+            )
 
 
 def _inconclusive(operation: Operation, actor: Actor, ref: dict[str, Any]) -> None:
@@ -303,31 +310,73 @@ RECEIPT_RECOVERED_FIELDS = [
     "receipt_status",
     "receipt_recovered",
     "receipt_evidence",
+    "receipt_request",
     "receipt_reference",
     "receipt_reported_at",
 ]
 
 
+def receipt_complete(
+    *,
+    operation: Operation,
+    dispatch: Dispatch,
+    succeeded: bool,
+    actor: Actor,
+    evidence: Evidence | None = None,
+    request: ReconciliationRequest | None = None,
+) -> None:
+    """Complete a stranded receipt as a recovery receipt, pointing at what backs it.
+
+    Verified ``evidence``, or a four-eyes ``request`` where no evidence did; one of them.
+    Must run with ``operation`` locked (its dispatch changes only under that lock).
+    """
+    grounds = _receipt_completed(dispatch, succeeded, evidence, request, timezone.now())
+    dispatch.save(update_fields=RECEIPT_RECOVERED_FIELDS)
+    _receipt_audit(operation, dispatch, grounds, actor)
+
+
 def _receipts_recover(recovered: list[tuple[Operation, Dispatch, Evidence]], actor: Actor) -> None:
-    """Complete stranded receipts from verified evidence (recovery receipts), in one UPDATE."""
+    """``receipt_complete`` from verified evidence for a batch, in one UPDATE."""
     now = timezone.now()
-    for _, dispatch, evidence in recovered:
-        committed = evidence.provider_status == "committed"
-        dispatch.receipt_status = (
-            Dispatch.ReceiptStatus.SUCCEEDED if committed else Dispatch.ReceiptStatus.FAILED
-        )
-        dispatch.receipt_recovered = True
-        dispatch.receipt_evidence = evidence
-        dispatch.receipt_reference = evidence.provider_reference
-        dispatch.receipt_reported_at = now
+    grounds = [
+        _receipt_completed(dispatch, evidence.provider_status == "committed", evidence, None, now)
+        for _, dispatch, evidence in recovered
+    ]
     bulk_save([dispatch for _, dispatch, _ in recovered], RECEIPT_RECOVERED_FIELDS)
-    for operation, dispatch, evidence in recovered:
-        audit_append(
-            kind="receipt_recovered",
-            operation=operation,
-            actor=actor,
-            data={"evidence_id": evidence.pk, "status": dispatch.receipt_status},
-        )
+    for (operation, dispatch, _), ground in zip(recovered, grounds, strict=True):
+        _receipt_audit(operation, dispatch, ground, actor)
+
+
+def _receipt_completed(
+    dispatch: Dispatch,
+    succeeded: bool,
+    evidence: Evidence | None,
+    request: ReconciliationRequest | None,
+    now: Any,
+) -> dict[str, Any]:
+    """Set the receipt's fields (not saved); what backs it, for its audit event."""
+    assert (evidence is None) != (request is None)
+    dispatch.receipt_status = (
+        Dispatch.ReceiptStatus.SUCCEEDED if succeeded else Dispatch.ReceiptStatus.FAILED
+    )
+    dispatch.receipt_recovered = True
+    dispatch.receipt_evidence = evidence
+    dispatch.receipt_request = request
+    if evidence is not None:
+        dispatch.receipt_reference = evidence.provider_reference
+    dispatch.receipt_reported_at = now
+    return {"evidence_id": evidence.pk} if evidence else {"request_id": request.pk}  # type: ignore[union-attr]
+
+
+def _receipt_audit(
+    operation: Operation, dispatch: Dispatch, grounds: dict[str, Any], actor: Actor
+) -> None:
+    audit_append(
+        kind="receipt_recovered",
+        operation=operation,
+        actor=actor,
+        data={**grounds, "status": dispatch.receipt_status},
+    )
 
 
 # A lookup's lease: the provider's timeout plus this. A running attempt whose lease

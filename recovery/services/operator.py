@@ -2,20 +2,31 @@
 
 Every action names the version of the operation the operator was looking at: if the
 operation has moved on since, the action is refused (``stale_version``) and nothing
-changes. Every action and every refusal — a missing permission included — is an audit
+changes; and while another operator holds a live claim on it (``claimed``), nobody
+else acts on it. Every action and every refusal — a missing permission included — is an audit
 event on the operation's chain (``operator_action``, ``operator_refused``), with the
 reason the operator gave.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+
 from approvals.actors import Actor
 from recovery.audit import audit_append, audit_chain_locked, audit_transaction
 from recovery.models import LookupAttempt, Operation
+from recovery.services.claims import claim_check
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operations_locked
-from recovery.services.lookups import lookup_claim, lookup_run
+from recovery.services.lookups import lookup_claim
 from recovery.services.signals import refusals_recorded
+
+logger = logging.getLogger(__name__)
 
 
 def operator_refusal_record(*, operation: Operation, action: str, code: str, actor: Actor) -> None:
@@ -30,38 +41,86 @@ def operator_refusal_record(*, operation: Operation, action: str, code: str, act
         )
 
 
-def _refuse(operation: Operation, action: str, error: RecoveryError, actor: Actor) -> None:
+def operator_refuse(operation: Operation, action: str, error: RecoveryError, actor: Actor) -> None:
+    """Record ``error`` as a refused ``action`` (its own transaction), then raise it."""
     operator_refusal_record(operation=operation, action=action, code=error.code, actor=actor)
     raise error
 
 
-@refusals_recorded()
-def operator_lookup(*, operation: Operation, version: int, reason: str, actor: Actor) -> Operation:
-    """Look the operation's evidence up now (``lookup_operations`` was checked by the caller).
+def operator_locked(
+    *, operation: Operation, version: int, actor: Actor
+) -> tuple[Operation, RecoveryError | None]:
+    """Lock the operation for an operator's action, and what refuses it, if anything.
 
-    Refused when the operation moved on since ``version``, or while a lookup of it is
-    in flight under a live lease (``lookup_claim``'s rule, the one every lookup follows).
-    The claim and the ``operator_action`` that asked for it commit together; the lookup
-    then runs with no lock held, as every lookup does.
+    Refused when the operation moved on since the ``version`` the operator saw, or while
+    someone else holds a live claim on it. Runs inside the caller's audit transaction.
     """
+    locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
+    if locked.version != version:
+        return locked, RecoveryError(
+            "stale_version",
+            f"the operation moved on: it is now {locked.state}, version {locked.version} "
+            f"(you saw version {version})",
+            state=locked.state,
+            version=locked.version,
+        )
+    return locked, claim_check(locked, actor)
+
+
+@dataclass(frozen=True)
+class QueuedLookup:
+    """An operator's lookup, queued for a background worker.
+
+    ``published``: a worker was told. False when the broker did not answer, or when the
+    caller's own transaction has not committed yet (the message goes at its commit).
+    """
+
+    attempt: LookupAttempt
+    published: bool
+
+
+def lookup_publish(attempt: LookupAttempt) -> bool:
+    """Send the task that runs ``attempt``; False (logged) when the broker did not take it.
+
+    Called after the attempt committed. A message that never left leaves the attempt
+    queued: its lease lapses after ``SETTLE_LOOKUP_QUEUE_SECONDS``, and then the sweep
+    (for an ``unknown`` operation) or the operator's next request queues it again.
+    """
+    try:
+        current_app.send_task(
+            "recovery.tasks.lookup_attempt",
+            args=[attempt.pk],
+            queue=settings.CELERY_TASK_DEFAULT_QUEUE,
+        )
+    except Exception as exc:  # the broker's errors vary by transport
+        logger.warning("publishing lookup attempt %s failed: %r", attempt.pk, exc)
+        return False
+    return True
+
+
+@refusals_recorded()
+def operator_lookup(
+    *, operation: Operation, version: int, reason: str, actor: Actor
+) -> QueuedLookup:
+    """Queue a lookup of the operation's evidence now (``lookup_operations`` was checked).
+
+    Refused as ``operator_locked`` refuses, or while a lookup of it is in flight under a
+    live lease (``lookup_claim``'s rule, the one every lookup follows). The queued attempt
+    and the ``operator_action`` that asked for it commit together; a background worker
+    then runs it (``recovery.tasks.lookup_attempt``) with no lock held across the
+    provider's answer, as every lookup does. Nothing runs inside the web request.
+    """
+    slot = None
+    published: list[bool] = []
     with audit_transaction():
-        locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
-        refusal = None
-        slot = None
-        if locked.version != version:
-            refusal = RecoveryError(
-                "stale_version",
-                f"the operation moved on: it is now {locked.state}, version {locked.version} "
-                f"(you saw version {version})",
-                state=locked.state,
-                version=locked.version,
-            )
-        else:
+        locked, refusal = operator_locked(operation=operation, version=version, actor=actor)
+        if refusal is None:
             slot = lookup_claim(
                 operation=locked,
                 trigger=LookupAttempt.Trigger.OPERATOR,
                 actor=actor,
                 due_only=False,
+                queued=True,
             )
             if slot.attempt is None:
                 refusal = RecoveryError("lookup_in_flight", "a lookup of it is already under way")
@@ -72,7 +131,10 @@ def operator_lookup(*, operation: Operation, version: int, reason: str, actor: A
                     actor=actor,
                     data={"action": "lookup", "reason": reason, "version": version},
                 )
+                # Told only once the attempt is committed: a worker must find its row.
+                attempt = slot.attempt
+                transaction.on_commit(lambda: published.append(lookup_publish(attempt)))
     if refusal is not None:
-        _refuse(operation, "lookup", refusal, actor)
+        operator_refuse(operation, "lookup", refusal, actor)
     assert slot is not None and slot.attempt is not None
-    return lookup_run(attempt=slot.attempt, actor=actor)
+    return QueuedLookup(slot.attempt, published == [True])

@@ -25,7 +25,17 @@ from recovery.services.errors import Invalid
 
 # Provider names appear in URLs (callbacks) and in approvals' bindings.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_AUDITED = ("name", "adapter", "path", "url", "timeout_seconds", "lease_seconds", "lookup_budget")
+_AUDITED = (
+    "name",
+    "adapter",
+    "path",
+    "url",
+    "timeout_seconds",
+    "lease_seconds",
+    "lookup_budget",
+    "absent_is_authoritative",
+)
+_OPTIONAL = ("timeout_seconds", "lease_seconds", "lookup_budget", "absent_is_authoritative")
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,7 @@ class ProviderSettings:
     timeout_seconds: float | None = None
     lease_seconds: int | None = None
     lookup_budget: int | None = None
+    absent_is_authoritative: bool | None = None
 
 
 def provider_settings_check(settings: ProviderSettings, *, has_secret: bool = False) -> None:
@@ -86,7 +97,7 @@ def provider_save(
     before = {field: getattr(provider, field) for field in _AUDITED}
     provider.name, provider.adapter = settings.name, settings.adapter
     provider.path, provider.url = settings.path, settings.url
-    for field in ("timeout_seconds", "lease_seconds", "lookup_budget"):
+    for field in _OPTIONAL:
         if getattr(settings, field) is not None:
             setattr(provider, field, getattr(settings, field))
     if settings.secret:
@@ -128,6 +139,7 @@ def provider_configure(
     timeout_seconds: float | None = None,
     lease_seconds: int | None = None,
     lookup_budget: int | None = None,
+    absent_is_authoritative: bool | None = None,
     actor: Actor = COMMAND_LINE,
 ) -> tuple[Provider, bool]:
     """Create or update the provider named ``name`` (``manage.py add_provider``)."""
@@ -143,6 +155,7 @@ def provider_configure(
             timeout_seconds=timeout_seconds,
             lease_seconds=lease_seconds,
             lookup_budget=lookup_budget,
+            absent_is_authoritative=absent_is_authoritative,
         ),
         actor=actor,
     )

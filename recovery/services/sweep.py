@@ -269,14 +269,17 @@ def _attempt_claim(
 
     A queued attempt starts; a running one whose lease lapsed (its worker died mid-lookup
     and the message was delivered again) is taken over. Anything else is a duplicate;
-    one whose operation settled or escalated since it was queued is abandoned.
+    a sweeper's attempt whose operation settled or escalated since it was queued is
+    abandoned (an operator's runs whatever the state, as they asked).
     Under the operation's lock.
     """
     if attempt.status not in IN_FLIGHT:
         return False, 0
     if attempt.status == LookupAttempt.Status.RUNNING and attempt.lease_expires_at > now:
         return False, int((attempt.lease_expires_at - now).total_seconds()) + 1
-    if operation.state != State.UNKNOWN:
+    # An operator may look up an operation in any state (to see whether a reconcile's
+    # record was fixed, say); the sweeper's own lookups are for unknown operations only.
+    if operation.state != State.UNKNOWN and attempt.trigger != LookupAttempt.Trigger.OPERATOR:
         lookup_abandon(operation=operation, attempt=attempt, actor=actor, reason=operation.state)
         return False, 0
     return True, 0

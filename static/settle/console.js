@@ -1,4 +1,5 @@
-// Keyboard shortcuts of the queue: j/k move, Enter opens, / searches, ? shows the sheet.
+// Keyboard shortcuts: j/k move through the queue, Enter opens, / searches the queue (from
+// any page: it goes to the queue first), ? shows the sheet.
 (function () {
   "use strict";
   var selected = -1;
@@ -34,9 +35,14 @@
       window.location.href = rows()[selected].dataset.href;
     } else if (event.key === "/") {
       var search = document.getElementById("id_q");
-      if (!search) return;
-      search.focus();
-      search.select();
+      if (!search) {
+        var home = document.querySelector(".brand");
+        if (!home) return;
+        window.location.href = home.href + "#search";
+      } else {
+        search.focus();
+        search.select();
+      }
     } else if (event.key === "?") {
       if (dialog) dialog.showModal();
     } else return;
@@ -47,6 +53,12 @@
   document.addEventListener("click", function (event) {
     var row = event.target.closest && event.target.closest("[data-queue] tbody tr");
     if (row && !event.target.closest("a")) window.location.href = row.dataset.href;
+  });
+
+  // Arrived by / from another page: the search is what was asked for.
+  document.addEventListener("DOMContentLoaded", function () {
+    var search = document.getElementById("id_q");
+    if (search && window.location.hash === "#search") search.focus();
   });
 
   // New results (a filter, the next page): nothing is selected in them yet.

@@ -20,7 +20,7 @@ from approvals.actors import Actor
 from recovery.models import Dispatch, Operation, Provider
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure
-from tests.conftest import PARAMS, Api, Flow, digest_of
+from tests.conftest import PARAMS, Api, Flow, digest_of, lookup_due
 from tests.support.providers import sqlite_provider_commit, sqlite_provider_init
 
 PASSWORD = "a-password-for-tests-only"
@@ -84,6 +84,27 @@ class Stuck:
         sqlite_provider_commit(
             self.provider_db, operation_key=key, params={**PARAMS, "amount": 9}, reference="x-1"
         )
+        assert self.flow.resume(key)["state"] == "reconcile"
+        return Operation.objects.get(key=key)
+
+    def conflict(self, key: str, *, host_says: str, provider_says: str) -> Operation:
+        """The host reported one outcome after its lease lapsed and the provider's record
+        says the other: a lookup finds the contradiction, reconcile, with that evidence."""
+        self._lapsed(key, PARAMS)
+        token = Dispatch.objects.get(operation__key=key).fencing_token
+        assert self.flow.resume(key)["state"] == "unknown"
+        late = self.flow.host_api.post(
+            f"/api/v1/operations/{key}/result", {"fencing_token": token, "outcome": host_says}
+        )
+        assert late.status_code == 200
+        sqlite_provider_commit(
+            self.provider_db,
+            operation_key=key,
+            params=PARAMS,
+            reference="r-7",
+            status=provider_says,
+        )
+        lookup_due(key)
         assert self.flow.resume(key)["state"] == "reconcile"
         return Operation.objects.get(key=key)
 

@@ -87,7 +87,7 @@ def test_demo_seeds_every_state_the_console_shows_and_a_second_run_adds_a_batch(
     assert "DEMO PASSWORDS" in output
     for login in ("viewer      demo-viewer", "operator    demo-operator", "supervisor  demo-sup"):
         assert login in output
-    assert "5 killed with SIGKILL" in output
+    assert "6 killed with SIGKILL" in output
     view = console_view(tmp_path)
     states = view["states"]
     assert states == {
@@ -100,25 +100,28 @@ def test_demo_seeds_every_state_the_console_shows_and_a_second_run_adds_a_batch(
         "demo-b1-order-provider-down": "failed",
         "demo-b1-ledger-awaiting-approval": "awaiting_approval",
         "demo-b1-ledger-died-after-commit": "dispatched",  # left for the sweeper
+        "demo-b1-payment-provider-down": "unknown",  # the provider did not answer
     }
     assert view["queue"] == [
         "demo-b1-ledger-corrupt-line",
         "demo-b1-order-died-before-commit",
         "demo-b1-order-other-params",
+        "demo-b1-payment-provider-down",
     ]
     assert view["verdicts"] == {
         "demo-b1-ledger-corrupt-line": "corrupt",
         "demo-b1-order-died-before-commit": "absent",
         "demo-b1-order-other-params": "mismatch",
+        "demo-b1-payment-provider-down": "unavailable",
     }
-    # The three killed workers' receipts are still running: stranded.
-    assert view["counts"] == {"unknown": 1, "reconcile": 2, "stranded": 3}
+    # The four killed workers' receipts are still running: stranded.
+    assert view["counts"] == {"unknown": 2, "reconcile": 2, "stranded": 4}
 
     again = seed(tmp_path)
 
     assert "Seeding batch 2" in again
     states = console_view(tmp_path)["states"]
-    assert len(states) == 18
+    assert len(states) == 20
     assert {k: v for k, v in states.items() if k.startswith("demo-b1-")} == view["states"]
     assert sorted(v for k, v in states.items() if k.startswith("demo-b2-")) == sorted(
         view["states"].values()

@@ -10,6 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from recovery.models import AuditEvent, Evidence, LookupAttempt, Operation
+from recovery.services.sweep import lookup_attempt_run
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
@@ -33,7 +34,7 @@ def _events(operation: Operation, kind: str) -> list[AuditEvent]:
     return list(AuditEvent.objects.filter(operation_key=operation.key, kind=kind))
 
 
-def test_an_operator_looks_up_now_and_the_evidence_settles_it(operator, stuck, provider_db):
+def test_look_up_now_queues_a_lookup_that_a_background_worker_settles(operator, stuck, provider_db):
     operation = stuck.unknown("op-1")
     sqlite_provider_commit(
         provider_db, operation_key="op-1", params=operation.params, reference="r-9"
@@ -41,19 +42,36 @@ def test_an_operator_looks_up_now_and_the_evidence_settles_it(operator, stuck, p
     client = _client(operator)
     response = _lookup(client, operation)
     assert response.status_code == 302
-    operation.refresh_from_db()
-    assert operation.state == "released"
-    assert Evidence.objects.filter(operation=operation, verdict="match").count() == 1
-    assert LookupAttempt.objects.filter(operation=operation, trigger="operator").count() == 1
+    # Nothing ran inside the request: the attempt waits for a worker.
+    [attempt] = LookupAttempt.objects.filter(operation=operation, trigger="operator")
+    assert attempt.status == LookupAttempt.Status.QUEUED
+    assert Operation.objects.get(pk=operation.pk).state == "unknown"
     [asked] = _events(operation, "operator_action")
     assert asked.data == {
         "action": "lookup",
         "reason": "customer called",
-        "version": operation.version - 1,
+        "version": operation.version,
     }
     assert (asked.actor.kind, asked.actor.id) == ("user", str(operator.pk))
-    page = client.get(response["Location"])
-    assert "Looked up: the operation is released." in page.content.decode()
+    # The test's transaction never commits, so no worker was told; the page says so.
+    page = client.get(response["Location"]).content.decode()
+    assert "could not be reached" in page
+    # What the worker's task runs (recovery.tasks.lookup_attempt):
+    lookup_attempt_run(attempt_id=attempt.pk)
+    assert Operation.objects.get(pk=operation.pk).state == "released"
+    assert Evidence.objects.filter(operation=operation, verdict="match").count() == 1
+
+
+def test_an_operators_lookup_runs_whatever_the_state(operator, stuck, provider_db):
+    """The sweeper looks up unknown operations only; an operator may ask in reconcile too."""
+    operation = stuck.mismatch("op-1")
+    _lookup(_client(operator), operation)
+    attempt = LookupAttempt.objects.get(operation=operation, trigger="operator")
+    sqlite_provider_commit(
+        provider_db, operation_key="op-1", params=operation.params, reference="r-fixed"
+    )
+    assert lookup_attempt_run(attempt_id=attempt.pk).looked_up
+    assert Operation.objects.get(pk=operation.pk).state == "released"
 
 
 def test_a_lookup_from_a_stale_page_is_refused_and_changes_nothing(operator, stuck):

@@ -10,10 +10,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from approvals.actors import Actor
-from recovery.models import Operation
+from approvals.models import Permit
+from recovery.models import Dispatch, Evidence, Operation, Provider
 from recovery.selectors import QueueFilters, operations_queue_for_user
 from recovery.services.roles import role_grant
+from tests.conftest import PARAMS
 from tests.console.conftest import aged, console_user
+from tests.support.providers import sqlite_provider_commit, sqlite_provider_tamper
 
 pytestmark = pytest.mark.django_db
 
@@ -238,3 +241,209 @@ def test_an_empty_queue_says_nothing_waits(signed_in, operator, stuck):
     stuck.released("op-1")
     assert "Nothing waits." in signed_in(operator).get("/").content.decode()
     assert "Nothing waits that matches" in signed_in(operator).get("/?q=zz").content.decode()
+
+
+# -- why it waits, how long, and a search that jumps ------------------------------------
+
+
+def _corrupt(stuck, key: str) -> Operation:
+    """The provider's receipt cannot be parsed: reconcile, evidence corrupt."""
+    stuck._lapsed(key, PARAMS)
+    sqlite_provider_commit(stuck.provider_db, operation_key=key, params=PARAMS, reference="c-1")
+    sqlite_provider_tamper(stuck.provider_db, key, "bad_json")
+    assert stuck.flow.resume(key)["state"] == "reconcile"
+    return Operation.objects.get(key=key)
+
+
+def _budget_spent(stuck, provider, key: str) -> Operation:
+    """Nothing at the provider, lookup after lookup, until the budget is spent: reconcile."""
+    Provider.objects.filter(pk=provider.pk).update(lookup_budget=1)
+    stuck._lapsed(key, PARAMS)
+    assert stuck.flow.resume(key)["state"] == "reconcile"
+    Provider.objects.filter(pk=provider.pk).update(lookup_budget=5)
+    return Operation.objects.get(key=key)
+
+
+@pytest.fixture
+def reasons(stuck, provider):
+    stuck.unknown("op-lapsed")
+    stuck.mismatch("op-mismatch")
+    _corrupt(stuck, "op-corrupt")
+    _budget_spent(stuck, provider, "op-budget")
+    voided = stuck.unknown("op-stranded")
+    Operation.objects.filter(pk=voided.pk).update(state="voided")  # as in the test above
+    for minutes, key in enumerate(
+        ["op-lapsed", "op-mismatch", "op-corrupt", "op-budget", "op-stranded"]
+    ):
+        aged(Operation.objects.get(key=key), minutes=50 - minutes)
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected", "label"),
+    [
+        ("lease_lost", ["op-lapsed"], "Worker&#x27;s lease lapsed"),
+        ("mismatch", ["op-mismatch"], "Evidence mismatch"),
+        ("corrupt", ["op-corrupt"], "Evidence corrupt"),
+        ("lookup_budget_spent", ["op-budget"], "Lookups inconclusive, budget spent"),
+        ("stranded", ["op-stranded"], "Receipt still running"),
+        ("conflict", [], ""),
+    ],
+)
+def test_the_reason_filter_keeps_what_waits_for_that_reason(
+    signed_in, operator, reasons, reason, expected, label
+):
+    page = signed_in(operator).get(f"/?reason={reason}")
+    assert _keys(page) == expected
+    html = page.content.decode()
+    assert f'<option value="{reason}" selected>' in html
+    if label:
+        assert f'<td data-label="Reason">{label}</td>' in html
+
+
+def test_every_row_says_why_it_waits(signed_in, operator, reasons):
+    html = signed_in(operator).get("/").content.decode()
+    why = re.findall(r'<td data-label="Reason">([^<]+)</td>', html)
+    assert why == [
+        "Worker&#x27;s lease lapsed",
+        "Evidence mismatch",
+        "Evidence corrupt",
+        "Lookups inconclusive, budget spent",
+        "Receipt still running",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("age", "expected"),
+    [
+        ("hour", ["op-new"]),
+        ("day", ["op-hours"]),
+        ("week", ["op-days"]),
+        ("older", ["op-weeks"]),
+        ("", ["op-weeks", "op-days", "op-hours", "op-new"]),
+    ],
+)
+def test_the_age_filter_keeps_what_has_waited_that_long(signed_in, operator, stuck, age, expected):
+    aged(stuck.unknown("op-new"), minutes=20)
+    aged(stuck.unknown("op-hours"), minutes=5 * 60)
+    aged(stuck.mismatch("op-days"), minutes=3 * 24 * 60)
+    aged(stuck.unknown("op-weeks"), minutes=10 * 24 * 60)
+    assert _keys(signed_in(operator).get(f"/?age={age}")) == expected
+
+
+def test_reason_and_age_combine_with_keyset_pages(operator, stuck):
+    for minutes, key in enumerate(["c", "b", "a"]):
+        aged(stuck.unknown(f"op-{key}"), minutes=90 + minutes)
+    aged(stuck.mismatch("op-m"), minutes=91)
+    aged(stuck.unknown("op-fresh"), minutes=5)
+    filters = QueueFilters(reason="lease_lost", age="day")
+    first = operations_queue_for_user(user=operator, filters=filters, after=None, limit=2)
+    assert [row.key for row in first.rows] == ["op-a", "op-b"]
+    second = operations_queue_for_user(
+        user=operator, filters=filters, after=first.next_after, limit=2
+    )
+    assert [row.key for row in second.rows] == ["op-c"] and second.next_after is None
+
+
+@pytest.mark.parametrize("query", ["reason=bored", "age=forever"])
+def test_a_bad_reason_or_age_is_shown_and_dropped(signed_in, operator, stuck, query):
+    stuck.unknown("op-1")
+    page = signed_in(operator).get(f"/?{query}")
+    assert page.status_code == 200 and "Ignored:" in page.content.decode()
+    assert _keys(page) == ["op-1"]
+
+
+def _ids(key: str) -> dict[str, str]:
+    permit = Permit.objects.get(operation_key=key)
+    return {
+        "key": key,
+        "permit": str(permit.id),
+        "dispatch permit": str(Dispatch.objects.get(operation__key=key).permit_id),
+        "approval": str(permit.approval_id),
+        "reference": Evidence.objects.get(operation__key=key).provider_reference,
+    }
+
+
+@pytest.mark.parametrize("kind", ["key", "permit", "dispatch permit", "approval", "reference"])
+def test_a_searched_exact_id_opens_its_operation(signed_in, operator, stuck, kind):
+    stuck.unknown("op-a")
+    stuck.mismatch("op-b")  # its provider's record has reference x-1
+    stuck.unknown("op-b-2")
+    text = _ids("op-b")[kind]
+    client = signed_in(operator)
+    response = client.get("/", {"q": text, "jump": "1"})
+    assert response.status_code == 302 and response["Location"] == "/operations/op-b/"
+    # From htmx, the whole page goes there, not the results pane.
+    swapped = client.get("/", {"q": text, "jump": "1"}, HTTP_HX_REQUEST="true")
+    assert swapped.status_code == 200 and swapped["HX-Redirect"] == "/operations/op-b/"
+    # Typing alone filters and never jumps: op-b is also the start of op-b-2.
+    typed = client.get("/", {"q": text})
+    assert typed.status_code == 200
+    assert _keys(typed) == (["op-b", "op-b-2"] if kind == "key" else [])
+
+
+def test_a_search_that_names_no_one_operation_filters_by_key(signed_in, operator, stuck):
+    stuck.mismatch("op-1")
+    stuck.mismatch("op-2")  # both provider records have reference x-1
+    client = signed_in(operator)
+    shared = client.get("/", {"q": "x-1", "jump": "1"})
+    assert shared.status_code == 200 and _keys(shared) == []
+    prefix = client.get("/", {"q": "op-", "jump": "1"})
+    assert prefix.status_code == 200 and _keys(prefix) == ["op-1", "op-2"]
+    unknown_id = client.get("/", {"q": "6f1c0a4e-0000-4000-8000-000000000000", "jump": "1"})
+    assert unknown_id.status_code == 200 and _keys(unknown_id) == []
+
+
+def test_a_search_never_reveals_another_providers_operation(
+    signed_in, outsider, stuck, other_stuck
+):
+    stuck.mismatch("orders-1")  # reference x-1, at the orders provider
+    other_stuck.unknown("ledger-1")
+    client = signed_in(outsider)
+    for kind, text in _ids("orders-1").items():
+        response = client.get("/", {"q": text, "jump": "1"})
+        assert response.status_code == 200, kind
+        assert _keys(response) == [], kind
+        assert "/operations/orders-1/" not in response.content.decode(), kind
+    # A reference shared with a hidden operation still names the visible one alone.
+    other_stuck.mismatch("ledger-2")  # its record has reference x-1 too
+    response = client.get("/", {"q": "x-1", "jump": "1"})
+    assert response.status_code == 302 and response["Location"] == "/operations/ledger-2/"
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("state=stranded&reason=lease_lost", ["op-lapsed"]),  # unknown, its receipt running
+        ("state=stranded&reason=stranded", ["op-stranded"]),
+        ("state=reconcile&reason=stranded", []),
+        ("state=unknown&reason=mismatch", []),
+    ],
+)
+def test_reason_combines_with_state(signed_in, operator, reasons, query, expected):
+    assert _keys(signed_in(operator).get(f"/?{query}")) == expected
+
+
+def test_the_queue_shows_who_claimed_an_operation_until_the_claim_lapses(
+    signed_in, operator, stuck, settings
+):
+    import time_machine
+    from django.utils import timezone
+
+    from recovery.services.claims import operation_claim
+
+    claimed = stuck.unknown("op-claimed")
+    stuck.mismatch("op-free")
+    operation_claim(operation=claimed, actor=Actor.of("user", operator))
+    html = signed_in(operator).get("/").content.decode()
+    rows = dict(
+        re.findall(r'>(op-[a-z]+)</a></td>.*?data-label="Claimed by">(.*?)</td>', html, re.S)
+    )
+    assert rows["op-claimed"] == "olivia"
+    assert "—" in rows["op-free"]
+    idle = settings.SETTLE_CLAIM_IDLE_MINUTES + 1
+    with time_machine.travel(timezone.now() + timezone.timedelta(minutes=idle)):
+        html = signed_in(operator).get("/").content.decode()
+    rows = dict(
+        re.findall(r'>(op-[a-z]+)</a></td>.*?data-label="Claimed by">(.*?)</td>', html, re.S)
+    )
+    assert "—" in rows["op-claimed"]

@@ -9,25 +9,33 @@ in threads with their own PostgreSQL sessions.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import kombu
 import pytest
-import redis
 from django.db import connection, connections
 from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.services import approver_create, db_now
 from console.celery import app as celery_app
-from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Operation
+from recovery.audit import audit_verify
+from recovery.models import (
+    AuditCheckpoint,
+    AuditEvent,
+    AuditVerification,
+    Dispatch,
+    Evidence,
+    LookupAttempt,
+    Operation,
+)
 from recovery.services.credentials import host_create
 from recovery.services.dispatch import operation_dispatch
 from recovery.services.permits import approval_decision, approval_open
@@ -46,76 +54,17 @@ from tests.integration.test_crash_recovery import (
     assert_recovered_receipt,
     crash,
 )
+from tests.support.celery_fixtures import test_database_url
 from tests.support.celery_procs import (
     REPO_ROOT,
-    Proc,
-    beat_start,
-    queue_name,
     redis_start,
-    worker_start,
 )
-from tests.support.gunicorn import database_url, gunicorn_running
+from tests.support.gunicorn import gunicorn_running
 from tests.support.providers import http_provider_control, sqlite_provider_commit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 LOOKUP_TASK = "recovery.tasks.lookup_attempt"
-BROKER = os.environ.get("CELERY_BROKER_URL", "")
-
-
-@pytest.fixture
-def queue() -> Iterator[str]:
-    """A queue of this test's own; its routing key is deleted afterwards."""
-    name = queue_name()
-    yield name
-    if BROKER.startswith("redis://"):
-        client = redis.Redis.from_url(BROKER)
-        client.delete(name, f"_kombu.binding.{name}", f"_kombu.binding_permanent.{name}")
-        client.close()
-
-
-def _test_database_url() -> str:
-    """The test database, for processes of their own (SQLite: the test run's file)."""
-    if connection.vendor == "postgresql":
-        return database_url(connection.settings_dict)
-    return f"sqlite:///{connection.settings_dict['NAME']}"
-
-
-@pytest.fixture
-def celery_env(queue: str, tmp_path: Path) -> dict[str, str | None]:
-    """What a Celery process of this test needs: this test's database, broker and queue."""
-    if not BROKER.startswith("redis://"):
-        pytest.skip("CELERY_BROKER_URL must name a Redis database (CI: redis://…/0)")
-    return {
-        "DATABASE_URL": _test_database_url(),
-        "CELERY_BROKER_URL": BROKER,
-        "SETTLE_CELERY_QUEUE": queue,
-        "SETTLE_SWEEP_SECONDS": "1",
-        "SETTLE_AUDIT_CHECKPOINT_FILE": str(tmp_path / "worker-checkpoints.jsonl"),
-    }
-
-
-@pytest.fixture
-def celery_procs(tmp_path: Path):
-    """Start workers and beat with ``start(kind, env)``; all are stopped at the end."""
-    started: list[Proc] = []
-    count = Counter[str]()
-
-    def start(kind: str, env: dict[str, str | None]) -> Proc:
-        count[kind] += 1
-        if kind == "beat":
-            directory = tmp_path / f"beat{count[kind]}"
-            directory.mkdir()
-            proc = beat_start(directory=directory, env=env)
-        else:
-            name = f"worker{count[kind]}"
-            proc = worker_start(log_path=tmp_path / f"{name}.log", env=env, name=name)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in reversed(started):
-        proc.stop()
 
 
 def _wait(predicate: Any, timeout: float, what: str, step: float = 0.1) -> float:
@@ -187,7 +136,7 @@ def test_the_same_lookup_task_delivered_twice_changes_state_once(
     make_provider: Any,
     celery_env: Any,
     celery_procs: Any,
-    queue: str,
+    celery_queue: str,
 ) -> None:
     provider = make_provider("journal", lease_seconds=1)
     worker = celery_procs("worker", celery_env)
@@ -198,7 +147,7 @@ def test_the_same_lookup_task_delivered_twice_changes_state_once(
 
     def publish_twice(attempt_id: int) -> None:
         for _ in range(2):
-            celery_app.send_task(LOOKUP_TASK, args=[attempt_id], queue=queue)
+            celery_app.send_task(LOOKUP_TASK, args=[attempt_id], queue=celery_queue)
 
     report = sweep(publish=publish_twice)
     assert report.published == 1 and len(report.lookups_queued) == 1
@@ -298,7 +247,7 @@ def test_a_worker_killed_mid_lookup_completes_the_lookup_after_redelivery_once(
     make_provider: Any,
     celery_env: Any,
     celery_procs: Any,
-    queue: str,
+    celery_queue: str,
 ) -> None:
     provider = make_provider("http", lease_seconds=1)
     worker = celery_procs("worker", celery_env)
@@ -309,7 +258,9 @@ def test_a_worker_killed_mid_lookup_completes_the_lookup_after_redelivery_once(
     http_provider_control(provider.url, "slow", delay=4)  # within its 5 s timeout
 
     report = sweep(
-        publish=lambda attempt_id: celery_app.send_task(LOOKUP_TASK, args=[attempt_id], queue=queue)
+        publish=lambda attempt_id: celery_app.send_task(
+            LOOKUP_TASK, args=[attempt_id], queue=celery_queue
+        )
     )
     [attempt_id] = report.lookups_queued
     _wait(
@@ -345,7 +296,7 @@ def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_b
     make_provider: Any,
     celery_env: Any,
     celery_procs: Any,
-    queue: str,
+    celery_queue: str,
     tmp_path: Path,
     settings: Any,
 ) -> None:
@@ -363,7 +314,7 @@ def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_b
             database_url=celery_env["DATABASE_URL"],
             log_path=tmp_path / "gunicorn.log",
             workers=2,
-            env={"CELERY_BROKER_URL": private, "SETTLE_CELERY_QUEUE": queue},
+            env={"CELERY_BROKER_URL": private, "SETTLE_CELERY_QUEUE": celery_queue},
         ) as server:
             celery_procs("worker", env)
             celery_procs("beat", env)
@@ -408,7 +359,7 @@ def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_b
             started = time.monotonic()
             report = sweep(
                 publish=lambda attempt_id: celery_app.send_task(
-                    LOOKUP_TASK, args=[attempt_id], queue=queue, connection=down
+                    LOOKUP_TASK, args=[attempt_id], queue=celery_queue, connection=down
                 )
             )
             print(f"a sweep with the broker down took {time.monotonic() - started:.2f} s")
@@ -448,7 +399,7 @@ def test_with_no_broker_configured_a_real_worker_and_beat_recover_through_the_fi
     env: dict[str, str | None] = {
         "CELERY_BROKER_URL": None,  # the embedded default: kombu's filesystem transport
         "SETTLE_VAR_DIR": str(var),
-        "DATABASE_URL": _test_database_url(),
+        "DATABASE_URL": test_database_url(),
         "SECRET_KEY": str(settings.SECRET_KEY),
         "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
         "SETTLE_SWEEP_SECONDS": "1",
@@ -467,3 +418,44 @@ def test_with_no_broker_configured_a_real_worker_and_beat_recover_through_the_fi
     assert_recovered_receipt(key)
     _nobody_resumed(key)
     assert_audit_intact()
+
+
+def test_beat_signs_audit_checkpoints_and_verifies_the_log_on_schedule(
+    settle: Settle,
+    make_provider: Any,
+    celery_env: dict[str, str | None],
+    celery_procs: Any,
+    tmp_path: Path,
+    settings: Any,
+) -> None:
+    checkpoints = tmp_path / "checkpoints.jsonl"
+    settings.SETTLE_AUDIT_CHECKPOINT_FILE = checkpoints  # verify_audit here reads the same
+    env = {
+        **celery_env,
+        "SETTLE_AUDIT_CHECKPOINT_SECONDS": "1",
+        "SETTLE_AUDIT_VERIFY_SECONDS": "2",
+        "SETTLE_AUDIT_CHECKPOINT_FILE": str(checkpoints),
+        "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
+    }
+    provider = make_provider("sqlite", lease_seconds=1)
+    celery_procs("worker", env)
+    celery_procs("beat", env)
+    settle.approved("cp-1", provider.name)
+    _wait(lambda: AuditCheckpoint.objects.exists(), 30, "a first checkpoint by beat")
+    first = AuditCheckpoint.objects.order_by("-number").first()
+    assert first is not None and "cp-1" in first.heads
+    settle.approved("cp-2", provider.name)  # events after it: the next one covers them
+    _wait(
+        lambda: AuditCheckpoint.objects.filter(
+            number__gt=first.number, heads__has_key="cp-2"
+        ).exists(),
+        30,
+        "a later checkpoint covering cp-2",
+    )
+    lines = [json.loads(line) for line in checkpoints.read_text().splitlines()]
+    assert [line["number"] for line in lines] == list(
+        AuditCheckpoint.objects.order_by("number").values_list("number", flat=True)
+    )
+    assert list(audit_verify()) == []
+    # Beat verifies the whole log too, and keeps the outcome for the audit trail page.
+    _wait(lambda: AuditVerification.objects.filter(ok=True).exists(), 30, "beat's verification")

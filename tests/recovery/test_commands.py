@@ -69,6 +69,21 @@ def test_add_provider_creates_then_updates_and_audits(tmp_path):
     assert AuditEvent.objects.filter(kind="provider_configured").count() == 2
 
 
+def test_absent_is_authoritative_is_off_until_set_and_its_change_is_audited(tmp_path):
+    path = str(tmp_path / "orders.sqlite3")
+    _run("add_provider", "orders", "--adapter", "sqlite", "--path", path)
+    assert Provider.objects.get(name="orders").absent_is_authoritative is False
+    _run(
+        "add_provider", "orders", "--adapter", "sqlite", "--path", path, "--absent-is-authoritative"
+    )
+    assert Provider.objects.get(name="orders").absent_is_authoritative is True
+    changed = AuditEvent.objects.filter(kind="provider_configured").last()
+    assert changed.data["changes"] == {"absent_is_authoritative": [False, True]}
+    # Not given: kept as it is.
+    _run("add_provider", "orders", "--adapter", "sqlite", "--path", path, "--lease-seconds", "9")
+    assert Provider.objects.get(name="orders").absent_is_authoritative is True
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -88,6 +88,18 @@ ADMIN_ONLY = {
     # roles (manage.py grant)
     "unknown_role",
     "unknown_permission",
+    # the console's operator actions (recovery.services.reconcile, claims)
+    "not_stranded",
+    "not_allowed",
+    "unknown_action",
+    "evidence_matches",
+    "four_eyes_required",
+    "request_pending",
+    "unknown_request",
+    "self_approval",
+    "request_invalidated",
+    "claimed",
+    "not_claimed",
 }
 # CanonicalError codes that reach the API only as the `reason` of invalid_params.
 REASON_ONLY = {"integer_out_of_range"}

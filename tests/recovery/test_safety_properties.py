@@ -9,9 +9,11 @@ fencing token, any number of times) and crash (their lease lapses); fresh worker
 only for a worker that held a dispatch; sometimes for other parameters or with a "not
 performed" status), damages and repairs its record, goes offline and comes back, and
 sends signed callbacks (right or wrong digest, fresh or stale sequence numbers);
-operators look up evidence; approvers revoke permits; permits expire; the background
-sweeper (``recovery.services.sweep``, called directly) moves lapsed leases to unknown and
-queues due lookups, whose tasks run later, sometimes twice.
+operators look up evidence, and confirm, void or repair (four eyes where the evidence
+does not back it: a second operator approves or rejects); approvers revoke permits;
+permits expire; the background sweeper (``recovery.services.sweep``, called directly)
+moves lapsed leases to unknown and queues due lookups, whose tasks run later, sometimes
+twice.
 
 A small model predicts every answer and every state; invariants named after the rules
 compare the database with it after each step. Services refuse requests by raising
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import transaction
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -51,7 +54,7 @@ from hypothesis.stateful import (
 )
 
 from approvals.actors import Actor
-from approvals.models import Permit, PermitEvent
+from approvals.models import Permit, PermitEvent, ReconciliationRequest
 from approvals.services import Refusal, db_now
 from recovery.audit import audit_verify
 from recovery.models import (
@@ -77,6 +80,11 @@ from recovery.services.errors import RecoveryError
 from recovery.services.lookups import operation_lookup
 from recovery.services.permits import approval_decision, approval_open, permit_revoke
 from recovery.services.providers import provider_configure
+from recovery.services.reconcile import (
+    operation_reconcile,
+    reconciliation_approve,
+    reconciliation_reject,
+)
 from recovery.services.registration import operation_register
 from recovery.services.resume import Decision, operation_resume
 from recovery.services.sweep import lookup_attempt_run, sweep
@@ -102,6 +110,8 @@ LOOKUP_BUDGET = 3
 TTL_SECONDS = 300
 ALICE = Actor("approver", "1", "alice")
 BOB = Actor("approver", "2", "bob")
+OLIVIA = Actor("user", "1", "olivia")  # an operator
+SAM = Actor("user", "2", "sam")  # a supervisor
 FLEET = Actor("host", "1", "fleet-a")
 OTHER_PARAMS = {"amount": 1, "currency": "EUR", "to": "acct-mallory"}
 TAMPERED_PARAMS = {"tampered": True}  # what sqlite_provider_tamper writes for other_params
@@ -866,6 +876,87 @@ class SafetyMachine(RuleBasedStateMachine):
             self._model_lookup(m)
         assert (operation.state, operation.version) == (m.state, m.version)
 
+    @precondition(lambda self: self._registered())
+    @rule(
+        data=st.data(),
+        action=st.sampled_from(["confirm", "void", "repair"]),
+        second=st.sampled_from(["approve", "approve", "reject", "self"]),
+        stale_page=st.sampled_from([False, False, False, True]),
+    )
+    @step
+    def operator_decides(
+        self, data: st.DataObject, action: str, second: str, stale_page: bool
+    ) -> None:
+        """An operator confirms, voids or repairs; four eyes where the evidence does not back it.
+
+        ``second``: what a second operator does with a proposal (approve it, reject it),
+        or ``self``: the proposer tries to approve their own, is refused, and it is rejected.
+        """
+        m = self.ops[self._draw_key(data, self._registered())]
+        latest = m.evidence[-1] if m.evidence else None
+        committed = latest == (Verdict.MATCH, COMMITTED)
+        not_performed = latest == (Verdict.MATCH, FAILED_STATUS)  # absence is not authoritative
+
+        def decide() -> Any:
+            return operation_reconcile(
+                operation=self._op(m.key),
+                action=action,
+                version=m.version - 1 if stale_page else m.version,
+                reason="checked by hand",
+                actor=OLIVIA,
+                may_propose=True,
+            )
+
+        if stale_page:
+            refusal = "stale_version"
+        elif action == "repair":
+            settled = m.state in (State.RELEASED, State.FAILED, State.VOIDED)
+            refusal = "" if m.receipt == RUNNING and settled else "not_stranded"
+            backed = committed if m.state == State.RELEASED else not_performed
+        elif m.state not in (State.UNKNOWN, State.RECONCILE):
+            refusal = "not_allowed"
+        elif action == "void" and committed:
+            refusal = "evidence_matches"
+        else:
+            refusal = ""
+            backed = committed if action == "confirm" else not_performed
+        if refusal:
+            with Refused(refusal):
+                decide()
+            return
+        decided = decide()
+        if backed:
+            assert decided.request is None
+            self._model_decision(m, action)
+            return
+        request = decided.request
+        assert request is not None and request.status == "pending"
+        if second == "self":
+            with Refused("self_approval"):
+                reconciliation_approve(
+                    operation=self._op(m.key), request_id=request.pk, reason="mine", actor=OLIVIA
+                )
+        if second in ("self", "reject"):
+            reconciliation_reject(
+                operation=self._op(m.key), request_id=request.pk, reason="no", actor=SAM
+            )
+            return
+        reconciliation_approve(
+            operation=self._op(m.key), request_id=request.pk, reason="agreed", actor=SAM
+        )
+        self._model_decision(m, action)
+
+    def _model_decision(self, m: OpModel, action: str) -> None:
+        """Predict an operator's decision taken (directly, or approved by a second one)."""
+        if action == "confirm":
+            m.move(State.RELEASED)
+            m.release_cause = "operator:confirm"
+        elif action == "void":
+            m.move(State.VOIDED)
+        if m.receipt == RUNNING:
+            m.receipt = SUCCEEDED if m.state == State.RELEASED else RECEIPT_FAILED
+            m.receipt_recovered = True
+
     @rule(time_passed=st.sampled_from([False, True, True]))
     @step
     def background_sweep(self, time_passed: bool) -> None:
@@ -995,7 +1086,10 @@ class SafetyMachine(RuleBasedStateMachine):
             facts.consumed[pk] = int(consumed_at is not None)
         facts.dispatches = list(Dispatch.objects.values_list("operation__key", "permit_id"))
         for key, status, recovered, evidence_id in Dispatch.objects.values_list(
-            "operation__key", "receipt_status", "receipt_recovered", "receipt_evidence_id"
+            "operation__key",
+            "receipt_status",
+            "receipt_recovered",
+            Coalesce("receipt_evidence_id", "receipt_request_id"),
         ):
             facts.receipts[key] = (status, recovered, evidence_id)
         for key, kind, reason in PermitEvent.objects.order_by("id").values_list(
@@ -1072,7 +1166,12 @@ class SafetyMachine(RuleBasedStateMachine):
                     assert t["from"] == State.DISPATCHED, t
                     assert facts.committed_reports[key] >= 1, key
                     continue
-                assert t["event"] == "evidence_match", t
+                if t["event"] == "confirm" and "request_id" in t:  # four eyes approved it
+                    request = ReconciliationRequest.objects.get(pk=t["request_id"])
+                    assert request.status == "approved" and request.operation_key == key
+                    assert request.proposed_by != request.decided_by, t
+                    continue
+                assert t["event"] in ("evidence_match", "confirm"), t
                 assert facts.evidence[t["evidence_id"]] == (key, Verdict.MATCH, COMMITTED), t
             if m.state == State.RELEASED:
                 assert m.release_cause, f"{key} released without a cause"

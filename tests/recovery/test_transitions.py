@@ -79,6 +79,7 @@ def test_only_evidence_or_an_operator_releases_an_uncertain_operation():
     assert into_released == {
         (State.UNKNOWN, Event.EVIDENCE_MATCH),
         (State.RECONCILE, Event.EVIDENCE_MATCH),
+        (State.UNKNOWN, Event.CONFIRM),
         (State.RECONCILE, Event.CONFIRM),
     }
 

@@ -141,6 +141,18 @@ class Command(BaseCommand):
                 name=name, adapter=adapter, path=str(path), lease_seconds=LEASE_SECONDS
             )
             configured.append(provider)
+        # A payment API that is down: nothing listens on the discard port, so every
+        # lookup is refused at once (unavailable) and its budget runs out while you watch.
+        provider, _ = provider_configure(
+            name="demo-payments",
+            adapter="http",
+            url="http://127.0.0.1:9/settle/records",
+            secret="demo-payments-secret",
+            timeout_seconds=1.0,
+            lease_seconds=LEASE_SECONDS,
+            lookup_budget=3,
+        )
+        configured.append(provider)
         return configured
 
     def _users(self, providers: list[Provider]) -> None:
@@ -151,7 +163,8 @@ class Command(BaseCommand):
             user = model.objects.filter(username=username).first()
             if user is None:
                 user = model.objects.create_user(username=username, password=password)
-                for provider in providers:
+            for provider in providers:  # a provider added since the last run included
+                if not user.has_perm("recovery.view_operations", provider):
                     role_grant(user=user, role=role, provider=provider, actor=COMMAND_LINE)
 
     def _next_batch(self) -> int:
@@ -164,7 +177,8 @@ class Command(BaseCommand):
         """A host token for this batch's fleet and an approver token for its approvals."""
         _, host_token = host_create(name=f"demo-fleet-b{batch}")
         _, approver_token = approver_create(
-            name=f"demo-phone-b{batch}", providers=["demo-orders", "demo-journal"]
+            name=f"demo-phone-b{batch}",
+            providers=["demo-orders", "demo-journal", "demo-payments"],
         )
         return {"SETTLE_HOST_TOKEN": host_token, "SETTLE_APPROVER_TOKEN": approver_token}
 
@@ -189,7 +203,7 @@ class Command(BaseCommand):
         write("")
         write("Sign in with (DEMO PASSWORDS, for this throwaway database only):")
         for username, role, password in DEMO_USERS:
-            write(f"  {username:<11} {password:<16} {role} on demo-orders and demo-journal")
+            write(f"  {username:<11} {password:<16} {role} on every demo provider")
 
     def _served(self, url: str, var: Path, children: list[fleet.Child]) -> None:
         self.stdout.write("")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -31,6 +32,13 @@ class Command(BaseCommand):
             default=None,
             help="inconclusive lookups (absent/unavailable) before reconcile (default 5)",
         )
+        parser.add_argument(
+            "--absent-is-authoritative",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="the provider's record is complete: 'absent' evidence lets an operator void "
+            "without a second operator (default off)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -43,6 +51,7 @@ class Command(BaseCommand):
                 timeout_seconds=options["timeout_seconds"],
                 lease_seconds=options["lease_seconds"],
                 lookup_budget=options["lookup_budget"],
+                absent_is_authoritative=options["absent_is_authoritative"],
             )
         except RecoveryError as exc:
             raise CommandError(exc.message) from exc

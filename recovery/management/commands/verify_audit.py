@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from recovery.audit import audit_checkpoint, audit_status, audit_verify
+from recovery.audit import audit_checkpoint, audit_status, audit_verification_run
 
 
 class Command(BaseCommand):
@@ -19,8 +19,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, no_checkpoint: bool = False, **options: Any) -> None:
-        for problem in audit_verify():
-            raise CommandError(f"audit log broken: {problem}")
+        verification = audit_verification_run()
+        if not verification.ok:
+            raise CommandError(f"audit log broken: {verification.problem}")
         if not no_checkpoint:
             audit_checkpoint()
         status = audit_status()

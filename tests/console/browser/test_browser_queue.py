@@ -122,9 +122,11 @@ def test_a_viewer_of_one_provider_never_sees_anothers_operation(page: Page, view
     expect(page.locator("h1")).to_have_text("Not found")
 
 
-def test_an_operator_looks_up_now_and_sees_what_became_of_it(
-    page: Page, operator, queue, provider_db
+def test_an_operator_looks_up_now_and_watches_a_background_worker_settle_it(
+    page: Page, operator, queue, provider_db, celery_env, celery_procs, settings
 ):
+    settings.CELERY_TASK_DEFAULT_QUEUE = celery_env["SETTLE_CELERY_QUEUE"]
+    celery_procs("worker", celery_env).wait_for_log("ready.", timeout=60)
     sqlite_provider_commit(
         provider_db, operation_key="pay-2026-000117", params=PARAMS, reference="r-117"
     )
@@ -133,8 +135,10 @@ def test_an_operator_looks_up_now_and_sees_what_became_of_it(
     expect(page.locator(".page-head .badge").first).to_have_text("unknown")
     page.fill("input[name=reason]", "the provider says it went through")
     page.click("text=Look up now")
-    expect(page.locator(".notice.success")).to_have_text("Looked up: the operation is released.")
-    expect(page.locator(".page-head .badge").first).to_have_text("released")
+    expect(page.locator(".notice.success")).to_contain_text("Queued: a background worker")
+    # The page polls while the lookup is in flight: no reload.
+    expect(page.locator(".page-head .badge").first).to_have_text("released", timeout=30_000)
+    expect(page.locator("#live .notice.success")).to_contain_text("The lookup finished")
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
         page.set_viewport_size({"width": WIDE, "height": 800})

@@ -1,0 +1,219 @@
+"""Settling an operation by hand: confirm, void, repair, four-eyes requests, claims."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST, require_safe
+
+from approvals.actors import Actor
+from approvals.models import ReconciliationRequest
+from console.forms import ActionForm, DecisionForm
+from console.views.access import operation_for_action
+from recovery.models import Dispatch, Operation
+from recovery.selectors import (
+    provider_permissions,
+    provider_permitted,
+    reconciliation_request_for_user,
+    reconciliation_requests_for_user,
+)
+from recovery.services.claims import claim_live, operation_claim, operation_claim_release
+from recovery.services.errors import RecoveryError
+from recovery.services.operator import operator_refusal_record
+from recovery.services.reconcile import (
+    evidence_latest,
+    operation_reconcile,
+    reconcile_grounds,
+    reconciliation_approve,
+    reconciliation_reject,
+)
+
+# Each decision's own permission; what the evidence does not back also needs
+# ``propose_reconciliations``, and a second user's ``approve_reconciliations``.
+DECISIONS = {
+    "confirm": "confirm_operations",
+    "void": "void_operations",
+    "repair": "repair_operations",
+}
+PAST = {"confirm": "Confirmed", "void": "Voided", "repair": "Repaired the receipt"}
+
+
+def _actor(request: HttpRequest) -> Actor:
+    return Actor.of("user", request.user)
+
+
+def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any]:
+    """What the operation page offers this user: each decision, its claim, its proposal.
+
+    A decision is listed only if the user holds its permission and the operation allows
+    it now, with whether it is taken at once (the evidence backs it) or proposed.
+    """
+    held = provider_permissions(user=request.user, provider=operation.provider)
+    evidence = evidence_latest(operation)
+    dispatch = Dispatch.objects.filter(operation=operation).first()
+    decisions = []
+    for action, permission in DECISIONS.items():
+        if permission not in held:
+            continue
+        try:
+            grounds = reconcile_grounds(
+                operation=operation, action=action, evidence=evidence, dispatch=dispatch
+            )
+        except RecoveryError:
+            continue
+        if grounds.backed or "propose_reconciliations" in held:
+            decisions.append({"action": action, "direct": grounds.backed})
+    pending = ReconciliationRequest.objects.filter(
+        operation_key=operation.key, status=ReconciliationRequest.Status.PENDING
+    ).first()
+    if pending is not None:  # one proposal at a time: it is decided first
+        decisions = []
+    may_lookup = "lookup_operations" in held
+    return {
+        "may_lookup": may_lookup,
+        "decisions": decisions,
+        "claim": claim_live(operation),
+        "may_claim": may_lookup,
+        "me": _actor(request),
+        "pending_request": pending,
+        "may_approve": pending is not None and "approve_reconciliations" in held,
+        "action_form": ActionForm(initial={"version": operation.version}),
+    }
+
+
+@login_required
+@require_POST
+def operation_decide(request: HttpRequest, key: str, action: str) -> HttpResponse:
+    """Confirm, void or repair as of the version seen: now if backed, else proposed."""
+    operation = operation_for_action(request, key, action, DECISIONS[action])
+    form = ActionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Nothing was done: give a reason to {action}.")
+        return redirect("operation", key=key)
+    try:
+        decided = operation_reconcile(
+            operation=operation,
+            action=action,
+            version=form.cleaned_data["version"],
+            reason=form.cleaned_data["reason"],
+            actor=_actor(request),
+            may_propose=provider_permitted(
+                user=request.user,
+                permission="propose_reconciliations",
+                provider=operation.provider,
+            ),
+        )
+    except RecoveryError as exc:
+        messages.error(request, f"Refused: {exc.message}.")
+    else:
+        if decided.proposed:
+            messages.success(
+                request,
+                f"Proposed: the {action} waits for a second operator's approval "
+                "(the evidence does not back it alone).",
+            )
+        else:
+            state = decided.operation.state
+            messages.success(request, f"{PAST[action]}: the operation is {state}.")
+    return redirect("operation", key=key)
+
+
+@login_required
+@require_POST
+def operation_claim_view(request: HttpRequest, key: str) -> HttpResponse:
+    """Claim the operation, so that other operators leave it to you."""
+    operation = operation_for_action(request, key, "claim", "lookup_operations")
+    try:
+        operation_claim(operation=operation, actor=_actor(request))
+    except RecoveryError as exc:
+        messages.error(request, f"Refused: {exc.message}.")
+    else:
+        messages.success(request, "Claimed: it is yours until you release it or go idle.")
+    return redirect("operation", key=key)
+
+
+@login_required
+@require_POST
+def operation_release_view(request: HttpRequest, key: str) -> HttpResponse:
+    """Let go of your claim on the operation."""
+    operation = operation_for_action(request, key, "release", "lookup_operations")
+    try:
+        operation_claim_release(operation=operation, actor=_actor(request))
+    except RecoveryError as exc:
+        messages.error(request, f"Refused: {exc.message}.")
+    else:
+        messages.success(request, "Released: anyone may work on it now.")
+    return redirect("operation", key=key)
+
+
+@login_required
+@require_safe
+def reconciliations(request: HttpRequest) -> HttpResponse:
+    """The four-eyes queue: pending proposals, oldest first, with their evidence inline."""
+    rows = reconciliation_requests_for_user(user=request.user)
+    approvable = {
+        row.operation.provider_id
+        for row in rows
+        if provider_permitted(
+            user=request.user,
+            permission="approve_reconciliations",
+            provider=row.operation.provider,
+        )
+    }
+    context = {
+        "rows": rows,
+        "approvable": approvable,
+        "me": _actor(request),
+        "form": DecisionForm(),
+    }
+    return render(request, "console/reconciliations.html", context)
+
+
+def _request_for_decision(
+    request: HttpRequest, request_id: int, decision: str
+) -> tuple[ReconciliationRequest, Operation]:
+    """The request if this user may view it (else 404) and decide it (else 403, recorded)."""
+    found = reconciliation_request_for_user(user=request.user, request_id=request_id)
+    if found is None:
+        raise Http404("no such reconciliation request")
+    proposal, operation = found
+    if not provider_permitted(
+        user=request.user, permission="approve_reconciliations", provider=operation.provider
+    ):
+        operator_refusal_record(
+            operation=operation, action=decision, code="forbidden", actor=_actor(request)
+        )
+        raise PermissionDenied("you may not decide this provider's reconciliations")
+    return proposal, operation
+
+
+@login_required
+@require_POST
+def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) -> HttpResponse:
+    """Approve (and so take) or reject another operator's proposal, with a reason."""
+    proposal, operation = _request_for_decision(request, request_id, decision)
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Nothing was done: give a reason to {decision}.")
+        return redirect("reconciliations")
+    service = reconciliation_approve if decision == "approve" else reconciliation_reject
+    try:
+        service(
+            operation=operation,
+            request_id=proposal.pk,
+            reason=form.cleaned_data["reason"],
+            actor=_actor(request),
+        )
+    except RecoveryError as exc:
+        messages.error(request, f"Refused: {exc.message}.")
+    else:
+        done = "Approved and done" if decision == "approve" else "Rejected"
+        messages.success(request, f"{done}: the {proposal.action} of {operation.key}.")
+    if request.POST.get("next") == "operation":
+        return redirect("operation", key=operation.key)
+    return redirect("reconciliations")

@@ -1,0 +1,72 @@
+"""Claims: an operator marks an operation as theirs, so that two do not work the same one.
+
+A claim is live while its holder keeps acting on the operation: each of their actions
+touches it, and it lapses by itself after ``SETTLE_CLAIM_IDLE_MINUTES`` without one. While
+a claim is live, other operators' actions on the operation are refused (``claimed``);
+deciding a four-eyes request is not such an action, since the second pair of eyes is
+by design someone else. Claims are audited on the operation's chain.
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from approvals.actors import Actor
+from recovery.audit import audit_append, audit_chain_locked, audit_transaction
+from recovery.models import Operation, OperationClaim
+from recovery.selectors import claim_cutoff
+from recovery.services.errors import RecoveryError
+from recovery.services.locking import operations_locked
+
+
+def claim_live(operation: Operation) -> OperationClaim | None:
+    """The operation's claim, if it has not lapsed."""
+    return OperationClaim.objects.filter(operation=operation, touched_at__gt=claim_cutoff()).first()
+
+
+def claim_check(operation: Operation, actor: Actor) -> RecoveryError | None:
+    """Refuse ``actor`` if someone else holds a live claim; touch the claim if they hold it.
+
+    Runs with ``operation`` locked (claims change only under that lock).
+    """
+    claim = claim_live(operation)
+    if claim is None:
+        return None
+    holder = claim.actor
+    if holder != actor:
+        who = holder.name if holder is not None else "someone"
+        return RecoveryError(
+            "claimed",
+            f"{who} is working on it (claimed {claim.claimed_at:%Y-%m-%d %H:%M} UTC)",
+            claimed_by=str(holder),
+        )
+    OperationClaim.objects.filter(pk=claim.pk).update(touched_at=timezone.now())
+    return None
+
+
+@audit_transaction()
+def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
+    """Claim the operation for ``actor``; refused while another's claim is live."""
+    locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
+    refusal = claim_check(locked, actor)
+    if refusal is not None:
+        raise refusal
+    now = timezone.now()
+    claim, _ = OperationClaim.objects.update_or_create(
+        operation=locked, defaults={"actor": actor, "claimed_at": now, "touched_at": now}
+    )
+    audit_append(kind="claimed", operation=locked, actor=actor, data={})
+    return claim
+
+
+@audit_transaction()
+def operation_claim_release(*, operation: Operation, actor: Actor) -> None:
+    """Let go of one's own claim; another's live claim is refused (``claimed``)."""
+    locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
+    refusal = claim_check(locked, actor)
+    if refusal is not None:
+        raise refusal
+    deleted, _ = OperationClaim.objects.filter(operation=locked).delete()
+    if not deleted:
+        raise RecoveryError("not_claimed", "nobody holds a claim on it")
+    audit_append(kind="claim_released", operation=locked, actor=actor, data={})

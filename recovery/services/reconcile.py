@@ -1,0 +1,402 @@
+"""Reconciliation: an operator confirms, voids, or repairs a stranded receipt — four eyes
+where the evidence does not back the decision.
+
+decision
+    ``confirm`` (the effect happened: ``released``), ``void`` (it did not: ``voided``),
+    ``repair`` (complete the stranded receipt of a settled operation: ``succeeded`` for
+    a released one, ``failed`` for a failed or voided one). Confirm and void are
+    transitions of the one table; a repair changes the receipt only.
+backed
+    The latest evidence supports the decision by itself: confirm and repair-as-succeeded
+    on a ``match`` of a committed record; void and repair-as-failed on a provider's
+    ``failed`` record, or on ``absent`` from a provider whose absence is authoritative
+    (``Provider.absent_is_authoritative``). A backed decision is taken at once by anyone
+    holding its permission.
+four eyes
+    An unbacked decision becomes a ``ReconciliationRequest`` (``propose_reconciliations``)
+    that a different user holding ``approve_reconciliations`` approves or rejects. It is
+    bound to the operation's version and latest evidence as the proposer saw them: if
+    either moved on, approving it invalidates it instead. Approving and the change it
+    approves are one transaction.
+refused outright
+    Voiding an operation whose latest evidence matches a committed record: the provider
+    says it happened.
+
+Every decision, proposal and refusal is an audit event on the operation's chain; the
+recovery receipt a decision produces points at the evidence or the request behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from approvals.actors import Actor
+from approvals.models import ReconciliationRequest
+from recovery.audit import audit_append, audit_chain_locked, audit_transaction
+from recovery.models import Dispatch, Evidence, Operation, State, Verdict
+from recovery.services.errors import NotFound, RecoveryError
+from recovery.services.evidence import receipt_complete
+from recovery.services.locking import operations_locked
+from recovery.services.operator import operator_locked, operator_refuse
+from recovery.services.signals import refusals_recorded
+from recovery.transitions import Event, next_state, operation_transition
+
+Action = ReconciliationRequest.Action
+
+# What each decision does to a stranded receipt: completed as succeeded, or as failed.
+_SETTLED_SUCCEEDED = {State.RELEASED}
+_SETTLED_FAILED = {State.FAILED, State.VOIDED}
+
+
+def evidence_latest(operation: Operation) -> Evidence | None:
+    return operation.evidence.order_by("-captured_at", "-id").first()
+
+
+def _committed(evidence: Evidence | None) -> bool:
+    return (
+        evidence is not None
+        and evidence.verdict == Verdict.MATCH
+        and evidence.provider_status == "committed"
+    )
+
+
+def _not_performed(operation: Operation, evidence: Evidence | None) -> bool:
+    if evidence is None:
+        return False
+    if evidence.verdict == Verdict.MATCH:
+        return evidence.provider_status == "failed"
+    return evidence.verdict == Verdict.ABSENT and operation.provider.absent_is_authoritative
+
+
+def _stranded(dispatch: Dispatch | None) -> bool:
+    return dispatch is not None and dispatch.receipt_status == Dispatch.ReceiptStatus.RUNNING
+
+
+@dataclass(frozen=True)
+class Grounds:
+    """Whether a decision may be taken, and whether the evidence backs it."""
+
+    action: str
+    backed_by: Evidence | None  # None: only through four eyes
+
+    @property
+    def backed(self) -> bool:
+        return self.backed_by is not None
+
+
+def reconcile_grounds(
+    *, operation: Operation, action: str, evidence: Evidence | None, dispatch: Dispatch | None
+) -> Grounds:
+    """What ``action`` needs on ``operation`` as it is now; ``RecoveryError`` if it may not be.
+
+    Pure: reads nothing, so that the page can show the same answer the service gives.
+    """
+    if action == Action.REPAIR:
+        if not _stranded(dispatch) or operation.state not in _SETTLED_SUCCEEDED | _SETTLED_FAILED:
+            raise RecoveryError(
+                "not_stranded",
+                "only the running receipt of a settled operation can be repaired "
+                f"(the operation is {operation.state})",
+            )
+        if operation.state in _SETTLED_SUCCEEDED:
+            backed = _committed(evidence)
+        else:
+            backed = _not_performed(operation, evidence)
+        return Grounds(action, evidence if backed else None)
+    event = Event.CONFIRM if action == Action.CONFIRM else Event.VOID
+    if action not in (Action.CONFIRM, Action.VOID):
+        raise RecoveryError("unknown_action", f"no operator decision {action!r}")
+    if next_state(operation.state, event) is None:
+        raise RecoveryError("not_allowed", f"an operation in {operation.state} cannot be {event}ed")
+    if action == Action.CONFIRM:
+        return Grounds(action, evidence if _committed(evidence) else None)
+    if _committed(evidence):
+        raise RecoveryError(
+            "evidence_matches",
+            "the provider's record matches a committed effect: it happened, so it cannot be voided",
+        )
+    return Grounds(action, evidence if _not_performed(operation, evidence) else None)
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What an operator's decision came to: done now, or proposed for four eyes."""
+
+    operation: Operation
+    action: str
+    request: ReconciliationRequest | None = None  # set when it waits for a second operator
+
+    @property
+    def proposed(self) -> bool:
+        return (
+            self.request is not None and self.request.status == ReconciliationRequest.Status.PENDING
+        )
+
+
+def _apply(
+    operation: Operation,
+    action: str,
+    actor: Actor,
+    reason: str,
+    *,
+    evidence: Evidence | None = None,
+    request: ReconciliationRequest | None = None,
+) -> None:
+    """Take the decision: the transition (confirm, void) and the stranded receipt, if any."""
+    grounds: dict[str, Any] = (
+        {"evidence_id": evidence.pk} if evidence is not None else {"request_id": request.pk}  # type: ignore[union-attr]
+    )
+    if action in (Action.CONFIRM, Action.VOID):
+        operation_transition(
+            operation=operation,
+            event=Event.CONFIRM if action == Action.CONFIRM else Event.VOID,
+            actor=actor,
+            data={"reason": reason, **grounds},
+            next_lookup_at=None,
+        )
+    dispatch = Dispatch.objects.filter(operation=operation).first()
+    if _stranded(dispatch):
+        assert dispatch is not None
+        receipt_complete(
+            operation=operation,
+            dispatch=dispatch,
+            succeeded=operation.state in _SETTLED_SUCCEEDED,
+            actor=actor,
+            evidence=evidence,
+            request=request,
+        )
+
+
+@refusals_recorded()
+def operation_reconcile(
+    *,
+    operation: Operation,
+    action: str,
+    version: int,
+    reason: str,
+    actor: Actor,
+    may_propose: bool,
+) -> Decided:
+    """Confirm, void or repair now if the evidence backs it; otherwise propose it.
+
+    The caller checked the action's own permission; ``may_propose`` says whether the
+    actor may also propose (``propose_reconciliations``) what the evidence does not back.
+    """
+    decided = None
+    with audit_transaction():
+        locked, refusal = operator_locked(operation=operation, version=version, actor=actor)
+        if refusal is None:
+            decided, refusal = _decide(locked, action, version, reason, actor, may_propose)
+    if refusal is not None:
+        operator_refuse(operation, action, refusal, actor)
+    assert decided is not None
+    return decided
+
+
+def _decide(
+    locked: Operation, action: str, version: int, reason: str, actor: Actor, may_propose: bool
+) -> tuple[Decided | None, RecoveryError | None]:
+    evidence = evidence_latest(locked)
+    dispatch = Dispatch.objects.filter(operation=locked).first()
+    try:
+        grounds = reconcile_grounds(
+            operation=locked, action=action, evidence=evidence, dispatch=dispatch
+        )
+    except RecoveryError as refusal:
+        return None, refusal
+    if grounds.backed_by is not None:
+        audit_append(
+            kind="operator_action",
+            operation=locked,
+            actor=actor,
+            data={
+                "action": action,
+                "reason": reason,
+                "version": version,
+                "evidence_id": grounds.backed_by.pk,
+            },
+        )
+        _apply(locked, action, actor, reason, evidence=grounds.backed_by)
+        return Decided(locked, action), None
+    if not may_propose:
+        return None, RecoveryError(
+            "four_eyes_required",
+            f"the evidence does not back a {action}: it needs a proposal that a second "
+            "operator approves, and you may not propose one",
+        )
+    pending = ReconciliationRequest.objects.filter(
+        operation_key=locked.key, status=ReconciliationRequest.Status.PENDING
+    ).first()
+    if pending is not None:
+        return None, RecoveryError(
+            "request_pending",
+            f"a proposed {pending.action} already waits for approval",
+            request_id=pending.pk,
+        )
+    request = ReconciliationRequest.objects.create(
+        operation_key=locked.key,
+        provider=locked.provider.name,
+        params_digest=locked.params_digest,
+        action=action,
+        operation_version=locked.version,
+        evidence_seen=evidence.pk if evidence is not None else None,
+        reason=reason,
+        proposed_by=actor,
+        proposed_at=timezone.now(),
+    )
+    audit_append(
+        kind="reconciliation_proposed",
+        operation=locked,
+        actor=actor,
+        data={
+            "request_id": request.pk,
+            "action": action,
+            "reason": reason,
+            "version": version,
+            "evidence_id": request.evidence_seen,
+        },
+    )
+    return Decided(locked, action, request), None
+
+
+def reconciliation_operation(*, request_id: int) -> Operation:
+    """The operation a reconciliation request is about (not locked)."""
+    operation = (
+        Operation.objects.filter(
+            key__in=ReconciliationRequest.objects.filter(pk=request_id).values("operation_key")
+        )
+        .select_related("provider")
+        .first()
+    )
+    if operation is None:
+        raise NotFound("unknown_request", "no such reconciliation request")
+    return operation
+
+
+def _request_locked(
+    operation: Operation, request_id: int
+) -> tuple[Operation, ReconciliationRequest]:
+    """The operation, then its request (the lock order: operation, then approvals rows)."""
+    locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
+    request = ReconciliationRequest.objects.select_for_update().get(
+        pk=request_id, operation_key=locked.key
+    )
+    return locked, request
+
+
+def _request_closed(request: ReconciliationRequest, status: str, actor: Actor, reason: str) -> None:
+    request.status = status
+    request.decided_by = actor
+    request.decided_at = timezone.now()
+    request.decision_reason = reason[:500]
+    request.save(update_fields=["status", "decided_by", "decided_at", "decision_reason"])
+
+
+def _changed_since(locked: Operation, request: ReconciliationRequest) -> str | None:
+    """What moved on since the request was proposed, or None."""
+    if locked.version != request.operation_version:
+        return (
+            f"the operation moved on: it is now {locked.state}, version {locked.version} "
+            f"(proposed at version {request.operation_version})"
+        )
+    latest = evidence_latest(locked)
+    if (latest.pk if latest is not None else None) != request.evidence_seen:
+        verdict = latest.verdict if latest is not None else "none"
+        return f"new evidence arrived since it was proposed (latest verdict: {verdict})"
+    return None
+
+
+@refusals_recorded()
+def reconciliation_approve(
+    *, operation: Operation, request_id: int, reason: str, actor: Actor
+) -> Decided:
+    """Approve another operator's proposal and take the decision, in one transaction.
+
+    The caller checked ``approve_reconciliations``. Refused for the proposer
+    (``self_approval``) and for a request already decided; a request whose operation
+    or evidence moved on since the proposal is invalidated (``request_invalidated``).
+    """
+    decided = None
+    refusal: RecoveryError | None = None
+    with audit_transaction():
+        locked, request = _request_locked(operation, request_id)
+        if request.status != ReconciliationRequest.Status.PENDING:
+            refusal = RecoveryError("already_decided", f"the request is already {request.status}")
+        elif request.proposed_by == actor:
+            refusal = RecoveryError(
+                "self_approval", "a proposal needs a second operator: you proposed this one"
+            )
+        else:
+            changed = _changed_since(locked, request)
+            if changed is None:
+                try:
+                    grounds = reconcile_grounds(
+                        operation=locked,
+                        action=request.action,
+                        evidence=evidence_latest(locked),
+                        dispatch=Dispatch.objects.filter(operation=locked).first(),
+                    )
+                except RecoveryError as exc:
+                    changed = exc.message
+                else:
+                    _request_closed(request, ReconciliationRequest.Status.APPROVED, actor, reason)
+                    audit_append(
+                        kind="reconciliation_approved",
+                        operation=locked,
+                        actor=actor,
+                        data={
+                            "request_id": request.pk,
+                            "action": request.action,
+                            "reason": reason,
+                            "proposed_by": str(request.proposed_by),
+                        },
+                    )
+                    _apply(
+                        locked,
+                        request.action,
+                        actor,
+                        request.reason,
+                        evidence=grounds.backed_by,
+                        request=None if grounds.backed else request,
+                    )
+                    decided = Decided(locked, request.action, request)
+            if changed is not None:
+                _request_closed(request, ReconciliationRequest.Status.INVALIDATED, actor, changed)
+                audit_append(
+                    kind="reconciliation_invalidated",
+                    operation=locked,
+                    actor=actor,
+                    data={"request_id": request.pk, "action": request.action, "why": changed},
+                )
+                refusal = RecoveryError("request_invalidated", f"nothing was done: {changed}")
+    if refusal is not None:
+        operator_refuse(operation, "approve", refusal, actor)
+    assert decided is not None
+    return decided
+
+
+def reconciliation_reject(
+    *, operation: Operation, request_id: int, reason: str, actor: Actor
+) -> ReconciliationRequest:
+    """Reject a pending proposal (its proposer may withdraw it this way); nothing else changes."""
+    with audit_transaction():
+        locked, request = _request_locked(operation, request_id)
+        if request.status == ReconciliationRequest.Status.PENDING:
+            _request_closed(request, ReconciliationRequest.Status.REJECTED, actor, reason)
+            audit_append(
+                kind="reconciliation_rejected",
+                operation=locked,
+                actor=actor,
+                data={"request_id": request.pk, "action": request.action, "reason": reason},
+            )
+            return request
+    operator_refuse(
+        operation,
+        "reject",
+        RecoveryError("already_decided", f"the request is already {request.status}"),
+        actor,
+    )
+    raise AssertionError("unreachable")  # operator_refuse raises

@@ -1,0 +1,79 @@
+"""Fixtures for tests that run real Celery processes (a pytest plugin of the suite).
+
+Each test gets a queue of its own on the broker the environment names (CI: Redis), its
+processes use the test database, and everything is stopped and cleaned up at the end.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from django.db import connection
+
+from tests.support.celery_procs import Proc, beat_start, queue_name, worker_start
+from tests.support.gunicorn import database_url
+
+BROKER = os.environ.get("CELERY_BROKER_URL", "")
+
+
+@pytest.fixture
+def celery_queue() -> Iterator[str]:
+    """A queue of this test's own; its routing key is deleted afterwards."""
+    name = queue_name()
+    yield name
+    if BROKER.startswith("redis://"):
+        client = redis.Redis.from_url(BROKER)
+        client.delete(name, f"_kombu.binding.{name}", f"_kombu.binding_permanent.{name}")
+        client.close()
+
+
+def test_database_url() -> str:
+    """The test database, for processes of their own (SQLite: the test run's file)."""
+    if connection.vendor == "postgresql":
+        return database_url(connection.settings_dict)
+    return f"sqlite:///{connection.settings_dict['NAME']}"
+
+
+test_database_url.__test__ = False  # type: ignore[attr-defined]  # not a test
+
+
+@pytest.fixture
+def celery_env(celery_queue: str, tmp_path: Path) -> dict[str, str | None]:
+    """What a Celery process of this test needs: this test's database, broker and queue."""
+    if not BROKER.startswith("redis://"):
+        pytest.skip("CELERY_BROKER_URL must name a Redis database (CI: redis://…/0)")
+    return {
+        "DATABASE_URL": test_database_url(),
+        "CELERY_BROKER_URL": BROKER,
+        "SETTLE_CELERY_QUEUE": celery_queue,
+        "SETTLE_SWEEP_SECONDS": "1",
+        "SETTLE_AUDIT_CHECKPOINT_FILE": str(tmp_path / "worker-checkpoints.jsonl"),
+    }
+
+
+@pytest.fixture
+def celery_procs(tmp_path: Path) -> Iterator[object]:
+    """Start workers and beat with ``start(kind, env)``; all are stopped at the end."""
+    started: list[Proc] = []
+    count = Counter[str]()
+
+    def start(kind: str, env: dict[str, str | None]) -> Proc:
+        count[kind] += 1
+        if kind == "beat":
+            directory = tmp_path / f"beat{count[kind]}"
+            directory.mkdir()
+            proc = beat_start(directory=directory, env=env)
+        else:
+            name = f"worker{count[kind]}"
+            proc = worker_start(log_path=tmp_path / f"{name}.log", env=env, name=name)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in reversed(started):
+        proc.stop()
