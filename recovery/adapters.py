@@ -439,14 +439,19 @@ def _journal_lookup_many(config: ProviderConfig, wanted: dict[str, str]) -> dict
         needles[json.dumps(key).encode("utf-8")] = key
         needles[json.dumps(key, ensure_ascii=False).encode("utf-8", "surrogatepass")] = key
     longest = max(len(needle) for needle in needles)
+    literal = {needle[1:-1]: key for needle, key in needles.items() if b"\\" not in needle}
     try:
         with open(config.path, "rb") as handle:
             for line_number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
-                mentioned = _mentioned(line, needles, longest)
-                if not mentioned and b"\\" not in line:
-                    continue
+                escaped = b"\\" in line
+                if escaped:
+                    mentioned = _mentioned(line, needles, longest)
+                else:
+                    mentioned = _mentioned_literally(line, literal)
+                    if not mentioned:
+                        continue
                 record = _parse_journal_line(line)
                 concerned = set(mentioned)
                 if record is not None:
@@ -466,6 +471,18 @@ def _journal_lookup_many(config: ProviderConfig, wanted: dict[str, str]) -> dict
 
 
 _QUOTE = re.compile(b'"')
+
+
+def _mentioned_literally(line: bytes, literal: dict[bytes, str]) -> set[str]:
+    """``_mentioned`` for a line without a backslash, in one set intersection.
+
+    Such a line can only hold needles without one, and a needle without a backslash has
+    no quote inside: an occurrence runs from one quote of the line to the next, so it
+    is exactly one of the pieces between consecutive quotes. ``literal`` maps those
+    needles, quotes stripped, to their keys.
+    """
+    pieces = line.split(b'"')[1:-1]
+    return {literal[piece] for piece in literal.keys() & pieces}
 
 
 def _mentioned(line: bytes, needles: dict[bytes, str], longest: int) -> set[str]:

@@ -43,6 +43,7 @@ from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from approvals.actors import Actor
+from recovery.batchsql import values_update
 from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import AuditCheckpoint, AuditEvent, AuditVerification, Operation
 
@@ -221,7 +222,15 @@ class _Buffer:
         if len(moved) == 1:
             [(chain, (seq, digest))] = moved.items()
             Operation.objects.filter(key=chain).update(audit_seq=seq, audit_hash=digest)
-        elif moved:  # a batch: every head in one UPDATE
+        elif moved and connection.vendor == "postgresql":  # a batch: every head in one UPDATE
+            values_update(
+                Operation,
+                values=[("key", "key"), ("seq", "audit_seq"), ("hash", "audit_hash")],
+                rows=[(chain, seq, digest) for chain, (seq, digest) in moved.items()],
+                assign={"audit_seq": "v.seq", "audit_hash": "v.hash"},
+                match="key",
+            )
+        elif moved:
             Operation.objects.filter(key__in=list(moved)).update(
                 audit_seq=Case(*(When(key=c, then=Value(h[0])) for c, h in moved.items())),
                 audit_hash=Case(*(When(key=c, then=Value(h[1])) for c, h in moved.items())),
@@ -329,10 +338,25 @@ def audit_head_write(operation: Operation) -> None:
 
 def audit_retract(event: AuditEvent) -> None:
     """Take back the newest event of its chain, whose change did not happen after all."""
+    audit_retract_many([event])
+
+
+def audit_retract_many(events: list[AuditEvent]) -> None:
+    """``audit_retract`` for a batch: each event the newest of its own chain.
+
+    Other chains' events appended after one of them stay: chains are independent.
+    """
+    if not events:
+        return
     buffer = _current_buffer()
-    assert buffer.events and buffer.events[-1] is event, "only the newest event"
-    buffer.events.pop()
-    buffer.heads[event.operation_key] = (event.seq - 1, event.prev_hash)
+    for event in events:
+        newest = buffer.heads.get(event.operation_key)
+        assert newest == (event.seq, event.hash), "only the newest event of its chain"
+        buffer.heads[event.operation_key] = (event.seq - 1, event.prev_hash)
+    retracted = {id(event) for event in events}
+    kept = [event for event in buffer.events if id(event) not in retracted]
+    assert len(kept) == len(buffer.events) - len(retracted), "events of this transaction level"
+    buffer.events = kept
 
 
 def audit_append(

@@ -148,8 +148,44 @@ def canonical_params(params: Any) -> str:
 
 
 def canonical_dumps(value: Any) -> bytes:
-    """Canonical JSON bytes of any JSON value (audit content, journal lines)."""
+    """Canonical JSON bytes of any JSON value (audit content, journal lines).
+
+    Every audit event is hashed over these bytes, so they are made often: a value that
+    ``json.dumps`` spells exactly as RFC 8785 does (``_plain``, and ASCII once written)
+    is written by the standard library's C encoder; anything else by ``rfc8785``.
+    """
+    if _plain(value):
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        # ASCII text: every key sorts the same by code point as by UTF-16 unit.
+        if text.isascii():
+            return text.encode("ascii")
     return rfc8785.dumps(value)
+
+
+def _plain(value: Any) -> bool:
+    """Strings, safe integers, booleans, null, and dicts (string keys) and lists of them.
+
+    Floats are spelled differently by the two encoders, and out-of-range integers and
+    other types must fail as ``rfc8785`` fails them: those take the slow way.
+    """
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if isinstance(item, str) or item is None or kind is bool:
+            continue
+        if kind is int:
+            if not safe_integer(item):
+                return False
+        elif kind is dict:
+            if not all(isinstance(key, str) for key in item):
+                return False
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        else:
+            return False
+    return True
 
 
 def sha256_digest(data: bytes) -> str:

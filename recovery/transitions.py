@@ -6,14 +6,23 @@ whose (state, version) no longer holds, raises ``TransitionRefused`` and changes
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.audit import audit_append, audit_head_fields, audit_head_saved, audit_retract
-from recovery.models import Operation, State
+from recovery.audit import (
+    audit_append,
+    audit_head_fields,
+    audit_head_saved,
+    audit_retract,
+    audit_retract_many,
+)
+from recovery.batchsql import values_update
+from recovery.models import AuditEvent, Operation, State
 
 
 class Event:
@@ -95,22 +104,10 @@ def operation_transition(
     ``fields`` are other columns written by the same UPDATE (``recovered`` and so on).
     The in-memory ``operation`` is updated to match the row.
     """
-    target = next_state(operation.state, event)
-    if target is None:
-        raise TransitionRefused(operation, event, "not allowed from this state")
+    change = Change(operation, event, data, fields)
+    target = _target(change)
     # Appended first, so that the chain's new head is written by the same UPDATE.
-    audited = audit_append(
-        kind="transition",
-        operation=operation,
-        actor=actor,
-        data={
-            "event": event,
-            "from": operation.state,
-            "to": target,
-            "version": operation.version + 1,
-            **(data or {}),
-        },
-    )
+    audited = _audited(change, target, actor)
     head = audit_head_fields(operation)
     changed = Operation.objects.filter(
         pk=operation.pk, state=operation.state, version=operation.version
@@ -118,9 +115,132 @@ def operation_transition(
     if changed != 1:
         audit_retract(audited)
         raise TransitionRefused(operation, event, "stale (state, version)")
+    _moved(change, target, head)
+    return operation
+
+
+@dataclass(frozen=True)
+class Change:
+    """One operation's transition in a batch: ``operation_transition``'s arguments."""
+
+    operation: Operation
+    event: str
+    data: dict[str, Any] | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[TransitionRefused]:
+    """``operation_transition`` for a batch; the refusals, each on its own.
+
+    The same table decides each target and the same event is audited; each row is still
+    a compare-and-set on its own (state, version), all of them in one statement per
+    set of ``fields`` names on PostgreSQL (``values_update``), one by one elsewhere.
+    A refused change writes nothing and takes back its event; the others go ahead.
+    Every operation at most once, each locked by the caller.
+    """
+    assert len({change.operation.pk for change in changes}) == len(changes), "once each"
+    refused: list[TransitionRefused] = []
+    if connection.vendor != "postgresql":
+        for change in changes:
+            try:
+                operation_transition(
+                    operation=change.operation,
+                    event=change.event,
+                    actor=actor,
+                    data=change.data,
+                    **change.fields,
+                )
+            except TransitionRefused as exc:
+                refused.append(exc)
+        return refused
+    by_fields: dict[tuple[str, ...], list[tuple[Change, str, AuditEvent]]] = {}
+    for change in changes:
+        try:
+            target = _target(change)
+        except TransitionRefused as exc:
+            refused.append(exc)
+            continue
+        audited = _audited(change, target, actor)
+        by_fields.setdefault(tuple(sorted(change.fields)), []).append((change, target, audited))
+    retracted = []
+    now = timezone.now()
+    for names, group in by_fields.items():
+        changed = values_update(
+            Operation,
+            values=[
+                ("id", "id"),
+                ("state", "state"),
+                ("version", "version"),
+                ("target", "state"),
+                ("audit_seq", "audit_seq"),
+                ("audit_hash", "audit_hash"),
+                ("updated_at", "updated_at"),
+                *((name, name) for name in names),
+            ],
+            rows=[
+                (
+                    change.operation.pk,
+                    change.operation.state,
+                    change.operation.version,
+                    target,
+                    audited.seq,
+                    audited.hash,
+                    now,
+                    *(change.fields[name] for name in names),
+                )
+                for change, target, audited in group
+            ],
+            assign={
+                "state": "v.target",
+                "version": "t.version + 1",
+                "updated_at": "v.updated_at",
+                "audit_seq": "v.audit_seq",
+                "audit_hash": "v.audit_hash",
+                **{name: f"v.{name}" for name in names},
+            },
+            expect={"state": "state", "version": "version"},
+        )
+        for change, target, audited in group:
+            if change.operation.pk in changed:
+                _moved(change, target, {"audit_seq": audited.seq, "audit_hash": audited.hash})
+            else:
+                retracted.append(audited)
+                refused.append(
+                    TransitionRefused(change.operation, change.event, "stale (state, version)")
+                )
+    audit_retract_many(retracted)
+    return refused
+
+
+def _target(change: Change) -> str:
+    """The state the table allows ``change`` to reach, or ``TransitionRefused``."""
+    target = next_state(change.operation.state, change.event)
+    if target is None:
+        raise TransitionRefused(change.operation, change.event, "not allowed from this state")
+    return target
+
+
+def _audited(change: Change, target: str, actor: Actor) -> AuditEvent:
+    operation = change.operation
+    return audit_append(
+        kind="transition",
+        operation=operation,
+        actor=actor,
+        data={
+            "event": change.event,
+            "from": operation.state,
+            "to": target,
+            "version": operation.version + 1,
+            **(change.data or {}),
+        },
+    )
+
+
+def _moved(change: Change, target: str, head: dict[str, Any]) -> None:
+    """The row changed: the in-memory operation follows it, the chain's head is saved."""
+    operation = change.operation
     audit_head_saved(operation, head)
     operation.state = target
     operation.version += 1
-    for name, value in fields.items():
+    for name, value in change.fields.items():
         setattr(operation, name, value)
-    return operation

@@ -25,7 +25,7 @@ from recovery.models import (
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import OperationRef, binding, operation_lock
 from recovery.services.signals import refusals_recorded, stale_signal
-from recovery.transitions import Event, operation_transition
+from recovery.transitions import Change, Event, operation_transition
 
 T = TypeVar("T")
 
@@ -213,16 +213,23 @@ def _report_apply(
 
 def lease_lapsed(operation: Operation, dispatch: Dispatch, actor: Actor) -> None:
     """The worker went quiet past its lease: the outcome is unknown until evidence says."""
+    change = lease_lapsed_change(operation, dispatch)
     operation_transition(
-        operation=operation,
-        event=Event.LEASE_LOST,
-        actor=actor,
-        data={
+        operation=operation, event=change.event, actor=actor, data=change.data, **change.fields
+    )
+
+
+def lease_lapsed_change(operation: Operation, dispatch: Dispatch) -> Change:
+    """``lease_lapsed``'s transition, for a batch of them (``operation_transition_many``)."""
+    return Change(
+        operation,
+        Event.LEASE_LOST,
+        {
             "reason": "no heartbeat or report before the lease expired",
             "lease_expires_at": dispatch.lease_expires_at.isoformat(),
             "last_heartbeat_at": (
                 dispatch.last_heartbeat_at.isoformat() if dispatch.last_heartbeat_at else None
             ),
         },
-        next_lookup_at=timezone.now(),
+        {"next_lookup_at": timezone.now()},
     )

@@ -15,6 +15,7 @@ from recovery.adapters import LookupResult
 from recovery.audit import (
     audit_append,
 )
+from recovery.batchsql import bulk_save
 from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import (
     Dispatch,
@@ -25,7 +26,13 @@ from recovery.models import (
     Verdict,
 )
 from recovery.services.signals import stale_signal
-from recovery.transitions import Event, TransitionRefused, operation_transition
+from recovery.transitions import (
+    Change,
+    Event,
+    TransitionRefused,
+    operation_transition,
+    operation_transition_many,
+)
 
 # After an inconclusive lookup (absent / unavailable), the next is due after roughly
 # this long (three times longer each time), give or take LOOKUP_BACKOFF_JITTER of it.
@@ -79,10 +86,12 @@ def evidence_apply_many(
     """``evidence_apply`` for a batch, in a few statements; the refusals, each on its own.
 
     Evidence rows are inserted in one statement and the attempts closed in one; each
-    operation is then judged by the same rules, its transition still a compare-and-set
-    of its own. A refused one (the operation moved on) is recorded as a stale signal and
-    the others go ahead: the refused transition wrote nothing (``operation_transition``
-    takes back its event, and a judgement writes nothing before its transition).
+    operation is then judged by the same rules (``_evidence_judge``), and the batch's
+    transitions applied in one statement (``operation_transition_many``), each still a
+    compare-and-set on its own row; the recovered receipts are written in one more. A
+    refused one (the operation moved on) is recorded as a stale signal and the others go
+    ahead: the refused transition wrote nothing (its event is taken back, and a
+    judgement writes nothing before its transition).
     Must run inside the caller's transaction with every operation locked.
     """
     if not found:
@@ -93,27 +102,51 @@ def evidence_apply_many(
     )
     for item, evidence in zip(found, evidences, strict=True):
         _lookup_finished(item.lookup, evidence, now)
-    LookupAttempt.objects.bulk_update(
-        [item.lookup for item in found], ["evidence", "finished_at", "status"]
-    )
+    bulk_save([item.lookup for item in found], ["evidence", "finished_at", "status"])
     receipts = {
         dispatch.operation_id: dispatch
         for dispatch in Dispatch.objects.filter(operation__in=[item.operation for item in found])
     }
-    refused = []
+    judged = []
+    refused: list[tuple[TransitionRefused, Evidence]] = []
     for item, evidence in zip(found, evidences, strict=True):
         _evidence_audit(item.operation, evidence, actor)
-        try:
-            _evidence_decide(item.operation, evidence, actor, receipts.get(item.operation.pk))
+        receipt = receipts.get(item.operation.pk)
+        judgement = _evidence_judge(item.operation, evidence, receipt)
+        if judgement.change is not None:
+            judged.append((item.operation, evidence, receipt, judgement))
+            continue
+        try:  # a stale signal, or an inconclusive lookup: rarely many, one by one
+            _judgement_apply(item.operation, evidence, actor, receipt, judgement)
         except TransitionRefused as exc:
-            refused.append(exc)
-            stale_signal(
-                operation=item.operation,
-                signal="transition_refused",
-                actor=actor,
-                data={"event": exc.event, "reason": exc.reason, "evidence_id": evidence.pk},
-            )
-    return refused
+            refused.append((exc, evidence))
+    # Every transition of the batch in one compare-and-set statement.
+    by_key = {operation.key: evidence for operation, evidence, _, _ in judged}
+    refused += [
+        (refusal, by_key[refusal.operation_key])
+        for refusal in operation_transition_many(
+            changes=[judgement.change for *_, judgement in judged if judgement.change],
+            actor=actor,
+        )
+    ]
+    gone = {refusal.operation_key for refusal, _ in refused}
+    _receipts_recover(
+        [
+            (operation, receipt, evidence)
+            for operation, evidence, receipt, judgement in judged
+            if judgement.recover and receipt is not None and operation.key not in gone
+        ],
+        actor,
+    )
+    operations = {item.operation.key: item.operation for item in found}
+    for refusal, evidence in refused:
+        stale_signal(
+            operation=operations[refusal.operation_key],
+            signal="transition_refused",
+            actor=actor,
+            data={"event": refusal.event, "reason": refusal.reason, "evidence_id": evidence.pk},
+        )
+    return [refusal for refusal, _ in refused]
 
 
 def _evidence_new(operation: Operation, result: LookupResult, source: str, now: Any) -> Evidence:
@@ -152,60 +185,99 @@ def _evidence_audit(operation: Operation, evidence: Evidence, actor: Actor) -> N
     )
 
 
+@dataclass(frozen=True)
+class _Judgement:
+    """What one piece of evidence does to its operation, by the rules.
+
+    A transition (``change``, then perhaps completing the stranded receipt from the
+    evidence), or only a stale signal, or an inconclusive lookup counted; or nothing.
+    """
+
+    change: Change | None = None
+    recover: bool = False
+    signal: str = ""
+    inconclusive: bool = False
+
+
 def _evidence_decide(
     operation: Operation, evidence: Evidence, actor: Actor, receipt: Dispatch | None
 ) -> None:
     """The rules: what ``evidence`` does to ``operation`` (whose receipt is ``receipt``)."""
+    judgement = _evidence_judge(operation, evidence, receipt)
+    _judgement_apply(operation, evidence, actor, receipt, judgement)
+
+
+def _evidence_ref(evidence: Evidence) -> dict[str, Any]:
+    return {"evidence_id": evidence.pk, "verdict": evidence.verdict}
+
+
+def _evidence_judge(
+    operation: Operation, evidence: Evidence, receipt: Dispatch | None
+) -> _Judgement:
+    """Decide, writing nothing: a batch then applies every transition in one statement."""
     state = operation.state
     verdict = evidence.verdict
     committed = verdict == Verdict.MATCH and evidence.provider_status == "committed"
     not_performed = verdict == Verdict.MATCH and evidence.provider_status == "failed"
-    ref = {"evidence_id": evidence.pk, "verdict": verdict}
+    ref = _evidence_ref(evidence)
 
     if state == State.FAILED and committed:
-        operation_transition(operation=operation, event=Event.CONFLICT, actor=actor, data=ref)
-        return
+        return _Judgement(Change(operation, Event.CONFLICT, ref))
     if state not in (State.DISPATCHED, State.UNKNOWN, State.RECONCILE):
-        if not (state == State.RELEASED and committed):
-            signal = "evidence_after_settlement" if operation.is_terminal else "evidence_early"
-            stale_signal(operation=operation, signal=signal, actor=actor, data=ref)
-        return
+        if state == State.RELEASED and committed:
+            return _Judgement()
+        return _Judgement(
+            signal="evidence_after_settlement" if operation.is_terminal else "evidence_early"
+        )
     if committed or not_performed:
         assert receipt is not None
         contradicts = (committed and receipt.receipt_status == Dispatch.ReceiptStatus.FAILED) or (
             not_performed and receipt.receipt_status == Dispatch.ReceiptStatus.SUCCEEDED
         )
         if contradicts:
-            if state != State.RECONCILE:
-                operation_transition(
-                    operation=operation, event=Event.CONFLICT, actor=actor, data=ref
-                )
-            return
+            if state == State.RECONCILE:
+                return _Judgement()
+            return _Judgement(Change(operation, Event.CONFLICT, ref))
         event = Event.EVIDENCE_MATCH if committed else Event.EVIDENCE_NOT_PERFORMED
-        operation_transition(
-            operation=operation,
-            event=event,
-            actor=actor,
-            data=ref,
-            recovered=True,
-            next_lookup_at=None,
+        return _Judgement(
+            Change(operation, event, ref, {"recovered": True, "next_lookup_at": None}),
+            recover=receipt.receipt_status == Dispatch.ReceiptStatus.RUNNING,
         )
-        if receipt.receipt_status == Dispatch.ReceiptStatus.RUNNING:
-            _receipt_recover(operation, receipt, evidence, actor)
-        return
     if verdict in (Verdict.MISMATCH, Verdict.CORRUPT):
-        if state != State.RECONCILE:
-            operation_transition(
-                operation=operation,
-                event=Event.ESCALATE,
-                actor=actor,
-                data=ref,
-                next_lookup_at=None,
-            )
-        return
+        if state == State.RECONCILE:
+            return _Judgement()
+        return _Judgement(Change(operation, Event.ESCALATE, ref, {"next_lookup_at": None}))
     # absent / unavailable: inconclusive; never success, never another attempt.
-    if state == State.UNKNOWN:
-        _inconclusive(operation, actor, ref)
+    return _Judgement(inconclusive=state == State.UNKNOWN)
+
+
+def _judgement_apply(
+    operation: Operation,
+    evidence: Evidence,
+    actor: Actor,
+    receipt: Dispatch | None,
+    judgement: _Judgement,
+) -> None:
+    if judgement.signal:
+        stale_signal(
+            operation=operation, signal=judgement.signal, actor=actor, data=_evidence_ref(evidence)
+        )
+    elif judgement.inconclusive:
+        _inconclusive(operation, actor, _evidence_ref(evidence))
+    elif judgement.change is not None:
+        change = judgement.change
+        operation_transition(
+            operation=operation, event=change.event, actor=actor, data=change.data, **change.fields
+        )
+        if judgement.recover:
+            assert receipt is not None
+            receipt_complete(
+                operation=operation,
+                dispatch=receipt,
+                succeeded=evidence.provider_status == "committed",
+                actor=actor,
+                evidence=evidence,
+            )
 
 
 def _inconclusive(operation: Operation, actor: Actor, ref: dict[str, Any]) -> None:
@@ -234,17 +306,14 @@ def _inconclusive(operation: Operation, actor: Actor, ref: dict[str, Any]) -> No
     operation.lookups_inconclusive = count
 
 
-def _receipt_recover(
-    operation: Operation, dispatch: Dispatch, evidence: Evidence, actor: Actor
-) -> None:
-    """Complete a stranded receipt from verified evidence (a recovery receipt)."""
-    receipt_complete(
-        operation=operation,
-        dispatch=dispatch,
-        succeeded=evidence.provider_status == "committed",
-        actor=actor,
-        evidence=evidence,
-    )
+RECEIPT_RECOVERED_FIELDS = [
+    "receipt_status",
+    "receipt_recovered",
+    "receipt_evidence",
+    "receipt_request",
+    "receipt_reference",
+    "receipt_reported_at",
+]
 
 
 def receipt_complete(
@@ -261,6 +330,31 @@ def receipt_complete(
     Verified ``evidence``, or a four-eyes ``request`` where no evidence did; one of them.
     Must run with ``operation`` locked (its dispatch changes only under that lock).
     """
+    grounds = _receipt_completed(dispatch, succeeded, evidence, request, timezone.now())
+    dispatch.save(update_fields=RECEIPT_RECOVERED_FIELDS)
+    _receipt_audit(operation, dispatch, grounds, actor)
+
+
+def _receipts_recover(recovered: list[tuple[Operation, Dispatch, Evidence]], actor: Actor) -> None:
+    """``receipt_complete`` from verified evidence for a batch, in one UPDATE."""
+    now = timezone.now()
+    grounds = [
+        _receipt_completed(dispatch, evidence.provider_status == "committed", evidence, None, now)
+        for _, dispatch, evidence in recovered
+    ]
+    bulk_save([dispatch for _, dispatch, _ in recovered], RECEIPT_RECOVERED_FIELDS)
+    for (operation, dispatch, _), ground in zip(recovered, grounds, strict=True):
+        _receipt_audit(operation, dispatch, ground, actor)
+
+
+def _receipt_completed(
+    dispatch: Dispatch,
+    succeeded: bool,
+    evidence: Evidence | None,
+    request: ReconciliationRequest | None,
+    now: Any,
+) -> dict[str, Any]:
+    """Set the receipt's fields (not saved); what backs it, for its audit event."""
     assert (evidence is None) != (request is None)
     dispatch.receipt_status = (
         Dispatch.ReceiptStatus.SUCCEEDED if succeeded else Dispatch.ReceiptStatus.FAILED
@@ -270,18 +364,13 @@ def receipt_complete(
     dispatch.receipt_request = request
     if evidence is not None:
         dispatch.receipt_reference = evidence.provider_reference
-    dispatch.receipt_reported_at = timezone.now()
-    dispatch.save(
-        update_fields=[
-            "receipt_status",
-            "receipt_recovered",
-            "receipt_evidence",
-            "receipt_request",
-            "receipt_reference",
-            "receipt_reported_at",
-        ]
-    )
-    grounds = {"evidence_id": evidence.pk} if evidence else {"request_id": request.pk}  # type: ignore[union-attr]
+    dispatch.receipt_reported_at = now
+    return {"evidence_id": evidence.pk} if evidence else {"request_id": request.pk}  # type: ignore[union-attr]
+
+
+def _receipt_audit(
+    operation: Operation, dispatch: Dispatch, grounds: dict[str, Any], actor: Actor
+) -> None:
     audit_append(
         kind="receipt_recovered",
         operation=operation,

@@ -7,8 +7,8 @@ batches of ``SETTLE_SWEEP_BATCH`` rows per transaction:
 lapsed leases
     Operations still ``dispatched`` whose receipt is ``running`` and whose dispatch lease
     (renewed by heartbeats, the provider's ``lease_seconds`` long) has lapsed by the
-    database's clock → ``unknown`` (``lease_lost``, as ``resume`` does), first lookup due
-    at once.
+    database's clock → ``unknown`` (``lease_lost``, as ``resume`` does), and its first
+    lookup queued at once, in the same transaction (as below).
 due lookups
     ``unknown`` operations whose ``next_lookup_at`` is due and that have no lookup in
     flight → a ``queued`` lookup attempt, claimed with ``lookups_queue`` (the claim resume
@@ -48,7 +48,7 @@ from approvals.actors import Actor
 from recovery.adapters import LookupResult, evidence_lookup_many
 from recovery.audit import audit_chain_locked, audit_transaction
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, State
-from recovery.services.dispatch import lease_lapsed
+from recovery.services.dispatch import lease_lapsed_change
 from recovery.services.evidence import EvidenceFound, evidence_apply_many
 from recovery.services.locking import locking
 from recovery.services.lookups import (
@@ -61,7 +61,7 @@ from recovery.services.lookups import (
 )
 from recovery.services.providers import provider_config
 from recovery.services.signals import stale_signal
-from recovery.transitions import TransitionRefused
+from recovery.transitions import operation_transition_many
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,20 @@ def _skip_locked(operations: QuerySet[Operation]) -> QuerySet[Operation]:
 
 def leases_sweep(*, batch_size: int, actor: Actor = SWEEPER_ACTOR) -> list[int]:
     """One batch: dispatched operations whose lease lapsed → ``unknown``; their ids."""
+    moved, _ = _leases_lapse(batch_size=batch_size, actor=actor, queue=False)
+    return moved
+
+
+def _leases_lapse(
+    *, batch_size: int, actor: Actor, queue: bool
+) -> tuple[list[int], list[tuple[int, int]]]:
+    """``leases_sweep``; with ``queue``, each moved operation's first lookup queued too.
+
+    In the same transaction, under the same locks, as resume claims its lookup with the
+    lease-lost transition: the lookup is due at once, and finding the operation again
+    later would cost the sweep a second query and lock per batch. Returns the moved
+    operations' ids and (attempt id, provider id) of the attempts queued.
+    """
     with audit_transaction():
         operations = list(
             _skip_locked(
@@ -97,7 +111,7 @@ def leases_sweep(*, batch_size: int, actor: Actor = SWEEPER_ACTOR) -> list[int]:
             ).order_by("id")[:batch_size]
         )
         if not operations:
-            return []
+            return [], []
         # Read again now that the rows are locked: a heartbeat that committed since the
         # statement above began may have renewed a lease.
         dispatches = {
@@ -108,21 +122,22 @@ def leases_sweep(*, batch_size: int, actor: Actor = SWEEPER_ACTOR) -> list[int]:
                 lease_expires_at__lte=Now(),
             )
         }
-        moved = []
+        lapsed = []
         for operation in operations:
             dispatch = dispatches.get(operation.pk)
-            if dispatch is None:
-                continue
-            audit_chain_locked(operation)
-            try:
-                # No savepoint needed: a refused transition wrote nothing and took back
-                # its event, so one refusal fails only its row.
-                lease_lapsed(operation, dispatch, actor)
-            except TransitionRefused as exc:
-                logger.error("sweep: %s", exc)
-                continue
-            moved.append(operation.pk)
-    return moved
+            if dispatch is not None:
+                lapsed.append(lease_lapsed_change(audit_chain_locked(operation), dispatch))
+        # One compare-and-set statement for the batch, each row checked on its own: a
+        # refused row wrote nothing and took back its event, so it fails only itself.
+        refused = operation_transition_many(changes=lapsed, actor=actor)
+        for exc in refused:
+            logger.error("sweep: %s", exc)
+        gone = {exc.operation_key for exc in refused}
+        moved = [change.operation for change in lapsed if change.operation.key not in gone]
+        attempts = lookups_queue(operations=moved, actor=actor) if queue else []
+    return [operation.pk for operation in moved], [
+        (attempt.pk, attempt.operation.provider_id) for attempt in attempts
+    ]
 
 
 def lookups_sweep(*, batch_size: int, actor: Actor = SWEEPER_ACTOR) -> list[int]:
@@ -161,41 +176,59 @@ def sweep(
 ) -> SweepReport:
     """Lapsed leases to ``unknown``, then due lookups queued and published, batch by batch.
 
-    ``publish(attempt_id)`` sends the task that runs one attempt; ``publish_batch(ids)``
-    (beat's sweep) one that runs a batch of attempts of one provider, at most
-    ``SETTLE_LOOKUP_BATCH`` of them. Either is called after the attempts' rows
-    committed, never inside a transaction. A publish that fails (the broker is down)
-    ends the publishing: the attempts stay queued in the database and a later sweep
-    queues them again once their lease lapses. Call it outside a transaction.
+    An operation whose lease lapsed has its first lookup queued in the same transaction
+    (``_leases_lapse``), published as soon as that batch committed; then every other
+    due operation's. ``publish(attempt_id)`` sends the task that runs one attempt;
+    ``publish_batch(ids)`` (beat's sweep) one that runs a batch of attempts of one
+    provider, at most ``SETTLE_LOOKUP_BATCH`` of them. Either is called after the
+    attempts' rows committed, never inside a transaction. A publish that fails (the
+    broker is down) ends the publishing and the queueing — leases still lapse: the
+    attempts stay queued in the database and a later sweep queues them again once their
+    lease lapses. Call it outside a transaction.
     """
     assert (publish is None) != (publish_batch is None), "publish one way"
     batch_size = batch_size or settings.SETTLE_SWEEP_BATCH
     report = SweepReport()
     for _ in range(max_batches):
-        moved = leases_sweep(batch_size=batch_size, actor=actor)
+        moved, queued = _leases_lapse(
+            batch_size=batch_size, actor=actor, queue=not report.publish_failed
+        )
         report.leases_lapsed += moved
+        _publish(report, queued, publish, publish_batch)
         if len(moved) < batch_size:
             break
     for _ in range(max_batches):
+        if report.publish_failed:
+            break
         queued = _lookups_queue(batch_size=batch_size, actor=actor)
-        report.lookups_queued += [attempt_id for attempt_id, _ in queued]
-        for message in _messages(queued, batched=publish_batch is not None):
-            if report.publish_failed:
-                break
-            try:
-                if publish_batch is not None:
-                    publish_batch(message)
-                else:
-                    assert publish is not None
-                    publish(message[0])
-            except Exception as exc:  # the broker's errors vary by transport
-                logger.warning("sweep: publishing lookups %s failed: %r", message, exc)
-                report.publish_failed = True
-            else:
-                report.published += len(message)
-        if len(queued) < batch_size or report.publish_failed:
+        _publish(report, queued, publish, publish_batch)
+        if len(queued) < batch_size:
             break
     return report
+
+
+def _publish(
+    report: SweepReport,
+    queued: list[tuple[int, int]],
+    publish: Callable[[int], object] | None,
+    publish_batch: Callable[[list[int]], object] | None,
+) -> None:
+    """Publish the attempts just queued (committed), unless a publish failed already."""
+    report.lookups_queued += [attempt_id for attempt_id, _ in queued]
+    for message in _messages(queued, batched=publish_batch is not None):
+        if report.publish_failed:
+            break
+        try:
+            if publish_batch is not None:
+                publish_batch(message)
+            else:
+                assert publish is not None
+                publish(message[0])
+        except Exception as exc:  # the broker's errors vary by transport
+            logger.warning("sweep: publishing lookups %s failed: %r", message, exc)
+            report.publish_failed = True
+        else:
+            report.published += len(message)
 
 
 def _messages(queued: list[tuple[int, int]], *, batched: bool) -> list[list[int]]:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import pytest
+import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
 from recovery.canonical import (
     MAX_PARAMS_BYTES,
     CanonicalError,
+    canonical_dumps,
     canonical_params,
     params_digest,
     strict_loads,
 )
+from recovery.models import State
 
 
 def test_digest_is_sha256_of_the_canonical_text():
@@ -104,3 +108,49 @@ def test_canonical_text_round_trips_to_the_same_digest(params):
         return
     again = canonical_params(strict_loads(canonical))
     assert again == canonical
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(value=_JSON)
+def test_canonical_bytes_are_exactly_rfc8785s_whichever_encoder_writes_them(value: Any) -> None:
+    """The fast path for plain values must not change a single hashed byte."""
+    try:
+        expected = rfc8785.dumps(value)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            canonical_dumps(value)
+        return
+    assert canonical_dumps(value) == expected
+
+
+@given(
+    value=st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(),
+        lambda children: (
+            st.lists(children, max_size=4)
+            | st.dictionaries(st.text(max_size=6), children, max_size=4)
+        ),
+        max_leaves=12,
+    )
+)
+def test_plain_values_with_any_text_match_rfc8785(value: Any) -> None:
+    """Every string, control characters and astral planes included (sorting, escapes)."""
+    assert canonical_dumps(value) == rfc8785.dumps(value)
+
+
+def test_an_enum_member_is_written_as_its_text() -> None:
+    assert canonical_dumps({"to": State.RELEASED, "n": 1}) == rfc8785.dumps(
+        {"to": "released", "n": 1}
+    )

@@ -4,6 +4,7 @@ and each operation still judged, and refused, on its own."""
 from __future__ import annotations
 
 import builtins
+import json
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +15,8 @@ from django.db import connection
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import strategies as st
 
 from recovery import adapters
 from recovery.adapters import ProviderConfig, evidence_lookup, evidence_lookup_many
@@ -236,3 +239,23 @@ def test_a_missing_journal_makes_every_key_of_the_batch_unavailable(tmp_path: Pa
     config = ProviderConfig(adapter="journal", path=str(tmp_path / "missing.jsonl"))
     batch = evidence_lookup_many(config=config, wanted={"a": DIGEST, "b": DIGEST})
     assert {result.verdict for result in batch.values()} == {"unavailable"}
+
+
+@given(
+    line=st.text(alphabet='"a:é ,{}', max_size=40),
+    keys=st.lists(st.text(alphabet='"a:é', max_size=4), min_size=1, max_size=5, unique=True),
+)
+def test_a_line_without_backslashes_mentions_the_same_keys_by_either_reading(
+    line: str, keys: list[str]
+) -> None:
+    """The set-intersection reading of a plain line finds exactly what the scan finds."""
+    needles: dict[bytes, str] = {}
+    for key in keys:
+        needles[json.dumps(key).encode()] = key
+        needles[json.dumps(key, ensure_ascii=False).encode()] = key
+    literal = {needle[1:-1]: key for needle, key in needles.items() if b"\\" not in needle}
+    longest = max(len(needle) for needle in needles)
+    encoded = line.encode()
+    assert adapters._mentioned_literally(encoded, literal) == adapters._mentioned(
+        encoded, needles, longest
+    )

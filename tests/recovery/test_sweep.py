@@ -147,6 +147,29 @@ def test_a_failed_publish_strands_nothing(flow, settings):
         assert len(_sweep()) == 1
 
 
+def test_with_the_broker_down_leases_still_lapse_and_their_lookups_are_queued_later(flow):
+    for key in ("op-1", "op-2", "op-3"):
+        _crashed(flow, key)
+
+    def broker_down(attempt_id: int) -> None:
+        raise ConnectionError("broker down")
+
+    # One lease per batch: the first batch's publish fails, the next two only lapse.
+    report = sweep(publish=broker_down, batch_size=1)
+    assert len(report.leases_lapsed) == 3 and report.publish_failed
+    assert set(Operation.objects.values_list("state", flat=True)) == {"unknown"}
+    [first] = LookupAttempt.objects.all()  # queued with the first batch, not published
+    assert report.lookups_queued == [first.pk]
+
+    # The broker is back: the other two are due and queued; the first's lease is alive.
+    published = _sweep()
+    assert len(published) == 2
+    queued = LookupAttempt.objects.filter(pk__in=published)
+    assert {attempt.operation.key for attempt in queued} == {"op-1", "op-2", "op-3"} - {
+        first.operation.key
+    }
+
+
 def test_an_operation_settled_while_its_lookup_was_queued_is_not_looked_up(flow):
     _crashed(flow)
     [attempt_id] = _sweep()
