@@ -33,7 +33,7 @@ def host_create(*, name: str) -> tuple[Host, str]:
 
 def host_authenticate(*, token: str) -> Host | None:
     """The active host holding ``token``; a disabled one is refused at once."""
-    return Host.objects.filter(token_hash=approvals.token_hash(token), disabled_at=None).first()
+    return approvals.credential_by_token(Host, token)
 
 
 def _credential(kind: str, name: str) -> models.Model:
