@@ -18,6 +18,8 @@ It also measures, on the same server and database:
   (statements plus BEGIN and COMMIT/ROLLBACK of every transaction);
 * the commit rate of ``pgbench -n -c 1 -T 5`` with a script inserting one row into a
   one-column table per transaction: the floor a single client's commits sit on;
+* what an unauthenticated request (401, no SQL) costs gunicorn's workers: the floor
+  that gunicorn and Django put under every request;
 * the deadlocks PostgreSQL counted in the scratch database during the whole run;
 * per run, the CPU time of gunicorn's workers and of the database's PostgreSQL backends
   (from ``/proc``, so Linux only) per request, and how busy the whole machine was: on a
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import math
 import os
 import platform
@@ -38,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -298,6 +302,40 @@ def fleet(
 # -- the report -----------------------------------------------------------------------------
 
 
+FLOOR_REQUESTS = 2000
+
+
+def request_floor(server: GunicornServer) -> tuple[float, float]:
+    """What a request costs gunicorn and Django with no work behind it.
+
+    ``FLOOR_REQUESTS`` unauthenticated API requests (401 before any SQL), each on a
+    connection of its own as the fleet's are, from 4 threads: ``(gunicorn CPU ms per
+    request, requests per second)``. What a lifecycle's request costs beyond this is
+    the services' own work.
+    """
+    meter = CpuMeter(server.process.pid)
+    host, port = "127.0.0.1", server.port
+
+    def send(count: int) -> None:
+        for _ in range(count):
+            connection = http.client.HTTPConnection(host, port, timeout=10)
+            try:
+                connection.request("GET", "/api/v1/operations/floor")
+                connection.getresponse().read()
+            finally:
+                connection.close()
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=send, args=(FLOOR_REQUESTS // 4,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    gunicorn_seconds, _ = meter.used()
+    return gunicorn_seconds / FLOOR_REQUESTS * 1000, FLOOR_REQUESTS / elapsed
+
+
 def ms(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.1f}"
 
@@ -374,6 +412,12 @@ def print_report(
         f"{facts['deadlocks']}. SQL pass: {len(sql.calls)} requests, one client, "
         f"{SQL_PASS_SECONDS:g} s through bench/counting_wsgi.py."
     )
+    floor_ms, floor_rate = facts["floor"]
+    print(
+        f"Request floor: an unauthenticated API request (401, no SQL) costs {floor_ms:.2f} ms "
+        f"of gunicorn CPU ({floor_rate:.0f} requests/s from 4 threads, a connection each): "
+        "gunicorn's and Django's share of every request above."
+    )
     if sql.errors or sql.failed:
         print(f"SQL pass errors: {dict(sql.errors)}; clients without result: {len(sql.failed)}")
 
@@ -412,6 +456,8 @@ def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> No
         for count in args.clients:
             print(f"{count} client(s) for {args.seconds:g} s …", flush=True)
             runs.append(fleet(server, tokens, provider, count, args.seconds, f"c{count}", scratch))
+        print("request floor …", flush=True)
+        facts["floor"] = request_floor(server)
     pg_wait_for_other_sessions(connection)
     facts["deadlocks"] = pg_deadlocks(connection) - deadlocks_before
     facts["load"] = os.getloadavg()[0]
