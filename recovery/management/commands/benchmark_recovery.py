@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from celery import current_app as celery_app
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -49,7 +50,6 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from approvals.actors import Actor
-from console.celery import app as celery_app
 from recovery.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
 from recovery.models import Dispatch, Host, Operation, Provider, State
 from recovery.services.providers import provider_configure
