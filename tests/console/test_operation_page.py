@@ -191,10 +191,13 @@ def test_the_live_region_polls_while_a_lookup_is_in_flight_and_stops_after(
     done = client.get("/operations/op-1/", {"seen": seen}, **live).content.decode()
     assert done.lstrip().startswith('<div id="live">')  # no trigger: the polling stops
     assert "The lookup finished: the operation is released." in done
-    # The state line and the action form's version are brought up to date with it.
+    # The state line and the actions (what may be done now, as of which version) are
+    # brought up to date with it: a released operation offers no confirm or void.
     assert '<p id="op-state" hx-swap-oob="true"><span class="badge state-released">' in done
     version = Operation.objects.get(key="op-1").version
-    assert f'value="{version}" id="id_version" hx-swap-oob="true"' in done
+    assert '<div id="actions" hx-swap-oob="true">' in done
+    assert f'name="version" value="{version}"' in done
+    assert "Propose void" not in done and "Look up now" in done
 
 
 def test_a_lookup_whose_lease_lapsed_is_not_waited_for(client, operator, stuck):
@@ -250,6 +253,7 @@ def test_a_viewer_polls_too_but_is_sent_no_action_form_field(client, viewer, stu
     done = _page(client, "op-1", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="live")
     assert done.lstrip().startswith('<div id="live">')
     assert 'id="op-state" hx-swap-oob="true"' in done and 'id="id_version"' not in done
+    assert "Look up now" not in done
 
 
 def test_a_journal_record_without_params_flags_the_digest_and_says_why_no_more(
