@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta
 
 from django import forms
+from django.http import QueryDict
 
 from recovery.models import Verdict
 from recovery.selectors import (
@@ -32,6 +33,26 @@ def cursor_encode(after: tuple[datetime, int]) -> str:
     """``<microseconds since the epoch>.<id>``: exact, short and safe in a URL."""
     at, pk = after
     return f"{(at - _EPOCH) // _MICROSECOND}.{pk}"
+
+
+def page_queries(query: QueryDict, cursor: str | None) -> dict[str, str | None]:
+    """The query strings a keyset-paged list links to, its filters kept.
+
+    ``next_query``: the page after ``cursor`` (None on the last page); ``first_query``:
+    the first page (None when this is it); ``unpaged_query``: the filters alone.
+    """
+    unpaged = query.copy()
+    unpaged.pop("after", None)
+    following = None
+    if cursor is not None:
+        after = query.copy()
+        after["after"] = cursor
+        following = after.urlencode()
+    return {
+        "next_query": following,
+        "first_query": unpaged.urlencode() if query.get("after") else None,
+        "unpaged_query": unpaged.urlencode(),
+    }
 
 
 def cursor_decode(value: str) -> tuple[datetime, int]:

@@ -22,6 +22,14 @@ def operation_for_viewer(request: HttpRequest, key: str) -> Operation:
 def operation_for_action(request: HttpRequest, key: str, action: str, permission: str) -> Operation:
     """The operation, if this user may view it (else 404) and act on it (else 403, recorded)."""
     operation = operation_for_viewer(request, key)
+    permission_required(request, operation, action, permission)
+    return operation
+
+
+def permission_required(
+    request: HttpRequest, operation: Operation, action: str, permission: str
+) -> None:
+    """403 unless this user holds ``permission`` on the operation's provider; recorded."""
     if not provider_permitted(
         user=request.user, permission=permission, provider=operation.provider
     ):
@@ -32,4 +40,3 @@ def operation_for_action(request: HttpRequest, key: str, action: str, permission
             actor=Actor.of("user", request.user),
         )
         raise PermissionDenied(f"you may not {action} this provider's operations")
-    return operation

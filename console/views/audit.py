@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_safe
 
 from approvals.actors import Actor
-from console.forms import AUDIT_KINDS, AuditFilterForm
+from console.forms import AUDIT_KINDS, AuditFilterForm, page_queries
 from recovery.audit import event_export
 from recovery.canonical import canonical_dumps
 from recovery.models import AuditEvent
@@ -48,24 +48,16 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
         after=getattr(form, "cleaned_data", {}).get("after"),
         limit=PAGE_SIZE,
     )
-    next_query = None
-    if page.next_after is not None:
-        query = request.GET.copy()
-        query["after"] = str(page.next_after)
-        next_query = query.urlencode()
-    first = request.GET.copy()
-    first.pop("after", None)
-    export = request.GET.copy()
-    export.pop("after", None)
+    cursor = str(page.next_after) if page.next_after is not None else None
+    queries = page_queries(request.GET, cursor)
     context = {
         "form": form,
         "page": page,
         "kinds": AUDIT_KINDS,
         "health": audit_health_for_user(user=request.user),
         "supervisor": audit_supervisor(user=request.user),
-        "next_query": next_query,
-        "first_query": first.urlencode() if request.GET.get("after") else None,
-        "export_query": export.urlencode(),
+        **queries,
+        "export_query": queries["unpaged_query"],
     }
     template = "console/audit.html#results" if request.htmx else "console/audit.html"  # type: ignore[attr-defined]
     return render(request, template, context)

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_safe
 from django_htmx.http import HttpResponseClientRedirect
 
-from console.forms import QueueFilterForm, cursor_encode
+from console.forms import QueueFilterForm, cursor_encode, page_queries
 from recovery.selectors import (
     operation_jump_for_user,
     operations_queue_counts_for_user,
@@ -45,20 +45,13 @@ def home(request: HttpRequest) -> HttpResponse:
         after=data.get("after"),
         limit=PAGE_SIZE,
     )
-    next_query = None
-    if page.next_after is not None:
-        query = request.GET.copy()
-        query["after"] = cursor_encode(page.next_after)
-        next_query = query.urlencode()
-    first = request.GET.copy()
-    first.pop("after", None)
+    cursor = cursor_encode(page.next_after) if page.next_after is not None else None
     context = {
         "form": form,
         "page": page,
         "counts": operations_queue_counts_for_user(user=request.user),
         "has_providers": bool(providers),
-        "next_query": next_query,
-        "first_query": first.urlencode() if request.GET.get("after") else None,
+        **page_queries(request.GET, cursor),
     }
     template = "console/queue.html#results" if request.htmx else "console/queue.html"  # type: ignore[attr-defined]
     return render(request, template, context)

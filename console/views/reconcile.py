@@ -6,7 +6,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
@@ -14,17 +13,17 @@ from django.views.decorators.http import require_POST, require_safe
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from console.forms import ActionForm, DecisionForm
-from console.views.access import operation_for_action
+from console.views.access import operation_for_action, permission_required
 from recovery.models import Dispatch, Operation
 from recovery.selectors import (
     provider_permissions,
     provider_permitted,
+    providers_for_user,
     reconciliation_request_for_user,
     reconciliation_requests_for_user,
 )
 from recovery.services.claims import claim_live, operation_claim, operation_claim_release
 from recovery.services.errors import RecoveryError
-from recovery.services.operator import operator_refusal_record
 from recovery.services.reconcile import (
     evidence_latest,
     operation_reconcile,
@@ -61,13 +60,14 @@ def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any
         if permission not in held:
             continue
         try:
-            grounds = reconcile_grounds(
+            backing = reconcile_grounds(
                 operation=operation, action=action, evidence=evidence, dispatch=dispatch
             )
         except RecoveryError:
             continue
-        if grounds.backed or "propose_reconciliations" in held:
-            decisions.append({"action": action, "direct": grounds.backed})
+        direct = backing is not None
+        if direct or "propose_reconciliations" in held:
+            decisions.append({"action": action, "direct": direct})
     pending = ReconciliationRequest.objects.filter(
         operation_key=operation.key, status=ReconciliationRequest.Status.PENDING
     ).first()
@@ -156,15 +156,11 @@ def operation_release_view(request: HttpRequest, key: str) -> HttpResponse:
 def reconciliations(request: HttpRequest) -> HttpResponse:
     """The four-eyes queue: pending proposals, oldest first, with their evidence inline."""
     rows = reconciliation_requests_for_user(user=request.user)
-    approvable = {
-        row.operation.provider_id
-        for row in rows
-        if provider_permitted(
-            user=request.user,
-            permission="approve_reconciliations",
-            provider=row.operation.provider,
+    approvable = set(
+        providers_for_user(user=request.user, permissions=("approve_reconciliations",)).values_list(
+            "pk", flat=True
         )
-    }
+    )
     context = {
         "rows": rows,
         "approvable": approvable,
@@ -182,13 +178,7 @@ def _request_for_decision(
     if found is None:
         raise Http404("no such reconciliation request")
     proposal, operation = found
-    if not provider_permitted(
-        user=request.user, permission="approve_reconciliations", provider=operation.provider
-    ):
-        operator_refusal_record(
-            operation=operation, action=decision, code="forbidden", actor=_actor(request)
-        )
-        raise PermissionDenied("you may not decide this provider's reconciliations")
+    permission_required(request, operation, decision, "approve_reconciliations")
     return proposal, operation
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.audit import audit_append, audit_chain_locked, audit_transaction
+from recovery.audit import audit_append, audit_transaction
 from recovery.models import Operation, OperationClaim
 from recovery.selectors import claim_cutoff
 from recovery.services.errors import RecoveryError
-from recovery.services.locking import operations_locked
+from recovery.services.locking import operation_lock
 
 
 def claim_live(operation: Operation) -> OperationClaim | None:
@@ -47,7 +47,7 @@ def claim_check(operation: Operation, actor: Actor) -> RecoveryError | None:
 @audit_transaction()
 def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
     """Claim the operation for ``actor``; refused while another's claim is live."""
-    locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
+    locked = operation_lock(operation)
     refusal = claim_check(locked, actor)
     if refusal is not None:
         raise refusal
@@ -62,7 +62,7 @@ def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
 @audit_transaction()
 def operation_claim_release(*, operation: Operation, actor: Actor) -> None:
     """Let go of one's own claim; another's live claim is refused (``claimed``)."""
-    locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
+    locked = operation_lock(operation)
     refusal = claim_check(locked, actor)
     if refusal is not None:
         raise refusal

@@ -365,7 +365,17 @@ def _receipt_completed(
     if evidence is not None:
         dispatch.receipt_reference = evidence.provider_reference
     dispatch.receipt_reported_at = now
-    return {"evidence_id": evidence.pk} if evidence else {"request_id": request.pk}  # type: ignore[union-attr]
+    return receipt_grounds(evidence, request)
+
+
+def receipt_grounds(
+    evidence: Evidence | None, request: ReconciliationRequest | None
+) -> dict[str, Any]:
+    """What backs an operator's decision or a recovery receipt, as its audit events name it."""
+    if evidence is not None:
+        return {"evidence_id": evidence.pk}
+    assert request is not None
+    return {"request_id": request.pk}
 
 
 def _receipt_audit(

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import NoReturn
 
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
 from approvals.actors import Actor
-from recovery.audit import audit_append, audit_chain_locked, audit_transaction
+from recovery.audit import audit_append, audit_transaction
 from recovery.models import LookupAttempt, Operation
 from recovery.services.claims import claim_check
 from recovery.services.errors import RecoveryError
-from recovery.services.locking import operations_locked
+from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim
 from recovery.services.signals import refusals_recorded
 
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 def operator_refusal_record(*, operation: Operation, action: str, code: str, actor: Actor) -> None:
     """Record a refused operator action, in a transaction of its own."""
     with audit_transaction():
-        locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
+        locked = operation_lock(operation)
         audit_append(
             kind="operator_refused",
             operation=locked,
@@ -41,7 +42,9 @@ def operator_refusal_record(*, operation: Operation, action: str, code: str, act
         )
 
 
-def operator_refuse(operation: Operation, action: str, error: RecoveryError, actor: Actor) -> None:
+def operator_refuse(
+    operation: Operation, action: str, error: RecoveryError, actor: Actor
+) -> NoReturn:
     """Record ``error`` as a refused ``action`` (its own transaction), then raise it."""
     operator_refusal_record(operation=operation, action=action, code=error.code, actor=actor)
     raise error
@@ -55,7 +58,7 @@ def operator_locked(
     Refused when the operation moved on since the ``version`` the operator saw, or while
     someone else holds a live claim on it. Runs inside the caller's audit transaction.
     """
-    locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
+    locked = operation_lock(operation)
     if locked.version != version:
         return locked, RecoveryError(
             "stale_version",

@@ -29,17 +29,16 @@ recovery receipt a decision produces points at the evidence or the request behin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from recovery.audit import audit_append, audit_chain_locked, audit_transaction
+from recovery.audit import audit_append, audit_transaction
 from recovery.models import Dispatch, Evidence, Operation, State, Verdict
-from recovery.services.errors import NotFound, RecoveryError
-from recovery.services.evidence import receipt_complete
-from recovery.services.locking import operations_locked
+from recovery.services.errors import RecoveryError
+from recovery.services.evidence import receipt_complete, receipt_grounds
+from recovery.services.locking import operation_lock
 from recovery.services.operator import operator_locked, operator_refuse
 from recovery.services.signals import refusals_recorded
 from recovery.transitions import Event, next_state, operation_transition
@@ -75,22 +74,11 @@ def _stranded(dispatch: Dispatch | None) -> bool:
     return dispatch is not None and dispatch.receipt_status == Dispatch.ReceiptStatus.RUNNING
 
 
-@dataclass(frozen=True)
-class Grounds:
-    """Whether a decision may be taken, and whether the evidence backs it."""
-
-    action: str
-    backed_by: Evidence | None  # None: only through four eyes
-
-    @property
-    def backed(self) -> bool:
-        return self.backed_by is not None
-
-
 def reconcile_grounds(
     *, operation: Operation, action: str, evidence: Evidence | None, dispatch: Dispatch | None
-) -> Grounds:
-    """What ``action`` needs on ``operation`` as it is now; ``RecoveryError`` if it may not be.
+) -> Evidence | None:
+    """The evidence that backs ``action`` on ``operation`` as it is now, or None when only
+    four eyes can; ``RecoveryError`` if it may not be taken at all.
 
     Pure: reads nothing, so that the page can show the same answer the service gives.
     """
@@ -105,20 +93,20 @@ def reconcile_grounds(
             backed = _committed(evidence)
         else:
             backed = _not_performed(operation, evidence)
-        return Grounds(action, evidence if backed else None)
+        return evidence if backed else None
     event = Event.CONFIRM if action == Action.CONFIRM else Event.VOID
     if action not in (Action.CONFIRM, Action.VOID):
         raise RecoveryError("unknown_action", f"no operator decision {action!r}")
     if next_state(operation.state, event) is None:
         raise RecoveryError("not_allowed", f"an operation in {operation.state} cannot be {event}ed")
     if action == Action.CONFIRM:
-        return Grounds(action, evidence if _committed(evidence) else None)
+        return evidence if _committed(evidence) else None
     if _committed(evidence):
         raise RecoveryError(
             "evidence_matches",
             "the provider's record matches a committed effect: it happened, so it cannot be voided",
         )
-    return Grounds(action, evidence if _not_performed(operation, evidence) else None)
+    return evidence if _not_performed(operation, evidence) else None
 
 
 @dataclass(frozen=True)
@@ -146,9 +134,7 @@ def _apply(
     request: ReconciliationRequest | None = None,
 ) -> None:
     """Take the decision: the transition (confirm, void) and the stranded receipt, if any."""
-    grounds: dict[str, Any] = (
-        {"evidence_id": evidence.pk} if evidence is not None else {"request_id": request.pk}  # type: ignore[union-attr]
-    )
+    grounds = receipt_grounds(evidence, request)
     if action in (Action.CONFIRM, Action.VOID):
         operation_transition(
             operation=operation,
@@ -202,12 +188,12 @@ def _decide(
     evidence = evidence_latest(locked)
     dispatch = Dispatch.objects.filter(operation=locked).first()
     try:
-        grounds = reconcile_grounds(
+        backing = reconcile_grounds(
             operation=locked, action=action, evidence=evidence, dispatch=dispatch
         )
     except RecoveryError as refusal:
         return None, refusal
-    if grounds.backed_by is not None:
+    if backing is not None:
         audit_append(
             kind="operator_action",
             operation=locked,
@@ -216,10 +202,10 @@ def _decide(
                 "action": action,
                 "reason": reason,
                 "version": version,
-                "evidence_id": grounds.backed_by.pk,
+                "evidence_id": backing.pk,
             },
         )
-        _apply(locked, action, actor, reason, evidence=grounds.backed_by)
+        _apply(locked, action, actor, reason, evidence=backing)
         return Decided(locked, action), None
     if not may_propose:
         return None, RecoveryError(
@@ -262,25 +248,11 @@ def _decide(
     return Decided(locked, action, request), None
 
 
-def reconciliation_operation(*, request_id: int) -> Operation:
-    """The operation a reconciliation request is about (not locked)."""
-    operation = (
-        Operation.objects.filter(
-            key__in=ReconciliationRequest.objects.filter(pk=request_id).values("operation_key")
-        )
-        .select_related("provider")
-        .first()
-    )
-    if operation is None:
-        raise NotFound("unknown_request", "no such reconciliation request")
-    return operation
-
-
 def _request_locked(
     operation: Operation, request_id: int
 ) -> tuple[Operation, ReconciliationRequest]:
     """The operation, then its request (the lock order: operation, then approvals rows)."""
-    locked = audit_chain_locked(operations_locked().get(pk=operation.pk))
+    locked = operation_lock(operation)
     request = ReconciliationRequest.objects.select_for_update().get(
         pk=request_id, operation_key=locked.key
     )
@@ -309,6 +281,25 @@ def _changed_since(locked: Operation, request: ReconciliationRequest) -> str | N
     return None
 
 
+def _still_holds(
+    locked: Operation, request: ReconciliationRequest
+) -> tuple[Evidence | None, str | None]:
+    """The evidence backing the proposal now (if any), or what moved on since it was made."""
+    changed = _changed_since(locked, request)
+    if changed is not None:
+        return None, changed
+    try:
+        backing = reconcile_grounds(
+            operation=locked,
+            action=request.action,
+            evidence=evidence_latest(locked),
+            dispatch=Dispatch.objects.filter(operation=locked).first(),
+        )
+    except RecoveryError as exc:
+        return None, exc.message
+    return backing, None
+
+
 @refusals_recorded()
 def reconciliation_approve(
     *, operation: Operation, request_id: int, reason: str, actor: Actor
@@ -330,40 +321,30 @@ def reconciliation_approve(
                 "self_approval", "a proposal needs a second operator: you proposed this one"
             )
         else:
-            changed = _changed_since(locked, request)
+            backing, changed = _still_holds(locked, request)
             if changed is None:
-                try:
-                    grounds = reconcile_grounds(
-                        operation=locked,
-                        action=request.action,
-                        evidence=evidence_latest(locked),
-                        dispatch=Dispatch.objects.filter(operation=locked).first(),
-                    )
-                except RecoveryError as exc:
-                    changed = exc.message
-                else:
-                    _request_closed(request, ReconciliationRequest.Status.APPROVED, actor, reason)
-                    audit_append(
-                        kind="reconciliation_approved",
-                        operation=locked,
-                        actor=actor,
-                        data={
-                            "request_id": request.pk,
-                            "action": request.action,
-                            "reason": reason,
-                            "proposed_by": str(request.proposed_by),
-                        },
-                    )
-                    _apply(
-                        locked,
-                        request.action,
-                        actor,
-                        request.reason,
-                        evidence=grounds.backed_by,
-                        request=None if grounds.backed else request,
-                    )
-                    decided = Decided(locked, request.action, request)
-            if changed is not None:
+                _request_closed(request, ReconciliationRequest.Status.APPROVED, actor, reason)
+                audit_append(
+                    kind="reconciliation_approved",
+                    operation=locked,
+                    actor=actor,
+                    data={
+                        "request_id": request.pk,
+                        "action": request.action,
+                        "reason": reason,
+                        "proposed_by": str(request.proposed_by),
+                    },
+                )
+                _apply(
+                    locked,
+                    request.action,
+                    actor,
+                    request.reason,
+                    evidence=backing,
+                    request=None if backing is not None else request,
+                )
+                decided = Decided(locked, request.action, request)
+            else:
                 _request_closed(request, ReconciliationRequest.Status.INVALIDATED, actor, changed)
                 audit_append(
                     kind="reconciliation_invalidated",
@@ -399,4 +380,3 @@ def reconciliation_reject(
         RecoveryError("already_decided", f"the request is already {request.status}"),
         actor,
     )
-    raise AssertionError("unreachable")  # operator_refuse raises

@@ -95,7 +95,6 @@ ADMIN_ONLY = {
     "evidence_matches",
     "four_eyes_required",
     "request_pending",
-    "unknown_request",
     "self_approval",
     "request_invalidated",
     "claimed",
