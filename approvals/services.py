@@ -19,7 +19,7 @@ from django.db.models import DateTimeField, Func, Value
 from django.utils import timezone
 
 from approvals.actors import Actor
-from approvals.models import Approval, Approver, Permit, PermitEvent
+from approvals.models import Approval, Approver, Permit, PermitEvent, ReconciliationRequest
 
 M = TypeVar("M", bound=models.Model)
 
@@ -120,9 +120,10 @@ class Binding:
 
 
 def provider_rename(*, old: str, new: str) -> None:
-    """Approvals and permits bind to the provider by name: they follow a rename."""
-    Approval.objects.filter(provider=old).update(provider=new)
-    Permit.objects.filter(provider=old).update(provider=new)
+    """Approvals, permits and reconciliation requests bind to the provider by name: they
+    follow a rename."""
+    for model in (Approval, Permit, ReconciliationRequest):
+        model.objects.filter(provider=old).update(provider=new)
     for approver in Approver.objects.all():  # few rows; JSON lookups differ by database
         if old in approver.providers:
             approver.providers = sorted({*approver.providers, new} - {old})

@@ -15,6 +15,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from recovery.models import AuditEvent, Dispatch, Operation, OperationClaim, Provider
 from tests.conftest import PARAMS, lookup_due
@@ -439,3 +440,18 @@ def test_the_operation_page_offers_only_what_the_user_may_do(operator, viewer, s
     as_viewer = _client(viewer).get(f"/operations/{operation.key}/").content.decode()
     for label in ("Look up now", "void", "confirm", "Claim"):
         assert f">{label}" not in as_viewer and f"Propose {label}" not in as_viewer
+
+
+def test_a_proposal_stays_on_the_requests_page_when_its_provider_is_renamed(
+    operator, supervisor, stuck, provider
+):
+    from recovery.services.providers import ProviderSettings, provider_save
+
+    _act(_client(operator), stuck.mismatch("op-1"), "void", reason="customer cancelled")
+    provider_save(
+        provider_id=provider.pk,
+        settings=ProviderSettings(name="orders-eu", adapter="sqlite", path=provider.path),
+        actor=Actor.system("test"),
+    )
+    assert ReconciliationRequest.objects.get().provider == "orders-eu"
+    assert "customer cancelled" in _client(supervisor).get("/reconciliations/").content.decode()
