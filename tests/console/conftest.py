@@ -14,10 +14,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.models import Dispatch, Operation, Provider
+from recovery.audit import audit_transaction
+from recovery.models import Dispatch, LookupAttempt, Operation, Provider
+from recovery.services.locking import operation_lock
+from recovery.services.lookups import lookup_claim
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure
 from tests.conftest import PARAMS, Api, Flow, digest_of, lookup_due
@@ -50,6 +54,11 @@ def operator(provider: Provider) -> User:
 @pytest.fixture
 def viewer(provider: Provider) -> User:
     return console_user("victor", "viewer", provider)
+
+
+@pytest.fixture
+def supervisor(provider: Provider) -> User:
+    return console_user("sam", "supervisor", provider)
 
 
 @pytest.fixture
@@ -133,3 +142,36 @@ def aged(operation: Operation, *, minutes: float) -> Operation:
     )
     operation.refresh_from_db()
     return operation
+
+
+@pytest.fixture
+def signed_in(client: Client) -> Any:
+    """``signed_in(user)``: the test's client, signed in as ``user``."""
+
+    def sign_in(user: User) -> Client:
+        client.force_login(user)
+        return client
+
+    return sign_in
+
+
+def client_for(user: User | None, *, csrf_checks: bool = False) -> Client:
+    """A test client signed in as ``user`` (anonymous for None)."""
+    client = Client(enforce_csrf_checks=csrf_checks)
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+def queue_lookup(operation: Operation) -> LookupAttempt:
+    """A lookup claimed for a background worker, as the sweep claims one."""
+    with audit_transaction():
+        slot = lookup_claim(
+            operation=operation_lock(operation),
+            trigger=LookupAttempt.Trigger.TASK,
+            actor=Actor.system("test"),
+            due_only=False,
+            queued=True,
+        )
+    assert slot.attempt is not None
+    return slot.attempt

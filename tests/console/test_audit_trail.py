@@ -72,15 +72,6 @@ def _jsonl(response) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def signed_in(client):
-    def sign_in(user: User):
-        client.force_login(user)
-        return client
-
-    return sign_in
-
-
-@pytest.fixture
 def supervisor(provider) -> User:
     return console_user("sofia", "supervisor", provider)
 

@@ -14,9 +14,9 @@ from recovery.audit import audit_append, audit_transaction
 from recovery.models import LookupAttempt, Operation
 from recovery.selectors import operation_timeline
 from recovery.services.locking import operation_lock
-from recovery.services.lookups import lookup_claim
 from recovery.services.sweep import lookup_attempt_run
 from tests.conftest import PARAMS, digest_of
+from tests.console.conftest import queue_lookup
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
@@ -150,20 +150,6 @@ def test_a_receipt_that_disagrees_with_the_evidence_is_flagged(client, operator,
     assert evidence.count('<dd class="differs">') == receipt.count('<dd class="differs">') == 1
 
 
-def _queue_lookup(operation: Operation) -> LookupAttempt:
-    """A lookup claimed for a background worker, as the sweep claims one."""
-    with audit_transaction():
-        slot = lookup_claim(
-            operation=operation_lock(operation),
-            trigger=LookupAttempt.Trigger.TASK,
-            actor=Actor.system("test"),
-            due_only=False,
-            queued=True,
-        )
-    assert slot.attempt is not None
-    return slot.attempt
-
-
 def test_the_live_region_polls_while_a_lookup_is_in_flight_and_stops_after(
     client, operator, stuck, provider_db
 ):
@@ -171,7 +157,7 @@ def test_the_live_region_polls_while_a_lookup_is_in_flight_and_stops_after(
     client.force_login(operator)
     assert 'hx-trigger="every 1s"' not in _page(client, "op-1")  # nothing in flight
 
-    attempt = _queue_lookup(operation)
+    attempt = queue_lookup(operation)
     page = _page(client, "op-1")
     seen = f"{attempt.pk}.queued"
     polling = f'<div id="live" hx-get="/operations/op-1/?seen={seen}" hx-trigger="every 1s"'
@@ -201,7 +187,7 @@ def test_the_live_region_polls_while_a_lookup_is_in_flight_and_stops_after(
 
 
 def test_a_lookup_whose_lease_lapsed_is_not_waited_for(client, operator, stuck):
-    attempt = _queue_lookup(stuck.unknown("op-1"))
+    attempt = queue_lookup(stuck.unknown("op-1"))
     LookupAttempt.objects.filter(pk=attempt.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -210,7 +196,7 @@ def test_a_lookup_whose_lease_lapsed_is_not_waited_for(client, operator, stuck):
 
 
 def test_the_live_region_is_the_operations_own_for_another_providers_user(client, outsider, stuck):
-    _queue_lookup(stuck.unknown("op-1"))
+    queue_lookup(stuck.unknown("op-1"))
     client.force_login(outsider)
     polled = client.get("/operations/op-1/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="live")
     assert polled.status_code == 404
@@ -235,7 +221,7 @@ def test_the_page_costs_the_same_statements_however_long_the_history(client, ope
     # A fixed number of reads: the record, its history and permits, and what the user
     # may do (their permissions, the claim, a pending proposal).
     assert short == long <= 22
-    attempt = _queue_lookup(operation)
+    attempt = queue_lookup(operation)
     live = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "live"}
     with CaptureQueriesContext(connection) as captured:
         response = client.get("/operations/op-1/", {"seen": f"{attempt.pk}.queued"}, **live)
@@ -245,7 +231,7 @@ def test_the_page_costs_the_same_statements_however_long_the_history(client, ope
 
 
 def test_a_viewer_polls_too_but_is_sent_no_action_form_field(client, viewer, stuck):
-    attempt = _queue_lookup(stuck.unknown("op-1"))
+    attempt = queue_lookup(stuck.unknown("op-1"))
     client.force_login(viewer)
     page = _page(client, "op-1")
     assert "A lookup is queued" in page and "Look up now" not in page

@@ -5,22 +5,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
 from recovery.models import AuditEvent, Evidence, LookupAttempt, Operation
 from recovery.services.sweep import lookup_attempt_run
+from tests.console.conftest import client_for
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
-
-
-def _client(user: User | None, *, csrf_checks: bool = False) -> Client:
-    client = Client(enforce_csrf_checks=csrf_checks)
-    if user is not None:
-        client.force_login(user)
-    return client
 
 
 def _lookup(
@@ -39,7 +32,7 @@ def test_look_up_now_queues_a_lookup_that_a_background_worker_settles(operator, 
     sqlite_provider_commit(
         provider_db, operation_key="op-1", params=operation.params, reference="r-9"
     )
-    client = _client(operator)
+    client = client_for(operator)
     response = _lookup(client, operation)
     assert response.status_code == 302
     # Nothing ran inside the request: the attempt waits for a worker.
@@ -65,7 +58,7 @@ def test_look_up_now_queues_a_lookup_that_a_background_worker_settles(operator, 
 def test_an_operators_lookup_runs_whatever_the_state(operator, stuck, provider_db):
     """The sweeper looks up unknown operations only; an operator may ask in reconcile too."""
     operation = stuck.mismatch("op-1")
-    _lookup(_client(operator), operation)
+    _lookup(client_for(operator), operation)
     attempt = LookupAttempt.objects.get(operation=operation, trigger="operator")
     sqlite_provider_commit(
         provider_db, operation_key="op-1", params=operation.params, reference="r-fixed"
@@ -77,7 +70,7 @@ def test_an_operators_lookup_runs_whatever_the_state(operator, stuck, provider_d
 def test_a_lookup_from_a_stale_page_is_refused_and_changes_nothing(operator, stuck):
     operation = stuck.unknown("op-1")
     seen = operation.version - 1
-    shown = _client(operator).post(
+    shown = client_for(operator).post(
         f"/operations/{operation.key}/lookup", {"version": seen, "reason": "x"}, follow=True
     )
     assert not LookupAttempt.objects.filter(trigger="operator").exists()
@@ -94,7 +87,7 @@ def test_a_lookup_from_a_stale_page_is_refused_and_changes_nothing(operator, stu
 
 def test_a_lookup_needs_a_reason(operator, stuck):
     operation = stuck.unknown("op-1")
-    response = _client(operator).post(
+    response = client_for(operator).post(
         f"/operations/{operation.key}/lookup", {"version": operation.version}, follow=True
     )
     assert "give a reason" in response.content.decode()
@@ -104,7 +97,7 @@ def test_a_lookup_needs_a_reason(operator, stuck):
 
 def test_a_viewer_may_not_look_up_sees_no_button_and_the_refusal_is_recorded(viewer, stuck):
     operation = stuck.unknown("op-1")
-    client = _client(viewer)
+    client = client_for(viewer)
     assert "Look up now" not in client.get(f"/operations/{operation.key}/").content.decode()
     assert _lookup(client, operation).status_code == 403
     assert not LookupAttempt.objects.filter(trigger="operator").exists()
@@ -114,22 +107,22 @@ def test_a_viewer_may_not_look_up_sees_no_button_and_the_refusal_is_recorded(vie
 
 def test_an_operator_sees_the_button(operator, stuck):
     operation = stuck.unknown("op-1")
-    page = _client(operator).get(f"/operations/{operation.key}/").content.decode()
+    page = client_for(operator).get(f"/operations/{operation.key}/").content.decode()
     assert "Look up now" in page and f'value="{operation.version}"' in page
 
 
 def test_another_providers_operator_gets_404_and_nothing_is_recorded(outsider, stuck):
     operation = stuck.unknown("op-1")
-    assert _lookup(_client(outsider), operation).status_code == 404
+    assert _lookup(client_for(outsider), operation).status_code == 404
     assert not _events(operation, "operator_refused")
 
 
 def test_anonymous_is_sent_to_sign_in_wrong_method_is_405_csrf_is_required(operator, stuck):
     operation = stuck.unknown("op-1")
-    anonymous = _lookup(_client(None), operation)
+    anonymous = _lookup(client_for(None), operation)
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
-    assert _client(operator).get(f"/operations/{operation.key}/lookup").status_code == 405
-    assert _lookup(_client(operator, csrf_checks=True), operation).status_code == 403
+    assert client_for(operator).get(f"/operations/{operation.key}/lookup").status_code == 405
+    assert _lookup(client_for(operator, csrf_checks=True), operation).status_code == 403
     assert not LookupAttempt.objects.filter(trigger="operator").exists()
 
 
@@ -143,7 +136,7 @@ def test_a_lookup_while_one_is_in_flight_is_refused(operator, stuck):
         started_at=now,
         lease_expires_at=now + timedelta(minutes=1),
     )
-    _lookup(_client(operator), operation)
+    _lookup(client_for(operator), operation)
     assert not LookupAttempt.objects.filter(trigger="operator").exists()
     [refused] = _events(operation, "operator_refused")
     assert refused.data["code"] == "lookup_in_flight"
@@ -160,7 +153,7 @@ def test_a_lookup_whose_worker_died_does_not_block_the_operator(operator, stuck)
         started_at=now - timedelta(minutes=5),
         lease_expires_at=now - timedelta(minutes=1),
     )
-    _lookup(_client(operator), Operation.objects.get(pk=operation.pk))
+    _lookup(client_for(operator), Operation.objects.get(pk=operation.pk))
     dead.refresh_from_db()
     assert dead.status != LookupAttempt.Status.RUNNING
     assert LookupAttempt.objects.filter(operation=operation, trigger="operator").count() == 1

@@ -33,15 +33,6 @@ def _next_page(response) -> str:
     return query.replace("&amp;", "&")
 
 
-@pytest.fixture
-def signed_in(client):
-    def sign_in(user: User):
-        client.force_login(user)
-        return client
-
-    return sign_in
-
-
 def test_the_queue_shows_what_waits_with_why_and_the_last_lookup(signed_in, operator, stuck):
     stuck.unknown("op-unknown")
     stuck.mismatch("op-mismatch")

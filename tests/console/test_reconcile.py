@@ -19,27 +19,15 @@ from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from recovery.models import AuditEvent, Dispatch, Operation, OperationClaim, Provider
 from tests.conftest import PARAMS, lookup_due
-from tests.console.conftest import console_user
+from tests.console.conftest import client_for, console_user
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def supervisor(provider: Provider) -> User:
-    return console_user("sam", "supervisor", provider)
-
-
-@pytest.fixture
 def second_operator(provider: Provider) -> User:
     return console_user("otto", "operator", provider)
-
-
-def _client(user: User | None, *, csrf_checks: bool = False) -> Client:
-    client = Client(enforce_csrf_checks=csrf_checks)
-    if user is not None:
-        client.force_login(user)
-    return client
 
 
 def _act(client: Client, operation: Operation, action: str, *, version=None, reason="checked"):
@@ -68,7 +56,7 @@ def _fresh(operation: Operation) -> Operation:
 
 def test_confirm_on_matching_evidence_releases_at_once(operator, stuck, provider_db):
     operation = stuck.conflict("op-1", host_says="failed", provider_says="committed")
-    page = _act(_client(operator), operation, "confirm", reason="provider shows it done")
+    page = _act(client_for(operator), operation, "confirm", reason="provider shows it done")
     after = _fresh(operation)
     assert after.state == "released"
     assert "Confirmed: the operation is released." in page.content.decode()
@@ -87,7 +75,7 @@ def test_void_is_refused_outright_when_the_evidence_matches_a_committed_effect(
     supervisor, stuck, provider_db
 ):
     operation = stuck.conflict("op-1", host_says="failed", provider_says="committed")
-    page = _act(_client(supervisor), operation, "void")
+    page = _act(client_for(supervisor), operation, "void")
     assert "it happened, so it cannot be voided" in page.content.decode()
     assert _fresh(operation).state == "reconcile"
     assert _refused(operation) == [("void", "evidence_matches")]
@@ -96,7 +84,7 @@ def test_void_is_refused_outright_when_the_evidence_matches_a_committed_effect(
 
 def test_void_on_the_providers_failed_record_is_done_at_once(operator, stuck, provider_db):
     operation = stuck.conflict("op-1", host_says="committed", provider_says="failed")
-    _act(_client(operator), operation, "void")
+    _act(client_for(operator), operation, "void")
     assert _fresh(operation).state == "voided"
     assert not ReconciliationRequest.objects.exists()
 
@@ -105,13 +93,13 @@ def test_void_on_absence_needs_four_eyes_unless_the_provider_is_authoritative(
     operator, stuck, provider
 ):
     first = stuck.unknown("op-1")  # the provider has no record: evidence "absent"
-    _act(_client(operator), first, "void")
+    _act(client_for(operator), first, "void")
     assert _fresh(first).state == "unknown"
     assert ReconciliationRequest.objects.get().action == "void"
 
     Provider.objects.filter(pk=provider.pk).update(absent_is_authoritative=True)
     second = stuck.unknown("op-2")
-    _act(_client(operator), second, "void")
+    _act(client_for(operator), second, "void")
     after = _fresh(second)
     assert after.state == "voided"
     # The stranded receipt is completed as failed, from the evidence that backed the void.
@@ -127,7 +115,7 @@ def test_void_on_absence_needs_four_eyes_unless_the_provider_is_authoritative(
 
 def test_a_proposed_void_is_approved_by_a_supervisor_in_one_step(operator, supervisor, stuck):
     operation = stuck.mismatch("op-1")
-    page = _act(_client(operator), operation, "void", reason="customer cancelled by phone")
+    page = _act(client_for(operator), operation, "void", reason="customer cancelled by phone")
     assert "waits for a second operator" in page.content.decode()
     proposal = ReconciliationRequest.objects.get()
     assert (proposal.status, proposal.action, proposal.operation_version) == (
@@ -138,10 +126,10 @@ def test_a_proposed_void_is_approved_by_a_supervisor_in_one_step(operator, super
     assert proposal.proposed_by.id == str(operator.pk)
     assert _fresh(operation).state == "reconcile"
 
-    listed = _client(supervisor).get("/reconciliations/").content.decode()
+    listed = client_for(supervisor).get("/reconciliations/").content.decode()
     assert "customer cancelled by phone" in listed and "Approve void" in listed
 
-    _decide(_client(supervisor), proposal, "approve", reason="confirmed with the customer")
+    _decide(client_for(supervisor), proposal, "approve", reason="confirmed with the customer")
     after = _fresh(operation)
     proposal.refresh_from_db()
     assert after.state == "voided"
@@ -152,7 +140,7 @@ def test_a_proposed_void_is_approved_by_a_supervisor_in_one_step(operator, super
     [approved] = _events(operation, "reconciliation_approved")
     assert approved.data["proposed_by"] == f"user:{operator.get_username()}"
     assert _events(operation, "transition")[-1].data["request_id"] == proposal.pk
-    timeline = _client(operator).get(f"/operations/{operation.key}/").content.decode()
+    timeline = client_for(operator).get(f"/operations/{operation.key}/").content.decode()
     assert "Proposed void for a second operator: “customer cancelled by phone”" in timeline
     assert "Proposed void approved: “confirmed with the customer”" in timeline
     assert f"Receipt completed from four-eyes request #{proposal.pk}: failed" in timeline
@@ -160,7 +148,7 @@ def test_a_proposed_void_is_approved_by_a_supervisor_in_one_step(operator, super
 
 def test_the_proposer_can_never_approve_their_own_request(supervisor, stuck):
     operation = stuck.mismatch("op-1")
-    client = _client(supervisor)  # holds approve_reconciliations, and proposes
+    client = client_for(supervisor)  # holds approve_reconciliations, and proposes
     _act(client, operation, "confirm")
     proposal = ReconciliationRequest.objects.get()
     page = _decide(client, proposal, "approve")
@@ -176,11 +164,11 @@ def test_a_request_is_invalidated_when_new_evidence_arrives_before_approval(
     operator, supervisor, stuck
 ):
     operation = stuck.unknown("op-1")
-    _act(_client(operator), operation, "confirm", reason="worker log says done")
+    _act(client_for(operator), operation, "confirm", reason="worker log says done")
     proposal = ReconciliationRequest.objects.get()
     lookup_due("op-1")
     assert stuck.flow.resume("op-1")["state"] == "unknown"  # another absent: new evidence
-    page = _decide(_client(supervisor), proposal, "approve")
+    page = _decide(client_for(supervisor), proposal, "approve")
     assert "new evidence arrived since it was proposed" in page.content.decode()
     proposal.refresh_from_db()
     assert proposal.status == "invalidated"
@@ -192,12 +180,12 @@ def test_a_request_is_invalidated_when_the_operation_moved_on(
     operator, supervisor, stuck, provider_db
 ):
     operation = stuck.unknown("op-1")
-    _act(_client(operator), operation, "void")
+    _act(client_for(operator), operation, "void")
     proposal = ReconciliationRequest.objects.get()
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r-1")
     lookup_due("op-1")
     assert stuck.flow.resume("op-1")["state"] == "released"
-    _decide(_client(supervisor), proposal, "approve")
+    _decide(client_for(supervisor), proposal, "approve")
     proposal.refresh_from_db()
     assert proposal.status == "invalidated"
     assert "moved on" in proposal.decision_reason
@@ -208,9 +196,9 @@ def test_a_confirm_approved_by_four_eyes_completes_the_stranded_receipt(
     operator, supervisor, stuck
 ):
     operation = stuck.unknown("op-1")
-    _act(_client(operator), operation, "confirm")
+    _act(client_for(operator), operation, "confirm")
     proposal = ReconciliationRequest.objects.get()
-    _decide(_client(supervisor), proposal, "approve")
+    _decide(client_for(supervisor), proposal, "approve")
     after = _fresh(operation)
     assert after.state == "released"
     assert (after.dispatch.receipt_status, after.dispatch.receipt_request_id) == (
@@ -221,22 +209,22 @@ def test_a_confirm_approved_by_four_eyes_completes_the_stranded_receipt(
 
 def test_a_rejected_request_changes_nothing_else(operator, supervisor, stuck):
     operation = stuck.mismatch("op-1")
-    _act(_client(operator), operation, "void")
+    _act(client_for(operator), operation, "void")
     proposal = ReconciliationRequest.objects.get()
-    _decide(_client(supervisor), proposal, "reject", reason="the record is ours, not theirs")
+    _decide(client_for(supervisor), proposal, "reject", reason="the record is ours, not theirs")
     proposal.refresh_from_db()
     assert proposal.status == "rejected"
     assert proposal.decision_reason == "the record is ours, not theirs"
     assert _fresh(operation).state == "reconcile"
     # and a decided request cannot be decided again
-    _decide(_client(supervisor), proposal, "approve")
+    _decide(client_for(supervisor), proposal, "approve")
     assert _refused(operation) == [("approve", "already_decided")]
 
 
 def test_one_pending_request_per_operation(operator, second_operator, stuck):
     operation = stuck.mismatch("op-1")
-    _act(_client(operator), operation, "void")
-    page = _act(_client(second_operator), operation, "confirm")
+    _act(client_for(operator), operation, "void")
+    page = _act(client_for(second_operator), operation, "confirm")
     assert "already waits for approval" in page.content.decode()
     assert ReconciliationRequest.objects.count() == 1
     assert _refused(operation) == [("confirm", "request_pending")]
@@ -254,29 +242,29 @@ def _strand(operation: Operation) -> None:
 def test_repair_from_matching_evidence_is_done_at_once(operator, stuck):
     operation = stuck.released("op-1")
     _strand(operation)
-    _act(_client(operator), operation, "repair")
+    _act(client_for(operator), operation, "repair")
     after = _fresh(operation)
     assert (after.state, after.version) == ("released", operation.version)
     assert after.dispatch.receipt_status == "succeeded"
     assert after.dispatch.receipt_evidence.verdict == "match"
     # Repairing it again finds nothing stranded.
-    _act(_client(operator), operation, "repair")
+    _act(client_for(operator), operation, "repair")
     assert _refused(operation) == [("repair", "not_stranded")]
 
 
 def test_repair_without_evidence_goes_through_four_eyes(operator, supervisor, stuck, provider):
     Provider.objects.filter(pk=provider.pk).update(absent_is_authoritative=True)
     operation = stuck.unknown("op-1")
-    _act(_client(operator), operation, "void")
+    _act(client_for(operator), operation, "void")
     voided = _fresh(operation)
     assert voided.state == "voided"
     _strand(voided)
     Provider.objects.filter(pk=provider.pk).update(absent_is_authoritative=False)
-    _act(_client(operator), voided, "repair")
+    _act(client_for(operator), voided, "repair")
     proposal = ReconciliationRequest.objects.get()
     assert proposal.action == "repair"
     assert _fresh(operation).dispatch.receipt_status == "running"
-    _decide(_client(supervisor), proposal, "approve")
+    _decide(client_for(supervisor), proposal, "approve")
     after = _fresh(operation)
     assert (after.dispatch.receipt_status, after.dispatch.receipt_request_id) == (
         "failed",
@@ -291,7 +279,7 @@ def test_a_claim_keeps_other_operators_off_until_released_or_idle(
     operator, second_operator, stuck, settings
 ):
     operation = stuck.mismatch("op-1")
-    mine, theirs = _client(operator), _client(second_operator)
+    mine, theirs = client_for(operator), client_for(second_operator)
     mine.post(f"/operations/{operation.key}/claim")
     assert OperationClaim.objects.get().actor.id == str(operator.pk)
     assert (
@@ -320,7 +308,7 @@ def test_a_claim_keeps_other_operators_off_until_released_or_idle(
 
 def test_the_claimants_own_actions_keep_the_claim_alive(operator, second_operator, stuck, settings):
     operation = stuck.unknown("op-1")
-    mine, theirs = _client(operator), _client(second_operator)
+    mine, theirs = client_for(operator), client_for(second_operator)
     mine.post(f"/operations/{operation.key}/claim")
     idle = timedelta(minutes=settings.SETTLE_CLAIM_IDLE_MINUTES)
     with time_machine.travel(timezone.now() + idle * 0.8):
@@ -341,7 +329,7 @@ ACTIONS = ["confirm", "void", "repair", "claim", "release"]
 @pytest.mark.parametrize("action", ACTIONS)
 def test_a_viewer_is_refused_every_action_and_the_refusal_is_recorded(viewer, stuck, action):
     operation = stuck.mismatch("op-1")
-    response = _client(viewer).post(
+    response = client_for(viewer).post(
         f"/operations/{operation.key}/{action}", {"version": operation.version, "reason": "x"}
     )
     assert response.status_code == 403
@@ -352,7 +340,7 @@ def test_a_viewer_is_refused_every_action_and_the_refusal_is_recorded(viewer, st
 @pytest.mark.parametrize("action", ACTIONS)
 def test_another_providers_operator_gets_404_for_every_action(outsider, stuck, action):
     operation = stuck.mismatch("op-1")
-    response = _client(outsider).post(
+    response = client_for(outsider).post(
         f"/operations/{operation.key}/{action}", {"version": operation.version, "reason": "x"}
     )
     assert response.status_code == 404
@@ -365,8 +353,8 @@ def test_actions_need_sign_in_post_and_csrf(operator, stuck, action):
     url = f"/operations/{operation.key}/{action}"
     anonymous = Client().post(url, {"version": operation.version, "reason": "x"})
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
-    assert _client(operator).get(url).status_code == 405
-    no_token = _client(operator, csrf_checks=True).post(url, {"version": 1, "reason": "x"})
+    assert client_for(operator).get(url).status_code == 405
+    no_token = client_for(operator, csrf_checks=True).post(url, {"version": 1, "reason": "x"})
     assert no_token.status_code == 403
     assert _fresh(operation).version == operation.version
     assert not OperationClaim.objects.exists() and not ReconciliationRequest.objects.exists()
@@ -375,7 +363,7 @@ def test_actions_need_sign_in_post_and_csrf(operator, stuck, action):
 @pytest.mark.parametrize("action", ["confirm", "void"])
 def test_a_decision_from_a_stale_page_is_refused_and_changes_nothing(operator, stuck, action):
     operation = stuck.mismatch("op-1")
-    page = _act(_client(operator), operation, action, version=operation.version - 1)
+    page = _act(client_for(operator), operation, action, version=operation.version - 1)
     assert "(you saw version" in page.content.decode()
     assert _refused(operation) == [(action, "stale_version")]
     assert not ReconciliationRequest.objects.exists()
@@ -385,7 +373,7 @@ def test_a_decision_from_a_stale_page_is_refused_and_changes_nothing(operator, s
 @pytest.mark.parametrize("action", ["confirm", "void", "repair"])
 def test_a_decision_needs_a_reason(operator, stuck, action):
     operation = stuck.mismatch("op-1")
-    page = _act(_client(operator), operation, action, reason="  ")
+    page = _act(client_for(operator), operation, action, reason="  ")
     assert f"give a reason to {action}" in page.content.decode()
     assert not ReconciliationRequest.objects.exists()
 
@@ -395,24 +383,24 @@ def test_deciding_requests_who_may(
     operator, second_operator, viewer, outsider, supervisor, stuck, decision
 ):
     operation = stuck.mismatch("op-1")
-    _act(_client(operator), operation, "void")
+    _act(client_for(operator), operation, "void")
     proposal = ReconciliationRequest.objects.get()
     url = f"/reconciliations/{proposal.pk}/{decision}"
     # an operator without approve_reconciliations, and a viewer: 403, recorded
-    assert _client(second_operator).post(url, {"reason": "x"}).status_code == 403
-    assert _client(viewer).post(url, {"reason": "x"}).status_code == 403
+    assert client_for(second_operator).post(url, {"reason": "x"}).status_code == 403
+    assert client_for(viewer).post(url, {"reason": "x"}).status_code == 403
     assert _refused(operation) == [(decision, "forbidden"), (decision, "forbidden")]
     # another provider's user: it does not exist for them
-    assert _client(outsider).post(url, {"reason": "x"}).status_code == 404
+    assert client_for(outsider).post(url, {"reason": "x"}).status_code == 404
     assert (
-        _client(outsider).post("/reconciliations/999999/approve", {"reason": "x"}).status_code
+        client_for(outsider).post("/reconciliations/999999/approve", {"reason": "x"}).status_code
         == 404
     )
     anonymous = Client().post(url, {"reason": "x"})
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
-    assert _client(supervisor).get(url).status_code == 405
-    assert _client(supervisor, csrf_checks=True).post(url, {"reason": "x"}).status_code == 403
-    no_reason = _client(supervisor).post(url, {"reason": ""}, follow=True)
+    assert client_for(supervisor).get(url).status_code == 405
+    assert client_for(supervisor, csrf_checks=True).post(url, {"reason": "x"}).status_code == 403
+    no_reason = client_for(supervisor).post(url, {"reason": ""}, follow=True)
     assert f"give a reason to {decision}" in no_reason.content.decode()
     proposal.refresh_from_db()
     assert proposal.status == "pending"
@@ -421,23 +409,23 @@ def test_deciding_requests_who_may(
 def test_the_requests_page_shows_only_what_the_user_may_view(
     operator, outsider, viewer, stuck, other_stuck
 ):
-    _act(_client(operator), stuck.mismatch("op-mine"), "void", reason="ours")
+    _act(client_for(operator), stuck.mismatch("op-mine"), "void", reason="ours")
     theirs = other_stuck.mismatch("op-theirs")
-    _act(_client(outsider), theirs, "void", reason="theirs")
-    page = _client(viewer).get("/reconciliations/").content.decode()
+    _act(client_for(outsider), theirs, "void", reason="theirs")
+    page = client_for(viewer).get("/reconciliations/").content.decode()
     assert "op-mine" in page and "op-theirs" not in page
     assert "Approve" not in page  # a viewer sees no buttons
-    assert "op-mine" not in _client(outsider).get("/reconciliations/").content.decode()
+    assert "op-mine" not in client_for(outsider).get("/reconciliations/").content.decode()
     assert Client().get("/reconciliations/").status_code == 302
-    assert _client(viewer).post("/reconciliations/").status_code == 405
+    assert client_for(viewer).post("/reconciliations/").status_code == 405
 
 
 def test_the_operation_page_offers_only_what_the_user_may_do(operator, viewer, stuck):
     operation = stuck.mismatch("op-1")
-    as_operator = _client(operator).get(f"/operations/{operation.key}/").content.decode()
+    as_operator = client_for(operator).get(f"/operations/{operation.key}/").content.decode()
     assert "Propose void" in as_operator and "Propose confirm" in as_operator
     assert "Repair receipt" not in as_operator  # not settled: nothing to repair
-    as_viewer = _client(viewer).get(f"/operations/{operation.key}/").content.decode()
+    as_viewer = client_for(viewer).get(f"/operations/{operation.key}/").content.decode()
     for label in ("Look up now", "void", "confirm", "Claim"):
         assert f">{label}" not in as_viewer and f"Propose {label}" not in as_viewer
 
@@ -447,11 +435,11 @@ def test_a_proposal_stays_on_the_requests_page_when_its_provider_is_renamed(
 ):
     from recovery.services.providers import ProviderSettings, provider_save
 
-    _act(_client(operator), stuck.mismatch("op-1"), "void", reason="customer cancelled")
+    _act(client_for(operator), stuck.mismatch("op-1"), "void", reason="customer cancelled")
     provider_save(
         provider_id=provider.pk,
         settings=ProviderSettings(name="orders-eu", adapter="sqlite", path=provider.path),
         actor=Actor.system("test"),
     )
     assert ReconciliationRequest.objects.get().provider == "orders-eu"
-    assert "customer cancelled" in _client(supervisor).get("/reconciliations/").content.decode()
+    assert "customer cancelled" in client_for(supervisor).get("/reconciliations/").content.decode()

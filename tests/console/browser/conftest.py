@@ -87,3 +87,15 @@ def assert_no_overflow(page: Page) -> None:
             .slice(0, 8).map(e => e.tagName + '.' + e.className + ':' + e.scrollWidth)"""
     )
     assert widths[0] <= widths[1], f"page is {widths[0]}px wide in {widths[1]}px: {wide}"
+
+
+def screenshots_everywhere(page: Page, name: str) -> None:
+    """``name``-light/dark-1280/390: each checked for overflow; back to light and wide."""
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for width in (WIDE, NARROW):
+            page.set_viewport_size({"width": width, "height": 800})
+            assert_no_overflow(page)
+            screenshot(page, f"{name}-{scheme}-{width}")
+    page.emulate_media(color_scheme="light")
+    page.set_viewport_size({"width": WIDE, "height": 800})

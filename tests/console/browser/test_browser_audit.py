@@ -11,7 +11,14 @@ from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
 from recovery.models import AuditEvent
-from tests.console.browser.conftest import NARROW, WIDE, assert_no_overflow, screenshot, sign_in
+from tests.console.browser.conftest import (
+    NARROW,
+    WIDE,
+    assert_no_overflow,
+    screenshot,
+    screenshots_everywhere,
+    sign_in,
+)
 from tests.console.conftest import console_user
 from tests.console.test_audit_trail import GENESIS, offline_hash
 
@@ -43,14 +50,7 @@ def test_an_auditor_filters_the_trail_and_verifies_its_export(page: Page, audito
     expect(page.locator("[data-audit-health]")).to_contain_text("verified intact")
     expect(page.locator("[data-audit-health]")).to_contain_text("Last checkpoint #1 signed")
     assert "ledger-000042" not in page.content()
-    for scheme in ("light", "dark"):
-        page.emulate_media(color_scheme=scheme)
-        for width in (WIDE, NARROW):
-            page.set_viewport_size({"width": width, "height": 800})
-            assert_no_overflow(page)
-            screenshot(page, f"audit-trail-{scheme}-{width}")
-    page.emulate_media(color_scheme="light")
-    page.set_viewport_size({"width": WIDE, "height": 800})
+    screenshots_everywhere(page, "audit-trail")
     screenshot(page, "audit-trail")
 
     page.evaluate("window.notReloaded = true")

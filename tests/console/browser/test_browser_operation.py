@@ -7,22 +7,16 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from approvals.actors import Actor
 from approvals.models import Permit
-from recovery.audit import audit_transaction
-from recovery.models import LookupAttempt, Operation
-from recovery.services.locking import operation_lock
-from recovery.services.lookups import lookup_claim
+from recovery.models import Operation
 from recovery.services.sweep import lookup_attempt_run
 from tests.conftest import PARAMS
 from tests.console.browser.conftest import (
-    NARROW,
-    WIDE,
-    assert_no_overflow,
     screenshot,
+    screenshots_everywhere,
     sign_in,
 )
-from tests.console.conftest import aged
+from tests.console.conftest import aged, queue_lookup
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,17 +27,6 @@ def queue(stuck):
     aged(stuck.unknown("pay-2026-000117"), minutes=95)
     aged(stuck.mismatch("pay-2026-000121"), minutes=48)
     aged(stuck.unknown("refund-2026-000007-with-a-rather-long-key"), minutes=12)
-
-
-def _all_views(page: Page, name: str) -> None:
-    for scheme in ("light", "dark"):
-        page.emulate_media(color_scheme=scheme)
-        for width in (WIDE, NARROW):
-            page.set_viewport_size({"width": width, "height": 800})
-            assert_no_overflow(page)
-            screenshot(page, f"{name}-{scheme}-{width}")
-    page.emulate_media(color_scheme="light")
-    page.set_viewport_size({"width": WIDE, "height": 800})
 
 
 def test_an_operator_sees_the_differing_parameter_highlighted(page: Page, operator, queue):
@@ -67,7 +50,7 @@ def test_an_operator_sees_the_differing_parameter_highlighted(page: Page, operat
     timeline = page.locator("section:has(#timeline-title) li.line")
     expect(timeline.first).to_contain_text("unknown → reconcile (escalate): mismatch")
     assert timeline.first.locator("time").get_attribute("title").endswith(" UTC")
-    _all_views(page, "operation-mismatch")
+    screenshots_everywhere(page, "operation-mismatch")
 
 
 def test_the_queue_filters_by_reason_and_age_and_the_keyboard_works_everywhere(
@@ -89,7 +72,7 @@ def test_the_queue_filters_by_reason_and_age_and_the_keyboard_works_everywhere(
     expect(rows.first).to_contain_text("pay-2026-000117")
     page.select_option("select[name=age]", "")
     expect(rows).to_have_count(3)
-    _all_views(page, "queue-filters")
+    screenshots_everywhere(page, "queue-filters")
 
     page.keyboard.press("j")
     page.keyboard.press("j")
@@ -116,16 +99,7 @@ def test_the_queue_filters_by_reason_and_age_and_the_keyboard_works_everywhere(
 def test_a_lookup_in_flight_finishes_on_the_page_without_a_reload(
     page: Page, operator, queue, provider_db
 ):
-    operation = Operation.objects.get(key="pay-2026-000117")
-    with audit_transaction():
-        slot = lookup_claim(
-            operation=operation_lock(operation),
-            trigger=LookupAttempt.Trigger.TASK,
-            actor=Actor.system("test"),
-            due_only=False,
-            queued=True,
-        )
-    assert slot.attempt is not None
+    attempt = queue_lookup(Operation.objects.get(key="pay-2026-000117"))
     sign_in(page, "olivia")
     page.goto("/operations/pay-2026-000117/")
     page.evaluate("window.notReloaded = true")
@@ -138,7 +112,7 @@ def test_a_lookup_in_flight_finishes_on_the_page_without_a_reload(
     sqlite_provider_commit(
         provider_db, operation_key="pay-2026-000117", params=PARAMS, reference="r-117"
     )
-    assert lookup_attempt_run(attempt_id=slot.attempt.pk).state == "released"
+    assert lookup_attempt_run(attempt_id=attempt.pk).state == "released"
     expect(page.locator("#op-state .badge").first).to_have_text("released")
     expect(page.locator("#live .notice.success")).to_have_text(
         "The lookup finished: the operation is released."
@@ -153,4 +127,4 @@ def test_a_lookup_in_flight_finishes_on_the_page_without_a_reload(
     page.on("request", lambda r: polls.append(r.url) if r.headers.get("hx-target") else None)
     page.wait_for_timeout(2500)
     assert polls == []
-    _all_views(page, "operation-looked-up-live")
+    screenshots_everywhere(page, "operation-looked-up-live")

@@ -13,6 +13,7 @@ from tests.console.browser.conftest import (
     WIDE,
     assert_no_overflow,
     screenshot,
+    screenshots_everywhere,
     sign_in,
 )
 from tests.console.conftest import aged
@@ -50,12 +51,7 @@ def test_an_operator_signs_in_and_sees_the_queue(page: Page, operator, queue):
     assert "ledger-000042" not in page.content()
     title = rows(page).nth(0).locator("time").first.get_attribute("title")
     assert title and title.endswith(" UTC")
-    for scheme in ("light", "dark"):
-        page.emulate_media(color_scheme=scheme)
-        for width in (WIDE, NARROW):
-            page.set_viewport_size({"width": width, "height": 800})
-            assert_no_overflow(page)
-            screenshot(page, f"queue-{scheme}-{width}")
+    screenshots_everywhere(page, "queue")
 
 
 def test_filters_update_the_results_and_the_url_without_a_reload(page: Page, operator, queue):
@@ -103,11 +99,7 @@ def test_the_keyboard_moves_through_the_queue_and_opens_an_operation(page: Page,
     page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"/operations/pay-2026-000121/$"))
     expect(page.locator("h1")).to_have_text("pay-2026-000121")
-    for scheme, width in (("light", WIDE), ("dark", WIDE), ("light", NARROW), ("dark", NARROW)):
-        page.emulate_media(color_scheme=scheme)
-        page.set_viewport_size({"width": width, "height": 800})
-        assert_no_overflow(page)
-        screenshot(page, f"operation-{scheme}-{width}")
+    screenshots_everywhere(page, "operation")
 
 
 def test_a_viewer_of_one_provider_never_sees_anothers_operation(page: Page, viewer, queue):

@@ -8,20 +8,13 @@ from playwright.sync_api import Browser, Page, expect
 from approvals.models import ReconciliationRequest
 from recovery.models import Operation
 from tests.console.browser.conftest import (
-    NARROW,
     WIDE,
-    assert_no_overflow,
     screenshot,
+    screenshots_everywhere,
     sign_in,
 )
-from tests.console.conftest import console_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def supervisor(provider):
-    return console_user("sam", "supervisor", provider)
 
 
 def _as(browser: Browser, live_server, username: str) -> Page:
@@ -51,13 +44,7 @@ def test_an_operator_proposes_a_void_and_a_supervisor_approves_it(
     card = sam.locator(f"#request-{ReconciliationRequest.objects.get().pk}")
     expect(card).to_contain_text("customer cancelled")
     expect(card).to_contain_text("mismatch")
-    for scheme in ("light", "dark"):
-        sam.emulate_media(color_scheme=scheme)
-        for width in (WIDE, NARROW):
-            sam.set_viewport_size({"width": width, "height": 800})
-            assert_no_overflow(sam)
-            screenshot(sam, f"reconciliations-{scheme}-{width}")
-    sam.set_viewport_size({"width": WIDE, "height": 800})
+    screenshots_everywhere(sam, "reconciliations")
     card.get_by_label("Reason").fill("confirmed with the customer by phone")
     card.get_by_role("button", name="Approve void").click()
     expect(sam.locator(".notice.success")).to_contain_text("Approved and done")
