@@ -44,13 +44,19 @@ def claim_check(operation: Operation, actor: Actor) -> RecoveryError | None:
     return None
 
 
-@audit_transaction()
-def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
-    """Claim the operation for ``actor``; refused while another's claim is live."""
+def _locked_unless_claimed(operation: Operation, actor: Actor) -> Operation:
+    """The operation, locked; ``claimed`` raised if someone else holds a live claim."""
     locked = operation_lock(operation)
     refusal = claim_check(locked, actor)
     if refusal is not None:
         raise refusal
+    return locked
+
+
+@audit_transaction()
+def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
+    """Claim the operation for ``actor``; refused while another's claim is live."""
+    locked = _locked_unless_claimed(operation, actor)
     now = timezone.now()
     claim, _ = OperationClaim.objects.update_or_create(
         operation=locked, defaults={"actor": actor, "claimed_at": now, "touched_at": now}
@@ -62,10 +68,7 @@ def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
 @audit_transaction()
 def operation_claim_release(*, operation: Operation, actor: Actor) -> None:
     """Let go of one's own claim; another's live claim is refused (``claimed``)."""
-    locked = operation_lock(operation)
-    refusal = claim_check(locked, actor)
-    if refusal is not None:
-        raise refusal
+    locked = _locked_unless_claimed(operation, actor)
     deleted, _ = OperationClaim.objects.filter(operation=locked).delete()
     if not deleted:
         raise RecoveryError("not_claimed", "nobody holds a claim on it")
