@@ -315,6 +315,10 @@ class LookupAttempt(models.Model):
         return f"lookup {self.pk} of {self.operation_id}"
 
 
+# An attempt in these holds its operation's one lookup slot (while its lease lasts).
+LOOKUP_IN_FLIGHT = (LookupAttempt.Status.QUEUED, LookupAttempt.Status.RUNNING)
+
+
 class AuditEvent(models.Model):
     """Append-only, hash-chained record of everything that happened.
 

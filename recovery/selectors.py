@@ -37,6 +37,7 @@ from approvals.selectors import permit_history
 from recovery import contract
 from recovery.audit import SYSTEM_CHAIN
 from recovery.models import (
+    LOOKUP_IN_FLIGHT,
     AuditCheckpoint,
     AuditEvent,
     AuditVerification,
@@ -532,7 +533,6 @@ def reconciliation_request_for_user(
 # -- the operation page: its history, and what differs between its columns --------------
 
 TIMELINE_LIMIT = 200
-LOOKUP_IN_FLIGHT = (LookupAttempt.Status.QUEUED, LookupAttempt.Status.RUNNING)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from recovery.audit import (
     audit_transaction,
 )
 from recovery.models import (
+    LOOKUP_IN_FLIGHT,
     UNSETTLED_STATES,
     Dispatch,
     Evidence,
@@ -46,7 +47,6 @@ from recovery.services.signals import (
 from recovery.transitions import TransitionRefused
 
 LOOKUP_LEASE_MARGIN = timedelta(seconds=5)
-IN_FLIGHT = (LookupAttempt.Status.QUEUED, LookupAttempt.Status.RUNNING)
 # How often an operation in reconcile is looked at again by resume (operators can look
 # up at any time): its evidence may be repaired at the provider.
 RECONCILE_RECHECK = timedelta(seconds=LOOKUP_BACKOFF_SECONDS[-2])
@@ -123,7 +123,7 @@ def lookup_claim(
         return LookupSlot(operation, None, _seconds_until(operation.next_lookup_at, now))
     in_flight = (
         LookupAttempt.objects.select_for_update()
-        .filter(operation=operation, status__in=IN_FLIGHT)
+        .filter(operation=operation, status__in=LOOKUP_IN_FLIGHT)
         .first()
     )
     if in_flight is not None:
@@ -165,7 +165,7 @@ def lookups_queue(*, operations: list[Operation], actor: Actor) -> list[LookupAt
     in_flight = {
         attempt.operation_id: attempt
         for attempt in LookupAttempt.objects.select_for_update().filter(
-            operation__in=due, status__in=IN_FLIGHT
+            operation__in=due, status__in=LOOKUP_IN_FLIGHT
         )
     }
     attempts = []

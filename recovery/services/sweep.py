@@ -47,12 +47,11 @@ from django.utils import timezone
 from approvals.actors import Actor
 from recovery.adapters import LookupResult, evidence_lookup_many
 from recovery.audit import audit_chain_locked, audit_transaction
-from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, State
+from recovery.models import LOOKUP_IN_FLIGHT, Dispatch, Evidence, LookupAttempt, Operation, State
 from recovery.services.dispatch import lease_lapsed_change
 from recovery.services.evidence import EvidenceFound, evidence_apply_many
 from recovery.services.locking import locking
 from recovery.services.lookups import (
-    IN_FLIGHT,
     RECONCILE_RECHECK,
     lookup_abandon,
     lookup_lease,
@@ -149,7 +148,7 @@ def _lookups_queue(*, batch_size: int, actor: Actor) -> list[tuple[int, int]]:
     """``lookups_sweep``, with each queued attempt's provider: (attempt id, provider id)."""
     now = timezone.now()
     live = LookupAttempt.objects.filter(
-        operation=OuterRef("pk"), status__in=IN_FLIGHT, lease_expires_at__gt=now
+        operation=OuterRef("pk"), status__in=LOOKUP_IN_FLIGHT, lease_expires_at__gt=now
     )
     with audit_transaction():
         operations = list(
@@ -273,7 +272,7 @@ def _attempt_claim(
     abandoned (an operator's runs whatever the state, as they asked).
     Under the operation's lock.
     """
-    if attempt.status not in IN_FLIGHT:
+    if attempt.status not in LOOKUP_IN_FLIGHT:
         return False, 0
     if attempt.status == LookupAttempt.Status.RUNNING and attempt.lease_expires_at > now:
         return False, int((attempt.lease_expires_at - now).total_seconds()) + 1
