@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -20,6 +19,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit, PermitEvent, ReconciliationRequest
+from approvals.rowsql import NOW, insert, model_from_row, select_first, update_returning
 
 M = TypeVar("M", bound=models.Model)
 
@@ -134,12 +134,12 @@ def approval_request(
     *, binding: Binding, requested_by: Actor, host: str = ""
 ) -> tuple[Approval, bool]:
     """Open an approval for ``binding``, or return the pending one (``created`` False)."""
-    pending = Approval.objects.filter(
-        operation_key=binding.operation_key, status=Approval.Status.PENDING
-    ).first()
+    pending = select_first(
+        Approval, operation_key=binding.operation_key, status=Approval.Status.PENDING
+    )
     if pending is not None:
         return pending, False
-    approval = Approval.objects.create(
+    approval = Approval(
         operation_key=binding.operation_key,
         action=binding.action,
         provider=binding.provider,
@@ -147,47 +147,8 @@ def approval_request(
         host=host,
         requested_by=requested_by,
     )
+    insert([approval])
     return approval, True
-
-
-NOW = object()  # a parameter of ``_update_returning``: the database's clock goes here
-
-
-def _update_returning(
-    table: str, assignments: str, where: str, params: list[Any], returning: list[str]
-) -> tuple[Any, ...] | None:
-    """One conditional UPDATE … RETURNING: a compare-and-set that also reads the clock.
-
-    Each ``{now}`` in ``assignments`` or ``where`` stands where ``NOW`` stands in
-    ``params``: PostgreSQL's ``statement_timestamp()`` (the database's clock, read by
-    this very statement), or the host's clock on SQLite, where writers are serialised.
-    """
-    if connection.vendor == "postgresql":
-        clock, values = "statement_timestamp()", [p for p in params if p is not NOW]
-    else:
-        now = DateTimeField().get_db_prep_value(timezone.now(), connection)
-        clock, values = "%s", [now if p is NOW else p for p in params]
-    sql = (
-        f"UPDATE {table} SET {assignments.format(now=clock)} "
-        f"WHERE {where.format(now=clock)} "
-        f"RETURNING {', '.join(connection.ops.quote_name(name) for name in returning)}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values)
-        row: tuple[Any, ...] | None = cursor.fetchone()
-    return row
-
-
-def model_from_row(model: type[M], fields: Sequence[Any], row: tuple[Any, ...]) -> M:
-    """A model instance from a raw row, converted the way Django's own queries convert."""
-    values = []
-    for field, value in zip(fields, row, strict=True):
-        column = field.get_col(model._meta.db_table)
-        converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
-        for converter in converters:
-            value = converter(value, column, connection)
-        values.append(value)
-    return model.from_db(connection.alias, [field.attname for field in fields], values)
 
 
 def approval_decide(
@@ -202,7 +163,7 @@ def approval_decide(
         raise ApprovalError("invalid_ttl", f"ttl_seconds must be 1..{MAX_TTL_SECONDS}")
     status = Approval.Status.APPROVED if approve else Approval.Status.DENIED
     fields = Approval._meta.concrete_fields
-    row = _update_returning(
+    row = update_returning(
         Approval._meta.db_table,
         "status = %s, decided_by = %s, decided_at = {now}",
         "id = %s AND status = %s AND operation_key = %s AND action = %s AND provider = %s "
@@ -229,7 +190,7 @@ def approval_decide(
     if not approve:
         return approval, None
     assert approval.decided_at is not None
-    permit = Permit.objects.create(
+    permit = Permit(
         approval=approval,
         operation_key=binding.operation_key,
         action=binding.action,
@@ -238,6 +199,7 @@ def approval_decide(
         issued_at=approval.decided_at,
         expires_at=approval.decided_at + timedelta(seconds=ttl_seconds),
     )
+    insert([permit])
     return approval, permit
 
 
@@ -275,7 +237,7 @@ def permit_consume(*, binding: Binding, presented_digest: str, actor: Actor) -> 
         raise RuntimeError("permit_consume must run inside the caller's transaction")
     if presented_digest == binding.params_digest:
         fields = Permit._meta.concrete_fields
-        row = _update_returning(
+        row = update_returning(
             Permit._meta.db_table,
             "status = %s, consumed_at = {now}, consumed_by = %s",
             "operation_key = %s AND status = %s AND action = %s AND provider = %s "

@@ -82,7 +82,16 @@ def _database() -> dict[str, object]:
         # One file per test run, so that concurrent runs never share (and break) it.
         config["TEST"] = {"NAME": str(VAR_DIR / f"test_settle_{os.getpid()}.sqlite3")}
     elif engine.endswith("postgresql"):
-        config.setdefault("OPTIONS", {})
+        options = config.setdefault("OPTIONS", {})
+        assert isinstance(options, dict)
+        if env_bool("SETTLE_DB_PREPARED_STATEMENTS", True):
+            # Parameters travel apart from the SQL text, so each statement's text is the
+            # same on every call and psycopg prepares it on its connection after a few
+            # runs: PostgreSQL then skips parsing and planning (a third of its CPU per
+            # API call). Turn off behind a pooler that cannot keep prepared statements
+            # (PgBouncer in transaction mode before 1.21).
+            options.setdefault("server_side_binding", True)
+            options.setdefault("prepare_threshold", 5)
     else:
         raise ImproperlyConfigured(f"DATABASE_URL engine {engine!r} is not supported")
     return config

@@ -43,7 +43,7 @@ from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.batchsql import values_update
+from approvals.rowsql import insert, update, values_update
 from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import AuditCheckpoint, AuditEvent, AuditVerification, Operation
 
@@ -212,8 +212,7 @@ class _Buffer:
 
     def flush(self) -> None:
         """Write the events in one INSERT, then the heads no operation row holds yet."""
-        if self.events:
-            AuditEvent.objects.bulk_create(self.events)
+        insert(self.events)
         moved = {}
         for chain, saved in self.saved.items():
             head = self.heads.get(chain, saved)
@@ -221,7 +220,7 @@ class _Buffer:
                 moved[chain] = head
         if len(moved) == 1:
             [(chain, (seq, digest))] = moved.items()
-            Operation.objects.filter(key=chain).update(audit_seq=seq, audit_hash=digest)
+            update(Operation, where={"key": chain}, values={"audit_seq": seq, "audit_hash": digest})
         elif moved and connection.vendor == "postgresql":  # a batch: every head in one UPDATE
             values_update(
                 Operation,

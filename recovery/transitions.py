@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from django.db.models import F
 from django.utils import timezone
 
+from approvals import rowsql
 from approvals.actors import Actor
+from approvals.rowsql import values_update
 from recovery.audit import (
     audit_append,
     audit_head_fields,
@@ -21,7 +22,6 @@ from recovery.audit import (
     audit_retract,
     audit_retract_many,
 )
-from recovery.batchsql import values_update
 from recovery.models import AuditEvent, Operation, State
 
 
@@ -109,9 +109,12 @@ def operation_transition(
     # Appended first, so that the chain's new head is written by the same UPDATE.
     audited = _audited(change, target, actor)
     head = audit_head_fields(operation)
-    changed = Operation.objects.filter(
-        pk=operation.pk, state=operation.state, version=operation.version
-    ).update(state=target, version=F("version") + 1, updated_at=timezone.now(), **head, **fields)
+    changed = rowsql.update(
+        Operation,
+        where={"pk": operation.pk, "state": operation.state, "version": operation.version},
+        values={"state": target, "updated_at": timezone.now(), **head, **fields},
+        expressions={"version": '"version" + 1'},
+    )
     if changed != 1:
         audit_retract(audited)
         raise TransitionRefused(operation, event, "stale (state, version)")

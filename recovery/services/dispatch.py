@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from approvals import services as approvals
 from approvals.actors import Actor
+from approvals.rowsql import insert, save_fields, select_first
 from recovery.audit import (
     audit_append,
     audit_transaction,
@@ -64,7 +65,7 @@ def operation_dispatch(
         return DispatchOutcome(refusal=result.refusal, state=operation.state)
     assert permit is not None and permit.consumed_at is not None
     now = permit.consumed_at  # the database's clock, read by the consumption itself
-    dispatch = Dispatch.objects.create(
+    dispatch = Dispatch(
         operation=operation,
         permit_id=permit.id,
         fencing_token=secrets.token_urlsafe(24),
@@ -72,6 +73,7 @@ def operation_dispatch(
         created_at=now,
         lease_expires_at=now + timedelta(seconds=operation.provider.lease_seconds),
     )
+    insert([dispatch])
     audit_append(
         kind="permit_consumed",
         operation=operation,
@@ -85,7 +87,7 @@ def operation_dispatch(
 
 
 def _dispatch_for_token(operation: Operation, fencing_token: str, actor: Actor) -> Dispatch:
-    dispatch = Dispatch.objects.filter(operation=operation).first()
+    dispatch = select_first(Dispatch, operation=operation.pk)
     presented = fencing_token.encode("utf-8", "surrogatepass")
     if dispatch is None or not hmac.compare_digest(dispatch.fencing_token.encode(), presented):
         stale_signal(
@@ -143,7 +145,7 @@ def operation_heartbeat(
             )
         dispatch.last_heartbeat_at = now
         dispatch.lease_expires_at = now + timedelta(seconds=operation.provider.lease_seconds)
-        dispatch.save(update_fields=["last_heartbeat_at", "lease_expires_at"])
+        save_fields(dispatch, ["last_heartbeat_at", "lease_expires_at"])
         return dispatch
 
     return _holding_dispatch(operation, fencing_token, actor, extend)
@@ -194,7 +196,7 @@ def _report_apply(
     )
     dispatch.receipt_reference = reference
     dispatch.receipt_reported_at = timezone.now()
-    dispatch.save(update_fields=["receipt_status", "receipt_reference", "receipt_reported_at"])
+    save_fields(dispatch, ["receipt_status", "receipt_reference", "receipt_reported_at"])
     audit_append(kind="host_report", operation=operation, actor=actor, data=report)
     if operation.state == State.DISPATCHED:
         operation_transition(

@@ -11,11 +11,11 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
+from approvals.rowsql import bulk_save
 from recovery.adapters import LookupResult
 from recovery.audit import (
     audit_append,
 )
-from recovery.batchsql import bulk_save
 from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import (
     Dispatch,

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import QuerySet, Subquery
+from django.db.models import Q, QuerySet, Subquery
 
 from approvals import services as approvals
 from approvals.models import Approval, Approver, Permit
-from approvals.services import model_from_row
+from approvals.rowsql import model_from_row
 from recovery import selectors
 from recovery.audit import (
     audit_chain_locked,
@@ -81,17 +81,25 @@ def operation_lock_bound(
     """Lock the operation an approval or permit binds to, in one statement.
 
     Only among this host's operations, or within this approver's scope; otherwise the
-    record does not exist for the caller (``NotFound(missing)``).
+    record does not exist for the caller (``NotFound(missing)``). A host's operations
+    and an approver's unrestricted scope go through the written-out lock (``_row_locked``);
+    a restricted scope is the ORM's filter, ``Approver.scope``.
     """
-    bound_key = record.objects.filter(pk=pk).values("operation_key")[:1]
-    if host is not None:
-        operations = selectors.operations_for_host(host=host)
-    elif approver is not None:
-        operations = selectors.operations_for_approver(approver=approver)
+    scope = approver.scope(provider="provider__name", host="host__name") if approver else Q()
+    if host is not None or not scope:
+        table, column = record._meta.db_table, record._meta.pk.column
+        bound = f'o."key" = (SELECT b."operation_key" FROM {table} b WHERE b."{column}" = %s)'
+        params = [record._meta.pk.get_db_prep_value(pk, connection)]
+        if host is not None:
+            bound, params = f"o.host_id = %s AND {bound}", [host.pk, *params]
+        operation = _row_locked(bound, params)
+        if operation is not None and host is not None:
+            operation._state.fields_cache["host"] = host
     else:
-        operations = Operation.objects.all()
-    operations = locking(operations.filter(key=Subquery(bound_key)))
-    operation = operations.first()
+        bound_key = record.objects.filter(pk=pk).values("operation_key")[:1]
+        assert approver is not None
+        scoped = selectors.operations_for_approver(approver=approver)
+        operation = locking(scoped.filter(key=Subquery(bound_key))).first()
     if operation is None:
         raise NotFound(missing, f"no such {record.__name__.lower()}")
     return audit_chain_locked(operation)

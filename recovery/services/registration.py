@@ -7,6 +7,7 @@ from typing import Any
 from django.db import IntegrityError
 
 from approvals.actors import Actor
+from approvals.rowsql import insert, select_first
 from recovery.audit import (
     audit_append,
     audit_head_new,
@@ -33,7 +34,7 @@ def operation_register(
     """
     canonical = canonical_params(params)
     digest = params_digest(canonical)
-    provider = Provider.objects.filter(name=provider_name).first()
+    provider = select_first(Provider, name=provider_name)
     if provider is None:
         raise NotFound("unknown_provider", f"no provider named {provider_name!r}")
     try:
@@ -56,7 +57,7 @@ def operation_register(
             )
             # The chain's head goes into the row with it: one INSERT, event aside.
             audit_head_write(operation)
-            operation.save(force_insert=True)
+            insert([operation])
             return operation, True
     except IntegrityError:
         existing = Operation.objects.select_related("provider").filter(key=key).first()

@@ -115,3 +115,14 @@ def test_a_redis_broker_gets_a_visibility_timeout_longer_than_any_task(tmp_path)
     visibility, hard_limit = map(int, result.stdout.split())
     lookup_lease = 60 + 5  # the longest provider timeout plus the lease margin
     assert visibility > hard_limit and visibility > lookup_lease
+
+
+def test_prepared_statements_are_on_for_postgresql_and_can_be_turned_off(monkeypatch):
+    """On by default; off for a pooler that cannot keep them (transaction-mode PgBouncer)."""
+    from console.settings import _database
+
+    monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle")
+    monkeypatch.delenv("SETTLE_DB_PREPARED_STATEMENTS", raising=False)
+    assert _database()["OPTIONS"] == {"server_side_binding": True, "prepare_threshold": 5}
+    monkeypatch.setenv("SETTLE_DB_PREPARED_STATEMENTS", "off")
+    assert _database()["OPTIONS"] == {}

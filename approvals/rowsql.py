@@ -1,0 +1,321 @@
+"""Statements written out instead of built by the ORM: the host API's path, and batches.
+
+Every host-API call runs six to eight statements. Building each through the ORM (a
+queryset, its compiler, the model's save machinery) cost the web worker more CPU than
+PostgreSQL spent running it; so the statements of that path are written here, each
+text built once per model and shape and kept, and the rows go in and out converted
+exactly as the ORM converts them (``get_db_prep_save`` on the way in, the backend's and
+the field's converters on the way out). Only equality conditions and plain
+assignments: anything richer stays with the ORM.
+
+One text per shape also means the same text on every call, which is what lets psycopg
+prepare it on its connection (see ``SETTLE_DB_PREPARED_STATEMENTS`` in the settings).
+
+select_first
+    ``filter(a=…, b=…).first()``.
+insert
+    ``save(force_insert=True)`` / ``bulk_create`` for instances of one model: one INSERT,
+    ``auto_now_add`` and ``auto_now`` applied, database-made primary keys read back.
+update
+    ``filter(…).update(…)``: equality conditions, values or SQL expressions assigned;
+    the number of rows changed.
+update_returning
+    A compare-and-set that also reads the database's clock (``NOW``).
+values_update
+    ``UPDATE … FROM (VALUES …)``: many rows, each with values of its own, in one
+    statement (PostgreSQL), still a compare-and-set per row when asked.
+bulk_save
+    ``save(update_fields=…)`` for many rows in one statement.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from django.db import connection
+from django.db.models import DateTimeField, Field, Model
+from django.utils import timezone
+
+M = TypeVar("M", bound=Model)
+
+_PLAIN = (int, str, bool)
+NOW = object()  # a parameter of ``update_returning``: the database's clock goes here
+
+
+def _quote(name: str) -> str:
+    return str(connection.ops.quote_name(name))
+
+
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    found = model._meta.pk if name == "pk" else model._meta.get_field(name)
+    assert isinstance(found, Field), f"{name} is a column of {model.__name__}"
+    return found
+
+
+def _column(model: type[Model], name: str) -> str:
+    return str(_field(model, name).column)
+
+
+def _attname(model: type[Model], name: str) -> str:
+    """The attribute that holds the column's value (``evidence_id`` for ``evidence``)."""
+    return _field(model, name).attname
+
+
+def _prep(model: type[Model], name: str, value: Any) -> Any:
+    return _field(model, name).get_db_prep_save(value, connection)
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+@functools.cache
+def _converters(
+    vendor: str, model: type[Model], fields: tuple[Field[Any, Any], ...]
+) -> tuple[tuple[Callable[..., Any], ...], ...]:
+    del vendor  # part of the key only: the backend decides the converters
+    converters = []
+    for field in fields:
+        column = field.get_col(model._meta.db_table)
+        converters.append(
+            (
+                column,
+                *connection.ops.get_db_converters(column),
+                *column.get_db_converters(connection),
+            )
+        )
+    return tuple(converters)
+
+
+def model_from_row(model: type[M], fields: Sequence[Any], row: Sequence[Any]) -> M:
+    """A model instance from a raw row, converted the way Django's own queries convert."""
+    values = []
+    for (column, *converters), value in zip(
+        _converters(connection.vendor, model, tuple(fields)), row, strict=True
+    ):
+        for converter in converters:
+            value = converter(value, column, connection)
+        values.append(value)
+    return model.from_db(connection.alias, [field.attname for field in fields], values)
+
+
+@functools.cache
+def _columns(model: type[Model]) -> str:
+    return ", ".join(_quote(str(field.column)) for field in model._meta.concrete_fields)
+
+
+@functools.cache
+def _select_sql(model: type[Model], names: tuple[str, ...]) -> str:
+    where = " AND ".join(f"{_quote(_column(model, name))} = %s" for name in names)
+    return (
+        f"SELECT {_columns(model)} FROM {_quote(model._meta.db_table)} WHERE {where} "
+        f"ORDER BY {_quote(str(model._meta.pk.column))} LIMIT 1"
+    )
+
+
+def select_first(model: type[M], **where: Any) -> M | None:
+    """``model.objects.filter(**where).first()``, equality on columns only."""
+    names = tuple(where)
+    params = [_prep(model, name, value) for name, value in where.items()]
+    with connection.cursor() as cursor:
+        cursor.execute(_select_sql(model, names), params)
+        row = cursor.fetchone()
+    return None if row is None else model_from_row(model, model._meta.concrete_fields, row)
+
+
+# -- writing -----------------------------------------------------------------------------
+
+
+@functools.cache
+def _insert_shape(model: type[Model]) -> tuple[tuple[Field[Any, Any], ...], str, str]:
+    """The columns an INSERT writes, and the RETURNING clause for database-made keys."""
+    meta = model._meta
+    written = tuple(field for field in meta.concrete_fields if not field.db_returning)
+    returned = [field for field in meta.concrete_fields if field.db_returning]
+    returning = ", ".join(_quote(str(field.column)) for field in returned)
+    columns = ", ".join(_quote(str(field.column)) for field in written)
+    return written, columns, f" RETURNING {returning}" if returning else ""
+
+
+def insert(objects: Sequence[Model]) -> None:
+    """Insert ``objects`` (all of one model, not saved yet) in one statement.
+
+    What ``save(force_insert=True)`` and ``bulk_create`` do for them: each field's
+    ``pre_save`` (``auto_now_add``), its conversion, and the keys the database makes
+    read back into the objects, which are then saved instances. No signals are sent:
+    none of Settle's models has a receiver.
+    """
+    if not objects:
+        return
+    model = type(objects[0])
+    assert all(type(obj) is model for obj in objects), "one model per statement"
+    written, columns, returning = _insert_shape(model)
+    returned = [field for field in model._meta.concrete_fields if field.db_returning]
+    assert not any(getattr(obj, f.attname) for obj in objects for f in returned), "made by it"
+    params: list[Any] = []
+    for obj in objects:
+        params += [
+            field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written
+        ]
+    row_marks = "(" + ", ".join(["%s"] * len(written)) + ")"
+    sql = (
+        f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) "
+        f"VALUES {', '.join([row_marks] * len(objects))}{returning}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall() if returning else []
+    for index, obj in enumerate(objects):
+        if rows:
+            for field, value in zip(returned, rows[index], strict=True):
+                setattr(obj, field.attname, value)
+        obj._state.adding = False
+        obj._state.db = connection.alias
+
+
+@functools.cache
+def _update_sql(
+    model: type[Model],
+    assigned: tuple[str, ...],
+    expressions: tuple[tuple[str, str], ...],
+    where: tuple[str, ...],
+) -> str:
+    sets = [f"{_quote(_column(model, name))} = %s" for name in assigned]
+    sets += [f"{_quote(_column(model, name))} = {sql}" for name, sql in expressions]
+    conditions = " AND ".join(f"{_quote(_column(model, name))} = %s" for name in where)
+    return f"UPDATE {_quote(model._meta.db_table)} SET {', '.join(sets)} WHERE {conditions}"
+
+
+def update(
+    model: type[Model],
+    *,
+    where: Mapping[str, Any],
+    values: Mapping[str, Any],
+    expressions: Mapping[str, str] | None = None,
+) -> int:
+    """``filter(**where).update(**values)``: the number of rows changed.
+
+    ``expressions``: field → SQL over the row's own columns (``"version" + 1``), for
+    what ``F()`` would say.
+    """
+    sql = _update_sql(model, tuple(values), tuple((expressions or {}).items()), tuple(where))
+    params = [_prep(model, name, value) for name, value in values.items()]
+    params += [_prep(model, name, value) for name, value in where.items()]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def save_fields(obj: Model, fields: Sequence[str]) -> None:
+    """``obj.save(update_fields=fields)`` for a saved row, written out (``auto_now`` too)."""
+    model = type(obj)
+    update(
+        model,
+        where={"pk": obj.pk},
+        values={name: _field(model, name).pre_save(obj, False) for name in fields},
+    )
+
+
+def update_returning(
+    table: str, assignments: str, where: str, params: list[Any], returning: list[str]
+) -> tuple[Any, ...] | None:
+    """One conditional UPDATE … RETURNING: a compare-and-set that also reads the clock.
+
+    Each ``{now}`` in ``assignments`` or ``where`` stands where ``NOW`` stands in
+    ``params``: PostgreSQL's ``statement_timestamp()`` (the database's clock, read by
+    this very statement), or the host's clock on SQLite, where writers are serialised.
+    """
+    if connection.vendor == "postgresql":
+        clock, values = "statement_timestamp()", [p for p in params if p is not NOW]
+    else:
+        now = DateTimeField().get_db_prep_value(timezone.now(), connection)
+        clock, values = "%s", [now if p is NOW else p for p in params]
+    sql = (
+        f"UPDATE {table} SET {assignments.format(now=clock)} "
+        f"WHERE {where.format(now=clock)} "
+        f"RETURNING {', '.join(_quote(name) for name in returning)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        row: tuple[Any, ...] | None = cursor.fetchone()
+    return row
+
+
+# -- batches -----------------------------------------------------------------------------
+
+
+def values_update(
+    model: type[Model],
+    *,
+    values: Sequence[tuple[str, str]],
+    rows: Sequence[Sequence[Any]],
+    assign: Mapping[str, str],
+    expect: Mapping[str, str] | None = None,
+    match: str = "pk",
+) -> set[Any]:
+    """Update ``rows`` of ``model`` in one statement (PostgreSQL); the ``match`` values changed.
+
+    ``UPDATE t SET … FROM (VALUES (…), (…)) AS v(…) WHERE t.id = v.id [AND t.col = v.old]
+    RETURNING t.id``. ``values``: the VALUES columns as (alias, model field whose column
+    type and conversion the value takes); the first is matched with ``match``, a unique
+    field. ``assign``: model field → SQL expression over ``t`` (the row) and ``v`` (its
+    values). ``expect``: model field → alias of the value the row must still hold, or it
+    is left alone (and not returned). Django's ``bulk_update`` says the same with a
+    ``CASE WHEN`` per column and row, which costs more to build in Python than the rest
+    of a batch's work.
+    """
+    assert connection.vendor == "postgresql", "one statement per batch needs PostgreSQL"
+    if not rows:
+        return set()
+    meta = model._meta
+    fields = [_field(model, name) for _, name in values]
+    casts = ", ".join(f"%s::{field.db_type(connection)}" for field in fields)
+    params: list[Any] = []
+    for row in rows:
+        assert len(row) == len(fields), "one value per column"
+        params += [
+            # Plain values need no conversion: asking each field costs more than the
+            # rest of the statement for a large batch.
+            value
+            if value is None or type(value) in _PLAIN
+            else field.get_db_prep_save(value, connection)
+            for field, value in zip(fields, row, strict=True)
+        ]
+    key = _quote(_column(model, meta.pk.name if match == "pk" else match))
+    aliases = ", ".join(_quote(alias) for alias, _ in values)
+    sets = ", ".join(f"{_quote(_column(model, name))} = {sql}" for name, sql in assign.items())
+    where = [f"t.{key} = v.{_quote(values[0][0])}"]
+    where += [
+        f"t.{_quote(_column(model, name))} = v.{_quote(alias)}"
+        for name, alias in (expect or {}).items()
+    ]
+    sql = (
+        f"UPDATE {_quote(meta.db_table)} AS t SET {sets} "
+        f"FROM (VALUES {', '.join([f'({casts})'] * len(rows))}) AS v({aliases}) "
+        f"WHERE {' AND '.join(where)} RETURNING t.{key}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+def bulk_save(objects: Sequence[Model], fields: Sequence[str]) -> None:
+    """Write ``fields`` of each of ``objects`` (one model) in one statement.
+
+    ``Model.save(update_fields=…)`` for many rows: ``values_update`` on PostgreSQL,
+    ``bulk_update`` elsewhere (SQLite, the embedded default, has one writer at a time).
+    """
+    if not objects:
+        return
+    model = type(objects[0])
+    if connection.vendor != "postgresql":
+        model._default_manager.bulk_update(objects, fields)
+        return
+    names = [_attname(model, name) for name in fields]
+    values_update(
+        model,
+        values=[("pk", model._meta.pk.name), *zip(names, fields, strict=True)],
+        rows=[[obj.pk, *(getattr(obj, name) for name in names)] for obj in objects],
+        assign={name: f"v.{_quote(attname)}" for name, attname in zip(fields, names, strict=True)},
+    )
