@@ -22,8 +22,10 @@ It also measures, on the same server and database:
   that gunicorn and Django put under every request;
 * the deadlocks PostgreSQL counted in the scratch database during the whole run;
 * per run, the CPU time of gunicorn's workers and of the database's PostgreSQL backends
-  (from ``/proc``, so Linux only) per request, and how busy the whole machine was: on a
-  small shared machine the API is usually CPU-bound long before it is commit-bound.
+  (from ``/proc``, so Linux only) and of the client processes in their loops (each
+  measures its own) per request, and how busy the whole machine was: on a small shared
+  machine the API is usually CPU-bound long before it is commit-bound, and the clients
+  share that CPU.
 
 Prints two Markdown tables to paste into the README. Everything stays on 127.0.0.1.
 """
@@ -96,6 +98,18 @@ def scratch_database() -> Iterator[dict[str, Any]]:
             pg_wait_for_other_sessions(connection)
         connection.close()
         connection.creation.destroy_test_db(original_name, verbosity=0)
+
+
+def analyze() -> None:
+    """Bring the planner's statistics up to date, as autovacuum does between runs.
+
+    The statements are prepared (``SETTLE_DB_PREPARED_STATEMENTS``), and a plan made
+    while a table was nearly empty can read a whole host's operations to find one; an
+    ANALYZE replaces it. A server with autovacuum on (PostgreSQL's default) does this by
+    itself as tables grow; one with it off (this project's test machine) never does.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
 
 
 def server_setting(name: str) -> str:
@@ -251,10 +265,20 @@ class Run:
             else math.nan
         )
         self.cpu = (math.nan, math.nan)  # CPU seconds of gunicorn's workers, of PostgreSQL
+        # CPU seconds the client processes themselves spent in their loops.
+        self.client_cpu = sum(float(r.get("cpu", math.nan)) for r in finished)
         self.machine_busy = math.nan  # share of the machine's CPU time that was busy
+        self.machine_seconds = math.nan  # busy CPU seconds of the whole machine
         self.errors = Counter(
             f"{status} {code}" for _, status, code, *_ in self.calls if not 200 <= status < 300
         )
+
+    def rest_cpu(self) -> float:
+        """Busy CPU seconds of the machine outside the workers, backends and clients.
+
+        The kernel's network work, gunicorn's master, this script, anything else.
+        """
+        return self.machine_seconds - self.cpu[0] - self.cpu[1] - self.client_cpu
 
     def latencies(self, endpoint: str | None = None) -> list[float]:
         return [c[3] for c in self.calls if endpoint is None or c[0] == endpoint]
@@ -281,8 +305,11 @@ def fleet(
     scratch: Path,
 ) -> Run:
     specs = [FleetSpec(f"{tag}-{i}", "lifecycle", [provider]) for i in range(count)]
-    meter = CpuMeter(server.process.pid)
-    busy_before, total_before = machine_cpu()
+    meters: list[Any] = []
+
+    def start_meters() -> None:  # once the clients have started up, as they are released
+        meters[:] = [CpuMeter(server.process.pid), machine_cpu()]
+
     results = fleet_run(
         url=server.url,
         host_token=tokens[0],
@@ -290,12 +317,15 @@ def fleet(
         clients=specs,
         seconds=seconds,
         directory=scratch / tag,
+        on_go=start_meters,
     )
+    meter, (busy_before, total_before) = meters
     run = Run(count, results)
     busy, total = machine_cpu()
     run.cpu = meter.used()
     if total > total_before:
         run.machine_busy = (busy - busy_before) / (total - total_before)
+        run.machine_seconds = (busy - busy_before) / os.sysconf("SC_CLK_TCK")
     return run
 
 
@@ -336,8 +366,8 @@ def request_floor(server: GunicornServer) -> tuple[float, float]:
     return gunicorn_seconds / FLOOR_REQUESTS * 1000, FLOOR_REQUESTS / elapsed
 
 
-def ms(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.1f}"
+def ms(value: float, digits: int = 1) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
 
 
 def print_report(
@@ -350,14 +380,15 @@ def print_report(
     print()
     print(
         f"Host API over HTTP, gunicorn console.wsgi -w 4, PostgreSQL {facts['server_version']} "
-        f"(synchronous_commit={facts['synchronous_commit']}), {facts['cpus']} CPUs, "
+        f"(synchronous_commit={facts['synchronous_commit']}, "
+        f"autovacuum={facts['autovacuum']}: ANALYZE before each run), {facts['cpus']} CPUs, "
         f"{time.strftime('%Y-%m-%d')}; {args.seconds:g} s per run, one client process per "
         "client, unique keys, no provider effect; latency per request, errors included."
     )
     print()
     print(
         "| run | throughput | p50 ms | p99 ms | errors "
-        "| CPU ms per request: gunicorn / PostgreSQL | machine CPU busy |"
+        "| CPU ms per request: gunicorn / PostgreSQL / clients / rest | machine CPU busy |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     print(
@@ -375,8 +406,10 @@ def print_report(
             f"| API, {run.clients} client{'s' if run.clients > 1 else ''} | "
             f"{rate:.1f} lifecycles/s ({requests:.0f} requests/s) | "
             f"{ms(percentile(all_latency, 0.5))} | {ms(percentile(all_latency, 0.99))} | "
-            f"{errors} | {ms(run.cpu[0] * 1000 / len(run.calls) if run.calls else math.nan)} / "
-            f"{ms(run.cpu[1] * 1000 / len(run.calls) if run.calls else math.nan)} | "
+            f"{errors} | {ms(run.cpu[0] * 1000 / len(run.calls) if run.calls else math.nan, 2)} / "
+            f"{ms(run.cpu[1] * 1000 / len(run.calls) if run.calls else math.nan, 2)} / "
+            f"{ms(run.client_cpu * 1000 / len(run.calls) if run.calls else math.nan, 2)} / "
+            f"{ms(run.rest_cpu() * 1000 / len(run.calls) if run.calls else math.nan, 2)} | "
             f"{run.machine_busy:.0%} |"
         )
     print()
@@ -437,6 +470,7 @@ def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> No
         "server_version": server_setting("server_version").split()[0],
         "synchronous_commit": server_setting("synchronous_commit"),
         "cpus": os.cpu_count(),
+        "autovacuum": server_setting("autovacuum"),
     }
     deadlocks_before = pg_deadlocks(connection)
     print(f"{platform.node()}: scratch database {settings['NAME']}; pgbench …", flush=True)
@@ -454,6 +488,7 @@ def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> No
     with gunicorn_running(log_path=scratch / "gunicorn.log", **server_options) as server:
         fleet(server, tokens, provider, 1, WARM_UP_SECONDS, "warm-up", scratch)
         for count in args.clients:
+            analyze()
             print(f"{count} client(s) for {args.seconds:g} s …", flush=True)
             runs.append(fleet(server, tokens, provider, count, args.seconds, f"c{count}", scratch))
         print("request floor …", flush=True)
