@@ -108,7 +108,12 @@ class Operation(models.Model):
     """
 
     key = models.CharField(max_length=200, unique=True)
-    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="operations")
+    # No index of its own: an operation is always found by its key (its host is then a
+    # condition on that one row), and an index here only cost every write and let the
+    # planner, on a table it had not analyzed yet, read a host's every operation to find one.
+    host = models.ForeignKey(
+        Host, on_delete=models.PROTECT, related_name="operations", db_index=False
+    )
     action = models.CharField(max_length=200)
     provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="operations")
     params_canonical = models.TextField()
