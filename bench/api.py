@@ -103,10 +103,10 @@ def scratch_database() -> Iterator[dict[str, Any]]:
 def analyze() -> None:
     """Bring the planner's statistics up to date, as autovacuum does between runs.
 
-    The statements are prepared (``SETTLE_DB_PREPARED_STATEMENTS``), and a plan made
-    while a table was nearly empty can read a whole host's operations to find one; an
-    ANALYZE replaces it. A server with autovacuum on (PostgreSQL's default) does this by
-    itself as tables grow; one with it off (this project's test machine) never does.
+    The statements are prepared (``SETTLE_DB_PREPARED_STATEMENTS``) and keep the plan
+    made when the scratch tables were nearly empty until an ANALYZE replaces it. A
+    server with autovacuum on (PostgreSQL's default) does this by itself as tables
+    grow; one with it off (this project's test machine) never does.
     """
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")

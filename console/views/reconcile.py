@@ -22,8 +22,9 @@ from recovery.selectors import (
     reconciliation_request_for_user,
     reconciliation_requests_for_user,
 )
-from recovery.services.claims import claim_live, operation_claim, operation_claim_release
+from recovery.services.claims import claim_live
 from recovery.services.errors import RecoveryError
+from recovery.services.operator import operation_claim, operation_claim_release
 from recovery.services.reconcile import (
     evidence_latest,
     operation_reconcile,

@@ -4,7 +4,8 @@ A claim is live while its holder keeps acting on the operation: each of their ac
 touches it, and it lapses by itself after ``SETTLE_CLAIM_IDLE_MINUTES`` without one. While
 a claim is live, other operators' actions on the operation are refused (``claimed``);
 deciding a four-eyes request is not such an action, since the second pair of eyes is
-by design someone else. Claims are audited on the operation's chain.
+by design someone else. Taking and releasing a claim are operator actions
+(``recovery.services.operator``), audited on the operation's chain, refusals included.
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ from __future__ import annotations
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.audit import audit_append, audit_transaction
 from recovery.models import Operation, OperationClaim
 from recovery.selectors import claim_cutoff
 from recovery.services.errors import RecoveryError
-from recovery.services.locking import operation_lock
 
 
 def claim_live(operation: Operation) -> OperationClaim | None:
@@ -42,34 +41,3 @@ def claim_check(operation: Operation, actor: Actor) -> RecoveryError | None:
         )
     OperationClaim.objects.filter(pk=claim.pk).update(touched_at=timezone.now())
     return None
-
-
-def _locked_unless_claimed(operation: Operation, actor: Actor) -> Operation:
-    """The operation, locked; ``claimed`` raised if someone else holds a live claim."""
-    locked = operation_lock(operation)
-    refusal = claim_check(locked, actor)
-    if refusal is not None:
-        raise refusal
-    return locked
-
-
-@audit_transaction()
-def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
-    """Claim the operation for ``actor``; refused while another's claim is live."""
-    locked = _locked_unless_claimed(operation, actor)
-    now = timezone.now()
-    claim, _ = OperationClaim.objects.update_or_create(
-        operation=locked, defaults={"actor": actor, "claimed_at": now, "touched_at": now}
-    )
-    audit_append(kind="claimed", operation=locked, actor=actor, data={})
-    return claim
-
-
-@audit_transaction()
-def operation_claim_release(*, operation: Operation, actor: Actor) -> None:
-    """Let go of one's own claim; another's live claim is refused (``claimed``)."""
-    locked = _locked_unless_claimed(operation, actor)
-    deleted, _ = OperationClaim.objects.filter(operation=locked).delete()
-    if not deleted:
-        raise RecoveryError("not_claimed", "nobody holds a claim on it")
-    audit_append(kind="claim_released", operation=locked, actor=actor, data={})

@@ -17,10 +17,11 @@ from typing import NoReturn
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction
-from recovery.models import LookupAttempt, Operation
+from recovery.models import LookupAttempt, Operation, OperationClaim
 from recovery.services.claims import claim_check
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operation_lock
@@ -141,3 +142,48 @@ def operator_lookup(
         operator_refuse(operation, "lookup", refusal, actor)
     assert slot is not None and slot.attempt is not None
     return QueuedLookup(slot.attempt, published == [True])
+
+
+def _locked_unless_claimed(operation: Operation, actor: Actor) -> Operation:
+    """The operation, locked; ``claimed`` raised if someone else holds a live claim."""
+    locked = operation_lock(operation)
+    refusal = claim_check(locked, actor)
+    if refusal is not None:
+        raise refusal
+    return locked
+
+
+@audit_transaction()
+def _claim(operation: Operation, actor: Actor) -> OperationClaim:
+    locked = _locked_unless_claimed(operation, actor)
+    now = timezone.now()
+    claim, _ = OperationClaim.objects.update_or_create(
+        operation=locked, defaults={"actor": actor, "claimed_at": now, "touched_at": now}
+    )
+    audit_append(kind="claimed", operation=locked, actor=actor, data={})
+    return claim
+
+
+@audit_transaction()
+def _release(operation: Operation, actor: Actor) -> None:
+    locked = _locked_unless_claimed(operation, actor)
+    deleted, _ = OperationClaim.objects.filter(operation=locked).delete()
+    if not deleted:
+        raise RecoveryError("not_claimed", "nobody holds a claim on it")
+    audit_append(kind="claim_released", operation=locked, actor=actor, data={})
+
+
+def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
+    """Claim the operation for ``actor``; refused (and recorded) while another's is live."""
+    try:
+        return _claim(operation, actor)
+    except RecoveryError as exc:
+        operator_refuse(operation, "claim", exc, actor)
+
+
+def operation_claim_release(*, operation: Operation, actor: Actor) -> None:
+    """Let go of one's own claim; another's live claim, or none, is refused and recorded."""
+    try:
+        _release(operation, actor)
+    except RecoveryError as exc:
+        operator_refuse(operation, "release", exc, actor)

@@ -420,7 +420,7 @@ def test_the_queue_shows_who_claimed_an_operation_until_the_claim_lapses(
     import time_machine
     from django.utils import timezone
 
-    from recovery.services.claims import operation_claim
+    from recovery.services.operator import operation_claim
 
     claimed = stuck.unknown("op-claimed")
     stuck.mismatch("op-free")

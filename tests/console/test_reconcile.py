@@ -291,7 +291,14 @@ def test_a_claim_keeps_other_operators_off_until_released_or_idle(
     assert "olivia is working on it" in page.content.decode()
     assert _refused(operation) == [("void", "claimed")]
     theirs.post(f"/operations/{operation.key}/release")  # not theirs to release
-    assert OperationClaim.objects.exists()
+    theirs.post(f"/operations/{operation.key}/claim")  # nor to take over
+    assert OperationClaim.objects.get().actor.id == str(operator.pk)
+    # Refused claims and releases are on the record like every other refused action.
+    assert _refused(operation) == [
+        ("void", "claimed"),
+        ("release", "claimed"),
+        ("claim", "claimed"),
+    ]
 
     later = timezone.now() + timedelta(minutes=settings.SETTLE_CLAIM_IDLE_MINUTES + 1)
     with time_machine.travel(later):
@@ -300,6 +307,8 @@ def test_a_claim_keeps_other_operators_off_until_released_or_idle(
 
     mine.post(f"/operations/{operation.key}/release")
     assert not OperationClaim.objects.exists()
+    mine.post(f"/operations/{operation.key}/release")  # nothing left to release
+    assert _refused(operation)[-1] == ("release", "not_claimed")
     assert [e.kind for e in AuditEvent.objects.filter(kind__in=("claimed", "claim_released"))] == [
         "claimed",
         "claim_released",
