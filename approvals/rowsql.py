@@ -12,7 +12,7 @@ One text per shape also means the same text on every call, which is what lets ps
 prepare it on its connection (see ``SETTLE_DB_PREPARED_STATEMENTS`` in the settings).
 
 select_first
-    ``filter(a=…, b=…).first()``.
+    ``filter(a=…, b=…).first()`` (``None`` is ``IS NULL``, as there).
 insert
     ``save(force_insert=True)`` / ``bulk_create`` for instances of one model: one INSERT,
     ``auto_now_add`` and ``auto_now`` applied, database-made primary keys read back.
@@ -105,21 +105,37 @@ def _columns(model: type[Model]) -> str:
     return ", ".join(_quote(str(field.column)) for field in model._meta.concrete_fields)
 
 
+Shape = tuple[tuple[str, bool], ...]  # conditions: (field name, whether it IS NULL)
+
+
+def _where(model: type[Model], where: Mapping[str, Any]) -> tuple[Shape, list[Any]]:
+    """Equality conditions as ``filter()`` reads them (``None`` is ``IS NULL``): their
+    shape, which names the statement's text, and their parameters."""
+    shape = tuple((name, value is None) for name, value in where.items())
+    params = [_prep(model, name, value) for name, value in where.items() if value is not None]
+    return shape, params
+
+
+def _conditions(model: type[Model], shape: Shape) -> str:
+    return " AND ".join(
+        f"{_quote(_column(model, name))} {'IS NULL' if null else '= %s'}" for name, null in shape
+    )
+
+
 @functools.cache
-def _select_sql(model: type[Model], names: tuple[str, ...]) -> str:
-    where = " AND ".join(f"{_quote(_column(model, name))} = %s" for name in names)
+def _select_sql(model: type[Model], shape: Shape) -> str:
     return (
-        f"SELECT {_columns(model)} FROM {_quote(model._meta.db_table)} WHERE {where} "
+        f"SELECT {_columns(model)} FROM {_quote(model._meta.db_table)} "
+        f"WHERE {_conditions(model, shape)} "
         f"ORDER BY {_quote(str(model._meta.pk.column))} LIMIT 1"
     )
 
 
 def select_first(model: type[M], **where: Any) -> M | None:
     """``model.objects.filter(**where).first()``, equality on columns only."""
-    names = tuple(where)
-    params = [_prep(model, name, value) for name, value in where.items()]
+    shape, params = _where(model, where)
     with connection.cursor() as cursor:
-        cursor.execute(_select_sql(model, names), params)
+        cursor.execute(_select_sql(model, shape), params)
         row = cursor.fetchone()
     return None if row is None else model_from_row(model, model._meta.concrete_fields, row)
 
@@ -128,14 +144,17 @@ def select_first(model: type[M], **where: Any) -> M | None:
 
 
 @functools.cache
-def _insert_shape(model: type[Model]) -> tuple[tuple[Field[Any, Any], ...], str, str]:
-    """The columns an INSERT writes, and the RETURNING clause for database-made keys."""
+def _insert_shape(
+    model: type[Model],
+) -> tuple[tuple[Field[Any, Any], ...], str, tuple[Field[Any, Any], ...], str]:
+    """The fields an INSERT writes and their columns; the fields the database makes
+    (read back) and the RETURNING clause for them."""
     meta = model._meta
     written = tuple(field for field in meta.concrete_fields if not field.db_returning)
-    returned = [field for field in meta.concrete_fields if field.db_returning]
+    returned = tuple(field for field in meta.concrete_fields if field.db_returning)
     returning = ", ".join(_quote(str(field.column)) for field in returned)
     columns = ", ".join(_quote(str(field.column)) for field in written)
-    return written, columns, f" RETURNING {returning}" if returning else ""
+    return written, columns, returned, f" RETURNING {returning}" if returning else ""
 
 
 def insert(objects: Sequence[Model]) -> None:
@@ -150,8 +169,7 @@ def insert(objects: Sequence[Model]) -> None:
         return
     model = type(objects[0])
     assert all(type(obj) is model for obj in objects), "one model per statement"
-    written, columns, returning = _insert_shape(model)
-    returned = [field for field in model._meta.concrete_fields if field.db_returning]
+    written, columns, returned, returning = _insert_shape(model)
     assert not any(getattr(obj, f.attname) for obj in objects for f in returned), "made by it"
     params: list[Any] = []
     for obj in objects:
@@ -179,12 +197,14 @@ def _update_sql(
     model: type[Model],
     assigned: tuple[str, ...],
     expressions: tuple[tuple[str, str], ...],
-    where: tuple[str, ...],
+    where: Shape,
 ) -> str:
     sets = [f"{_quote(_column(model, name))} = %s" for name in assigned]
     sets += [f"{_quote(_column(model, name))} = {sql}" for name, sql in expressions]
-    conditions = " AND ".join(f"{_quote(_column(model, name))} = %s" for name in where)
-    return f"UPDATE {_quote(model._meta.db_table)} SET {', '.join(sets)} WHERE {conditions}"
+    return (
+        f"UPDATE {_quote(model._meta.db_table)} SET {', '.join(sets)} "
+        f"WHERE {_conditions(model, where)}"
+    )
 
 
 def update(
@@ -199,9 +219,9 @@ def update(
     ``expressions``: field → SQL over the row's own columns (``"version" + 1``), for
     what ``F()`` would say.
     """
-    sql = _update_sql(model, tuple(values), tuple((expressions or {}).items()), tuple(where))
-    params = [_prep(model, name, value) for name, value in values.items()]
-    params += [_prep(model, name, value) for name, value in where.items()]
+    shape, conditions = _where(model, where)
+    sql = _update_sql(model, tuple(values), tuple((expressions or {}).items()), shape)
+    params = [_prep(model, name, value) for name, value in values.items()] + conditions
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)

@@ -77,6 +77,16 @@ def test_select_first_converts_like_the_orm():
     assert select_first(Approval, operation_key="op-1", status=Approval.Status.DENIED) is None
 
 
+def test_none_in_a_condition_means_is_null_as_in_filter():
+    insert([_approval("op-1")])
+    assert select_first(Approval, operation_key="op-1", decided_at=None) is not None
+    undecided = {"operation_key": "op-1", "decided_at": None}
+    decided = {"decided_at": timezone.now(), "decided_by": ALICE}
+    assert update(Approval, where=undecided, values=decided) == 1
+    assert select_first(Approval, **undecided) is None
+    assert update(Approval, where=undecided, values=decided) == 0
+
+
 def test_update_changes_only_the_rows_it_names_and_counts_them():
     for key in ("op-1", "op-2"):
         insert([_approval(key)])
