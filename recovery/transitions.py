@@ -12,9 +12,8 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from approvals import rowsql
 from approvals.actors import Actor
-from approvals.rowsql import values_update
+from approvals.rowsql import update, values_update
 from recovery.audit import (
     audit_append,
     audit_head_fields,
@@ -109,7 +108,7 @@ def operation_transition(
     # Appended first, so that the chain's new head is written by the same UPDATE.
     audited = _audited(change, target, actor)
     head = audit_head_fields(operation)
-    changed = rowsql.update(
+    changed = update(
         Operation,
         where={"pk": operation.pk, "state": operation.state, "version": operation.version},
         values={"state": target, "updated_at": timezone.now(), **head, **fields},

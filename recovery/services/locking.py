@@ -89,12 +89,7 @@ def operation_lock_bound(
     if host is not None or not scope:
         table, column = record._meta.db_table, record._meta.pk.column
         bound = f'o."key" = (SELECT b."operation_key" FROM {table} b WHERE b."{column}" = %s)'
-        params = [record._meta.pk.get_db_prep_value(pk, connection)]
-        if host is not None:
-            bound, params = f"o.host_id = %s AND {bound}", [host.pk, *params]
-        operation = _row_locked(bound, params)
-        if operation is not None and host is not None:
-            operation._state.fields_cache["host"] = host
+        operation = _row_locked(bound, [record._meta.pk.get_db_prep_value(pk, connection)], host)
     else:
         bound_key = record.objects.filter(pk=pk).values("operation_key")[:1]
         assert approver is not None
@@ -122,9 +117,7 @@ def _found(operations: QuerySet[Operation], operation: Operation | OperationRef)
 def operation_lock(operation: Operation | OperationRef) -> Operation:
     """Lock ``operation`` (first in the lock order) and read it afresh; its chain with it."""
     if isinstance(operation, OperationRef):
-        found = _row_locked("o.host_id = %s AND o.key = %s", [operation.host.pk, operation.key])
-        if found is not None:
-            found._state.fields_cache["host"] = operation.host
+        found = _row_locked("o.key = %s", [operation.key], operation.host)
     else:
         found = _row_locked("o.id = %s", [operation.pk])
     if found is None:
@@ -143,12 +136,16 @@ def _row_locked_sql() -> str:
     )
 
 
-def _row_locked(where: str, params: list[Any]) -> Operation | None:
+def _row_locked(where: str, params: list[Any], host: Host | None = None) -> Operation | None:
     """The one operation ``where`` names, with its provider, locked: one statement.
 
-    What ``locking`` builds through the ORM, written out: it is every host-API call's
-    first statement, and building it took several times what running it takes.
+    Only among ``host``'s operations when one is given (the row's own condition: its
+    host is then known, not read). What ``locking`` builds through the ORM, written out:
+    it is every host-API call's first statement, and building it took several times what
+    running it takes.
     """
+    if host is not None:
+        where, params = f"o.host_id = %s AND {where}", [host.pk, *params]
     with connection.cursor() as cursor:
         cursor.execute(_row_locked_sql().format(where=where), params)
         row = cursor.fetchone()
@@ -160,6 +157,8 @@ def _row_locked(where: str, params: list[Any]) -> Operation | None:
     found._state.fields_cache["provider"] = model_from_row(
         Provider, Provider._meta.concrete_fields, row[split:]
     )
+    if host is not None:
+        found._state.fields_cache["host"] = host
     return found
 
 
