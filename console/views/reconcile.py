@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -124,32 +125,40 @@ def operation_decide(request: HttpRequest, key: str, action: str) -> HttpRespons
     return redirect("operation", key=key)
 
 
+def _claim_step(
+    request: HttpRequest, key: str, action: str, step: Callable[..., Any], done: str
+) -> HttpResponse:
+    """Take or release a claim (``step``); the refusal or ``done`` shown on the page."""
+    operation = operation_for_action(request, key, action, "lookup_operations")
+    try:
+        step(operation=operation, actor=_actor(request))
+    except RecoveryError as exc:
+        messages.error(request, f"Refused: {exc.message}.")
+    else:
+        messages.success(request, done)
+    return redirect("operation", key=key)
+
+
 @login_required
 @require_POST
 def operation_claim_view(request: HttpRequest, key: str) -> HttpResponse:
     """Claim the operation, so that other operators leave it to you."""
-    operation = operation_for_action(request, key, "claim", "lookup_operations")
-    try:
-        operation_claim(operation=operation, actor=_actor(request))
-    except RecoveryError as exc:
-        messages.error(request, f"Refused: {exc.message}.")
-    else:
-        messages.success(request, "Claimed: it is yours until you release it or go idle.")
-    return redirect("operation", key=key)
+    return _claim_step(
+        request,
+        key,
+        "claim",
+        operation_claim,
+        "Claimed: it is yours until you release it or go idle.",
+    )
 
 
 @login_required
 @require_POST
 def operation_release_view(request: HttpRequest, key: str) -> HttpResponse:
     """Let go of your claim on the operation."""
-    operation = operation_for_action(request, key, "release", "lookup_operations")
-    try:
-        operation_claim_release(operation=operation, actor=_actor(request))
-    except RecoveryError as exc:
-        messages.error(request, f"Refused: {exc.message}.")
-    else:
-        messages.success(request, "Released: anyone may work on it now.")
-    return redirect("operation", key=key)
+    return _claim_step(
+        request, key, "release", operation_claim_release, "Released: anyone may work on it now."
+    )
 
 
 @login_required
