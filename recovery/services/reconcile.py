@@ -362,7 +362,8 @@ def reconciliation_approve(
 def reconciliation_reject(
     *, operation: Operation, request_id: int, reason: str, actor: Actor
 ) -> ReconciliationRequest:
-    """Reject a pending proposal (its proposer may withdraw it this way); nothing else changes."""
+    """Reject a pending proposal; nothing else changes. (A proposer withdraws their own this
+    way only if they may also approve proposals.)"""
     with audit_transaction():
         locked, request = _request_locked(operation, request_id)
         if request.status == ReconciliationRequest.Status.PENDING:
