@@ -13,9 +13,12 @@ prepare it on its connection (see ``SETTLE_DB_PREPARED_STATEMENTS`` in the setti
 
 select_first
     ``filter(a=…, b=…).first()`` (``None`` is ``IS NULL``, as there).
+select_first_at
+    ``select_first`` and the database's clock, read by the same statement.
 insert
     ``save(force_insert=True)`` / ``bulk_create`` for instances of one model: one INSERT,
-    ``auto_now_add`` and ``auto_now`` applied, database-made primary keys read back.
+    ``auto_now_add`` and ``auto_now`` applied, database-made primary keys read back;
+    or, for one row, ``INSERT … ON CONFLICT DO NOTHING``.
 update
     ``filter(…).update(…)``: equality conditions, values or SQL expressions assigned;
     the number of rows changed.
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connection
@@ -140,6 +144,33 @@ def select_first(model: type[M], **where: Any) -> M | None:
     return None if row is None else model_from_row(model, model._meta.concrete_fields, row)
 
 
+def select_first_at(model: type[M], **where: Any) -> tuple[M | None, datetime]:
+    """``select_first``, and the database's clock read by the same statement.
+
+    PostgreSQL's ``statement_timestamp()``, so that a lease is judged by the database's
+    clock without a statement of its own; elsewhere (SQLite, one process's file) this
+    process's clock, as ``approvals.services.db_now`` reads it.
+    """
+    if connection.vendor != "postgresql":
+        return select_first(model, **where), timezone.now()
+    shape, params = _where(model, where)
+    with connection.cursor() as cursor:
+        cursor.execute(_select_at_sql(model, shape), params)
+        now, *row = cursor.fetchone()
+    fields = model._meta.concrete_fields
+    missing = row[fields.index(model._meta.pk)] is None
+    return (None if missing else model_from_row(model, fields, row)), now
+
+
+@functools.cache
+def _select_at_sql(model: type[Model], shape: Shape) -> str:
+    # One row always: the clock, and the row's columns (NULL when there is none).
+    return (
+        "SELECT statement_timestamp(), t.* FROM (SELECT 1) clock "
+        f"LEFT JOIN ({_select_sql(model, shape)}) t ON TRUE"
+    )
+
+
 # -- writing -----------------------------------------------------------------------------
 
 
@@ -157,16 +188,21 @@ def _insert_shape(
     return written, columns, returned, f" RETURNING {returning}" if returning else ""
 
 
-def insert(objects: Sequence[Model]) -> None:
+def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
     """Insert ``objects`` (all of one model, not saved yet) in one statement.
 
     What ``save(force_insert=True)`` and ``bulk_create`` do for them: each field's
     ``pre_save`` (``auto_now_add``), its conversion, and the keys the database makes
     read back into the objects, which are then saved instances. No signals are sent:
     none of Settle's models has a receiver.
+
+    ``unless_conflict`` (one object): ``ON CONFLICT DO NOTHING`` — when a unique
+    constraint, a partial one included, already holds a row like it, nothing is
+    inserted and the object stays unsaved. Returns the number of rows inserted.
     """
     if not objects:
-        return
+        return 0
+    assert not unless_conflict or len(objects) == 1, "which rows went in is read back for one"
     model = type(objects[0])
     assert all(type(obj) is model for obj in objects), "one model per statement"
     written, columns, returned, returning = _insert_shape(model)
@@ -179,17 +215,22 @@ def insert(objects: Sequence[Model]) -> None:
     row_marks = "(" + ", ".join(["%s"] * len(written)) + ")"
     sql = (
         f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) "
-        f"VALUES {', '.join([row_marks] * len(objects))}{returning}"
+        f"VALUES {', '.join([row_marks] * len(objects))}"
+        f"{' ON CONFLICT DO NOTHING' if unless_conflict else ''}{returning}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall() if returning else []
+        inserted = len(rows) if returning else cursor.rowcount
+    if unless_conflict and not inserted:
+        return 0
     for index, obj in enumerate(objects):
         if rows:
             for field, value in zip(returned, rows[index], strict=True):
                 setattr(obj, field.attname, value)
         obj._state.adding = False
         obj._state.db = connection.alias
+    return inserted
 
 
 @functools.cache

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Approval, Approver
-from approvals.rowsql import insert, save_fields, select_first, update
+from approvals.rowsql import insert, save_fields, select_first, select_first_at, update
 from recovery.models import Provider
 from tests.conftest import PARAMS
 
@@ -149,3 +149,59 @@ def test_the_host_api_statements_are_prepared_on_their_connection(flow):
     assert any(text.startswith('INSERT INTO "recovery_auditevent"') for text in prepared)
     # Values travel apart from the text: none of the flow's parameters is in it.
     assert not any(str(PARAMS["to"]) in text for text in prepared)
+
+
+def test_insert_unless_conflict_skips_a_row_a_partial_unique_index_already_holds():
+    """No key read back (the UUID is made here): what went in is the row count."""
+    first = _approval("op-1")
+    assert insert([first], unless_conflict=True) == 1
+    assert first._state.adding is False
+    twin = _approval("op-1")  # a second pending approval of the same operation
+    assert insert([twin], unless_conflict=True) == 0
+    assert twin._state.adding is True  # not saved
+    assert Approval.objects.filter(operation_key="op-1").count() == 1
+    first.status = Approval.Status.DENIED
+    save_fields(first, ["status"])  # outside the index's condition now
+    assert insert([twin], unless_conflict=True) == 1
+
+
+def test_insert_unless_conflict_reads_back_the_key_only_when_the_row_went_in(flow):
+    from recovery.models import LookupAttempt, Operation
+
+    flow.register()
+    operation = Operation.objects.get(key="op-1")
+
+    def attempt() -> LookupAttempt:
+        now = timezone.now()
+        return LookupAttempt(
+            operation=operation,
+            trigger=LookupAttempt.Trigger.RESUME,
+            status=LookupAttempt.Status.QUEUED,
+            started_at=now,
+            lease_expires_at=now,
+        )
+
+    first, second = attempt(), attempt()
+    assert insert([first], unless_conflict=True) == 1 and first.pk is not None
+    assert insert([second], unless_conflict=True) == 0  # one lookup in flight at a time
+    assert second.pk is None and second._state.adding is True
+    assert LookupAttempt.objects.get().pk == first.pk
+
+
+def test_select_first_at_reads_the_row_and_the_database_clock_in_one_statement():
+    from django.test.utils import CaptureQueriesContext
+
+    approval = _approval("op-1")
+    insert([approval])
+    before = timezone.now()
+    with CaptureQueriesContext(connection) as queries:
+        found, now = select_first_at(Approval, operation_key="op-1")
+        missing, later = select_first_at(Approval, operation_key="op-2")
+    assert len(queries.captured_queries) == 2  # one statement each, the clock included
+    assert found is not None and found.pk == approval.pk and found.requested_by == ALICE
+    assert missing is None
+    assert now.tzinfo is not None and later >= now
+    # The database's clock on PostgreSQL: the same as a separate read of it, give or take.
+    assert abs((now - before).total_seconds()) < 5
+    if connection.vendor == "postgresql":
+        assert "statement_timestamp()" in queries.captured_queries[0]["sql"]
