@@ -216,10 +216,6 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 
-# Lookups of one provider that may run inside web requests at once (resume); more wait
-# for the schedule, so that one slow provider cannot hold every web worker.
-SETTLE_WEB_LOOKUPS_PER_PROVIDER = env_int("SETTLE_WEB_LOOKUPS_PER_PROVIDER", 2, minimum=1)
-
 # An operator's claim on an operation lapses after this long without an action of theirs
 # on it, so that a claim left behind by someone who went home does not block the rest.
 SETTLE_CLAIM_IDLE_MINUTES = env_int("SETTLE_CLAIM_IDLE_MINUTES", 30, minimum=1)
@@ -245,7 +241,8 @@ SETTLE_AUDIT_VERIFY_SECONDS = env_int("SETTLE_AUDIT_VERIFY_SECONDS", 3600, minim
 
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still
-# needed: tasks never run inside a web request, and web requests never publish).
+# needed: tasks never run inside a web request; resume and the console's "Look up now"
+# only publish the lookup they queued, after its commit).
 _broker_dir = VAR_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}

@@ -189,9 +189,9 @@ class Resumed(Body):
     fencing_token: str | SkipJsonSchema[None] = None
     retry_after: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = Field(
         default=None,
-        description="Seconds until asking again is worth it: the operation's next lookup "
-        "is not due, another lookup of it is queued or running (decision in_progress), or "
-        "its provider's in-request lookups are all busy.",
+        description="Seconds until asking again is worth it: the dispatch's lease is "
+        "still alive, or a lookup of the operation is queued or running (both decision "
+        "in_progress), or its next lookup is not due yet.",
     )
 
 

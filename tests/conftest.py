@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,23 @@ def _responses_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Client, "request", request)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _lookups_published_to_this_runs_queue() -> Iterator[None]:
+    """Resume and the console publish the lookups they queue. In-process tests run those
+    lookups themselves (``queued_lookups_run``), so the messages go to a queue of this
+    run's own, deleted at the end, never to a deployment's; a test with a real worker
+    points the setting at that worker's queue."""
+    from django.test import override_settings
+
+    from tests.support.celery_fixtures import queue_delete
+    from tests.support.celery_procs import queue_name
+
+    name = queue_name()
+    with override_settings(CELERY_TASK_DEFAULT_QUEUE=name):
+        yield
+    queue_delete(name)
+
+
 @pytest.fixture(autouse=True)
 def _audit_checkpoint_file(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Each test has a checkpoint file of its own, as each has a database of its own."""
@@ -105,6 +123,46 @@ def lookup_due(key: str) -> None:
     from recovery.models import Operation
 
     Operation.objects.filter(key=key).update(next_lookup_at=timezone.now() - timedelta(seconds=1))
+
+
+def queued_lookups_run() -> int:
+    """Run every queued lookup attempt as a background worker runs it; how many ran.
+
+    Resume and the console queue lookups for Celery; here the worker's work is done in
+    this process, by the task's own body (``lookup_attempt_run``), in id order.
+    """
+    from recovery.models import LookupAttempt
+    from recovery.services.sweep import lookup_attempt_run
+
+    queued = LookupAttempt.objects.filter(status=LookupAttempt.Status.QUEUED).order_by("pk")
+    ran = 0
+    for attempt_id in queued.values_list("pk", flat=True):
+        ran += lookup_attempt_run(attempt_id=attempt_id).looked_up
+    return ran
+
+
+def lookups_published() -> list[int]:
+    """Take every message published to this run's queue so far: the attempts they name.
+
+    Read from the broker itself (CI: Redis), as a worker would receive them.
+    """
+    from celery import current_app
+    from django.conf import settings
+
+    attempt_ids = []
+    with current_app.connection_for_read() as broker:
+        messages = broker.SimpleQueue(settings.CELERY_TASK_DEFAULT_QUEUE)
+        while True:
+            try:
+                message = messages.get(timeout=0.2)
+            except messages.Empty:
+                break
+            assert message.headers["task"] == "recovery.tasks.lookup_attempt", message.headers
+            args, _, _ = message.payload  # Celery's message protocol 2
+            attempt_ids.append(int(args[0]))
+            message.ack()
+        messages.close()
+    return attempt_ids
 
 
 def digest_of(params: dict[str, Any]) -> str:
@@ -224,6 +282,13 @@ class Flow:
         response = self.host_api.post(f"/api/v1/operations/{key}/resume", {"worker": worker})
         assert response.status_code == 200, response.content
         return response.json()
+
+    def resume_looked_up(self, key: str = "op-1", worker: str = "w2") -> dict[str, Any]:
+        """Resume as a host that polls: the lookup it queued runs, then it asks again."""
+        first = self.resume(key, worker)
+        assert first["decision"] == "in_progress" and first["state"] != "dispatched", first
+        assert queued_lookups_run() == 1
+        return self.resume(key, worker)
 
     def record(self, key: str = "op-1") -> dict[str, Any]:
         return self.host_api.get(f"/api/v1/operations/{key}").json()

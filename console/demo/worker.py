@@ -16,7 +16,8 @@ Scenarios (the effect is written at the provider's file, as the provider's tool 
 ``corrupt``       the journal line is written with a wrong checksum, then hold
 ``provider_down`` the provider cannot be reached; the worker reports ``failed``
 ``awaiting``      register and ask for an approval; nobody decides it
-``resume``        a replacement worker asks ``resume`` for an operation another one held
+``resume``        a replacement worker asks ``resume`` for an operation another one held,
+                  until the lookup it queued has settled what it can
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ SCENARIOS = (
     "awaiting",
     "resume",
 )
+# How many times a replacement worker asks resume while its lookup is under way.
+RESUME_POLLS = 30
 # A local server: never through a proxy from the environment.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -150,7 +153,13 @@ def hold(stage: str, seconds: float) -> int:
 def run(args: argparse.Namespace, host: str, approver: str) -> int:
     url, key = args.url, args.key
     if args.scenario == "resume":
-        call(url, host, f"/operations/{key}/resume", {"worker": args.worker})
+        # As a host's replacement worker does: while a lookup of the operation is under
+        # way (in_progress), ask again after the wait resume names; bounded.
+        for _ in range(RESUME_POLLS):
+            answer = call(url, host, f"/operations/{key}/resume", {"worker": args.worker})
+            if answer["decision"] != "in_progress":
+                break
+            time.sleep(min(float(answer.get("retry_after", 1)), 2.0))
         emit("done")
         return 0
     params = json.loads(args.params)

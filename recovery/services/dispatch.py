@@ -44,7 +44,15 @@ def operation_dispatch(
     *, operation: Operation | OperationRef, worker: str, presented_digest: str, actor: Actor
 ) -> DispatchOutcome:
     """Consume the permit and create the one dispatch, atomically, or record the refusal."""
-    operation = operation_lock(operation)
+    return dispatch_locked(
+        operation_lock(operation), worker=worker, presented_digest=presented_digest, actor=actor
+    )
+
+
+def dispatch_locked(
+    operation: Operation, *, worker: str, presented_digest: str, actor: Actor
+) -> DispatchOutcome:
+    """``operation_dispatch`` for a caller that holds the operation's lock (resume)."""
     # Only an approved operation's permit can still be consumed; for any other, skip
     # the attempt and go straight to recording why not.
     consume = (

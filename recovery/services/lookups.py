@@ -1,41 +1,38 @@
-"""Lookups: one at a time per operation, leased, bounded per provider inside web requests.
+"""Lookups: one at a time per operation, leased, never inside a web request.
 
-A lookup is claimed (``lookup_start``, or ``lookup_claim`` under a lock the caller
-holds), then run (``lookup_run``: the network call outside any transaction, the answer
-applied under the lock). Resume, operators and the background sweeper
-(``recovery.services.sweep``) all go through these; the sweeper's attempts are claimed
-``queued`` and started by a Celery task.
+A lookup is claimed (``lookup_claim`` under a lock the caller holds, or ``lookup_start``),
+then run (``lookup_run``: the network call outside any transaction, the answer applied
+under the lock). Resume, operators and the background sweeper
+(``recovery.services.sweep``) all go through these. Resume and operators claim their
+attempts ``queued`` and publish them once committed (``lookup_publish``); the sweeper
+queues in batches; a Celery worker runs them. So a slow provider holds background
+workers, never a web worker.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.utils import timezone
 
-from approvals import services as approvals
 from approvals.actors import Actor
+from approvals.rowsql import insert
 from recovery.adapters import LookupResult, evidence_lookup
-from recovery.audit import (
-    advisory_xact_lock,
-    audit_append,
-    audit_transaction,
-)
+from recovery.audit import audit_append, audit_transaction
 from recovery.models import (
     LOOKUP_IN_FLIGHT,
-    UNSETTLED_STATES,
-    Dispatch,
     Evidence,
     LookupAttempt,
     Operation,
     Provider,
     State,
 )
-from recovery.services.dispatch import lease_lapsed
 from recovery.services.evidence import LOOKUP_BACKOFF_SECONDS, evidence_apply
 from recovery.services.locking import operation_lock
 from recovery.services.providers import provider_config
@@ -45,6 +42,8 @@ from recovery.services.signals import (
     transition_refused_record,
 )
 from recovery.transitions import TransitionRefused
+
+logger = logging.getLogger(__name__)
 
 LOOKUP_LEASE_MARGIN = timedelta(seconds=5)
 # How often an operation in reconcile is looked at again by resume (operators can look
@@ -63,43 +62,15 @@ class LookupSlot:
     in_flight: bool = False
 
 
-def _seconds_until(moment: Any, now: Any) -> int:
+def seconds_until(moment: Any, now: Any) -> int:
     return max(1, math.ceil((moment - now).total_seconds()))  # type: ignore[no-any-return]
 
 
-def lookup_start(
-    *,
-    operation: Operation,
-    trigger: str,
-    actor: Actor,
-    due_only: bool,
-    provider_limit: int = 0,
-    for_resume: bool = False,
-) -> LookupSlot:
-    """Claim the operation's one lookup slot, or say when to ask again.
-
-    Refused while another lookup of the operation is running (its lease alive), while
-    ``due_only`` and the next lookup is not due, and while ``provider_limit`` lookups of
-    the same provider are already running (for lookups inside web requests, so that one
-    slow provider cannot hold every web worker). ``for_resume``: only an unsettled
-    operation is looked up, and a dispatch whose lease lapsed is first moved to
-    ``unknown`` — in the same transaction, under the same lock.
-    """
+def lookup_start(*, operation: Operation, trigger: str, actor: Actor, due_only: bool) -> LookupSlot:
+    """Lock the operation and claim its one lookup slot (``lookup_claim``), in a transaction."""
     with audit_transaction():
-        operation = operation_lock(operation)
-        if for_resume and operation.state == State.DISPATCHED:
-            dispatch = Dispatch.objects.get(operation=operation)
-            if dispatch.lease_expires_at > approvals.db_now():
-                return LookupSlot(operation, None)  # its worker still holds it
-            lease_lapsed(operation, dispatch, actor)
-        if for_resume and operation.state not in UNSETTLED_STATES:
-            return LookupSlot(operation, None)
         return lookup_claim(
-            operation=operation,
-            trigger=trigger,
-            actor=actor,
-            due_only=due_only,
-            provider_limit=provider_limit,
+            operation=operation_lock(operation), trigger=trigger, actor=actor, due_only=due_only
         )
 
 
@@ -109,32 +80,25 @@ def lookup_claim(
     trigger: str,
     actor: Actor,
     due_only: bool,
-    provider_limit: int = 0,
     queued: bool = False,
 ) -> LookupSlot:
-    """``lookup_start``'s claim, for a caller that holds ``operation``'s lock already.
+    """Claim the operation's one lookup slot, for a caller that holds its lock; or say when
+    to ask again.
 
-    ``queued``: the attempt waits for a background worker (``recovery.services.sweep``)
-    and its lease is the time that worker has to start it, ``SETTLE_LOOKUP_QUEUE_SECONDS``.
-    An attempt in flight whose lease lapsed is abandoned, whichever kind it was.
+    Refused while another lookup of the operation is in flight under a live lease, and
+    while ``due_only`` and the next lookup is not due. ``queued``: the attempt waits for a
+    background worker (``recovery.services.sweep``) and its lease is the time that worker
+    has to start it, ``SETTLE_LOOKUP_QUEUE_SECONDS``. An attempt in flight whose lease
+    lapsed is abandoned, whichever kind it was.
+
+    One statement when the slot is free: the attempt's INSERT, which the unique index on
+    attempts in flight turns away (``ON CONFLICT DO NOTHING``) when it is not; only then
+    is the attempt in flight read.
     """
     now = timezone.now()
     if due_only and operation.next_lookup_at is not None and operation.next_lookup_at > now:
-        return LookupSlot(operation, None, _seconds_until(operation.next_lookup_at, now))
-    in_flight = (
-        LookupAttempt.objects.select_for_update()
-        .filter(operation=operation, status__in=LOOKUP_IN_FLIGHT)
-        .first()
-    )
-    if in_flight is not None:
-        if in_flight.lease_expires_at > now:
-            return LookupSlot(
-                operation, None, _seconds_until(in_flight.lease_expires_at, now), in_flight=True
-            )
-        lookup_abandon(operation=operation, attempt=in_flight, actor=actor)
-    if provider_limit and _provider_lookups_running(operation.provider, now) >= provider_limit:
-        return LookupSlot(operation, None, math.ceil(operation.provider.timeout_seconds))
-    attempt = LookupAttempt.objects.create(
+        return LookupSlot(operation, None, seconds_until(operation.next_lookup_at, now))
+    attempt = LookupAttempt(
         operation=operation,
         trigger=trigger,
         status=LookupAttempt.Status.QUEUED if queued else LookupAttempt.Status.RUNNING,
@@ -146,8 +110,44 @@ def lookup_claim(
             else lookup_lease(operation.provider)
         ),
     )
+    if not insert([attempt], unless_conflict=True):
+        # Read under a row lock; it may have ended since the INSERT (a refused lookup's
+        # attempt is closed outside the operation's lock, see ``lookup_finish``).
+        in_flight = (
+            LookupAttempt.objects.select_for_update()
+            .filter(operation=operation, status__in=LOOKUP_IN_FLIGHT)
+            .first()
+        )
+        if in_flight is not None and in_flight.lease_expires_at > now:
+            return LookupSlot(
+                operation, None, seconds_until(in_flight.lease_expires_at, now), in_flight=True
+            )
+        if in_flight is not None:
+            lookup_abandon(operation=operation, attempt=in_flight, actor=actor)
+        insert([attempt])
     attempt.operation = operation
     return LookupSlot(operation, attempt)
+
+
+def lookup_publish(attempt: LookupAttempt) -> bool:
+    """Send the task that runs ``attempt``; False (logged) when the broker did not take it.
+
+    Called after the attempt committed (``transaction.on_commit``): a worker must find
+    its row. A message that never left leaves the attempt queued: its lease lapses after
+    ``SETTLE_LOOKUP_QUEUE_SECONDS``, and then the sweep (for an ``unknown`` operation),
+    the next resume or the operator's next request queues it again. The publish gives up
+    within about a second when the broker is down (``CELERY_TASK_PUBLISH_RETRY_POLICY``).
+    """
+    try:
+        current_app.send_task(
+            "recovery.tasks.lookup_attempt",
+            args=[attempt.pk],
+            queue=settings.CELERY_TASK_DEFAULT_QUEUE,
+        )
+    except Exception as exc:  # the broker's errors vary by transport
+        logger.warning("publishing lookup attempt %s failed: %r", attempt.pk, exc)
+        return False
+    return True
 
 
 def lookups_queue(*, operations: list[Operation], actor: Actor) -> list[LookupAttempt]:
@@ -208,20 +208,6 @@ def lookup_abandon(
             "reason": reason,
         },
     )
-
-
-def _provider_lookups_running(provider: Provider, now: Any) -> int:
-    """Running in-request lookups of ``provider``; serialised per provider on PostgreSQL."""
-    advisory_xact_lock(_PROVIDER_LOOKUPS, provider.pk)
-    return LookupAttempt.objects.filter(
-        operation__provider=provider,
-        trigger=LookupAttempt.Trigger.RESUME,
-        status=LookupAttempt.Status.RUNNING,
-        lease_expires_at__gt=now,
-    ).count()
-
-
-_PROVIDER_LOOKUPS = 0x5E77
 
 
 def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: Actor) -> Operation:

@@ -10,12 +10,9 @@ reason the operator gave.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import NoReturn
 
-from celery import current_app
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -25,10 +22,8 @@ from recovery.models import LookupAttempt, Operation, OperationClaim
 from recovery.services.claims import claim_check
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operation_lock
-from recovery.services.lookups import lookup_claim
+from recovery.services.lookups import lookup_claim, lookup_publish
 from recovery.services.signals import refusals_recorded
-
-logger = logging.getLogger(__name__)
 
 
 def operator_refusal_record(*, operation: Operation, action: str, code: str, actor: Actor) -> None:
@@ -81,25 +76,6 @@ class QueuedLookup:
 
     attempt: LookupAttempt
     published: bool
-
-
-def lookup_publish(attempt: LookupAttempt) -> bool:
-    """Send the task that runs ``attempt``; False (logged) when the broker did not take it.
-
-    Called after the attempt committed. A message that never left leaves the attempt
-    queued: its lease lapses after ``SETTLE_LOOKUP_QUEUE_SECONDS``, and then the sweep
-    (for an ``unknown`` operation) or the operator's next request queues it again.
-    """
-    try:
-        current_app.send_task(
-            "recovery.tasks.lookup_attempt",
-            args=[attempt.pk],
-            queue=settings.CELERY_TASK_DEFAULT_QUEUE,
-        )
-    except Exception as exc:  # the broker's errors vary by transport
-        logger.warning("publishing lookup attempt %s failed: %r", attempt.pk, exc)
-        return False
-    return True
 
 
 @refusals_recorded()

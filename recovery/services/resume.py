@@ -1,24 +1,33 @@
-"""Resume: what a fresh worker should do about an operation; never a second dispatch."""
+"""Resume: what a fresh worker should do about an operation; never a second dispatch.
+
+One transaction under the operation's lock, and never a lookup inside the request: a
+lookup is handed to a background worker, and the host asks again after ``retry_after``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
+from django.db import transaction
 
 from approvals.actors import Actor
+from approvals.rowsql import select_first_at
+from recovery.audit import audit_transaction
 from recovery.models import (
     UNSETTLED_STATES,
+    Dispatch,
     LookupAttempt,
     Operation,
     State,
 )
-from recovery.services.dispatch import operation_dispatch
-from recovery.services.locking import OperationRef, operation_read
-from recovery.services.lookups import lookup_run, lookup_start
+from recovery.services.dispatch import dispatch_locked, lease_lapsed
+from recovery.services.locking import OperationRef, operation_lock
+from recovery.services.lookups import lookup_claim, lookup_publish, seconds_until
 from recovery.services.signals import refusals_recorded
 
-# -- resume ---------------------------------------------------------------------------
+# What a host is told to wait while a lookup of its operation is queued or running: a
+# background worker usually has the answer in well under a second.
+LOOKUP_POLL_SECONDS = 1
 
 
 class Decision:
@@ -37,7 +46,8 @@ class ResumeOutcome:
     state: str
     recovered: bool
     fencing_token: str = ""
-    # Seconds until asking again is worth it: set when no lookup was made this time.
+    # Seconds until asking again is worth it, when something is pending: a live lease,
+    # a lookup queued or running, or the next lookup's due time.
     retry_after: int = 0
 
 
@@ -55,8 +65,8 @@ _SETTLED_DECISIONS = {
 def _answer(operation: Operation, retry_after: int = 0, in_flight: bool = False) -> ResumeOutcome:
     decision = _SETTLED_DECISIONS.get(State(operation.state), Decision.CLOSED)
     if in_flight and operation.state in UNSETTLED_STATES:
-        # A lookup of it is queued or running (the sweeper's, an operator's): its answer
-        # is coming; starting a second one would only spend the budget.
+        # A lookup of it is queued or running (this call's, the sweeper's, an
+        # operator's): its answer is coming.
         decision = Decision.IN_PROGRESS
     return ResumeOutcome(decision, operation.state, operation.recovered, retry_after=retry_after)
 
@@ -68,36 +78,42 @@ def operation_resume(
     """What a fresh worker should do about ``operation``; never a second dispatch.
 
     Only an operation that was never dispatched can be dispatched, by winning its
-    permit. A lapsed lease or an unsettled operation is looked up synchronously (bounded
-    by the provider's timeout) and released only on matching evidence — but only when
-    its next lookup is due, no other lookup of it is running and the provider has a free
-    in-request lookup slot; otherwise the answer is what is known, with ``retry_after``
-    (``in_progress`` while another lookup of it is queued or running).
+    permit. A dispatch whose lease is alive is ``in_progress`` until the lease ends. One
+    whose lease lapsed is moved to ``unknown``, and an unsettled operation whose next
+    lookup is due gets a lookup queued for a background worker, published once this
+    transaction commits: ``in_progress`` while it (or another lookup of it) is queued or
+    running, then what its evidence settled. An operation whose next lookup is not due
+    is answered as it stands, with ``retry_after``. Evidence alone releases (rule 4).
     """
-    if isinstance(operation, OperationRef):
-        operation = operation_read(operation)
-    if operation.state == State.APPROVED:
-        outcome = operation_dispatch(
-            operation=operation,
-            worker=worker,
-            presented_digest=operation.params_digest,
-            actor=actor,
-        )
-        if outcome.dispatch is not None:
-            return ResumeOutcome(
-                Decision.DISPATCH, outcome.state, False, outcome.dispatch.fencing_token
+    with audit_transaction():
+        locked = operation_lock(operation)
+        if locked.state == State.APPROVED:
+            outcome = dispatch_locked(
+                locked, worker=worker, presented_digest=locked.params_digest, actor=actor
             )
-        operation.refresh_from_db()
-    if operation.state in (State.DISPATCHED, *UNSETTLED_STATES):
-        slot = lookup_start(
-            operation=operation,
+            if outcome.dispatch is not None:
+                return ResumeOutcome(
+                    Decision.DISPATCH, outcome.state, False, outcome.dispatch.fencing_token
+                )
+            return _answer(locked)
+        if locked.state == State.DISPATCHED:
+            dispatch, now = select_first_at(Dispatch, operation=locked.pk)
+            assert dispatch is not None, "a dispatched operation has its dispatch"
+            if dispatch.lease_expires_at > now:  # its worker still holds it
+                return _answer(locked, seconds_until(dispatch.lease_expires_at, now))
+            lease_lapsed(locked, dispatch, actor)
+        if locked.state not in UNSETTLED_STATES:
+            return _answer(locked)
+        slot = lookup_claim(
+            operation=locked,
             trigger=LookupAttempt.Trigger.RESUME,
             actor=actor,
             due_only=True,
-            provider_limit=settings.SETTLE_WEB_LOOKUPS_PER_PROVIDER,
-            for_resume=True,
+            queued=True,
         )
-        if slot.attempt is None:
-            return _answer(slot.operation, slot.retry_after, slot.in_flight)
-        operation = lookup_run(attempt=slot.attempt, actor=actor)
-    return _answer(operation)
+        attempt = slot.attempt
+        if attempt is not None:
+            transaction.on_commit(lambda: lookup_publish(attempt))
+    if attempt is None and not slot.in_flight:
+        return _answer(locked, slot.retry_after)
+    return _answer(locked, LOOKUP_POLL_SECONDS, in_flight=True)

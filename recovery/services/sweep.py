@@ -27,7 +27,7 @@ died (its lease lapsed), is abandoned by the next sweep and queued afresh.
 ``lookup_batch_run`` is what the batch task calls: it starts the queued attempts, reads
 their provider once and applies the answers in one transaction, each judged by the
 rules every lookup follows (``evidence_apply_many``). ``lookup_attempt_run`` runs one
-attempt with ``lookup_run``, the same code as resume's synchronous lookup. A duplicate or
+attempt with ``lookup_run``, the same code as ``operation_lookup``. A duplicate or
 redelivered message changes nothing: the attempt is no longer queued, or is running
 under another worker's live lease (then: retry after that lease).
 """
@@ -47,7 +47,15 @@ from django.utils import timezone
 from approvals.actors import Actor
 from recovery.adapters import LookupResult, evidence_lookup_many
 from recovery.audit import audit_chain_locked, audit_transaction
-from recovery.models import LOOKUP_IN_FLIGHT, Dispatch, Evidence, LookupAttempt, Operation, State
+from recovery.models import (
+    LOOKUP_IN_FLIGHT,
+    UNSETTLED_STATES,
+    Dispatch,
+    Evidence,
+    LookupAttempt,
+    Operation,
+    State,
+)
 from recovery.services.dispatch import lease_lapsed_change
 from recovery.services.evidence import EvidenceFound, evidence_apply_many
 from recovery.services.locking import locking
@@ -261,24 +269,31 @@ class BackgroundLookup:
     retry_in: int = 0
 
 
+# The states in which a queued attempt still runs, by who queued it: the sweeper's are
+# for unknown operations; resume's for unsettled ones (a reconcile is looked at again,
+# its record may have been repaired); an operator's in any state, as they asked.
+_LOOKED_UP_IN: dict[str, tuple[str, ...]] = {
+    LookupAttempt.Trigger.TASK: (State.UNKNOWN,),
+    LookupAttempt.Trigger.RESUME: UNSETTLED_STATES,
+}
+
+
 def _attempt_claim(
     operation: Operation, attempt: LookupAttempt, now: Any, actor: Actor
 ) -> tuple[bool, int]:
     """Whether this task may start ``attempt``, or in how many seconds to ask again.
 
     A queued attempt starts; a running one whose lease lapsed (its worker died mid-lookup
-    and the message was delivered again) is taken over. Anything else is a duplicate;
-    a sweeper's attempt whose operation settled or escalated since it was queued is
-    abandoned (an operator's runs whatever the state, as they asked).
-    Under the operation's lock.
+    and the message was delivered again) is taken over. Anything else is a duplicate.
+    An attempt whose operation has left the states it was queued for is abandoned
+    (``_LOOKED_UP_IN``). Under the operation's lock.
     """
     if attempt.status not in LOOKUP_IN_FLIGHT:
         return False, 0
     if attempt.status == LookupAttempt.Status.RUNNING and attempt.lease_expires_at > now:
         return False, int((attempt.lease_expires_at - now).total_seconds()) + 1
-    # An operator may look up an operation in any state (to see whether a reconcile's
-    # record was fixed, say); the sweeper's own lookups are for unknown operations only.
-    if operation.state != State.UNKNOWN and attempt.trigger != LookupAttempt.Trigger.OPERATOR:
+    wanted = _LOOKED_UP_IN.get(attempt.trigger)
+    if wanted is not None and operation.state not in wanted:
         lookup_abandon(operation=operation, attempt=attempt, actor=actor, reason=operation.state)
         return False, 0
     return True, 0

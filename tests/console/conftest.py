@@ -3,7 +3,8 @@
 ``orders`` is the provider the operator (and the viewer) work on; ``ledger`` is another
 provider, whose operator is the outsider. Operations reach the queue through the host
 API, the way they do in production: registered, approved, dispatched, the worker's
-lease lapses, and a fresh worker's resume looks the record up.
+lease lapses, a fresh worker's resume queues a lookup of the record, and a background
+worker (the task's body, run here) looks it up.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class Stuck:
     def unknown(self, key: str, *, params: dict[str, Any] = PARAMS) -> Operation:
         """The worker died and the provider has no record yet: unknown, receipt stranded."""
         self._lapsed(key, params)
-        assert self.flow.resume(key)["state"] == "unknown"
+        assert self.flow.resume_looked_up(key)["state"] == "unknown"
         return Operation.objects.get(key=key)
 
     def mismatch(self, key: str) -> Operation:
@@ -93,7 +94,7 @@ class Stuck:
         sqlite_provider_commit(
             self.provider_db, operation_key=key, params={**PARAMS, "amount": 9}, reference="x-1"
         )
-        assert self.flow.resume(key)["state"] == "reconcile"
+        assert self.flow.resume_looked_up(key)["state"] == "reconcile"
         return Operation.objects.get(key=key)
 
     def conflict(self, key: str, *, host_says: str, provider_says: str) -> Operation:
@@ -101,7 +102,7 @@ class Stuck:
         says the other: a lookup finds the contradiction, reconcile, with that evidence."""
         self._lapsed(key, PARAMS)
         token = Dispatch.objects.get(operation__key=key).fencing_token
-        assert self.flow.resume(key)["state"] == "unknown"
+        assert self.flow.resume_looked_up(key)["state"] == "unknown"
         late = self.flow.host_api.post(
             f"/api/v1/operations/{key}/result", {"fencing_token": token, "outcome": host_says}
         )
@@ -114,14 +115,14 @@ class Stuck:
             status=provider_says,
         )
         lookup_due(key)
-        assert self.flow.resume(key)["state"] == "reconcile"
+        assert self.flow.resume_looked_up(key)["state"] == "reconcile"
         return Operation.objects.get(key=key)
 
     def released(self, key: str) -> Operation:
         """Settled from matching evidence: not in the queue."""
         self._lapsed(key, PARAMS)
         sqlite_provider_commit(self.provider_db, operation_key=key, params=PARAMS, reference="r-1")
-        assert self.flow.resume(key)["state"] == "released"
+        assert self.flow.resume_looked_up(key)["state"] == "released"
         return Operation.objects.get(key=key)
 
 

@@ -2,7 +2,8 @@
 
 The demo runs as a subprocess on the embedded default, as a newcomer runs it: its own
 SQLite database and filesystem broker under a temporary ``SETTLE_VAR_DIR``, whatever
-database and broker the suite itself uses.
+database and broker the suite itself uses. Its replacement workers' resumes only queue
+lookups; the demo's own Celery worker runs them while it seeds, even with ``--no-serve``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +40,7 @@ user = get_user_model().objects.get(username="supervisor")
 page = queue(user=user, filters=QueueFilters(), after=None, limit=500)
 print(json.dumps({
     "states": dict(Operation.objects.values_list("key", "state")),
+    "recovered": sorted(Operation.objects.filter(recovered=True).values_list("key", flat=True)),
     "queue": sorted(row.key for row in page.rows),
     "counts": counts(user=user),
     "verdicts": {row.key: row.latest_verdict for row in page.rows},
@@ -65,7 +68,7 @@ def seed(var_dir: Path) -> str:
     return done.stdout
 
 
-def console_view(var_dir: Path) -> dict[str, dict[str, str]]:
+def console_view(var_dir: Path) -> dict[str, Any]:
     done = subprocess.run(
         [*MANAGE, "shell", "-c", CONSOLE_VIEW],
         cwd=REPO_ROOT,
@@ -75,7 +78,7 @@ def console_view(var_dir: Path) -> dict[str, dict[str, str]]:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    view: dict[str, dict[str, str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    view: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return view
 
 
@@ -84,6 +87,8 @@ def test_demo_seeds_every_state_the_console_shows_and_a_second_run_adds_a_batch(
 ) -> None:
     output = seed(tmp_path)
 
+    # The Celery worker it started for the seeding is stopped, with its pool.
+    assert _processes_gone(str(tmp_path))
     assert "DEMO PASSWORDS" in output
     for login in ("viewer      demo-viewer", "operator    demo-operator", "supervisor  demo-sup"):
         assert login in output
@@ -114,6 +119,8 @@ def test_demo_seeds_every_state_the_console_shows_and_a_second_run_adds_a_batch(
         "demo-b1-order-other-params": "mismatch",
         "demo-b1-payment-provider-down": "unavailable",
     }
+    # Released by the lookup its replacement worker's resume queued, from the evidence.
+    assert view["recovered"] == ["demo-b1-order-died-after-commit"]
     # The four killed workers' receipts are still running: stranded.
     assert view["counts"] == {"unknown": 2, "reconcile": 2, "stranded": 4}
 
@@ -140,6 +147,13 @@ def _processes_with(marker: str) -> list[int]:
             if marker.encode() in environ and "\nState:\tZ" not in status:
                 found.append(int(entry.name))
     return found
+
+
+def _processes_gone(marker: str, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _processes_with(marker) == []
 
 
 def test_ctrl_c_stops_the_web_server_the_worker_and_beat_with_nothing_left_behind(
@@ -178,7 +192,4 @@ def test_ctrl_c_stops_the_web_server_the_worker_and_beat_with_nothing_left_behin
             demo.kill()
             demo.wait(timeout=10)
     assert "stopped." in log.read_text()
-    deadline = time.monotonic() + 5
-    while _processes_with(str(tmp_path)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _processes_with(str(tmp_path)) == []
+    assert _processes_gone(str(tmp_path)), _processes_with(str(tmp_path))

@@ -259,7 +259,7 @@ def test_a_journal_record_without_params_flags_the_digest_and_says_why_no_more(
     journal_append(
         journal, operation_key="op-1", params_digest=digest_of({"amount": 9}), reference="j-1"
     )
-    assert stuck.flow.resume("op-1")["state"] == "reconcile"
+    assert stuck.flow.resume_looked_up("op-1")["state"] == "reconcile"
     client.force_login(operator)
     html = _page(client, "op-1")
     evidence = _section(html, "evidence-title")

@@ -242,7 +242,7 @@ def _corrupt(stuck, key: str) -> Operation:
     stuck._lapsed(key, PARAMS)
     sqlite_provider_commit(stuck.provider_db, operation_key=key, params=PARAMS, reference="c-1")
     sqlite_provider_tamper(stuck.provider_db, key, "bad_json")
-    assert stuck.flow.resume(key)["state"] == "reconcile"
+    assert stuck.flow.resume_looked_up(key)["state"] == "reconcile"
     return Operation.objects.get(key=key)
 
 
@@ -250,7 +250,7 @@ def _budget_spent(stuck, provider, key: str) -> Operation:
     """Nothing at the provider, lookup after lookup, until the budget is spent: reconcile."""
     Provider.objects.filter(pk=provider.pk).update(lookup_budget=1)
     stuck._lapsed(key, PARAMS)
-    assert stuck.flow.resume(key)["state"] == "reconcile"
+    assert stuck.flow.resume_looked_up(key)["state"] == "reconcile"
     Provider.objects.filter(pk=provider.pk).update(lookup_budget=5)
     return Operation.objects.get(key=key)
 

@@ -167,7 +167,7 @@ def test_a_request_is_invalidated_when_new_evidence_arrives_before_approval(
     _act(client_for(operator), operation, "confirm", reason="worker log says done")
     proposal = ReconciliationRequest.objects.get()
     lookup_due("op-1")
-    assert stuck.flow.resume("op-1")["state"] == "unknown"  # another absent: new evidence
+    assert stuck.flow.resume_looked_up("op-1")["state"] == "unknown"  # another absent: new evidence
     page = _decide(client_for(supervisor), proposal, "approve")
     assert "new evidence arrived since it was proposed" in page.content.decode()
     proposal.refresh_from_db()
@@ -184,7 +184,7 @@ def test_a_request_is_invalidated_when_the_operation_moved_on(
     proposal = ReconciliationRequest.objects.get()
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r-1")
     lookup_due("op-1")
-    assert stuck.flow.resume("op-1")["state"] == "released"
+    assert stuck.flow.resume_looked_up("op-1")["state"] == "released"
     _decide(client_for(supervisor), proposal, "approve")
     proposal.refresh_from_db()
     assert proposal.status == "invalidated"

@@ -1,8 +1,12 @@
 """Fixtures for the crash and race scenarios: a live server, real worker processes, providers.
 
 Workers are separate OS processes (``tests/procs/worker.py``) that reach Settle only over
-HTTP, through pytest-django's ``live_server``. Every process started here is killed and
-reaped at teardown, and every wait is bounded, so a hang fails the test instead of CI.
+HTTP, through pytest-django's ``live_server``. Resume never looks a provider up itself:
+it queues the lookup for a background worker, so the tests that recover from a crash run
+a real Celery worker (``lookup_worker``, one for the whole session: starting and
+stopping one costs about 3.5 s) and poll resume as a host does. Every process started
+here is killed and reaped at teardown, and every wait is bounded, so a hang fails the
+test instead of CI.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,8 @@ from recovery.audit import audit_verify
 from recovery.models import Dispatch, Evidence, Operation, Provider
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
+from tests.support.celery_fixtures import queue_delete, test_database_url
+from tests.support.celery_procs import Proc, queue_name, worker_start
 from tests.support.providers import (
     digest_of,
     http_provider_history,
@@ -157,6 +163,10 @@ class Settle:
         assert status == 200, body
         return body
 
+    def resume_polled(self, key: str, worker: str = "test") -> list[dict[str, Any]]:
+        """Resume until it is no longer ``in_progress`` (``resume_polled``); every answer."""
+        return resume_polled(lambda: self.resume(key, worker))
+
     def record(self, key: str) -> dict[str, Any]:
         status, body = self.host.get(f"/api/v1/operations/{key}")
         assert status == 200, body
@@ -221,7 +231,9 @@ def make_provider(tmp_path: Path, transactional_db: None) -> Iterator[Any]:
     """``make_provider(kind, lease_seconds=1)`` → a configured provider of that adapter."""
     servers: list[subprocess.Popen[str]] = []
 
-    def make(kind: str, *, lease_seconds: int = 1, secret: str = "") -> ProviderHandle:
+    def make(
+        kind: str, *, lease_seconds: int = 1, secret: str = "", lookup_budget: int = 5
+    ) -> ProviderHandle:
         name = f"orders-{kind}"
         path = url = ""
         if kind == "sqlite":
@@ -245,12 +257,74 @@ def make_provider(tmp_path: Path, transactional_db: None) -> Iterator[Any]:
             secret=secret,
             lease_seconds=lease_seconds,
             timeout_seconds=5,
+            lookup_budget=lookup_budget,
         )
         return handle
 
     yield make
     for process in servers:
         http_provider_stop(process)
+
+
+# -- the background worker that runs the lookups resume queues ---------------------------
+
+
+@dataclass
+class LookupWorker:
+    """A real ``celery -A console worker`` on a queue of its own, against the test database."""
+
+    proc: Proc
+    queue: str
+
+
+@pytest.fixture(scope="session")
+def _lookup_worker_session(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LookupWorker]:
+    """One worker for the whole session (its pool: four processes, for concurrent lookups).
+
+    Tests share it, each on its own database contents: a message left behind by an
+    earlier test names an attempt that no longer exists, and does nothing.
+    """
+    directory = tmp_path_factory.mktemp("lookup-worker")
+    queue = queue_name()
+    env = {
+        "DATABASE_URL": test_database_url(),
+        "SETTLE_CELERY_QUEUE": queue,
+        "SETTLE_AUDIT_CHECKPOINT_FILE": str(directory / "checkpoints.jsonl"),
+    }
+    proc = worker_start(log_path=directory / "worker.log", env=env, concurrency=4, name="lookups")
+    try:
+        yield LookupWorker(proc, queue)
+    finally:
+        proc.stop()
+        queue_delete(queue)
+
+
+@pytest.fixture
+def lookup_worker(_lookup_worker_session: LookupWorker, settings: Any) -> LookupWorker:
+    """The session's lookup worker, and this process (the live server) publishing to it."""
+    worker = _lookup_worker_session
+    if worker.proc.process.poll() is not None:
+        raise AssertionError(f"the lookup worker died:\n{worker.proc.log()[-4000:]}")
+    settings.CELERY_TASK_DEFAULT_QUEUE = worker.queue  # read by lookup_publish at each call
+    return worker
+
+
+def resume_polled(ask: Callable[[], dict[str, Any]], timeout: float = WAIT) -> list[dict[str, Any]]:
+    """Ask ``ask()`` (a resume) again after its ``retry_after`` while it is ``in_progress``.
+
+    What a host does while a background worker looks its operation up. Returns every
+    answer, the settled one last; fails once ``timeout`` seconds would be exceeded.
+    """
+    answers = [ask()]
+    deadline = time.monotonic() + timeout
+    while answers[-1]["decision"] == "in_progress":
+        wait = answers[-1]["retry_after"]
+        assert time.monotonic() + wait <= deadline, f"in progress after {timeout} s: {answers}"
+        time.sleep(wait)
+        answers.append(ask())
+    return answers
 
 
 # -- worker processes ---------------------------------------------------------------------

@@ -300,7 +300,8 @@ def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_b
     tmp_path: Path,
     settings: Any,
 ) -> None:
-    settings.SETTLE_LOOKUP_QUEUE_SECONDS = 2  # queued by this process: re-queued soon
+    # Lookups queued by this process and by gunicorn's resume: queued afresh soon.
+    settings.SETTLE_LOOKUP_QUEUE_SECONDS = 2
     redis_dir = tmp_path / "redis"
     redis_dir.mkdir()
     redis, port = redis_start(redis_dir)
@@ -314,7 +315,11 @@ def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_b
             database_url=celery_env["DATABASE_URL"],
             log_path=tmp_path / "gunicorn.log",
             workers=2,
-            env={"CELERY_BROKER_URL": private, "SETTLE_CELERY_QUEUE": celery_queue},
+            env={
+                "CELERY_BROKER_URL": private,
+                "SETTLE_CELERY_QUEUE": celery_queue,
+                "SETTLE_LOOKUP_QUEUE_SECONDS": "2",
+            },
         ) as server:
             celery_procs("worker", env)
             celery_procs("beat", env)
@@ -322,7 +327,12 @@ def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_b
 
             host, approver = Http(server.url, host_token), Http(server.url, approver_token)
             slowest = 0.0
-            for key, report in (("while-down-ok", True), ("while-down-dead", False)):
+            keys = (
+                ("while-down-ok", True),
+                ("while-down-dead", False),
+                ("while-down-resumed", False),
+            )
+            for key, report in keys:
                 started = time.monotonic()
                 body = {"key": key, "action": "payment.send", "provider": provider.name}
                 status, _ = host.post("/api/v1/operations", {**body, "params": PARAMS})
@@ -352,6 +362,23 @@ def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_b
             print(f"\nwith Redis down, one lifecycle took at most {slowest:.2f} s")
             assert slowest < 5.0
 
+            # A resume while the broker is down answers: its lookup is queued in the
+            # database; the message that should start it never left.
+            resumed = "while-down-resumed"
+            _wait_lease_lapsed(resumed)
+            started = time.monotonic()
+            status, answer = host.post(f"/api/v1/operations/{resumed}/resume", {"worker": "w2"})
+            took = time.monotonic() - started
+            print(f"a resume with the broker down took {took:.2f} s")
+            assert status == 200 and took < 5.0, (status, answer, took)
+            assert answer == {
+                "decision": "in_progress",
+                "state": "unknown",
+                "recovered": False,
+                "retry_after": 1,
+            }
+            assert LookupAttempt.objects.get(operation__key=resumed).status == "queued"
+
             # A sweep while the broker is down commits its work and publishes nothing.
             dead = "while-down-dead"
             _wait_lease_lapsed(dead)
@@ -367,21 +394,29 @@ def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_b
             assert _state(dead) == "unknown"
             assert LookupAttempt.objects.get(operation__key=dead).status == "queued"
 
-            redis, _ = redis_start(redis_dir, port)  # back, empty: the message never was
-            waited = _wait(lambda: _state(dead) == "released", 90, "released once Redis is back")
+            redis, _ = redis_start(redis_dir, port)  # back, empty: the messages never were
+            waited = _wait(
+                lambda: _state(dead) == _state(resumed) == "released",
+                90,
+                "released once Redis is back",
+            )
             print(f"released {waited:.1f} s after Redis came back")
+            status, answer = host.post(f"/api/v1/operations/{resumed}/resume", {"worker": "w2"})
+            assert status == 200, answer
+            assert answer == {"decision": "released", "state": "released", "recovered": True}
     finally:
         redis.stop()
 
     assert _state("while-down-ok") == "released"
-    assert_recovered_receipt(dead)
-    statuses = Counter(
-        LookupAttempt.objects.filter(operation__key=dead).values_list("status", flat=True)
-    )
-    assert statuses["finished"] == 1 and statuses["abandoned"] >= 1, statuses
-    assert len(_transitions(dead, "evidence_match")) == 1
+    for key in (dead, resumed):
+        assert_recovered_receipt(key)
+        statuses = Counter(
+            LookupAttempt.objects.filter(operation__key=key).values_list("status", flat=True)
+        )
+        assert statuses["finished"] == 1 and statuses["abandoned"] >= 1, (key, statuses)
+        assert len(_transitions(key, "evidence_match")) == 1
+        assert operation(key).recovered is True
     assert_audit_intact()
-    assert operation(dead).recovered is True
 
 
 # -- 6. the embedded default: no broker configured ------------------------------------------

@@ -3,7 +3,10 @@
 Each worker is a real OS process (``tests/procs/worker.py``) talking to the live server
 over HTTP. The provider leases are one second and the tests wait for them to lapse in
 real time. Fresh resuming workers are started with the same effect configuration as the
-dead one, so a wrong ``dispatch`` decision would really perform a second effect.
+dead one, so a wrong ``dispatch`` decision would really perform a second effect. They
+poll resume as a host does, honouring ``retry_after``: resume queues the lookup, a real
+Celery worker (``lookup_worker``) reads the provider, and the next resume answers from
+what it found.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from recovery.models import AuditEvent, Dispatch, Evidence, Verdict
+from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Verdict
 from tests.conftest import lookup_due
 from tests.integration.conftest import (
     PARAMS,
@@ -39,7 +42,11 @@ from tests.support.providers import (
     sqlite_provider_tamper,
 )
 
-pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("lookup_worker"),
+]
 
 ADAPTERS = ("sqlite", "journal", "http")
 
@@ -63,15 +70,37 @@ def crash(procs: Procs, key: str, provider: ProviderHandle, point: str, *extra: 
     return worker
 
 
-def fresh_resume(procs: Procs, key: str, provider: ProviderHandle) -> dict[str, Any]:
-    """A new process resumes; it would perform the effect again if told to dispatch."""
-    worker = procs.start(key=key, provider=provider)
+# What resume answers when it has just queued a lookup for the background worker.
+LOOKING_UP = {"decision": "in_progress", "state": "unknown", "recovered": False, "retry_after": 1}
+
+
+def fresh_resume(procs: Procs, key: str, provider: ProviderHandle) -> list[dict[str, Any]]:
+    """A new process resumes and polls until settled; every answer, the settled one last.
+
+    It would perform the effect again if told to dispatch.
+    """
+    worker = procs.start(key=key, provider=provider, extra=["--poll-seconds", "15"])
     worker.assert_clean_exit()
-    answer = worker.answer
-    assert answer["status"] == 200, answer
-    if answer["body"]["decision"] != "dispatch":
+    last = worker.wait_for("settled")
+    assert last["status"] == 200, last
+    if last["body"]["decision"] != "dispatch":
         assert "effect_committed" not in worker.event_names()
-    return dict(answer["body"])
+    return [event["body"] for event in worker.events if event["event"] == "answer"]
+
+
+def settled(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last answer, without its ``retry_after`` (asserted positive if there is one)."""
+    answer = dict(answers[-1])
+    retry_after = answer.pop("retry_after", None)
+    assert retry_after is None or retry_after >= 1, answers
+    return answer
+
+
+def assert_settled_by_the_background_lookup(key: str) -> None:
+    """Its latest lookup was one resume queued, and the background worker ran it to the end."""
+    attempt = LookupAttempt.objects.filter(operation__key=key).latest("pk")
+    assert (attempt.trigger, attempt.status) == ("resume", "finished")
+    assert attempt.evidence == Evidence.objects.filter(operation__key=key).last()
 
 
 def assert_one_dispatch_one_consumption(key: str) -> None:
@@ -110,12 +139,15 @@ def test_commit_then_die_is_released_from_evidence_without_a_second_effect(
     assert provider.effects(key) == 1
     wait_lease_lapsed(key)
 
-    answer = fresh_resume(procs, key, provider)
+    answers = fresh_resume(procs, key, provider)
 
-    assert answer == {"decision": "released", "state": "released", "recovered": True}
+    assert answers[0] == LOOKING_UP
+    assert answers[-1] == {"decision": "released", "state": "released", "recovered": True}
     assert provider.effects(key) == 1
     assert_one_dispatch_one_consumption(key)
     assert_recovered_receipt(key)
+    assert_settled_by_the_background_lookup(key)
+    assert LookupAttempt.objects.filter(operation__key=key).count() == 1
     record = settle.record(key)
     assert record["receipt"]["recovered"] is True
     assert record["receipt"]["evidence_id"] == record["evidence"][-1]["evidence_id"]
@@ -130,30 +162,34 @@ def test_commit_then_die_is_released_from_evidence_without_a_second_effect(
 def test_death_before_commit_is_unknown_then_reconcile_and_never_released(
     kind: str, settle: Settle, procs: Procs, make_provider: Any
 ) -> None:
-    provider = make_provider(kind, lease_seconds=1)
+    budget = 2  # inconclusive lookups before reconcile
+    provider = make_provider(kind, lease_seconds=1, lookup_budget=budget)
     key = f"crash-early-{kind}"
     settle.approved(key, provider.name)
 
     crash(procs, key, provider, "before_effect")
     wait_lease_lapsed(key)
 
-    budget = provider.model.lookup_budget
-    assert budget >= 2
     decisions = []
     for _ in range(budget):
-        decisions.append(fresh_resume(procs, key, provider)["decision"])
-        # Another resume before the back-off is over answers from what is known.
-        early = fresh_resume(procs, key, provider)
-        assert early["decision"] == decisions[-1] and early["retry_after"] > 0, early
+        answers = fresh_resume(procs, key, provider)
+        assert answers[0] == LOOKING_UP
+        # The lookup found nothing: the answer is what is known, until its back-off ends.
+        assert answers[-1]["retry_after"] >= 1, answers
+        decisions.append(answers[-1]["decision"])
         lookup_due(key)
     assert decisions == ["unknown"] * (budget - 1) + ["reconcile"]
     op = operation(key)
     assert (op.state, op.recovered, op.lookups_inconclusive) == ("reconcile", False, budget)
     assert op.lookups.count() == budget
+    assert set(op.lookups.values_list("trigger", "status")) == {("resume", "finished")}
 
-    # Still nothing to confirm: it stays with the operator, and nothing is sent again.
+    # Its recheck is due, and still nothing to confirm: it stays with the operator, and
+    # nothing is sent again.
     again = fresh_resume(procs, key, provider)
-    assert again == {"decision": "reconcile", "state": "reconcile", "recovered": False}
+    assert again[0] == {**LOOKING_UP, "state": "reconcile"}
+    assert settled(again) == {"decision": "reconcile", "state": "reconcile", "recovered": False}
+    assert op.lookups.count() == budget + 1
 
     assert provider.effects(key) == 0
     assert_one_dispatch_one_consumption(key)
@@ -226,10 +262,11 @@ def test_wrong_or_corrupt_evidence_never_releases_until_valid_evidence_is_restor
     _damage(damage, provider, key)
     wait_lease_lapsed(key)
 
-    answer = fresh_resume(procs, key, provider)
-    assert answer["decision"] in ("reconcile", "unknown"), answer
-    assert answer == {"decision": "reconcile", "state": "reconcile", "recovered": False}
+    answers = fresh_resume(procs, key, provider)
+    assert answers[0] == LOOKING_UP
+    assert settled(answers) == {"decision": "reconcile", "state": "reconcile", "recovered": False}
     assert last_verdict(key) == verdict
+    assert_settled_by_the_background_lookup(key)
     assert Dispatch.objects.get(operation__key=key).receipt_status == "running"
 
     if damage == "journal_bad_checksum":
@@ -243,16 +280,21 @@ def test_wrong_or_corrupt_evidence_never_releases_until_valid_evidence_is_restor
         )
         lookup_due(key)
         again = fresh_resume(procs, key, provider)
-        assert again == {"decision": "reconcile", "state": "reconcile", "recovered": False}
+        assert again[0]["decision"] == "in_progress", again  # looked up again
+        assert settled(again) == {"decision": "reconcile", "state": "reconcile", "recovered": False}
+        assert_settled_by_the_background_lookup(key)
+        assert last_verdict(key) == verdict
 
     _restore(damage, provider, key)
     lookup_due(key)
-    answer = fresh_resume(procs, key, provider)
+    answers = fresh_resume(procs, key, provider)
 
-    assert answer == {"decision": "released", "state": "released", "recovered": True}
+    assert answers[0] == {**LOOKING_UP, "state": "reconcile"}
+    assert answers[-1] == {"decision": "released", "state": "released", "recovered": True}
     assert provider.effects(key) == 1
     assert_one_dispatch_one_consumption(key)
     assert_recovered_receipt(key)
+    assert_settled_by_the_background_lookup(key)
     assert_audit_intact()
 
 
@@ -275,12 +317,14 @@ def test_revoking_after_a_committed_effect_changes_nothing_and_resume_still_conf
     assert operation(key).state == "dispatched"
     wait_lease_lapsed(key)
 
-    answer = fresh_resume(procs, key, provider)
+    answers = fresh_resume(procs, key, provider)
 
-    assert answer == {"decision": "released", "state": "released", "recovered": True}
+    assert answers[0] == LOOKING_UP
+    assert answers[-1] == {"decision": "released", "state": "released", "recovered": True}
     assert provider.effects(key) == 1
     assert_one_dispatch_one_consumption(key)
     assert_recovered_receipt(key)
+    assert_settled_by_the_background_lookup(key)
     assert permit_events(key, "revoke_ignored") == 1
     assert permit_events(key, "revoked") == 0
     assert permit_of(key).revoked_at is None

@@ -1,20 +1,25 @@
 """Soak: ten client processes drive every kind of call at once through gunicorn (4 workers).
 
-Settle runs as in production (``gunicorn console.wsgi -w 4``, ``tests/support/gunicorn.py``)
-against pytest-django's PostgreSQL test database. The clients (``tests/procs/fleet.py``)
-only speak HTTP, on three providers: a SQLite one (60 s lease) shared by racers that fight
-over the same keys, a journal one with a 1 s lease whose workers "crash" (and are resumed,
-or report late), and an HTTP one (1 s lease, signed callbacks: matching, mismatching,
-stale, forged, "not performed"), while steady clients run whole lifecycles on all three,
-with heartbeats, failed reports and revocations before and after dispatch.
+Settle runs as in production (``gunicorn console.wsgi -w 4``, ``tests/support/gunicorn.py``,
+and a real ``celery -A console worker`` on this test's own queue of the Redis broker the
+environment names) against pytest-django's PostgreSQL test database. Resume never looks a
+provider up inside a request: it queues the lookup for the Celery worker and answers
+``in_progress``, and the clients poll until the worker's lookup settled it. The clients
+(``tests/procs/fleet.py``) only speak HTTP, on three providers: a SQLite one (60 s lease)
+shared by racers that fight over the same keys, a journal one with a 1 s lease whose
+workers "crash" (and are resumed, or report late), and an HTTP one (1 s lease, signed
+callbacks: matching, mismatching, stale, forged, "not performed"), while steady clients
+run whole lifecycles on all three, with heartbeats, failed reports and revocations before
+and after dispatch.
 
 Each client judges every answer against what may happen at that point (a lost race's
 409 ``already_consumed`` is fine; a 5xx, a malformed answer or a transport error never
-is). Afterwards every lapsed operation is resumed once and, through the API and the
-providers' own records, the test checks: no unexpected answer, no deadlock counted by
-PostgreSQL, at most one fencing token, one consumption and one provider effect per
-operation, every release backed by the host's success receipt or by a recovery receipt
-pointing at matching evidence, each scenario's expected ending, and an intact audit chain.
+is). Afterwards every lapsed operation is resumed (polled while ``in_progress``) and,
+through the API and the providers' own records, the test checks: no unexpected answer,
+no deadlock counted by PostgreSQL, at most one fencing token, one consumption and one
+provider effect per operation, every release backed by the host's success receipt or by
+a recovery receipt pointing at matching evidence, each scenario's expected ending, and an
+intact audit chain.
 """
 
 from __future__ import annotations
@@ -62,20 +67,29 @@ ENDINGS = {
     "revoked": {"revoked"},
 }
 UNSETTLED = {"dispatched", "unknown", "reconcile"}
+# The final sweep's polls of one operation while it is in_progress, and the longest wait.
+SWEEP_POLLS = 15
+SWEEP_WAIT = 1.0
 
 
 @pytest.fixture
-def server(transactional_db: None, tmp_path: Path) -> Iterator[GunicornServer]:
+def background(transactional_db: None, celery_env: dict[str, str | None]) -> dict[str, str | None]:
+    """What gunicorn and the Celery worker share: database, broker, queue, checkpoints."""
     if connection.vendor != "postgresql":
         pytest.skip("the fleet soak runs gunicorn on the PostgreSQL test database only")
-    env = {}
+    env = dict(celery_env)
+    assert env["DATABASE_URL"] == database_url(connection.settings_dict)
     checkpoints = getattr(settings, "SETTLE_AUDIT_CHECKPOINT_FILE", None)
     if checkpoints is not None:  # the test's own audit checkpoint file, if Settle has one
         env["SETTLE_AUDIT_CHECKPOINT_FILE"] = str(checkpoints)
+    return env
+
+
+@pytest.fixture
+def server(background: dict[str, str | None], tmp_path: Path) -> Iterator[GunicornServer]:
+    env = {name: value for name, value in background.items() if value is not None}
     with gunicorn_running(
-        database_url=database_url(connection.settings_dict),
-        log_path=tmp_path / "gunicorn.log",
-        env=env,
+        database_url=env.pop("DATABASE_URL"), log_path=tmp_path / "gunicorn.log", env=env
     ) as running:
         yield running
 
@@ -117,6 +131,9 @@ class Outcome:
             for r in finished
             for endpoint, status, code, *_ in r["calls"]
         )
+        self.resumes: Counter[str] = Counter()
+        for r in finished:
+            self.resumes.update(r.get("resumes", {}))
         self.tokens: Counter[str] = Counter()
         self.provider: dict[str, str] = {}
         self.intent: dict[str, str] = {}
@@ -130,6 +147,8 @@ class Outcome:
     def summary(self, records: dict[str, dict[str, Any]] | None = None) -> str:
         lines = [f"{len(self.intent)} operations; calls by answer:"]
         lines += [f"  {n:6d}  {what}" for what, n in sorted(self.calls.items())]
+        lines += ["resumes by decision (clients):"]
+        lines += [f"  {n:6d}  {what}" for what, n in sorted(self.resumes.items())]
         if records is not None:
             endings = Counter(
                 f"{intent} → {records.get(key, {}).get('state')}"
@@ -147,10 +166,10 @@ def _get(host: Http, key: str) -> tuple[int, dict[str, Any]]:
 def _sweep(host: Http, intents: dict[str, str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Resume every unsettled operation (leases have lapsed); return the records.
 
-    Two at a time, so that the sweep alone never exceeds a provider's in-request lookup
-    slots (``SETTLE_WEB_LOOKUPS_PER_PROVIDER``, default 2). An operation that must end
-    released and was answered ``retry_after`` (no lookup made) is resumed again, twice
-    at most, after at most a second.
+    Resume queues a lookup for the Celery worker and answers ``in_progress``: it is asked
+    again after ``retry_after`` (``SWEEP_WAIT`` at most), ``SWEEP_POLLS`` times at most,
+    until it answers what the lookup settled. Still ``in_progress`` after that is a
+    problem: the worker never ran the lookup.
     """
     problems: list[str] = []
 
@@ -163,24 +182,29 @@ def _sweep(host: Http, intents: dict[str, str]) -> tuple[dict[str, dict[str, Any
 
     def resume_lapsed(key: str) -> tuple[str, dict[str, Any]]:
         status, record = _get(host, key)
-        for attempt in range(3):
-            if status != 200 or record["state"] not in UNSETTLED:
-                break
+        if status == 200 and record["state"] in UNSETTLED:
             path = f"/api/v1/operations/{key}/resume"
-            status, answer = host.post(path, {"worker": "sweeper"})
-            if status != 200 or answer.get("fencing_token"):
-                problems.append(f"{key}: final resume answered {status} {answer}")
+            for _ in range(SWEEP_POLLS):
+                status, answer = host.post(path, {"worker": "sweeper"})
+                if status != 200 or answer.get("fencing_token"):
+                    problems.append(f"{key}: final resume answered {status} {answer}")
+                    break
+                if answer.get("decision") != "in_progress":
+                    break
+                retry_after = float(answer.get("retry_after") or 0)
+                if retry_after < 1:
+                    problems.append(f"{key}: in_progress without retry_after: {answer}")
+                    break
+                time.sleep(min(retry_after, SWEEP_WAIT))
+            else:
+                problems.append(f"{key}: still in_progress after {SWEEP_POLLS} resumes")
             status, record = _get(host, key)
-            retry_after = float(answer.get("retry_after") or 0)
-            if not retry_after or ENDINGS.get(intents[key]) != {"released"} or attempt == 2:
-                break
-            time.sleep(min(retry_after, 1.0))
         if status != 200:
             problems.append(f"{key}: GET answered {status} {record}")
             return key, {}
         return key, record
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         records = dict(pool.map(settle_one, sorted(intents)))
     return records, problems
 
@@ -247,8 +271,13 @@ def _endings(outcome: Outcome, records: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def test_fleet_of_processes_keeps_every_safety_rule_under_load(
-    server: GunicornServer, make_provider: Any, tmp_path: Path
+    server: GunicornServer,
+    background: dict[str, str | None],
+    celery_procs: Any,
+    make_provider: Any,
+    tmp_path: Path,
 ) -> None:
+    worker = celery_procs("worker", background)
     sqlite = make_provider("sqlite", lease_seconds=60)
     journal = make_provider("journal", lease_seconds=1)
     http = make_provider("http", lease_seconds=1, secret=CALLBACK_SECRET)
@@ -271,7 +300,8 @@ def test_fleet_of_processes_keeps_every_safety_rule_under_load(
     time.sleep(1.5)  # the last 1 s leases lapse
     records, problems = _sweep(Http(server.url, host_token), outcome.intent)
     gunicorn_stop(server)
-    assert pg_wait_for_other_sessions(connection), "gunicorn's database sessions did not end"
+    worker.stop()
+    assert pg_wait_for_other_sessions(connection), "gunicorn's or Celery's sessions did not end"
     deadlocks = pg_deadlocks(connection) - deadlocks_before
 
     unexpected = Counter(f"{u['endpoint']} → {u.get('outcome')}" for u in outcome.unexpected)
@@ -291,7 +321,14 @@ def test_fleet_of_processes_keeps_every_safety_rule_under_load(
     if problems:
         pytest.fail(
             "\n".join(
-                [*problems[:60], outcome.summary(records), "gunicorn log:", _log_highlights(server)]
+                [
+                    *problems[:60],
+                    outcome.summary(records),
+                    "gunicorn log:",
+                    _log_highlights(server),
+                    "Celery worker log:",
+                    worker.log()[-3000:],
+                ]
             ),
             pytrace=False,
         )

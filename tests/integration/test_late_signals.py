@@ -1,7 +1,8 @@
 """Late signals after a verified completion change nothing and are kept on the record.
 
-In-process (no worker processes), but over real HTTP: the provider's callback goes
-through the live server with a real HMAC-SHA256 signature of the raw body.
+In-process (no host worker processes), but over real HTTP: the provider's callback goes
+through the live server with a real HMAC-SHA256 signature of the raw body. The lookup
+that first releases the operation is run by a real Celery worker (``lookup_worker``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ from tests.integration.conftest import (
 )
 from tests.support.providers import digest_of, sqlite_provider_commit
 
-pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("lookup_worker"),
+]
 
 SECRET = "callback-secret-for-orders"
 
@@ -45,7 +50,7 @@ def stale_signals(key: str) -> list[str]:
 
 
 def released_from_evidence(settle: Settle, provider: ProviderHandle, key: str) -> str:
-    """Dispatch, commit at the provider, lose the lease, resume: released from evidence."""
+    """Dispatch, commit at the provider, lose the lease, resume until released from evidence."""
     settle.approved(key, provider.name)
     status, dispatched = settle.host.post(
         f"/api/v1/operations/{key}/dispatch",
@@ -54,8 +59,9 @@ def released_from_evidence(settle: Settle, provider: ProviderHandle, key: str) -
     assert status == 200, dispatched
     sqlite_provider_commit(provider.path, operation_key=key, params=PARAMS, reference="ord-1")
     wait_lease_lapsed(key)
-    answer = settle.resume(key, worker="w2")
-    assert answer == {"decision": "released", "state": "released", "recovered": True}
+    answers = settle.resume_polled(key, worker="w2")
+    assert answers[0]["decision"] == "in_progress", answers  # the lookup is queued
+    assert answers[-1] == {"decision": "released", "state": "released", "recovered": True}
     return str(dispatched["fencing_token"])
 
 

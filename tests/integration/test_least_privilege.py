@@ -3,7 +3,8 @@
 The test's connection plays the owner (the role that ran ``migrate``); a fresh LOGIN role
 (unique per run: roles are cluster-global) gets ``manage.py db_grants ROLE --apply``.
 Then, under that role: gunicorn serves a whole lifecycle and a crash released from the
-provider's evidence, all 2xx; ``verify_audit`` verifies and signs a checkpoint; and a
+provider's evidence (looked up by a Celery worker under the same role), all 2xx;
+``verify_audit`` verifies and signs a checkpoint; and a
 plain connection is refused (SQLSTATE 42501, insufficient_privilege) every way of
 changing, deleting, truncating or unprotecting the audit tables, while it may still
 append to them and update ordinary tables. The role is dropped afterwards, also when
@@ -36,7 +37,7 @@ from recovery.management.commands.db_grants import AUDIT_TABLES
 from recovery.models import AuditCheckpoint, AuditEvent, Operation
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
-from tests.integration.conftest import Http, wait_lease_lapsed
+from tests.integration.conftest import Http, resume_polled, wait_lease_lapsed
 from tests.support.gunicorn import GunicornServer, database_url, gunicorn_running
 from tests.support.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
 
@@ -182,7 +183,11 @@ def test_db_grants_is_idempotent_and_converges(app_role: str) -> None:
 
 @pytest.mark.processes
 def test_settle_runs_as_a_role_that_can_only_append_to_the_audit_log(
-    app_role: str, tmp_path: Path, settings: Any
+    app_role: str,
+    tmp_path: Path,
+    settings: Any,
+    celery_procs: Any,
+    celery_queue: str,
 ) -> None:
     role_url = _role_url(app_role)
     checkpoints = tmp_path / "audit-checkpoints.jsonl"
@@ -191,6 +196,10 @@ def test_settle_runs_as_a_role_that_can_only_append_to_the_audit_log(
         "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
         "SETTLE_AUDIT_CHECKPOINT_FILE": str(checkpoints),
     }
+    # The background worker that runs the lookups resume queues, under the role too.
+    lookups = celery_procs(
+        "worker", {**env, "DATABASE_URL": role_url, "SETTLE_CELERY_QUEUE": celery_queue}
+    )
 
     # Credentials and providers are the administrator's (owner's) doing.
     _, host_token = host_create(name="fleet-a")
@@ -204,7 +213,10 @@ def test_settle_runs_as_a_role_that_can_only_append_to_the_audit_log(
 
     started = time.monotonic()
     with gunicorn_running(
-        database_url=role_url, log_path=tmp_path / "gunicorn.log", workers=2, env=env
+        database_url=role_url,
+        log_path=tmp_path / "gunicorn.log",
+        workers=2,
+        env={**env, "SETTLE_CELERY_QUEUE": celery_queue},
     ) as server:
         host, approver = Http(server.url, host_token), Http(server.url, approver_token)
 
@@ -227,18 +239,23 @@ def test_settle_runs_as_a_role_that_can_only_append_to_the_audit_log(
         path = "/api/v1/operations/lp-committed/result"
         assert _ok(host.post(path, report), server, "report")["state"] == "released"
 
-        # 2. The worker commits at the provider and dies; resume releases from evidence.
+        # 2. The worker commits at the provider and dies; resume queues a lookup, the
+        # Celery worker finds the evidence, and the next resume answers released.
         approved("lp-crashed", "orders-short")
         sqlite_provider_commit(
             orders, operation_key="lp-crashed", params=PARAMS, reference="ref-lp-crashed"
         )
         wait_lease_lapsed("lp-crashed")
         path = "/api/v1/operations/lp-crashed/resume"
-        resumed = _ok(host.post(path, {"worker": "w2"}), server, "resume")
-        assert resumed == {"decision": "released", "state": "released", "recovered": True}
+        answers = resume_polled(lambda: _ok(host.post(path, {"worker": "w2"}), server, "resume"))
+        assert answers[0]["decision"] == "in_progress", answers
+        assert answers[-1] == {"decision": "released", "state": "released", "recovered": True}
         record = _ok(host.get("/api/v1/operations/lp-crashed"), server, "record")
         assert record["receipt"]["recovered"] is True
     lifecycle_seconds = time.monotonic() - started
+    lookups.stop()  # its sessions end before the role is dropped
+    done = [line for line in lookups.log().splitlines() if "succeeded in" in line]
+    assert any("recovery.tasks.lookup_attempt[" in line for line in done), lookups.log()[-4000:]
 
     # verify_audit under the role: verifies, and signs a checkpoint (an INSERT).
     verified = subprocess.run(

@@ -7,8 +7,9 @@ that A's row, its permit, its new dispatch and receipt rows and uncommitted audi
 are all held, and then waits. Meanwhile the main thread, with ``lock_timeout = 2s`` so
 that any wait on A's locks fails fast (the API answers 503 then), drives operation B of
 the same host and provider through its whole lifecycle over the host API, and operation
-C through a crash released from the provider's evidence. Every step must answer 2xx in
-bounded time. Then A commits and every audit chain verifies.
+C through a crash released from the provider's evidence: resume queues the lookup, a real
+Celery worker (``lookup_worker``) runs it, and resume is asked again until it settles.
+Every step must answer 2xx in bounded time. Then A commits and every audit chain verifies.
 
 The locks this relies on are the ones ``recovery.services`` documents (lock order): the
 operation row only, ``FOR NO KEY UPDATE OF`` the operation, never its provider or host,
@@ -37,7 +38,7 @@ from recovery.services.dispatch import operation_dispatch, operation_heartbeat
 from recovery.services.locking import operation_lock
 from recovery.services.providers import provider_configure
 from tests.conftest import Api
-from tests.integration.conftest import wait_lease_lapsed
+from tests.integration.conftest import LookupWorker, resume_polled, wait_lease_lapsed
 from tests.support.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}
@@ -166,7 +167,10 @@ def _chain(key: str) -> list[tuple[int, str]]:
 
 
 def test_an_open_transaction_on_one_operation_holds_up_no_other(
-    transactional_db: None, tmp_path: Path, holder_cleanup: list[Holder]
+    transactional_db: None,
+    tmp_path: Path,
+    holder_cleanup: list[Holder],
+    lookup_worker: LookupWorker,
 ) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("row-lock isolation between operations is checked on PostgreSQL only")
@@ -201,15 +205,16 @@ def test_an_open_transaction_on_one_operation_holds_up_no_other(
     answer = steps.call("op-b report", steps.host, "/api/v1/operations/op-b/result", report)
     assert answer["state"] == "released", answer
 
-    # C: dispatched, committed at the provider, the worker dies; resume releases it.
+    # C: dispatched, committed at the provider, the worker dies; resume queues a lookup
+    # and answers released once the background worker has found the evidence.
     steps.approved("op-c")
     steps.dispatch("op-c")
     sqlite_provider_commit(orders, operation_key="op-c", params=PARAMS, reference="ref-c")
     wait_lease_lapsed("op-c")
-    resumed = steps.call(
-        "op-c resume", steps.host, "/api/v1/operations/op-c/resume", {"worker": "w2"}
-    )
-    assert resumed == {"decision": "released", "state": "released", "recovered": True}
+    path = "/api/v1/operations/op-c/resume"
+    answers = resume_polled(lambda: steps.call("op-c resume", steps.host, path, {"worker": "w2"}))
+    assert answers[0]["decision"] == "in_progress", answers
+    assert answers[-1] == {"decision": "released", "state": "released", "recovered": True}
     steps.call("op-c record", steps.host, "/api/v1/operations/op-c")
     elapsed = time.monotonic() - started
 

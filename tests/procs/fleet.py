@@ -31,29 +31,38 @@ Roles (``--providers`` is a JSON list of ``{kind, name, path, url, secret, lease
 ``crasher``
     Dispatches on the first provider (meant to have a 1 s lease) and "crashes": stops
     after the effect, or before it, or reports only after its lease lapsed, or resumes
-    its own lapsed operation later as a fresh worker. Crashed keys are published in
-    ``--shared-dir`` for the resumer.
+    its own lapsed operation later as a fresh worker, polling until it is released.
+    Crashed keys are published in ``--shared-dir`` for the resumer.
 ``callbacker``
     Dispatches on the first provider (an HTTP provider with a secret), performs the
     effect there and sends the provider's signed callbacks: matching, after a report,
     mismatching then matching, stale sequences, a wrong signature, a record of failure.
 ``resumer``
-    Resumes (twice each) the keys the crashers and callbackers published, once their
-    lease has lapsed.
+    Resumes the keys the crashers and callbackers published, once their lease has
+    lapsed, and polls each while Settle answers ``in_progress`` (a background worker
+    runs the lookup that resume queued), then resumes a released one once more.
+
+Resume never looks a provider up inside the request: after a lapsed lease it queues a
+lookup for a Celery worker and answers ``in_progress`` with ``retry_after``. A client
+that wants the outcome polls (``Client.resume_polled``): it waits ``retry_after``, at
+most ``RESUME_WAIT`` seconds at a time, and asks at most ``RESUME_POLLS`` times; an
+operation still ``in_progress`` after that is unexpected (no lookup ran).
 
 Every answer is checked against what the role expects at that point; anything else is
 listed under ``unexpected``. A 5xx, a body that is not a JSON object and a transport error
 are never expected. The ``--out`` file (JSON, written at the end) holds every call as
 ``[endpoint, status, code, milliseconds, sql, transactions]`` (``sql``/``transactions``
 from the ``X-Settle-SQL`` headers of ``bench/counting_wsgi.py``, else null), the fencing
-tokens each key was handed, each key's provider and intended ending, and ``violations``
-(a second effect performed for one key).
+tokens each key was handed, each key's provider and intended ending, ``resumes`` (how
+many resumes were answered with each decision) and ``violations`` (a second effect
+performed for one key).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import hmac
 import json
@@ -85,6 +94,10 @@ PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7", "memo": "fleet"}
 OTHER_PARAMS = {**PARAMS, "amount": 9999}
 RACE_SLOT_SECONDS = 0.4
 REQUEST_TIMEOUT = 20.0
+# A resumer's poll while its operation is in_progress: retry_after, capped (a live 60 s
+# lease need not be waited out here), at most this many times.
+RESUME_WAIT = 1.0
+RESUME_POLLS = 12
 
 
 # -- one HTTP call, measured and judged -------------------------------------------------
@@ -289,6 +302,7 @@ class Client:
     tokens: Counter[str] = field(default_factory=Counter)
     keys: dict[str, dict[str, str]] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
+    resumes: Counter[str] = field(default_factory=Counter)  # decision: answers
     later: list[tuple[float, str, Any]] = field(default_factory=list)
 
     # endpoints ---------------------------------------------------------------------
@@ -341,9 +355,9 @@ class Client:
     def resume(self, key: str, decisions: Iterable[str]) -> tuple[str, str, float]:
         """``(decision, fencing token or "", retry_after or 0)``.
 
-        A decision not in ``decisions`` is unexpected. ``retry_after`` is set when Settle
-        made no lookup this time (one is running, the next is not due, or the provider's
-        in-request lookup slots are taken).
+        A decision not in ``decisions`` is unexpected, and so is ``in_progress`` without
+        ``retry_after`` (a live lease, or a lookup queued or running, always says when to
+        ask again).
         """
         answer = self.api.call(
             "resume",
@@ -359,9 +373,14 @@ class Client:
             str(answer.body.get("fencing_token", "")),
         )
         retry_after = float(answer.body.get("retry_after") or 0)
+        self.resumes[decision] += 1
         if token:
             self.tokens[key] += 1
-        if decision not in set(decisions) or bool(token) != (decision == "dispatch"):
+        if (
+            decision not in set(decisions)
+            or bool(token) != (decision == "dispatch")
+            or (decision == "in_progress" and retry_after < 1)
+        ):
             self.api.unexpected.append(
                 {
                     "endpoint": "resume",
@@ -372,6 +391,42 @@ class Client:
                 }
             )
         return decision, token, retry_after
+
+    def resume_polled(
+        self,
+        key: str,
+        decisions: Iterable[str],
+        then: Callable[[str], None],
+        polls: int = RESUME_POLLS,
+    ) -> None:
+        """Resume ``key``; while ``in_progress``, ask again after ``retry_after`` (deferred,
+        see ``run_due``), ``polls`` times at most; then ``then(last decision)``.
+
+        A decision still ``in_progress`` after the last poll is unexpected: nothing ran
+        the lookup that resume queued, or the lease never ended.
+        """
+        decisions = tuple(decisions)
+        decision, _, retry_after = self.resume(key, decisions)
+        if decision == "in_progress" and polls > 1:
+            wait = min(max(retry_after, 0.1), RESUME_WAIT)
+            self.later.append(
+                (
+                    time.monotonic() + wait,
+                    key,
+                    lambda: self.resume_polled(key, decisions, then, polls - 1),
+                )
+            )
+            return
+        if decision == "in_progress":
+            self.api.unexpected.append(
+                {
+                    "endpoint": "resume",
+                    "key": key,
+                    "outcome": f"still in_progress after {RESUME_POLLS} polls",
+                    "at": time.time(),
+                }
+            )
+        then(decision)
 
     def heartbeat(self, key: str, token: str, expect: Iterable[str] = ("200",)) -> Answer:
         path = f"/api/v1/operations/{key}/heartbeat"
@@ -617,26 +672,22 @@ def role_crasher(client: Client) -> None:
     client.run_due(all_of_them=True)
 
 
-def _fresh_worker(client: Client, key: str, tries: int = 4) -> None:
-    """Resume a lapsed operation whose effect was performed: it must be released.
+def _fresh_worker(client: Client, key: str) -> None:
+    """Resume a lapsed operation whose effect was performed: it must end released.
 
-    ``unknown`` is fine only with ``retry_after`` (no lookup was made), and so is
-    ``in_progress`` (another lookup of it is running): then try again.
+    The first answer is ``in_progress`` (resume moved it to ``unknown`` and queued a
+    lookup), until the background worker's lookup found the matching evidence. Nothing
+    else resumes this key, so no other lookup can have found anything else.
     """
-    decision, _, retry_after = client.resume(key, decisions=("released", "unknown", "in_progress"))
-    if decision not in ("unknown", "in_progress"):
-        return
-    if not retry_after:
-        client.api.unexpected.append(
-            {"endpoint": "resume", "key": key, "outcome": "unknown after a lookup"}
-        )
-    elif tries > 1:
-        step = (
-            time.monotonic() + min(retry_after, 1.0),
-            key,
-            lambda: _fresh_worker(client, key, tries - 1),
-        )
-        client.later.append(step)
+    client.resume_polled(
+        key, ("released", "in_progress"), then=functools.partial(_released, client, key)
+    )
+
+
+def _released(client: Client, key: str, decision: str) -> None:
+    """Once released, a further resume answers the same: nothing is looked up again."""
+    if decision == "released":
+        client.resume(key, decisions=("released",))
 
 
 def _late(client: Client, key: str, token: str) -> None:
@@ -692,19 +743,27 @@ def role_callbacker(client: Client) -> None:
 
 
 def role_resumer(client: Client) -> None:
+    """Poll each published key once its lease lapsed, many keys at once (deferred polls).
+
+    A crash before the effect ends ``unknown`` (absent, the next lookup not due yet) or
+    ``reconcile``; a crash after it, ``released``.
+    """
     assert client.shared_dir is not None
-    resumed: Counter[str] = Counter()
+    decisions = ("released", "unknown", "reconcile", "in_progress")
+    resumed: set[str] = set()
     while time.time() < client.deadline:
+        client.run_due()
         due = [
             key
             for lapsed_at, key in _published(client.shared_dir)
-            if lapsed_at < time.time() and resumed[key] < 2
+            if lapsed_at < time.time() and key not in resumed
         ]
         for key in due[:5]:
-            resumed[key] += 1
-            client.resume(key, decisions=("released", "unknown", "reconcile", "in_progress"))
+            resumed.add(key)
+            client.resume_polled(key, decisions, then=functools.partial(_released, client, key))
         if not due:
             time.sleep(0.05)
+    client.run_due(all_of_them=True)
 
 
 def _published(directory: Path) -> list[tuple[float, str]]:
@@ -784,6 +843,7 @@ def main(argv: list[str] | None = None) -> int:
         "tokens": dict(client.tokens),
         "keys": client.keys,
         "violations": client.violations,
+        "resumes": dict(client.resumes),
     }
     temporary = Path(args.out + ".tmp")
     temporary.write_text(json.dumps(result), "utf-8")

@@ -10,9 +10,14 @@ precise point -- ``ready``, ``request``, ``answer``, ``effect_committed``, ``hol
 and SIGKILL the process there. ``holding`` means "I hold the dispatch and now sleep"
 (bounded by ``--hold-seconds``, so a test that forgets to kill leaves no orphan).
 
+With ``--poll-seconds`` a resuming worker polls as a host does: while the answer is
+``in_progress`` it waits the ``retry_after`` it was given and asks again (an ``answer``
+line each time), then prints ``settled`` with the last answer; it gives up (``timeout``)
+once ``--poll-seconds`` have passed.
+
 Exit codes: 0 a well-formed answer was received (whatever its HTTP status: the parent
-judges the status); 2 transport error or malformed answer; 3 a barrier/gate timed out;
-4 held for ``--hold-seconds`` without being killed.
+judges the status); 2 transport error or malformed answer; 3 a barrier/gate or the poll
+timed out; 4 held for ``--hold-seconds`` without being killed.
 """
 
 from __future__ import annotations
@@ -97,6 +102,11 @@ def check_answer(mode: str, status: int, body: dict[str, Any]) -> str:
         raise Malformed(f"resume answered 200 without a known decision: {body}")
     if not isinstance(body.get("recovered"), bool):
         raise Malformed(f"resume answered 200 without 'recovered': {body}")
+    retry_after = body.get("retry_after")
+    if retry_after is not None and (type(retry_after) is not int or retry_after < 1):
+        raise Malformed(f"resume answered a retry_after that is not a positive integer: {body}")
+    if decision == "in_progress" and retry_after is None:
+        raise Malformed(f"resume answered in_progress without retry_after: {body}")
     token = body.get("fencing_token", "")
     if decision == "dispatch":
         if not isinstance(token, str) or not token:
@@ -154,6 +164,17 @@ def run(args: argparse.Namespace, token: str) -> int:
     status, answer = post(args.url, token, path, body, args.timeout)
     fencing_token = check_answer(args.mode, status, answer)
     emit("answer", mode=args.mode, status=status, body=answer, at=time.time())
+    if args.poll_seconds:
+        deadline = time.monotonic() + args.poll_seconds
+        while status == 200 and answer["decision"] == "in_progress":
+            if time.monotonic() + answer["retry_after"] > deadline:
+                emit("timeout", waiting_for="settled")
+                sys.exit(3)
+            time.sleep(answer["retry_after"])
+            status, answer = post(args.url, token, path, body, args.timeout)
+            fencing_token = check_answer(args.mode, status, answer)
+            emit("answer", mode=args.mode, status=status, body=answer, at=time.time())
+        emit("settled", status=status, body=answer)
     if not fencing_token or args.effect == "none":
         emit("done")
         return 0
@@ -205,11 +226,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gate-timeout", type=float, default=60.0)
     parser.add_argument("--hold-seconds", type=float, default=120.0)
     parser.add_argument("--timeout", type=float, default=60.0, help="HTTP timeout")
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=0.0,
+        help="resume: ask again after retry_after while in_progress, for at most this long",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.poll_seconds and args.mode != "resume":
+        emit("error", error="--poll-seconds is for --mode resume")
+        return 2
     token = os.environ.get("SETTLE_HOST_TOKEN", "")
     if not token:
         emit("error", error="SETTLE_HOST_TOKEN is not set")

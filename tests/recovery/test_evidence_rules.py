@@ -60,10 +60,11 @@ def test_mismatching_evidence_goes_to_reconcile_and_restored_evidence_releases(f
     _crashed(flow)
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
     sqlite_provider_tamper(provider_db, "op-1", "other_params")
-    assert flow.resume()["decision"] == "reconcile"
+    assert flow.resume_looked_up()["decision"] == "reconcile"
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
     lookup_due("op-1")
-    assert flow.resume() == {"decision": "released", "state": "released", "recovered": True}
+    released = flow.resume_looked_up()
+    assert released == {"decision": "released", "state": "released", "recovered": True}
     assert Dispatch.objects.count() == 1
     assert Permit.objects.get().consumed_at is not None
 
@@ -73,7 +74,7 @@ def test_corrupt_evidence_never_releases(flow, provider_db, mode):
     _crashed(flow)
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
     sqlite_provider_tamper(provider_db, "op-1", mode)
-    answer = flow.resume()
+    answer = flow.resume_looked_up()
     assert answer["decision"] == "reconcile"
     assert Operation.objects.get().recovered is False
     assert Dispatch.objects.get().receipt_status == "running"
@@ -83,22 +84,33 @@ def test_absent_evidence_stays_unknown_with_backoff_until_the_budget_is_spent(fl
     _crashed(flow)
     budget = provider.lookup_budget
     for attempt in range(1, budget):
-        assert flow.resume()["decision"] == "unknown"
+        answer = flow.resume_looked_up()
+        assert answer["decision"] == "unknown"
         operation = Operation.objects.get()
         assert operation.lookups_inconclusive == attempt
         assert operation.next_lookup_at > timezone.now()
+        assert answer["retry_after"] >= 1  # until the back-off runs out
+        # Before then, resume answers as it stands and queues nothing.
+        again = flow.resume()
+        assert (again["decision"], again["state"]) == ("unknown", "unknown")
+        assert 1 <= again["retry_after"] <= answer["retry_after"]
+        assert not LookupAttempt.objects.filter(status="queued").exists()
         lookup_due("op-1")
-    assert flow.resume()["decision"] == "reconcile"
+    assert flow.resume_looked_up()["decision"] == "reconcile"
     # In reconcile, resume looks again only after a long pause (evidence may be repaired).
     assert Operation.objects.get().next_lookup_at > timezone.now() + timedelta(minutes=4)
+    assert flow.resume()["retry_after"] > 4 * 60
+    assert LookupAttempt.objects.count() == budget
     assert Dispatch.objects.count() == 1
 
 
 def test_unavailable_provider_is_never_success(flow, provider):
     _crashed(flow)
     Provider.objects.filter(pk=provider.pk).update(path="/nonexistent/orders.sqlite3")
-    answer = flow.resume()
+    answer = flow.resume_looked_up()
+    retry_after = answer.pop("retry_after")
     assert answer == {"decision": "unknown", "state": "unknown", "recovered": False}
+    assert retry_after >= 1  # the back-off before the next lookup
     assert flow.record()["evidence"][-1]["verdict"] == "unavailable"
 
 
@@ -107,7 +119,7 @@ def test_provider_record_of_failure_fails_the_operation_with_a_recovery_receipt(
     sqlite_provider_commit(
         provider_db, operation_key="op-1", params=PARAMS, reference="r1", status="failed"
     )
-    answer = flow.resume()
+    answer = flow.resume_looked_up()
     assert answer == {"decision": "closed", "state": "failed", "recovered": True}
     receipt = Dispatch.objects.get()
     assert (receipt.receipt_status, receipt.receipt_recovered) == ("failed", True)
@@ -116,7 +128,7 @@ def test_provider_record_of_failure_fails_the_operation_with_a_recovery_receipt(
 def test_stale_negative_lookup_after_release_changes_nothing(flow, provider_db):
     _crashed(flow)
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
-    flow.resume()
+    assert flow.resume_looked_up()["decision"] == "released"
     released = Operation.objects.get()
     sqlite_provider_tamper(provider_db, "op-1", "delete_order")
     sqlite_provider_tamper(provider_db, "op-1", "delete_receipt")
@@ -130,7 +142,7 @@ def test_report_after_lease_lapsed_is_recorded_but_only_evidence_releases(
     flow, host_api, provider_db
 ):
     token = _crashed(flow)
-    assert flow.resume()["decision"] == "unknown"
+    assert flow.resume_looked_up()["decision"] == "unknown"  # nothing at the provider yet
     late = host_api.post(
         "/api/v1/operations/op-1/result", {"fencing_token": token, "outcome": "committed"}
     )
@@ -138,7 +150,7 @@ def test_report_after_lease_lapsed_is_recorded_but_only_evidence_releases(
     assert _stale_signals("report_after_lease") == 1
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
     lookup_due("op-1")
-    assert flow.resume()["decision"] == "released"
+    assert flow.resume_looked_up()["decision"] == "released"
 
 
 def test_verified_completion_after_a_failed_report_is_a_conflict(flow, host_api, signed_provider):
@@ -289,7 +301,9 @@ def test_an_out_of_range_integer_in_the_record_is_corrupt_and_the_lookup_complet
     _crashed(flow)
     sqlite_provider_commit(path, operation_key="op-1", params=PARAMS, reference="r1")
     sqlite_provider_tamper(path, "op-1", "huge_created_at")
-    assert flow.resume() == {"decision": "reconcile", "state": "reconcile", "recovered": False}
+    answer = flow.resume_looked_up()
+    assert answer.pop("retry_after") >= 1  # until reconcile's next look
+    assert answer == {"decision": "reconcile", "state": "reconcile", "recovered": False}
     evidence = flow.record()["evidence"][-1]
     assert evidence["verdict"] == "corrupt"
     assert "9007199254740992" in evidence["detail"]

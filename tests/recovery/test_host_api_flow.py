@@ -10,8 +10,8 @@ from guardian.shortcuts import assign_perm
 
 from approvals.actors import Actor
 from approvals.models import PermitEvent
-from recovery.models import AuditEvent, Dispatch, Operation
-from tests.conftest import PARAMS, digest_of
+from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Operation
+from tests.conftest import PARAMS, digest_of, lookups_published
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
@@ -122,15 +122,51 @@ def test_resume_waits_dispatches_once_then_reports_in_progress(flow):
     first = flow.resume(worker="w1")
     assert first["decision"] == "dispatch" and first["fencing_token"]
     second = flow.resume(worker="w2")
+    assert 1 <= second.pop("retry_after") <= flow.provider.lease_seconds
     assert second == {"decision": "in_progress", "state": "dispatched", "recovered": False}
+    assert Dispatch.objects.count() == 1
 
 
-def test_resume_after_lapsed_lease_releases_from_matching_evidence(flow, provider_db):
+def test_resume_queues_one_background_lookup_and_never_looks_up_in_the_request(
+    flow, django_capture_on_commit_callbacks
+):
+    lookups_published()  # what earlier tests of this run left on the queue
+    flow.approved()
+    flow.dispatch()
+    with django_capture_on_commit_callbacks(execute=True):
+        live = flow.resume()
+    # The worker still holds its lease: come back when it ends, nothing is looked up.
+    assert 1 <= live.pop("retry_after") <= flow.provider.lease_seconds
+    assert live == {"decision": "in_progress", "state": "dispatched", "recovered": False}
+    assert not LookupAttempt.objects.exists() and lookups_published() == []
+
+    Dispatch.objects.update(lease_expires_at="2000-01-01T00:00:00Z")
+    queued = {"decision": "in_progress", "state": "unknown", "recovered": False, "retry_after": 1}
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert flow.resume() == queued
+    assert lookups_published() == []  # nothing is sent before the commit
+    for callback in callbacks:
+        callback()  # the commit
+    [attempt] = LookupAttempt.objects.all()
+    assert (attempt.status, attempt.trigger) == ("queued", "resume")
+    assert lookups_published() == [attempt.pk]  # on the broker, for a worker
+
+    # Asked again while it waits for a worker: the same answer, no second attempt.
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert flow.resume(worker="w3") == queued
+    assert list(LookupAttempt.objects.values_list("pk", "status")) == [(attempt.pk, "queued")]
+    assert callbacks == [] and lookups_published() == []
+    assert not Evidence.objects.exists()  # the provider was not read by any request
+
+
+def test_resume_after_lapsed_lease_releases_once_its_lookup_finds_matching_evidence(
+    flow, provider_db
+):
     flow.approved()
     flow.dispatch()
     Dispatch.objects.update(lease_expires_at="2000-01-01T00:00:00Z")
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="ord-9")
-    answer = flow.resume()
+    answer = flow.resume_looked_up()
     assert answer == {"decision": "released", "state": "released", "recovered": True}
     record = flow.record()
     assert record["receipt"]["recovered"] is True
@@ -139,12 +175,14 @@ def test_resume_after_lapsed_lease_releases_from_matching_evidence(flow, provide
     assert record["receipt"]["provider_reference"] == "ord-9"
 
 
-def test_resume_after_lapsed_lease_without_evidence_is_unknown(flow):
+def test_resume_after_lapsed_lease_is_unknown_once_its_lookup_finds_nothing(flow):
     flow.approved()
     flow.dispatch()
     Dispatch.objects.update(lease_expires_at="2000-01-01T00:00:00Z")
-    answer = flow.resume()
+    answer = flow.resume_looked_up()
+    assert answer.pop("retry_after") >= 1  # the back-off before the next lookup
     assert answer == {"decision": "unknown", "state": "unknown", "recovered": False}
+    assert Evidence.objects.get().verdict == "absent"
     assert Dispatch.objects.count() == 1
 
 

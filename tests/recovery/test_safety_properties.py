@@ -5,15 +5,18 @@ operation keys, so that every kind of step keeps landing on the same operations:
 register and ask for approval, approvers approve or deny, workers dispatch (with the right
 digest or a wrong one), heartbeat, report (with their own, another operation's or a forged
 fencing token, any number of times) and crash (their lease lapses); fresh workers resume
-(sometimes from a stale view of the operation); the provider performs the effect (once,
-only for a worker that held a dispatch; sometimes for other parameters or with a "not
-performed" status), damages and repairs its record, goes offline and comes back, and
-sends signed callbacks (right or wrong digest, fresh or stale sequence numbers);
-operators look up evidence, and confirm, void or repair (four eyes where the evidence
-does not back it: a second operator approves or rejects); approvers revoke permits;
-permits expire; the background sweeper (``recovery.services.sweep``, called directly)
-moves lapsed leases to unknown and queues due lookups, whose tasks run later, sometimes
-twice.
+(sometimes holding a stale view of the operation), which dispatches an approved operation,
+answers ``in_progress`` while a lease is alive, and otherwise never looks anything up
+itself: it queues a lookup for a background worker, whose task runs later (a step of its
+own, sometimes twice), and answers from what that lookup settled when asked again; the
+provider performs the effect (once, only for a worker that held a dispatch; sometimes for
+other parameters or with a "not performed" status), damages and repairs its record, goes
+offline and comes back, and sends signed callbacks (right or wrong digest, fresh or stale
+sequence numbers); operators look up evidence, and confirm, void or repair (four eyes
+where the evidence does not back it: a second operator approves or rejects); approvers
+revoke permits; permits expire; the background sweeper (``recovery.services.sweep``,
+called directly) moves lapsed leases to unknown and queues due lookups, whose tasks run
+the same way.
 
 A small model predicts every answer and every state; invariants named after the rules
 compare the database with it after each step. Services refuse requests by raising
@@ -26,6 +29,7 @@ size the run; ``SETTLE_HYPOTHESIS_SHRINK=0`` skips shrinking a failure.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import shutil
 import sqlite3
@@ -86,7 +90,7 @@ from recovery.services.reconcile import (
     reconciliation_reject,
 )
 from recovery.services.registration import operation_register
-from recovery.services.resume import Decision, operation_resume
+from recovery.services.resume import LOOKUP_POLL_SECONDS, Decision, operation_resume
 from recovery.services.sweep import lookup_attempt_run, sweep
 from tests.support.providers import (
     SQLITE_TAMPER_MODES,
@@ -130,6 +134,8 @@ HEAD_STARTS = (
     "uncertain",
     "stranded",
     "queued",
+    "resumed",
+    "escalated",
 )
 UNREGISTERED_KEY = "op-never-registered"
 
@@ -253,7 +259,8 @@ class OpModel:
     refusals: list[str] = field(default_factory=list)  # kept in the permit's history
     consume_refused: int = 0  # every refusal, with or without a permit
     release_cause: str = ""
-    lookup_queued: int | None = None  # the sweeper's attempt, waiting for its task
+    lookup_queued: int | None = None  # the attempt waiting for its task (one at most)
+    lookup_trigger: str = ""  # who queued it: the sweeper ("task") or resume ("resume")
     lookups_run: list[int] = field(default_factory=list)  # background attempts done
 
     def move(self, to: str) -> None:
@@ -449,36 +456,39 @@ class SafetyMachine(RuleBasedStateMachine):
             verdict, status = m.record.verdict(m.digest)
         self._model_evidence(m, verdict, status, "lookup")
 
-    def _model_resume(self, m: OpModel, start: str, due: bool) -> tuple[str, str, bool]:
-        """Predict ``operation_resume`` from a view whose state is ``start``.
+    def _model_resume(self, m: OpModel, due: bool) -> tuple[str, str, str]:
+        """Predict ``operation_resume``, which judges the operation as it is under its lock.
 
         ``due``: whether the operation's next lookup was due when resume was called.
-        Returns the decision, the state, and whether resume looked up.
+        Returns the decision, the state, and what the host is told to wait for: "" (no
+        ``retry_after``), "lease" (a live dispatch), "lookup" (a lookup is queued: this
+        call's, or one queued before) or "schedule" (the next lookup is not due).
         """
-        state = start
-        if state == State.APPROVED:
+        if m.state == State.APPROVED:
             if not self._model_consume(m, right_digest=True):
-                return Decision.DISPATCH, m.state, False
-            state = m.state
-        if state == State.DISPATCHED:
-            if m.state == State.DISPATCHED:
-                if not m.lease_lapsed:
-                    return answer_for(m.state), m.state, False
-                m.move(State.UNKNOWN)
-                due = True  # a lost lease makes the first lookup due at once
-            elif m.state not in (State.UNKNOWN, State.RECONCILE):
-                return answer_for(m.state), m.state, False
-            state = m.state
-        if state in (State.UNKNOWN, State.RECONCILE):
-            # Resume judges the state under the lock: a view that went stale while the
-            # operation settled looks nothing up.
-            if m.state not in (State.UNKNOWN, State.RECONCILE) or not due:
-                return answer_for(m.state), m.state, False
-            if m.lookup_queued is not None:  # the sweeper's lookup is coming
-                return Decision.IN_PROGRESS, m.state, False
-            self._model_lookup(m)
-            return answer_for(m.state), m.state, True
-        return answer_for(state), state, False
+                return Decision.DISPATCH, m.state, ""
+            return answer_for(m.state), m.state, ""
+        if m.state == State.DISPATCHED:
+            if not m.lease_lapsed:
+                return Decision.IN_PROGRESS, m.state, "lease"
+            m.move(State.UNKNOWN)
+            due = True  # a lost lease makes the first lookup due at once
+        if m.state not in (State.UNKNOWN, State.RECONCILE):
+            return answer_for(m.state), m.state, ""
+        if not due:
+            return answer_for(m.state), m.state, "schedule"
+        return Decision.IN_PROGRESS, m.state, "lookup"
+
+    def _attempt_runs(self, m: OpModel) -> bool:
+        """Whether a background worker runs ``m``'s queued attempt now, or abandons it.
+
+        The sweeper's lookups are for unknown operations only; resume's for any unsettled
+        one, since resume looks at an operation in reconcile again once it is due (its
+        record may have been repaired: ``RECONCILE_RECHECK``).
+        """
+        if m.lookup_trigger == LookupAttempt.Trigger.RESUME:
+            return m.state in (State.UNKNOWN, State.RECONCILE)
+        return m.state == State.UNKNOWN
 
     # -- hosts and approvers --------------------------------------------------------
 
@@ -495,16 +505,25 @@ class SafetyMachine(RuleBasedStateMachine):
             if stage == "approved":
                 continue
             self._dispatch(m, WORKERS[KEYS.index(key)], "right")
-            if stage == "performed":
+            if stage in ("performed", "escalated"):
                 self._perform(m, "committed")
-            if stage in ("crashed", "uncertain", "stranded", "queued"):
+            if stage == "escalated":  # the provider's record of it no longer matches
+                self._damage(m, "other_params")
+            if stage in ("crashed", "uncertain", "stranded", "queued", "resumed", "escalated"):
                 self._crash(m)
             if stage == "queued":  # the sweeper found it; its lookup waits for a worker
                 self.background_sweep(time_passed=False)
                 assert m.lookup_queued is not None
-            if stage in ("uncertain", "stranded"):
+            if stage in ("uncertain", "stranded", "resumed", "escalated"):
+                # A fresh worker resumed it: its lookup is queued ("resumed": and waits).
                 self._resume(m, "w-fresh", stale_view=False, time_passed=True)
-                assert m.state == State.UNKNOWN
+                assert m.state == State.UNKNOWN and m.lookup_queued is not None
+            if stage in ("uncertain", "stranded", "escalated"):  # a worker ran the lookup
+                self._background_lookup(m)
+            if stage in ("uncertain", "stranded"):  # and found nothing
+                assert m.state == State.UNKNOWN and m.inconclusive == 1
+            if stage == "escalated":  # and found a mismatch, for an operator
+                assert m.state == State.RECONCILE
             if stage == "stranded":  # the dead worker's request reaches the provider late
                 self._perform(m, "committed")
 
@@ -748,42 +767,64 @@ class SafetyMachine(RuleBasedStateMachine):
         worker=st.sampled_from(WORKERS),
         stale_view=st.sampled_from([False, False, True]),
         time_passed=st.sampled_from([False, True, True]),
+        poll=st.booleans(),
     )
     @step
-    def resume(self, data: st.DataObject, worker: str, stale_view: bool, time_passed: bool) -> None:
+    def resume(
+        self, data: st.DataObject, worker: str, stale_view: bool, time_passed: bool, poll: bool
+    ) -> None:
+        """A fresh worker resumes; with ``poll``, a host that waits for a queued lookup.
+
+        Told ``in_progress`` while a lookup is queued, it asks again after ``retry_after``;
+        by then a background worker has run that lookup, and resume answers from it.
+        """
         m = self.ops[self._draw_key(data, self._registered())]
         self._resume(m, worker, stale_view, time_passed)
+        if poll and m.lookup_queued is not None:
+            self._background_lookup(m)
+            self._resume(m, worker, stale_view=False, time_passed=False)
 
     def _resume(self, m: OpModel, worker: str, stale_view: bool, time_passed: bool) -> None:
-        """A fresh worker asks what to do, from a fresh read or one taken steps ago.
+        """A fresh worker asks what to do, holding a fresh read or one taken steps ago.
 
+        Resume reads the operation afresh under its lock: a stale view changes nothing.
         With ``time_passed`` the operation's next lookup has come due; otherwise resume
-        must respect the schedule the system set (and look up only if it is due).
+        must respect the schedule the system set (and queue a lookup only if it is due).
         """
         if time_passed:
             Operation.objects.filter(key=m.key).update(
                 next_lookup_at=timezone.now() - timedelta(seconds=1)
             )
+        now = timezone.now()
         scheduled = Operation.objects.get(key=m.key).next_lookup_at
-        due = scheduled is None or scheduled <= timezone.now()
+        due = scheduled is None or scheduled <= now
         view = self.views.pop(m.key, None) if stale_view else None
-        stale = view is not None
         if view is None:
             view = self._op(m.key)
             if m.key not in self.views:
                 self.views[m.key] = self._op(m.key)
-        start = view.state  # operation_resume may refresh the instance it is given
         outcome = operation_resume(operation=view, worker=worker, actor=FLEET)
-        decision, state, looked_up = self._model_resume(m, start, due)
+        decision, state, wait = self._model_resume(m, due)
         assert (outcome.decision, outcome.state) == (decision, state)
-        throttled = state in (State.UNKNOWN, State.RECONCILE) and not looked_up
-        assert (outcome.retry_after > 0) == throttled, outcome
+        if wait == "lease":
+            assert 1 <= outcome.retry_after <= self.provider.lease_seconds, outcome
+        elif wait == "lookup":
+            assert outcome.retry_after == LOOKUP_POLL_SECONDS, outcome
+            if m.lookup_queued is None:  # this call queued it, for a background worker
+                attempt = LookupAttempt.objects.get(operation__key=m.key, status="queued")
+                assert attempt.trigger == LookupAttempt.Trigger.RESUME
+                m.lookup_queued, m.lookup_trigger = attempt.pk, attempt.trigger
+        elif wait == "schedule":  # until the next lookup is due
+            assert scheduled is not None
+            until = math.ceil((scheduled - now).total_seconds())
+            assert 1 <= outcome.retry_after <= until, (outcome, until)
+        else:
+            assert outcome.retry_after == 0, outcome
         if decision == Decision.DISPATCH:
             self._hand_token(m, outcome.fencing_token)
         else:
             assert outcome.fencing_token == ""
-        if not stale:
-            assert outcome.recovered is m.recovered
+        assert outcome.recovered is m.recovered
 
     # -- the provider and the operators ---------------------------------------------
 
@@ -823,7 +864,9 @@ class SafetyMachine(RuleBasedStateMachine):
     @rule(data=st.data(), mode=st.sampled_from(DAMAGE_MODES))
     @step
     def provider_record_damaged(self, data: st.DataObject, mode: str) -> None:
-        m = self.ops[self._draw_key(data, [k for k in KEYS if self.ops[k].record])]
+        self._damage(self.ops[self._draw_key(data, [k for k in KEYS if self.ops[k].record])], mode)
+
+    def _damage(self, m: OpModel, mode: str) -> None:
         assert m.record is not None
         if m.record.tamper(mode):
             sqlite_provider_tamper(self.provider_path, m.key, mode)
@@ -990,26 +1033,27 @@ class SafetyMachine(RuleBasedStateMachine):
         assert set(queued) == expected_queued and len(published) == len(queued)
         for key, attempt_id in queued.items():
             self.ops[key].lookup_queued = attempt_id
+            self.ops[key].lookup_trigger = LookupAttempt.Trigger.TASK
 
     @precondition(lambda self: any(m.lookup_queued for m in self.ops.values()))
     @rule(data=st.data())
     @step
     def background_lookup(self, data: st.DataObject) -> None:
-        """A Celery worker runs a queued lookup: only while the operation is unknown."""
+        """A Celery worker runs a queued lookup, the sweeper's or one a resume queued."""
         keys = [k for k in KEYS if self.ops[k].lookup_queued]
-        m = self.ops[self._draw_key(data, keys)]
+        self._background_lookup(self.ops[self._draw_key(data, keys)])
+
+    def _background_lookup(self, m: OpModel) -> None:
+        """Run ``m``'s queued attempt as its task does: a lookup, or abandoned if out of date."""
         assert m.lookup_queued is not None
         outcome = lookup_attempt_run(attempt_id=m.lookup_queued)
-        expect_lookup = m.state == State.UNKNOWN
-        if expect_lookup:
+        runs = self._attempt_runs(m)
+        if runs:
             self._model_lookup(m)
-        assert (outcome.looked_up, outcome.state, outcome.retry_in) == (
-            expect_lookup,
-            m.state,
-            0,
-        )
+        assert (outcome.looked_up, outcome.state, outcome.retry_in) == (runs, m.state, 0)
         m.lookups_run.append(m.lookup_queued)
         m.lookup_queued = None
+        m.lookup_trigger = ""
 
     @precondition(lambda self: any(m.lookups_run for m in self.ops.values()))
     @rule(data=st.data())

@@ -2,7 +2,7 @@
 
 Statement counts do not depend on the machine, so they are tested here; latency and
 throughput are in ``bench/api.py``. The budget is the fleet's: at most 8 statements per
-call on the paths a healthy fleet takes all day.
+call, on the paths a healthy fleet takes all day and on resume after a crash.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests.conftest import PARAMS, digest_of
+from recovery.models import Dispatch
+from tests.conftest import PARAMS, digest_of, lookup_due, queued_lookups_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -104,3 +105,32 @@ def test_revoking_an_active_permit_stays_within_the_budget(flow, host_api):
         "revoke (active)",
         lambda: host_api.post(f"/api/v1/permits/{permit_id}/revoke", {"reason": "no"}),
     )
+
+
+def test_every_resume_stays_within_the_budget(flow, host_api, provider):
+    def resume() -> Any:
+        return host_api.post("/api/v1/operations/op-1/resume", {"worker": "w2"})
+
+    def answered(name: str) -> dict[str, Any]:
+        return dict(_within_budget(name, resume).json())
+
+    flow.register()
+    assert answered("resume (awaiting approval)")["decision"] == "wait"
+    flow.approve()
+    assert answered("resume (approved: dispatch)")["decision"] == "dispatch"
+    live = answered("resume (live lease)")
+    assert live["decision"] == "in_progress" and live["retry_after"] >= 1
+    Dispatch.objects.update(lease_expires_at="2000-01-01T00:00:00Z")
+    crashed = answered("resume after a crash (lease lapsed, lookup queued)")
+    assert crashed == {
+        "decision": "in_progress",
+        "state": "unknown",
+        "recovered": False,
+        "retry_after": 1,
+    }
+    assert answered("resume (lookup in flight)")["decision"] == "in_progress"
+    assert queued_lookups_run() == 1  # the provider holds nothing: still unknown
+    waiting = answered("resume (next lookup not due)")
+    assert waiting["decision"] == "unknown" and waiting["retry_after"] >= 1
+    lookup_due("op-1")
+    assert answered("resume (lookup due, queued)")["decision"] == "in_progress"

@@ -21,15 +21,20 @@ from tests.support.gunicorn import database_url
 BROKER = os.environ.get("CELERY_BROKER_URL", "")
 
 
+def queue_delete(name: str) -> None:
+    """Delete a test's queue from the broker (Redis), with whatever messages it holds."""
+    if BROKER.startswith("redis://"):
+        client = redis.Redis.from_url(BROKER)
+        client.delete(name, f"_kombu.binding.{name}", f"_kombu.binding_permanent.{name}")
+        client.close()
+
+
 @pytest.fixture
 def celery_queue() -> Iterator[str]:
     """A queue of this test's own; its routing key is deleted afterwards."""
     name = queue_name()
     yield name
-    if BROKER.startswith("redis://"):
-        client = redis.Redis.from_url(BROKER)
-        client.delete(name, f"_kombu.binding.{name}", f"_kombu.binding_permanent.{name}")
-        client.close()
+    queue_delete(name)
 
 
 def test_database_url() -> str:

@@ -2,6 +2,10 @@
 
 Runs on the embedded default (SQLite and the filesystem broker under ``var/``). A second
 run reuses the database and adds a batch with keys of its own.
+
+The Celery worker starts before the fleet: a replacement worker's resume only queues a
+lookup (resume never reads a provider inside a web request), and the worker runs it. The
+seeding waits for those lookups, so the summary shows what their evidence settled.
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.actors import COMMAND_LINE
 from approvals.services import approver_create
 from console.demo import fleet
-from recovery.models import Dispatch, Operation, Provider
+from recovery.models import LOOKUP_IN_FLIGHT, Dispatch, LookupAttempt, Operation, Provider
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure
@@ -35,6 +39,8 @@ DEMO_USERS = (
     ("supervisor", "supervisor", "demo-supervisor"),
 )
 LEASE_SECONDS = 2  # short, so that the dead workers' leases lapse while you watch
+# How long the seeding waits for the lookups the replacement workers' resumes queued.
+LOOKUPS_TIMEOUT = 60.0
 ORDERS_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS orders (operation_key TEXT PRIMARY KEY, "
     "reference TEXT NOT NULL, status TEXT NOT NULL, created_at TEXT NOT NULL)",
@@ -76,6 +82,8 @@ class Command(BaseCommand):
             batch = self._next_batch()
             tokens = self._credentials(batch)
             self.stdout.write(f"Seeding batch {batch} in {var} with a fleet of real workers …")
+            worker = fleet.celery_start("worker", var / "log" / "celery-worker.log")
+            children.append(worker)
             if serve:
                 web, url = fleet.web_start(
                     host=options["host"], port=port, workers=2, log_path=var / "log" / "web.log"
@@ -95,13 +103,14 @@ class Command(BaseCommand):
                 providers={p.name: (p.adapter, p.path) for p in providers},
                 lease_seconds=LEASE_SECONDS,
             )
+            self._lookups_wait(batch, worker)
             self._summary(batch, report)
             if not serve:
-                web.stop()
+                for child in reversed(children):
+                    child.stop()
                 children.clear()
                 return
-            for role in ("worker", "beat"):
-                children.append(fleet.celery_start(role, var / "log" / f"celery-{role}.log"))
+            children.append(fleet.celery_start("beat", var / "log" / "celery-beat.log"))
             self._served(url, var, children)
             while all(child.alive() for child in children):
                 time.sleep(0.5)
@@ -181,6 +190,23 @@ class Command(BaseCommand):
             providers=["demo-orders", "demo-journal", "demo-payments"],
         )
         return {"SETTLE_HOST_TOKEN": host_token, "SETTLE_APPROVER_TOKEN": approver_token}
+
+    def _lookups_wait(self, batch: int, worker: fleet.Child) -> None:
+        """Wait (bounded) until the Celery worker ran the lookups this batch queued."""
+        in_flight = LookupAttempt.objects.filter(
+            operation__key__startswith=f"demo-b{batch}-", status__in=LOOKUP_IN_FLIGHT
+        )
+        deadline = time.monotonic() + LOOKUPS_TIMEOUT
+        while in_flight.exists():
+            if not worker.alive():
+                raise CommandError(f"the Celery worker exited; see {worker.log_path}")
+            if time.monotonic() > deadline:
+                self.stderr.write(
+                    f"{in_flight.count()} lookups still queued or running after "
+                    f"{LOOKUPS_TIMEOUT:.0f} s; see {worker.log_path}"
+                )
+                return
+            time.sleep(0.2)
 
     def _summary(self, batch: int, report: fleet.FleetReport) -> None:
         rows = Operation.objects.filter(key__startswith=f"demo-b{batch}-").order_by("key")

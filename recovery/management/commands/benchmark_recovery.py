@@ -16,8 +16,9 @@ background
     operation is ``released``.
 one at a time
     The same number of operations on a second journal of the same size, each settled
-    by ``resume`` (the synchronous path a host calls), one after the other, in this
-    process.
+    one after the other in this process as a host's resume settles it: ``resume``
+    queues its lookup, the single-attempt task's body runs it (``lookup_attempt_run``,
+    what a worker does for one message), ``resume`` again answers ``released``.
 
 SQL statements are counted with ``recovery.sqlcount`` in every process that touches the
 database for recovery: the workers' pool processes and this process's sweeps (not the
@@ -51,7 +52,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from recovery.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
-from recovery.models import Dispatch, Host, Operation, Provider, State
+from recovery.models import Dispatch, Host, LookupAttempt, Operation, Provider, State
 from recovery.services.providers import provider_configure
 from recovery.sqlcount import StatementCount, count_files_total, counting
 
@@ -103,6 +104,7 @@ class Command(BaseCommand):
         queue = f"settle-benchrec-{uuid.uuid4().hex[:8]}"
         celery_app.conf.broker_url = broker
         celery_app.conf.task_default_queue = queue
+        settings.CELERY_TASK_DEFAULT_QUEUE = queue  # where resume publishes its lookups
         try:
             background, one_by_one = self._providers(scratch, count, resumed)
             self._analyze()
@@ -120,6 +122,8 @@ class Command(BaseCommand):
             self.stdout.write(f"speed-up: {figures['rate'] / slow['rate']:.1f}x")
         finally:
             connections.close_all()
+            with celery_app.connection_for_write() as channel_owner:
+                channel_owner.default_channel.queue_purge(queue)  # resume's leftover messages
             if not options["keep"]:
                 shutil.rmtree(scratch, ignore_errors=True)
 
@@ -335,17 +339,25 @@ class Command(BaseCommand):
 
     def _one_at_a_time(self, provider: Provider, count: int) -> dict[str, float]:
         from recovery.services.resume import operation_resume
+        from recovery.services.sweep import lookup_attempt_run
 
         actor = Actor("host", "1", "bench-fleet")
         operations = list(Operation.objects.filter(provider=provider).select_related("provider"))
         statements = StatementCount()
         self._leases_lapse(provider)
         started = time.monotonic()
-        with _Counting(statements):
-            for operation in operations:
+        for operation in operations:
+            with _Counting(statements):
+                queued = operation_resume(operation=operation, worker="bench", actor=actor)
+            if queued.decision != "in_progress":
+                raise CommandError(f"{operation.key}: resume queued no lookup: {queued}")
+            # The attempt's id, which the task's message carries (not counted).
+            attempt = LookupAttempt.objects.get(operation=operation)
+            with _Counting(statements):
+                lookup_attempt_run(attempt_id=attempt.pk)
                 outcome = operation_resume(operation=operation, worker="bench", actor=actor)
-                if outcome.state != State.RELEASED:
-                    raise CommandError(f"{operation.key} was not released: {outcome}")
+            if outcome.state != State.RELEASED:
+                raise CommandError(f"{operation.key} was not released: {outcome}")
         elapsed = time.monotonic() - started
         figures = self._latencies(provider, count, elapsed)
         figures["sql"] = statements.total / count
