@@ -7,7 +7,7 @@ so it never touches real data; ``DATABASE_URL`` chooses the server. Each step is
 service call, i.e. what one host API request costs below the HTTP layer, except the
 background lookup, which is what a Celery worker runs (here in this process). The
 lookups resume queues are published to a queue of the benchmark's own on
-``CELERY_BROKER_URL``, purged at the end. The figures go in the README.
+``CELERY_BROKER_URL``, deleted at the end. The figures go in the README.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def main() -> None:
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
         with current_app.connection_for_write() as broker:
-            broker.default_channel.queue_purge(BENCH_QUEUE)
+            broker.default_channel.queue_delete(BENCH_QUEUE)
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ class Command(BaseCommand):
         finally:
             connections.close_all()
             with celery_app.connection_for_write() as channel_owner:
-                channel_owner.default_channel.queue_purge(queue)  # resume's leftover messages
+                channel_owner.default_channel.queue_delete(queue)  # and resume's leftover messages
             if not options["keep"]:
                 shutil.rmtree(scratch, ignore_errors=True)
 
