@@ -65,6 +65,14 @@ def test_mismatching_evidence_goes_to_reconcile_and_restored_evidence_releases(f
     lookup_due("op-1")
     released = flow.resume_looked_up()
     assert released == {"decision": "released", "state": "released", "recovered": True}
+    # The recheck of a reconcile was resume's own lookup (the sweeper's are for unknown
+    # operations only), run by the background worker.
+    recheck = LookupAttempt.objects.order_by("pk").last()
+    assert (recheck.trigger, recheck.status, recheck.evidence.verdict) == (
+        "resume",
+        "finished",
+        "match",
+    )
     assert Dispatch.objects.count() == 1
     assert Permit.objects.get().consumed_at is not None
 

@@ -16,8 +16,8 @@ from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Opera
 from recovery.services.evidence import LOOKUP_BACKOFF_JITTER, LOOKUP_BACKOFF_SECONDS
 from recovery.services.lookups import lookup_run
 from recovery.services.sweep import SWEEPER_ACTOR, _attempt_begin, lookup_attempt_run, sweep
-from tests.conftest import PARAMS, lookup_due
-from tests.support.providers import sqlite_provider_commit, sqlite_provider_tamper
+from tests.conftest import PARAMS
+from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
 
@@ -178,27 +178,6 @@ def test_an_operation_settled_while_its_lookup_was_queued_is_not_looked_up(flow)
     assert (outcome.looked_up, outcome.state) == (False, "reconcile")
     assert LookupAttempt.objects.get().status == "abandoned"
     assert Evidence.objects.count() == 0
-
-
-def test_a_lookup_resume_queued_for_an_operation_in_reconcile_runs(flow, provider_db):
-    """Resume looks at an operation in reconcile again once due: its record may be fixed.
-
-    Unlike the sweeper's own lookups, which are for unknown operations only.
-    """
-    _crashed(flow)
-    sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
-    sqlite_provider_tamper(provider_db, "op-1", "other_params")
-    assert flow.resume_looked_up()["state"] == "reconcile"
-    sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
-    lookup_due("op-1")
-    assert flow.resume()["decision"] == "in_progress"
-    attempt = LookupAttempt.objects.get(status="queued")
-    assert attempt.trigger == "resume"
-
-    outcome = lookup_attempt_run(attempt_id=attempt.pk)
-
-    assert (outcome.looked_up, outcome.state) == (True, "released")
-    assert LookupAttempt.objects.get(pk=attempt.pk).status == "finished"
 
 
 def test_absent_evidence_backs_off_with_jitter_then_reconciles_after_the_budget(
