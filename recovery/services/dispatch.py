@@ -6,14 +6,14 @@ import hmac
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from django.utils import timezone
 
 from approvals import services as approvals
 from approvals.actors import Actor
-from approvals.rowsql import insert, save_fields, select_first
+from approvals.rowsql import insert, save_fields, select_first_at
 from recovery.audit import (
     audit_append,
     audit_transaction,
@@ -94,8 +94,11 @@ def dispatch_locked(
     return DispatchOutcome(dispatch=dispatch, state=operation.state)
 
 
-def _dispatch_for_token(operation: Operation, fencing_token: str, actor: Actor) -> Dispatch:
-    dispatch = select_first(Dispatch, operation=operation.pk)
+def _dispatch_for_token(
+    operation: Operation, fencing_token: str, actor: Actor
+) -> tuple[Dispatch, datetime]:
+    """The dispatch ``fencing_token`` holds, and the database's clock (one statement)."""
+    dispatch, now = select_first_at(Dispatch, operation=operation.pk)
     presented = fencing_token.encode("utf-8", "surrogatepass")
     if dispatch is None or not hmac.compare_digest(dispatch.fencing_token.encode(), presented):
         stale_signal(
@@ -107,16 +110,17 @@ def _dispatch_for_token(operation: Operation, fencing_token: str, actor: Actor) 
         raise RecoveryError(
             "stale_fencing_token", "this fencing token does not hold the operation's dispatch"
         )
-    return dispatch
+    return dispatch, now
 
 
 def _holding_dispatch(
     operation: Operation | OperationRef,
     fencing_token: str,
     actor: Actor,
-    then: Callable[[Operation, Dispatch], T],
+    then: Callable[[Operation, Dispatch, datetime], T],
 ) -> T:
-    """Run ``then`` under the operation's lock on the dispatch ``fencing_token`` holds.
+    """Run ``then`` under the operation's lock on the dispatch ``fencing_token`` holds,
+    with the database's clock as that dispatch was read.
 
     A refusal (a stale token, a lost lease) is recorded in the transaction and raised
     only after it commits, so that what was recorded stays on the record.
@@ -124,7 +128,7 @@ def _holding_dispatch(
     with audit_transaction():
         locked = operation_lock(operation)
         try:
-            return then(locked, _dispatch_for_token(locked, fencing_token, actor))
+            return then(locked, *_dispatch_for_token(locked, fencing_token, actor))
         except RecoveryError as exc:
             refusal = exc
     raise refusal
@@ -140,8 +144,7 @@ def operation_heartbeat(
     operation to ``unknown`` itself, so a stalled worker learns it may not carry on.
     """
 
-    def extend(operation: Operation, dispatch: Dispatch) -> Dispatch:
-        now = approvals.db_now()
+    def extend(operation: Operation, dispatch: Dispatch, now: datetime) -> Dispatch:
         if operation.state == State.DISPATCHED and dispatch.lease_expires_at <= now:
             lease_lapsed(operation, dispatch, actor)
         if operation.state != State.DISPATCHED:
@@ -180,7 +183,7 @@ def operation_report(
         operation,
         fencing_token,
         actor,
-        lambda locked, dispatch: _report_apply(
+        lambda locked, dispatch, _: _report_apply(
             locked, dispatch, outcome, provider_reference, actor
         ),
     )
