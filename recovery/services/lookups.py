@@ -1,6 +1,6 @@
 """Lookups: one at a time per operation, leased, never inside a web request.
 
-A lookup is claimed (``lookup_claim`` under a lock the caller holds, or ``lookup_start``),
+A lookup is claimed (``lookup_claim``, under the operation's lock the caller holds),
 then run (``lookup_run``: the network call outside any transaction, the answer applied
 under the lock). Resume, operators and the background sweeper
 (``recovery.services.sweep``) all go through these. Resume and operators claim their
@@ -64,14 +64,6 @@ class LookupSlot:
 
 def seconds_until(moment: Any, now: Any) -> int:
     return max(1, math.ceil((moment - now).total_seconds()))  # type: ignore[no-any-return]
-
-
-def lookup_start(*, operation: Operation, trigger: str, actor: Actor, due_only: bool) -> LookupSlot:
-    """Lock the operation and claim its one lookup slot (``lookup_claim``), in a transaction."""
-    with audit_transaction():
-        return lookup_claim(
-            operation=operation_lock(operation), trigger=trigger, actor=actor, due_only=due_only
-        )
 
 
 def lookup_claim(
@@ -272,7 +264,10 @@ def lookup_run(*, attempt: LookupAttempt, actor: Actor) -> Operation:
 @refusals_recorded()
 def operation_lookup(*, operation: Operation, trigger: str, actor: Actor) -> Operation:
     """Look up now, whatever the schedule, unless a lookup of it is already running."""
-    slot = lookup_start(operation=operation, trigger=trigger, actor=actor, due_only=False)
+    with audit_transaction():
+        slot = lookup_claim(
+            operation=operation_lock(operation), trigger=trigger, actor=actor, due_only=False
+        )
     if slot.attempt is None:
         return Operation.objects.select_related("provider").get(pk=operation.pk)
     return lookup_run(attempt=slot.attempt, actor=actor)
