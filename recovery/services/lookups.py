@@ -55,7 +55,6 @@ RECONCILE_RECHECK = timedelta(seconds=LOOKUP_BACKOFF_SECONDS[-2])
 class LookupSlot:
     """The outcome of asking to look up: the attempt that may run, or when to ask again."""
 
-    operation: Operation  # as it stood under the lock
     attempt: LookupAttempt | None
     retry_after: int = 0
     # Another lookup of the operation is queued or running (its lease alive).
@@ -89,7 +88,7 @@ def lookup_claim(
     """
     now = timezone.now()
     if due_only and operation.next_lookup_at is not None and operation.next_lookup_at > now:
-        return LookupSlot(operation, None, seconds_until(operation.next_lookup_at, now))
+        return LookupSlot(None, seconds_until(operation.next_lookup_at, now))
     attempt = LookupAttempt(
         operation=operation,
         trigger=trigger,
@@ -111,14 +110,12 @@ def lookup_claim(
             .first()
         )
         if in_flight is not None and in_flight.lease_expires_at > now:
-            return LookupSlot(
-                operation, None, seconds_until(in_flight.lease_expires_at, now), in_flight=True
-            )
+            return LookupSlot(None, seconds_until(in_flight.lease_expires_at, now), in_flight=True)
         if in_flight is not None:
             lookup_abandon(operation=operation, attempt=in_flight, actor=actor)
         insert([attempt])
     attempt.operation = operation
-    return LookupSlot(operation, attempt)
+    return LookupSlot(attempt)
 
 
 def lookup_publish(attempt: LookupAttempt) -> bool:
