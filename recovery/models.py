@@ -373,6 +373,9 @@ class AuditCheckpoint(models.Model):
     rescan_from = models.BigIntegerField(help_text="Events with a higher id were scanned.")
     watermark = models.BigIntegerField(help_text="The highest event id seen.")
     heads = models.JSONField(default=dict)
+    # Chains that moved but did not extend what an earlier checkpoint vouched for:
+    # [{"chain", "seq", "reason"}], signed with the rest (``AuditAlarm`` shows them).
+    broken = models.JSONField(default=list, blank=True)
     prev_digest = models.CharField(max_length=71)
     digest = models.CharField(max_length=71)
     signature = models.CharField(max_length=80)
@@ -382,6 +385,82 @@ class AuditCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint #{self.number}"
+
+
+class AuditChainHead(models.Model):
+    """The head of a chain that no operation row holds: the system chain's.
+
+    An operation keeps its chain's head in its own row; the system chain keeps its head
+    here, written by the same transaction as its events, so that a cut of its newest
+    events shows before any checkpoint covers them. Appending locks this row.
+    """
+
+    chain = models.CharField(max_length=200, unique=True)
+    seq = models.BigIntegerField(default=0)
+    hash = models.CharField(max_length=71)
+
+    def __str__(self) -> str:
+        return f"{self.chain or 'system'} head #{self.seq}"
+
+
+class AuditVouchedHead(models.Model):
+    """The newest head a checkpoint signed for one chain: where the next one extends from.
+
+    ``signature`` (HMAC under the audit key) binds chain, seq, hash and checkpoint, so a
+    row cannot be forged with SQL access alone. A checkpoint reads the rows of the
+    chains that moved, never every checkpoint before it.
+    """
+
+    chain = models.CharField(max_length=200, unique=True)
+    seq = models.BigIntegerField()
+    hash = models.CharField(max_length=71)
+    checkpoint = models.BigIntegerField(help_text="The number of the checkpoint that signed it.")
+    signature = models.CharField(max_length=80)
+
+    def __str__(self) -> str:
+        return f"{self.chain or 'system'} vouched #{self.seq} by checkpoint #{self.checkpoint}"
+
+
+class AuditAlarm(models.Model):
+    """A chain a checkpoint refused to sign: it no longer extends what was signed before.
+
+    Raised by the checkpoint that found it (and named in that checkpoint's signed
+    ``broken`` list); ``signature`` covers what was found. A supervisor resolves it in the
+    console, on the record (``audit_alarm_resolved`` on the system chain).
+    """
+
+    class Kind(models.TextChoices):
+        AUDIT_BROKEN = "audit_broken", "audit log broken"
+
+    kind = models.CharField(max_length=40, choices=Kind.choices, default=Kind.AUDIT_BROKEN)
+    chain = models.CharField(max_length=200, blank=True)
+    seq = models.BigIntegerField()
+    reason = models.TextField()
+    checkpoint = models.BigIntegerField(help_text="The checkpoint that found it.")
+    raised_at = models.DateTimeField()
+    signature = models.CharField(max_length=80)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = ActorField()
+    resolution = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-raised_at", "-id"]
+        constraints = [
+            # One open alarm per chain: a chain still broken at the next checkpoint is
+            # the same alarm, not a new one every minute.
+            models.UniqueConstraint(
+                fields=["chain"],
+                condition=Q(resolved_at__isnull=True),
+                name="audit_alarm_one_open_per_chain",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.chain or 'system'} #{self.seq}"
+
+    @property
+    def open(self) -> bool:
+        return self.resolved_at is None
 
 
 class AuditVerification(models.Model):

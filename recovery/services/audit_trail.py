@@ -1,15 +1,26 @@
-"""Reading the audit log out of Settle: every export is itself an audit event.
+"""What people do with the audit log itself: export it, resolve its alarms.
 
 An export hands a copy of the record to someone; who took which part of it, and in
-which form, belongs on the record too (``audit_exported``, on the system chain).
+which form, belongs on the record too (``audit_exported``, on the system chain). So does
+a supervisor's word on an alarm a checkpoint raised (``audit_alarm_resolved``).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
+
+from django.utils import timezone
 
 from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction
+from recovery.models import AuditAlarm
+from recovery.selectors import audit_supervisor
+from recovery.services.errors import Invalid, NotFound, RecoveryError
+
+logger = logging.getLogger("settle.audit")
+
+RESOLUTION_MAX = 2000
 
 ExportFormat = Literal["csv", "jsonl"]
 
@@ -28,3 +39,43 @@ def audit_export_record(
             actor=actor,
             data={"format": export_format, "filters": filters},
         )
+
+
+def audit_alarm_resolve(*, user: Any, alarm_id: int, resolution: str) -> AuditAlarm:
+    """Mark an open alarm resolved by a supervisor, saying what was done; on the record.
+
+    Only a supervisor (``audit_supervisor``) may: an alarm names chains of any provider.
+    Resolving changes no event; a chain still broken raises a new alarm when it next
+    moves.
+    """
+    if not audit_supervisor(user=user):
+        raise RecoveryError("forbidden", "only a supervisor may resolve audit alarms")
+    resolution = resolution.strip()
+    if not resolution:
+        raise Invalid("resolution_required", "say what was done about it")
+    if len(resolution) > RESOLUTION_MAX:
+        raise Invalid("resolution_too_long", f"at most {RESOLUTION_MAX} characters")
+    actor = Actor.of("user", user)
+    with audit_transaction():
+        alarm = AuditAlarm.objects.select_for_update().filter(pk=alarm_id).first()
+        if alarm is None:
+            raise NotFound("unknown_alarm", f"no alarm {alarm_id}")
+        if alarm.resolved_at is not None:
+            raise Invalid("already_resolved", f"alarm {alarm_id} was resolved already")
+        alarm.resolved_at = timezone.now()
+        alarm.resolved_by = actor
+        alarm.resolution = resolution
+        alarm.save(update_fields=["resolved_at", "resolved_by", "resolution"])
+        audit_append(
+            kind="audit_alarm_resolved",
+            actor=actor,
+            data={
+                "alarm": alarm.pk,
+                "chain": alarm.chain,
+                "seq": alarm.seq,
+                "checkpoint": alarm.checkpoint,
+                "resolution": resolution,
+            },
+        )
+    logger.warning("audit alarm %s (%r) resolved by %s", alarm.pk, alarm.chain, actor)
+    return alarm

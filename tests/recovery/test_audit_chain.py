@@ -16,15 +16,23 @@ from django.db import DatabaseError, connection, transaction
 from approvals.actors import Actor
 from recovery.audit import (
     GENESIS_HASH,
-    _checkpoint_digest,
-    _sign,
     audit_append,
     audit_checkpoint,
     audit_transaction,
     audit_verify,
+    checkpoints,
     event_digest,
 )
-from recovery.models import AuditCheckpoint, AuditEvent, Operation
+from recovery.audit.alarms import alarm_signed
+from recovery.audit.checkpoints import checkpoint_digest, sign, vouched_digest
+from recovery.models import (
+    AuditAlarm,
+    AuditChainHead,
+    AuditCheckpoint,
+    AuditEvent,
+    AuditVouchedHead,
+    Operation,
+)
 from recovery.services.locking import operation_lock
 from recovery.services.registration import operation_register
 from tests.conftest import PARAMS
@@ -249,8 +257,8 @@ def test_a_checkpoint_re_signed_without_the_key_is_refused(operations, settings)
     heads = dict(checkpoint.heads)
     heads["op-1"] = [3, AuditEvent.objects.get(operation_key="op-1", seq=3).hash]
     checkpoint.heads = heads
-    checkpoint.digest = _checkpoint_digest(checkpoint)
-    checkpoint.signature = _sign(checkpoint.digest)
+    checkpoint.digest = checkpoint_digest(checkpoint)
+    checkpoint.signature = sign(checkpoint.digest)
     _sql(
         "UPDATE recovery_auditcheckpoint SET heads = %s, digest = %s, signature = %s "
         "WHERE number = 1",
@@ -329,3 +337,339 @@ def test_a_cut_that_also_rewinds_the_operations_head_is_found_by_the_checkpoint(
     previous = AuditEvent.objects.get(operation_key="op-1", seq=2)
     Operation.objects.filter(key="op-1").update(audit_seq=2, audit_hash=previous.hash)
     assert "checkpoint #1 names #3 (cut)" in _only_problem()
+
+
+# -- checkpoints extend what was signed, never replace it ---------------------------
+
+
+def _reinsert_chain(key: str, edit_seq: int) -> None:
+    """Rewrite a chain as a forger would: every event deleted, then inserted again with
+    new ids, one edited and every hash from there recomputed."""
+    events = list(AuditEvent.objects.filter(operation_key=key).order_by("seq"))
+    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s", [key])
+    prev = GENESIS_HASH
+    for event in events:
+        if event.seq == edit_seq:
+            event.actor = Actor.system("forged")
+        event.prev_hash = prev
+        event.hash = event_digest(event)
+        _sql(
+            "INSERT INTO recovery_auditevent (seq, at, kind, operation_key, actor, data,"
+            " prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            [
+                event.seq,
+                event.at,
+                event.kind,
+                event.operation_key,
+                event.actor.stored if event.actor else "",
+                json.dumps(event.data),
+                event.prev_hash,
+                event.hash,
+            ],
+        )
+        prev = event.hash
+    Operation.objects.filter(key=key).update(audit_seq=events[-1].seq, audit_hash=prev)
+
+
+def test_a_routine_checkpoint_after_a_rewrite_refuses_to_sign_it_and_raises_the_alarm(
+    operations, caplog
+):
+    _append(operations[1], 3)
+    first = audit_checkpoint()
+    _reinsert_chain("op-1", 2)
+    _append(operations[2], 1)  # another chain moves meanwhile, and holds
+
+    with caplog.at_level("ERROR", logger="settle.audit"):
+        second = audit_checkpoint()
+
+    assert first is not None and second is not None
+    assert "op-1" not in second.heads  # not re-signed ...
+    assert second.heads["op-2"][0] == 2  # ... while the chains that hold are
+    assert second.broken == [
+        {"chain": "op-1", "seq": 4, "reason": "differs from what checkpoint #1 signed (rewritten)"}
+    ]
+    alarm = AuditAlarm.objects.get()
+    assert (alarm.kind, alarm.chain, alarm.seq, alarm.checkpoint) == ("audit_broken", "op-1", 4, 2)
+    assert alarm.open and alarm_signed(alarm)
+    assert "audit_broken: checkpoint #2 did not sign chain 'op-1', event #4" in caplog.text
+    # The routine checkpoint laundered nothing: the rewrite is still found.
+    with pytest.raises(CommandError, match="differs from what checkpoint #1 signed"):
+        call_command("verify_audit", "--no-checkpoint")
+
+
+def test_a_chain_rewritten_in_place_is_refused_when_it_next_moves(operations):
+    _append(operations[1], 3)
+    audit_checkpoint()
+    _rewrite_chain("op-1", 2)  # same ids: no checkpoint sees it move ...
+    rewritten = AuditEvent.objects.get(operation_key="op-1", seq=4)
+    Operation.objects.filter(key="op-1").update(audit_seq=4, audit_hash=rewritten.hash)
+    _append(Operation.objects.get(key="op-1"), 1)  # ... until the operation moves on
+    checkpoint = audit_checkpoint()
+    assert checkpoint is not None and "op-1" not in checkpoint.heads
+    assert checkpoint.broken[0]["chain"] == "op-1"
+    assert "rewritten" in checkpoint.broken[0]["reason"]
+
+
+def test_a_cut_tail_with_a_rewound_head_is_refused_when_the_chain_grows_again(operations):
+    _append(operations[1], 3)
+    audit_checkpoint()  # signs op-1 at #4
+    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
+    kept = AuditEvent.objects.get(operation_key="op-1", seq=2)
+    Operation.objects.filter(key="op-1").update(audit_seq=2, audit_hash=kept.hash)
+    _append(Operation.objects.get(key="op-1"), 3)  # grows again to #5, over the cut
+    checkpoint = audit_checkpoint()
+    assert checkpoint is not None and "op-1" not in checkpoint.heads
+    assert checkpoint.broken == [
+        {"chain": "op-1", "seq": 4, "reason": "differs from what checkpoint #1 signed (rewritten)"}
+    ]
+    assert "differs from what checkpoint #1 signed" in _only_problem()
+
+
+def test_a_chain_cut_below_its_signed_head_is_refused(operations):
+    _append(operations[1], 3)
+    audit_checkpoint()
+    _reinsert_chain("op-1", 2)
+    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
+    kept = AuditEvent.objects.get(operation_key="op-1", seq=2)
+    Operation.objects.filter(key="op-1").update(audit_seq=2, audit_hash=kept.hash)
+    checkpoint = audit_checkpoint()
+    assert checkpoint is not None and checkpoint.heads == {}
+    assert checkpoint.broken == [
+        {
+            "chain": "op-1",
+            "seq": 3,
+            "reason": "events after #2 are missing; checkpoint #1 signed #4 (cut)",
+        }
+    ]
+
+
+def test_a_chain_still_broken_keeps_one_open_alarm(operations):
+    _append(operations[1], 1)
+    audit_checkpoint()
+    _reinsert_chain("op-1", 1)
+    audit_checkpoint()
+    _append(Operation.objects.get(key="op-1"), 1)
+    third = audit_checkpoint()
+    assert third is not None and third.broken[0]["chain"] == "op-1"
+    assert AuditAlarm.objects.count() == 1
+
+
+def test_a_checkpoint_reads_only_the_events_since_the_signed_head(operations, monkeypatch):
+    _append(operations[1], 5)
+    audit_checkpoint()  # signs op-1 at #6
+    _append(Operation.objects.get(key="op-1"), 2)
+    read: dict[str, list[int]] = {}
+    real = checkpoints.extension_break
+
+    def spy(chain, vouched, head_seq, events):
+        read[chain] = [event.seq for event in events]
+        return real(chain, vouched, head_seq, events)
+
+    monkeypatch.setattr(checkpoints, "extension_break", spy)
+    checkpoint = audit_checkpoint()
+    assert checkpoint is not None and checkpoint.heads["op-1"][0] == 8
+    assert read["op-1"] == [6, 7, 8]  # the signed head and what is new, not the chain
+    assert AuditVouchedHead.objects.get(chain="op-1").seq == 8
+
+
+def test_a_forged_vouched_head_is_refused_and_named(operations):
+    _append(operations[1], 2)
+    audit_checkpoint()
+    _reinsert_chain("op-1", 1)
+    forged = AuditEvent.objects.get(operation_key="op-1", seq=3)
+    AuditVouchedHead.objects.filter(chain="op-1").update(hash=forged.hash)  # no key to sign
+    _append(Operation.objects.get(key="op-1"), 1)
+    checkpoint = audit_checkpoint()
+    assert checkpoint is not None
+    assert checkpoint.broken[0]["reason"] == (
+        "its vouched head is not signed by the audit key (forged)"
+    )
+
+
+def test_a_deleted_vouched_head_lets_a_checkpoint_sign_but_verify_still_finds_the_rewrite(
+    operations,
+):
+    """The limit of what one checkpoint proves: with its vouched head gone too, a chain
+    looks new to the next checkpoint. Every checkpoint's signature still stands, and
+    ``verify_audit`` checks every chain against all of them."""
+    _append(operations[1], 3)
+    audit_checkpoint()
+    _reinsert_chain("op-1", 2)
+    AuditVouchedHead.objects.filter(chain="op-1").delete()
+    checkpoint = audit_checkpoint()
+    assert checkpoint is not None and "op-1" in checkpoint.heads
+    assert _only_problem() == (
+        "chain 'op-1', event #4: differs from what checkpoint #1 signed (rewritten)"
+    )
+
+
+def test_verify_checks_each_chain_against_every_checkpoint_not_only_the_newest(
+    operations, settings
+):
+    """A checkpoint made by a key holder over a rewritten chain (as the code before this
+    one did) does not hide what an earlier checkpoint signed."""
+    _append(operations[1], 3)
+    first = audit_checkpoint()
+    assert first is not None
+    _reinsert_chain("op-1", 2)
+    rewritten = AuditEvent.objects.get(operation_key="op-1", seq=4)
+    laundering = AuditCheckpoint(
+        number=2,
+        made_at=first.made_at,
+        rescan_from=0,
+        watermark=rewritten.pk,
+        heads={"op-1": [4, rewritten.hash]},
+        prev_digest=first.digest,
+    )
+    laundering.digest = checkpoint_digest(laundering)
+    laundering.signature = sign(laundering.digest)
+    laundering.save()
+    checkpoints._checkpoint_file_append(laundering)
+    AuditVouchedHead.objects.filter(chain="op-1").update(
+        hash=rewritten.hash,
+        checkpoint=2,
+        signature=sign(vouched_digest(chain="op-1", seq=4, hash=rewritten.hash, checkpoint=2)),
+    )
+    assert _only_problem() == (
+        "chain 'op-1', event #4: differs from what checkpoint #1 signed (rewritten)"
+    )
+
+
+def test_a_rolled_back_vouched_head_is_named_by_verify(operations):
+    _append(operations[1], 1)
+    audit_checkpoint()
+    old = AuditVouchedHead.objects.get(chain="op-1")
+    _append(Operation.objects.get(key="op-1"), 1)
+    audit_checkpoint()
+    AuditVouchedHead.objects.filter(chain="op-1").update(
+        seq=old.seq, hash=old.hash, checkpoint=old.checkpoint, signature=old.signature
+    )
+    assert _only_problem() == (
+        "chain 'op-1', event #2: its vouched head is not the newest head the checkpoints "
+        "signed (rolled back)"
+    )
+
+
+# -- the system chain ----------------------------------------------------------------
+
+
+def test_the_system_chain_keeps_its_head_like_every_other_chain(provider, tmp_path):
+    from recovery.services.providers import provider_configure
+
+    provider_configure(name="ledger", adapter="journal", path=str(tmp_path / "j.jsonl"))
+    last = AuditEvent.objects.filter(operation_key="").order_by("-seq").first()
+    assert last is not None
+    head = AuditChainHead.objects.get(chain="")
+    assert (head.seq, head.hash) == (last.seq, last.hash) == (2, last.hash)
+    assert list(audit_verify()) == []
+
+
+def test_a_cut_of_the_system_chain_inside_the_window_is_found_by_its_head(provider, tmp_path):
+    from recovery.services.providers import provider_configure
+
+    provider_configure(name="ledger", adapter="journal", path=str(tmp_path / "j.jsonl"))
+    _sql("DELETE FROM recovery_auditevent WHERE operation_key = '' AND seq = 2")
+    assert _only_problem() == (
+        "the system chain, event #2: the system chain's head row names a different head"
+    )
+
+
+def test_a_rewritten_system_chain_is_refused_by_the_next_checkpoint(provider, tmp_path):
+    from recovery.services.providers import provider_configure
+
+    audit_checkpoint()  # signs the system chain at #1
+    _reinsert_chain_system()
+    provider_configure(name="ledger", adapter="journal", path=str(tmp_path / "j.jsonl"))
+    checkpoint = audit_checkpoint()
+    assert checkpoint is not None and "" not in checkpoint.heads
+    assert checkpoint.broken[0]["chain"] == ""
+    assert AuditAlarm.objects.get().chain == ""
+
+
+def _reinsert_chain_system() -> None:
+    events = list(AuditEvent.objects.filter(operation_key="").order_by("seq"))
+    _sql("DELETE FROM recovery_auditevent WHERE operation_key = ''")
+    prev = GENESIS_HASH
+    for event in events:
+        event.data = {**event.data, "forged": True}
+        event.prev_hash = prev
+        event.hash = event_digest(event)
+        _sql(
+            "INSERT INTO recovery_auditevent (seq, at, kind, operation_key, actor, data,"
+            " prev_hash, hash) VALUES (%s, %s, %s, '', %s, %s, %s, %s)",
+            [
+                event.seq,
+                event.at,
+                event.kind,
+                event.actor.stored if event.actor else "",
+                json.dumps(event.data),
+                event.prev_hash,
+                event.hash,
+            ],
+        )
+        prev = event.hash
+    AuditChainHead.objects.filter(chain="").update(seq=events[-1].seq, hash=prev)
+
+
+# -- alarms ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def alarm(operations) -> AuditAlarm:
+    _append(operations[1], 1)
+    audit_checkpoint()
+    _reinsert_chain("op-1", 1)
+    audit_checkpoint()
+    return AuditAlarm.objects.get()
+
+
+def test_a_deleted_alarm_is_named_by_verify(alarm):
+    AuditAlarm.objects.all().delete()
+    assert _alarm_problems() == [
+        "checkpoint #2 found chain 'op-1' broken, but its alarm is missing (deleted)"
+    ]
+
+
+def test_an_alarm_marked_resolved_off_the_record_is_named_by_verify(alarm):
+    AuditAlarm.objects.filter(pk=alarm.pk).update(resolved_at=alarm.raised_at)
+    assert list(_alarm_problems()) == [
+        f"audit alarm {alarm.pk} is marked resolved, but no one resolved it"
+    ]
+
+
+def test_a_forged_alarm_is_named_by_verify(alarm):
+    AuditAlarm.objects.filter(pk=alarm.pk).update(reason="nothing to see")
+    assert list(_alarm_problems()) == [f"audit alarm {alarm.pk} is not signed by the audit key"]
+
+
+def _alarm_problems() -> list[str]:
+    from recovery.audit.verify import _alarms_disagree, _checkpoints_verified
+
+    checkpoints, problem = _checkpoints_verified()
+    assert problem is None
+    return [str(found) for found in _alarms_disagree(checkpoints)]
+
+
+def test_a_supervisor_resolves_an_alarm_on_the_record(alarm, django_user_model, provider):
+    from recovery.services.audit_trail import audit_alarm_resolve
+    from recovery.services.errors import Invalid, RecoveryError
+    from tests.console.conftest import console_user
+
+    supervisor = console_user("sue", "supervisor", provider)
+    operator = console_user("otto", "operator", provider)
+    with pytest.raises(RecoveryError) as refused:
+        audit_alarm_resolve(user=operator, alarm_id=alarm.pk, resolution="looked")
+    assert refused.value.code == "forbidden"
+    with pytest.raises(Invalid, match="say what was done"):
+        audit_alarm_resolve(user=supervisor, alarm_id=alarm.pk, resolution="  ")
+
+    audit_alarm_resolve(user=supervisor, alarm_id=alarm.pk, resolution="restored op-1 from backup")
+
+    alarm.refresh_from_db()
+    assert not alarm.open and alarm.resolved_by is not None
+    assert alarm.resolved_by.name == "sue"
+    event = AuditEvent.objects.get(kind="audit_alarm_resolved")
+    assert event.operation_key == "" and event.data["alarm"] == alarm.pk
+    assert _alarm_problems() == []
+    with pytest.raises(Invalid, match="resolved already"):
+        audit_alarm_resolve(user=supervisor, alarm_id=alarm.pk, resolution="again")

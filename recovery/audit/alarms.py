@@ -1,0 +1,95 @@
+"""Alarms: what a checkpoint refused to sign, until a supervisor resolves it.
+
+alarm
+    An ``AuditAlarm`` of kind ``audit_broken``: a chain that no longer extends what a
+    checkpoint signed, with the seq and reason the checkpoint found. Signed under the
+    audit key like the checkpoint that raised it, which also names it in its own signed
+    ``broken`` list, so an alarm cannot be made or removed with SQL access alone
+    unnoticed (``verify_audit`` checks both ways).
+open
+    Not yet resolved. One open alarm per chain: a chain still broken at the next
+    checkpoint is the same alarm. The console shows every open alarm to supervisors on
+    every page.
+resolved
+    A supervisor saw it and said what was done (restored from a backup, reported), on
+    the record: ``audit_alarm_resolved`` on the system chain
+    (``recovery.services.audit_trail.audit_alarm_resolve``). Resolving changes no
+    event; a chain still broken raises a new alarm when it next moves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import QuerySet
+
+from recovery.audit.chain import timestamp
+from recovery.audit.checkpoints import sign, signed_by_key
+from recovery.canonical import canonical_dumps, sha256_digest
+from recovery.models import AuditAlarm, AuditCheckpoint
+
+if TYPE_CHECKING:
+    from recovery.audit.checkpoints import Break
+
+logger = logging.getLogger("settle.audit")
+
+
+def alarm_digest(alarm: AuditAlarm) -> str:
+    content: dict[str, Any] = {
+        "kind": alarm.kind,
+        "chain": alarm.chain,
+        "seq": alarm.seq,
+        "reason": alarm.reason,
+        "checkpoint": alarm.checkpoint,
+        "raised_at": timestamp(alarm.raised_at),
+    }
+    return sha256_digest(canonical_dumps(content))
+
+
+def alarm_signed(alarm: AuditAlarm) -> bool:
+    return signed_by_key(alarm_digest(alarm), alarm.signature)
+
+
+def audit_alarms_raise(broken: Iterable[Break], *, checkpoint: AuditCheckpoint) -> None:
+    """Raise an alarm for each broken chain that has none open; log every one at ERROR.
+
+    Runs inside the checkpoint's transaction: the alarm and the signed checkpoint that
+    names it are written together or not at all.
+    """
+    items = list(broken)
+    if not items:
+        return
+    already = set(
+        AuditAlarm.objects.filter(
+            chain__in=[item.chain for item in items], resolved_at__isnull=True
+        ).values_list("chain", flat=True)
+    )
+    for item in items:
+        where = f"chain {item.chain!r}" if item.chain else "the system chain"
+        logger.error(
+            "audit_broken: checkpoint #%s did not sign %s, event #%s: %s",
+            checkpoint.number,
+            where,
+            item.seq,
+            item.reason,
+        )
+        if item.chain in already:
+            continue
+        alarm = AuditAlarm(
+            kind=AuditAlarm.Kind.AUDIT_BROKEN,
+            chain=item.chain,
+            seq=item.seq,
+            reason=item.reason,
+            checkpoint=checkpoint.number,
+            raised_at=checkpoint.made_at,
+        )
+        alarm.signature = sign(alarm_digest(alarm))
+        alarm.save()
+        already.add(item.chain)
+
+
+def audit_alarms_open() -> QuerySet[AuditAlarm]:
+    """Every open alarm, newest first."""
+    return AuditAlarm.objects.filter(resolved_at__isnull=True).order_by("-raised_at", "-id")

@@ -1,0 +1,308 @@
+"""Signed checkpoints: each one extends what the ones before it vouched for, never replaces it.
+
+checkpoint
+    An HMAC-signed statement (``AuditCheckpoint``) of the heads of the chains that moved
+    since an earlier checkpoint, under the audit key, which is not in the database; also
+    appended to a file outside it. Checkpoints are chained (``prev_digest``).
+vouched head
+    The newest head a checkpoint signed for a chain (``AuditVouchedHead``), itself
+    signed, so that the next checkpoint reads one row per chain that moved, not every
+    checkpoint before it.
+extension
+    Before it signs a chain's new head, a checkpoint proves that the chain still holds
+    the vouched hash at the vouched seq and that every event since links onto it and
+    matches its own hash. It reads only those events: its cost grows with what is new,
+    not with the log.
+broken
+    A chain that does not extend its vouched head (rewritten, cut, re-inserted, or with
+    a forged vouched head) is not signed. The checkpoint names it in its own signed
+    ``broken`` list, raises an ``audit_broken`` alarm (``recovery.audit.alarms``) and
+    logs it at ERROR; it goes on signing the chains that hold.
+window
+    Events newer than the newest checkpoint are protected by their chains and their
+    chain's stored head only (the operation's row, the system chain's
+    ``AuditChainHead``): someone with SQL access who rewrites such events and moves the
+    head to match goes unnoticed until the next checkpoint, which then finds no fault
+    in them. Everything a checkpoint signed stays checked, by every later checkpoint
+    for the chains that move and by ``verify_audit`` for all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from recovery.audit.chain import GENESIS_HASH, event_digest, timestamp
+from recovery.canonical import canonical_dumps, sha256_digest
+from recovery.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
+
+logger = logging.getLogger("settle.audit")
+
+# Advisory lock key (PostgreSQL): one checkpoint is made at a time.
+_CHECKPOINT_LOCK = 0x5E771E02
+# A checkpoint scans again the events of this long before its predecessor, so that an
+# event whose transaction committed after that predecessor was made is still covered.
+CHECKPOINT_RESCAN = timedelta(minutes=2)
+# Chains whose new events are read in one statement.
+_BATCH = 500
+
+
+def advisory_xact_lock(*keys: int) -> None:
+    """Take a PostgreSQL advisory lock until this transaction ends.
+
+    On SQLite writers are serialised already (``BEGIN IMMEDIATE``): nothing to take.
+    """
+    if connection.vendor == "postgresql":
+        placeholders = ", ".join(["%s"] * len(keys))
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT pg_advisory_xact_lock({placeholders})", list(keys))
+
+
+def sign(digest: str) -> str:
+    """The HMAC of ``digest`` under the audit key: what only the key's holder can make."""
+    key = str(settings.SETTLE_AUDIT_KEY).encode("utf-8")
+    return "hmac-sha256:" + hmac.new(key, digest.encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def signed_by_key(digest: str, signature: str) -> bool:
+    return hmac.compare_digest(sign(digest), signature)
+
+
+def checkpoint_content(checkpoint: AuditCheckpoint) -> dict[str, Any]:
+    content: dict[str, Any] = {
+        "number": checkpoint.number,
+        "made_at": timestamp(checkpoint.made_at),
+        "rescan_from": checkpoint.rescan_from,
+        "watermark": checkpoint.watermark,
+        "heads": checkpoint.heads,
+        "prev_digest": checkpoint.prev_digest,
+    }
+    if checkpoint.broken:  # absent from checkpoints that found nothing, as before it existed
+        content["broken"] = checkpoint.broken
+    return content
+
+
+def checkpoint_digest(checkpoint: AuditCheckpoint) -> str:
+    return sha256_digest(canonical_dumps(checkpoint_content(checkpoint)))
+
+
+def vouched_digest(*, chain: str, seq: int, hash: str, checkpoint: int) -> str:
+    content = {"chain": chain, "seq": seq, "hash": hash, "checkpoint": checkpoint}
+    return sha256_digest(canonical_dumps(content))
+
+
+def vouched_signed(vouched: AuditVouchedHead) -> bool:
+    digest = vouched_digest(
+        chain=vouched.chain, seq=vouched.seq, hash=vouched.hash, checkpoint=vouched.checkpoint
+    )
+    return signed_by_key(digest, vouched.signature)
+
+
+def _scan_heads(after_id: int) -> tuple[dict[str, int], int]:
+    """The newest seq of every chain with an event whose id is above ``after_id``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT operation_key, MAX(seq), MAX(id) FROM recovery_auditevent"
+            " WHERE id > %s GROUP BY operation_key",
+            [after_id],
+        )
+        rows = cursor.fetchall()
+    heads = {str(key): int(seq) for key, seq, _ in rows}
+    watermark = max((int(top) for *_, top in rows), default=after_id)
+    return heads, watermark
+
+
+@dataclass(frozen=True)
+class Break:
+    """Where a chain stopped extending what was signed, and why."""
+
+    chain: str
+    seq: int
+    reason: str
+
+    def as_record(self) -> dict[str, Any]:
+        return {"chain": self.chain, "seq": self.seq, "reason": self.reason}
+
+
+def _events_since(spans: dict[str, tuple[int, int]]) -> dict[str, list[AuditEvent]]:
+    """Each chain's events from seq ``lo`` to ``hi``, in order: one statement per batch."""
+    found: dict[str, list[AuditEvent]] = {chain: [] for chain in spans}
+    chains = list(spans)
+    for start in range(0, len(chains), _BATCH):
+        batch = chains[start : start + _BATCH]
+        rows = ", ".join(["(%s, %s, %s)"] * len(batch))
+        params: list[Any] = []
+        for chain in batch:
+            params.extend([chain, *spans[chain]])
+        events = AuditEvent.objects.raw(
+            f"WITH v(chain, lo, hi) AS (VALUES {rows})"
+            " SELECT e.* FROM recovery_auditevent e JOIN v ON e.operation_key = v.chain"
+            " AND e.seq >= v.lo AND e.seq <= v.hi ORDER BY e.operation_key, e.seq",
+            params,
+        )
+        for event in events:
+            found[event.operation_key].append(event)
+    return found
+
+
+def extension_break(
+    chain: str, vouched: AuditVouchedHead | None, head_seq: int, events: list[AuditEvent]
+) -> Break | None:
+    """Why ``events`` (seq ``vouched.seq`` … ``head_seq``) do not extend ``vouched``, if so.
+
+    Without a vouched head the chain is new to the checkpoints: it must link from
+    genesis. The vouched event itself is checked for its hash and its content.
+    """
+    if vouched is not None and not vouched_signed(vouched):
+        return Break(chain, vouched.seq, "its vouched head is not signed by the audit key (forged)")
+    start = vouched.seq if vouched is not None else 1
+    if head_seq < start:
+        assert vouched is not None
+        return Break(
+            chain,
+            head_seq + 1,
+            f"events after #{head_seq} are missing; checkpoint #{vouched.checkpoint} "
+            f"signed #{vouched.seq} (cut)",
+        )
+    prev_hash = GENESIS_HASH
+    expected = start
+    for event in events:
+        if event.seq != expected:
+            return Break(chain, expected, "this event is missing (deleted)")
+        if vouched is not None and event.seq == vouched.seq:
+            if event.hash != vouched.hash:
+                return Break(
+                    chain,
+                    event.seq,
+                    f"differs from what checkpoint #{vouched.checkpoint} signed (rewritten)",
+                )
+        elif event.prev_hash != prev_hash:
+            return Break(chain, event.seq, "prev_hash does not match the previous event")
+        if event_digest(event) != event.hash:
+            return Break(chain, event.seq, "content does not match its hash (edited)")
+        prev_hash = event.hash
+        expected += 1
+    if expected <= head_seq:
+        return Break(chain, expected, "this event is missing (deleted)")
+    return None
+
+
+def audit_checkpoint() -> AuditCheckpoint | None:
+    """Sign the new heads of the chains that moved lately; None when nothing moved.
+
+    Only a chain that extends its vouched head is signed (see the module docstring);
+    the others are named in ``broken`` and raise an alarm. Also appended to
+    ``SETTLE_AUDIT_CHECKPOINT_FILE``, outside the database.
+    """
+    from recovery.audit.alarms import audit_alarms_raise
+
+    with transaction.atomic():
+        advisory_xact_lock(_CHECKPOINT_LOCK)
+        previous = AuditCheckpoint.objects.order_by("-number").first()
+        if previous is not None:
+            if not AuditEvent.objects.filter(id__gt=previous.watermark).exists():
+                return None  # nothing new since the last checkpoint
+        elif not AuditEvent.objects.exists():
+            return None
+        now = timezone.now()
+        older = (
+            AuditCheckpoint.objects.filter(made_at__lte=now - CHECKPOINT_RESCAN)
+            .order_by("-number")
+            .first()
+        )
+        rescan_from = older.watermark if older is not None else 0
+        moved, watermark = _scan_heads(rescan_from)
+        vouched = {row.chain: row for row in AuditVouchedHead.objects.filter(chain__in=list(moved))}
+        spans = {
+            chain: (vouched[chain].seq if chain in vouched else 1, head_seq)
+            for chain, head_seq in moved.items()
+        }
+        events = _events_since(spans)
+        number = previous.number + 1 if previous else 1
+        heads: dict[str, list[Any]] = {}
+        broken: list[Break] = []
+        for chain, head_seq in sorted(moved.items()):
+            found = extension_break(chain, vouched.get(chain), head_seq, events[chain])
+            if found is not None:
+                broken.append(found)
+            elif chain not in vouched or head_seq > vouched[chain].seq:
+                heads[chain] = [head_seq, events[chain][-1].hash]
+        if not heads and not broken:
+            return None  # only events already signed were written again
+        checkpoint = AuditCheckpoint(
+            number=number,
+            made_at=now,
+            rescan_from=rescan_from,
+            watermark=watermark,
+            heads=heads,
+            broken=[item.as_record() for item in broken],
+            prev_digest=previous.digest if previous else GENESIS_HASH,
+        )
+        checkpoint.digest = checkpoint_digest(checkpoint)
+        checkpoint.signature = sign(checkpoint.digest)
+        checkpoint.save()
+        _vouched_write(heads, number)
+        audit_alarms_raise(broken, checkpoint=checkpoint)
+        transaction.on_commit(lambda: _checkpoint_file_append(checkpoint))
+    return checkpoint
+
+
+def _vouched_write(heads: dict[str, list[Any]], number: int) -> None:
+    rows = [
+        AuditVouchedHead(
+            chain=chain,
+            seq=seq,
+            hash=digest,
+            checkpoint=number,
+            signature=sign(vouched_digest(chain=chain, seq=seq, hash=digest, checkpoint=number)),
+        )
+        for chain, (seq, digest) in heads.items()
+    ]
+    AuditVouchedHead.objects.bulk_create(
+        rows,
+        batch_size=1000,
+        update_conflicts=True,
+        unique_fields=["chain"],
+        update_fields=["seq", "hash", "checkpoint", "signature"],
+    )
+
+
+def vouched_heads_rebuild() -> int:
+    """Make every chain's vouched head from the stored checkpoints; how many chains.
+
+    For a log whose checkpoints were made before vouched heads were kept (the
+    migration that added them calls this). It trusts the checkpoints as stored:
+    ``verify_audit`` checks them and every chain against every one of them.
+    """
+    newest: dict[str, tuple[int, str, int]] = {}
+    for checkpoint in AuditCheckpoint.objects.order_by("number").iterator():
+        for chain, (seq, digest) in checkpoint.heads.items():
+            newest[chain] = (int(seq), str(digest), checkpoint.number)
+    for number in sorted({entry[2] for entry in newest.values()}):
+        _vouched_write(
+            {chain: [seq, digest] for chain, (seq, digest, at) in newest.items() if at == number},
+            number,
+        )
+    return len(newest)
+
+
+def _checkpoint_file_append(checkpoint: AuditCheckpoint) -> None:
+    path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = {
+        **checkpoint_content(checkpoint),
+        "digest": checkpoint.digest,
+        "signature": checkpoint.signature,
+    }
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line, sort_keys=True) + "\n")
