@@ -46,6 +46,11 @@ urlpatterns = [
     path("audit/", audit.audit_trail, name="audit"),
     path("audit/export.csv", audit.audit_export_csv, name="audit-export-csv"),
     path("audit/export.jsonl", audit.audit_export_jsonl, name="audit-export-jsonl"),
+    path(
+        "audit/alarms/<int:alarm_id>/resolve",
+        audit.audit_alarm_resolve_view,
+        name="audit-alarm-resolve",
+    ),
     path("healthz", system.healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/", include("recovery.urls")),

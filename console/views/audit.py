@@ -5,16 +5,19 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable, Iterator
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_safe
+from django.views.decorators.http import require_GET, require_POST, require_safe
 
 from approvals.actors import Actor
 from console.forms import AUDIT_KINDS, AuditFilterForm, page_queries
-from recovery.audit import event_export
+from recovery.audit import audit_alarms_open, event_export
 from recovery.canonical import canonical_dumps
 from recovery.models import AuditEvent
 from recovery.selectors import (
@@ -24,7 +27,12 @@ from recovery.selectors import (
     audit_supervisor,
     providers_visible_to,
 )
-from recovery.services.audit_trail import ExportFormat, audit_export_record
+from recovery.services.audit_trail import (
+    ExportFormat,
+    audit_alarm_resolve,
+    audit_export_record,
+)
+from recovery.services.errors import Invalid, NotFound, RecoveryError
 
 PAGE_SIZE = 50
 EXPORT_COLUMNS = ("id", "at", "chain", "seq", "kind", "actor", "data", "prev_hash", "hash")
@@ -50,12 +58,14 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
     )
     cursor = str(page.next_after) if page.next_after is not None else None
     queries = page_queries(request.GET, cursor)
+    supervisor = audit_supervisor(user=request.user)
     context = {
+        "alarms": list(audit_alarms_open()) if supervisor and not request.htmx else [],  # type: ignore[attr-defined]
         "form": form,
         "page": page,
         "kinds": AUDIT_KINDS,
         "health": audit_health_for_user(user=request.user),
-        "supervisor": audit_supervisor(user=request.user),
+        "supervisor": supervisor,
         **queries,
         "export_query": queries["unpaged_query"],
     }
@@ -123,3 +133,22 @@ def audit_export_csv(request: HttpRequest) -> HttpResponseBase:
 @require_GET
 def audit_export_jsonl(request: HttpRequest) -> HttpResponseBase:
     return _export(request, "jsonl")
+
+
+@login_required
+@require_POST
+def audit_alarm_resolve_view(request: HttpRequest, alarm_id: int) -> HttpResponse:
+    """A supervisor says what was done about an alarm; it leaves the banner, on the record."""
+    try:
+        audit_alarm_resolve(
+            user=request.user, alarm_id=alarm_id, resolution=request.POST.get("resolution", "")
+        )
+    except NotFound as error:
+        raise Http404(error.message) from error
+    except Invalid as error:
+        messages.error(request, f"Not resolved: {error.message}.")
+    except RecoveryError as error:
+        raise PermissionDenied(error.message) from error
+    else:
+        messages.success(request, f"Alarm {alarm_id} resolved.")
+    return redirect(reverse("audit") + "#alarms")

@@ -1,0 +1,135 @@
+"""Audit alarms in the console: a red banner on every page for supervisors, resolved on
+the record.
+
+The alarm comes from a real checkpoint over a chain rewritten as a forger with SQL
+access would (``tests/recovery/test_audit_chain.py`` covers what a checkpoint finds).
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from approvals.actors import Actor
+from recovery.audit import (
+    GENESIS_HASH,
+    audit_append,
+    audit_checkpoint,
+    audit_transaction,
+    event_digest,
+)
+from recovery.models import AuditAlarm, AuditEvent, Operation
+from recovery.services.locking import operation_lock
+from tests.console.conftest import client_for
+
+pytestmark = pytest.mark.django_db
+
+
+def _forge(key: str) -> None:
+    """Edit the chain's first event and recompute every hash, triggers off (PostgreSQL)."""
+    prev = GENESIS_HASH
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("ALTER TABLE recovery_auditevent DISABLE TRIGGER USER")
+        for event in AuditEvent.objects.filter(operation_key=key).order_by("seq"):
+            if event.seq == 1:
+                event.actor = Actor.system("forged")
+            event.prev_hash = prev
+            event.hash = event_digest(event)
+            cursor.execute(
+                "UPDATE recovery_auditevent SET actor = %s, prev_hash = %s, hash = %s"
+                " WHERE id = %s",
+                [event.actor.stored if event.actor else "", prev, event.hash, event.pk],
+            )
+            prev = event.hash
+        if connection.vendor == "postgresql":
+            cursor.execute("ALTER TABLE recovery_auditevent ENABLE TRIGGER USER")
+    Operation.objects.filter(key=key).update(audit_hash=prev)
+
+
+@pytest.fixture
+def alarm(stuck) -> AuditAlarm:
+    operation = stuck.unknown("pay-forged")
+    audit_checkpoint()
+    _forge(operation.key)
+    stuck.unknown("pay-other")
+    with audit_transaction():  # the operation moves on, over the rewritten head
+        locked = operation_lock(Operation.objects.get(key=operation.key))
+        audit_append(kind="test", operation=locked)
+    checkpoint = audit_checkpoint()
+    assert checkpoint is not None and checkpoint.broken
+    return AuditAlarm.objects.get()
+
+
+@pytest.mark.parametrize("page", ["/", "/reconciliations/", "/audit/"])
+def test_supervisors_see_the_red_banner_on_every_page(alarm, supervisor, page):
+    body = client_for(supervisor).get(page).content.decode()
+    assert "data-audit-alarms" in body and "Audit log broken." in body
+    assert f"checkpoint #{alarm.checkpoint} refused to sign" in body
+    assert "pay-forged" in body
+
+
+def test_the_banner_is_on_the_operation_page_too(alarm, supervisor):
+    body = client_for(supervisor).get("/operations/pay-other/").content.decode()
+    assert "data-audit-alarms" in body
+
+
+@pytest.mark.parametrize("who", ["operator", "viewer"])
+def test_operators_and_viewers_see_no_banner(alarm, request, who):
+    body = client_for(request.getfixturevalue(who)).get("/").content.decode()
+    assert "data-audit-alarms" not in body
+
+
+def test_no_banner_without_an_open_alarm(stuck, supervisor):
+    stuck.unknown("pay-fine")
+    audit_checkpoint()
+    assert "data-audit-alarms" not in client_for(supervisor).get("/").content.decode()
+
+
+def test_a_supervisor_resolves_it_and_the_banner_goes(alarm, supervisor):
+    client = client_for(supervisor)
+    page = client.get("/audit/").content.decode()
+    assert f'data-alarm="{alarm.pk}"' in page
+    response = client.post(
+        f"/audit/alarms/{alarm.pk}/resolve", {"resolution": "restored from last night's backup"}
+    )
+    assert response.status_code == 302 and response["Location"] == "/audit/#alarms"
+    alarm.refresh_from_db()
+    assert not alarm.open and alarm.resolution == "restored from last night's backup"
+    event = AuditEvent.objects.get(kind="audit_alarm_resolved")
+    assert event.actor is not None and event.actor.name == supervisor.username
+    assert "data-audit-alarms" not in client.get("/").content.decode()
+
+
+def test_an_empty_resolution_is_refused_with_a_message(alarm, supervisor):
+    client = client_for(supervisor)
+    response = client.post(f"/audit/alarms/{alarm.pk}/resolve", {"resolution": " "}, follow=True)
+    assert "Not resolved: say what was done about it." in response.content.decode()
+    alarm.refresh_from_db()
+    assert alarm.open
+
+
+def test_an_operator_may_not_resolve(alarm, operator):
+    response = client_for(operator).post(
+        f"/audit/alarms/{alarm.pk}/resolve", {"resolution": "nothing"}
+    )
+    assert response.status_code == 403
+    alarm.refresh_from_db()
+    assert alarm.open
+
+
+def test_resolving_an_unknown_alarm_is_404(alarm, supervisor):
+    response = client_for(supervisor).post("/audit/alarms/999999/resolve", {"resolution": "x"})
+    assert response.status_code == 404
+
+
+def test_resolve_needs_post_sign_in_and_csrf(alarm, supervisor):
+    url = f"/audit/alarms/{alarm.pk}/resolve"
+    assert client_for(supervisor).get(url).status_code == 405
+    anonymous = client_for(None).post(url, {"resolution": "x"})
+    assert anonymous.status_code == 302 and "/login/" in anonymous["Location"]
+    assert (
+        client_for(supervisor, csrf_checks=True).post(url, {"resolution": "x"}).status_code == 403
+    )
+    alarm.refresh_from_db()
+    assert alarm.open
