@@ -27,7 +27,7 @@ It also measures, on the same server and database:
   machine the API is usually CPU-bound long before it is commit-bound, and the clients
   share that CPU.
 
-Prints two Markdown tables to paste into the README. Everything stays on 127.0.0.1.
+Prints two Markdown tables to paste into docs/benchmarks.md. Everything stays on 127.0.0.1.
 """
 
 from __future__ import annotations
