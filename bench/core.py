@@ -180,7 +180,7 @@ def run(count: int, scratch: Path) -> None:
 def _statement_cpu(host: Host, rounds: int = 2000) -> None:
     """What one statement costs this process in CPU: through the ORM, and as a raw cursor.
 
-    The explanation of what bounds the API's throughput (see the README), measured.
+    The explanation of what bounds the API's throughput (see docs/benchmarks.md), measured.
     """
     token_hash = host.token_hash
 
