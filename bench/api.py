@@ -5,7 +5,7 @@
 Creates a scratch PostgreSQL database (``bench_api_<name>``, destroyed afterwards;
 ``DATABASE_URL`` chooses the server, default ``postgres://postgres@127.0.0.1:5432/settle``;
 SQLite is refused), configures one SQLite provider, a host and an approver credential,
-and runs gunicorn as the README's production section does
+and runs gunicorn as the README's *Operating and deploying* section does
 (``gunicorn console.wsgi -w 4 -b 127.0.0.1:<free port>``). For each ``--clients`` value it
 starts that many client processes (``tests/procs/fleet.py``, role ``lifecycle``), each
 looping register → open approval → approve → dispatch → report committed with unique
@@ -27,7 +27,7 @@ It also measures, on the same server and database:
   machine the API is usually CPU-bound long before it is commit-bound, and the clients
   share that CPU.
 
-Prints two Markdown tables to paste into the README. Everything stays on 127.0.0.1.
+Prints two Markdown tables to paste into docs/benchmarks.md. Everything stays on 127.0.0.1.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ so it never touches real data; ``DATABASE_URL`` chooses the server. Each step is
 service call, i.e. what one host API request costs below the HTTP layer, except the
 background lookup, which is what a Celery worker runs (here in this process). The
 lookups resume queues are published to a queue of the benchmark's own on
-``CELERY_BROKER_URL``, deleted at the end. The figures go in the README.
+``CELERY_BROKER_URL``, deleted at the end. The figures go in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def run(count: int, scratch: Path) -> None:
 def _statement_cpu(host: Host, rounds: int = 2000) -> None:
     """What one statement costs this process in CPU: through the ORM, and as a raw cursor.
 
-    The explanation of what bounds the API's throughput (see the README), measured.
+    The explanation of what bounds the API's throughput (see docs/benchmarks.md), measured.
     """
     token_hash = host.token_hash
 
