@@ -21,10 +21,6 @@ _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", 
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,100}")
 
 
-def current_request_id() -> str:
-    return _request_id.get()
-
-
 class RequestIdMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

@@ -5,11 +5,16 @@ through ``operation_transition`` (``recovery.transitions``) and audits in the sa
 transaction. ``locking`` states the lock order every module follows.
 
 - ``errors``: what a refused call raises, with a stable code;
-- ``credentials``, ``providers``: hosts and provider configuration;
+- ``credentials``, ``providers``, ``roles``: hosts' and approvers' tokens, provider
+  configuration, console roles granted per provider;
 - ``locking``: finding and locking the operation a call is about;
-- ``registration``, ``permits``: register, approve, revoke;
+- ``registration``, ``permits``: register; open, decide and revoke approvals;
 - ``dispatch``: the one dispatch, heartbeats, the worker's report;
+- ``resume``: what a fresh worker should do;
 - ``evidence``, ``lookups``, ``callbacks``: the provider's word and how it is judged;
+- ``sweep``: background recovery, the lapsed leases and the lookups due;
 - ``signals``: late and out-of-turn signals, recorded;
-- ``resume``: what a fresh worker should do.
+- ``claims``, ``operator``, ``reconcile``: what operators do from the console — claim,
+  look up, confirm, repair, void — with four eyes where evidence does not back it;
+- ``audit_trail``: what people do with the audit log itself (export, resolve alarms).
 """

@@ -147,13 +147,9 @@ def _leases_lapse(
     ]
 
 
-def lookups_sweep(*, batch_size: int, actor: Actor = SWEEPER_ACTOR) -> list[int]:
-    """One batch: due ``unknown`` operations with no live lookup → queued attempts' ids."""
-    return [attempt_id for attempt_id, _ in _lookups_queue(batch_size=batch_size, actor=actor)]
-
-
 def _lookups_queue(*, batch_size: int, actor: Actor) -> list[tuple[int, int]]:
-    """``lookups_sweep``, with each queued attempt's provider: (attempt id, provider id)."""
+    """One batch: due ``unknown`` operations with no live lookup → queued attempts, as
+    (attempt id, provider id)."""
     now = timezone.now()
     live = LookupAttempt.objects.filter(
         operation=OuterRef("pk"), status__in=LOOKUP_IN_FLIGHT, lease_expires_at__gt=now
