@@ -99,6 +99,11 @@ ADMIN_ONLY = {
     "request_invalidated",
     "claimed",
     "not_claimed",
+    # a supervisor resolving an audit alarm (recovery.services.audit_trail)
+    "resolution_required",
+    "resolution_too_long",
+    "unknown_alarm",
+    "already_resolved",
 }
 # CanonicalError codes that reach the API only as the `reason` of invalid_params.
 REASON_ONLY = {"integer_out_of_range"}
