@@ -61,9 +61,9 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (State.RECONCILE, Event.EVIDENCE_NOT_PERFORMED): State.FAILED,
     (State.DISPATCHED, Event.ESCALATE): State.RECONCILE,
     (State.UNKNOWN, Event.ESCALATE): State.RECONCILE,
-    # A verified completion after the host reported failure.
+    # A verified completion after the host reported failure: while dispatched that report
+    # fails the operation; after the lease lapsed it is kept on the receipt only.
     (State.FAILED, Event.CONFLICT): State.RECONCILE,
-    (State.DISPATCHED, Event.CONFLICT): State.RECONCILE,
     (State.UNKNOWN, Event.CONFLICT): State.RECONCILE,
     # Operator decisions (``recovery.services.reconcile``): backed by the latest
     # evidence, or approved by a second operator.
