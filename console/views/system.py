@@ -7,6 +7,7 @@ from typing import Any
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.template import loader
 from django.views.decorators.http import require_safe
 
 
@@ -30,4 +31,6 @@ def not_found(request: HttpRequest, exception: Any = None) -> HttpResponse:
 def server_error(request: HttpRequest) -> HttpResponse:
     if _wants_json(request):
         return JsonResponse({"error": "internal_error", "message": "unexpected error"}, status=500)
-    return HttpResponse("Internal error", status=500, content_type="text/plain")
+    # As Django's own server_error: no request context, so no context processor (nor
+    # the database it may need) runs while something is already broken.
+    return HttpResponse(loader.get_template("500.html").render(), status=500)
