@@ -1,21 +1,25 @@
-// Keyboard shortcuts: j/k move through the queue, Enter opens, / searches the queue (from
-// any page: it goes to the queue first), ? shows the sheet.
+// Keyboard shortcuts: j/k move the focus through the queue (Enter opens, as on any link),
+// / searches the queue (from any page: it goes to the queue first), ? shows the sheet.
 (function () {
   "use strict";
+  // The row last moved to: j/k go on from it, even after focus went elsewhere.
   var selected = -1;
 
   function rows() {
     return Array.prototype.slice.call(document.querySelectorAll("[data-queue] tbody tr"));
   }
 
-  function select(index) {
+  // j/k move the keyboard focus to a row's link, so that Enter opens it and a screen
+  // reader follows; the row's highlight is CSS :focus-within, so it always shows focus.
+  function move(step) {
     var all = rows();
     if (!all.length) return;
-    selected = Math.max(0, Math.min(index, all.length - 1));
-    all.forEach(function (row, i) {
-      row.classList.toggle("selected", i === selected);
-      row.setAttribute("aria-selected", i === selected ? "true" : "false");
-    });
+    var focused = all.findIndex(function (row) { return row.contains(document.activeElement); });
+    var from = focused >= 0 ? focused : selected;
+    selected = Math.max(0, Math.min(from + step, all.length - 1));
+    var link = all[selected].querySelector("a");
+    if (!link) return;
+    link.focus({ preventScroll: true });
     all[selected].scrollIntoView({ block: "nearest" });
   }
 
@@ -27,13 +31,9 @@
     if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
     var dialog = document.getElementById("shortcuts");
     if (dialog && dialog.open) return;
-    if (event.key === "j") select(selected + 1);
-    else if (event.key === "k") select(selected - 1);
-    else if (event.key === "Enter") {
-      // Enter on a focused link or button is that control's own; only otherwise it opens.
-      if (event.target !== document.body || selected < 0 || !rows()[selected]) return;
-      window.location.href = rows()[selected].dataset.href;
-    } else if (event.key === "/") {
+    if (event.key === "j") move(1);
+    else if (event.key === "k") move(-1);
+    else if (event.key === "/") {
       var search = document.getElementById("id_q");
       if (!search) {
         var home = document.querySelector(".brand");

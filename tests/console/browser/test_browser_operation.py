@@ -78,7 +78,8 @@ def test_the_queue_filters_by_reason_and_age_and_the_keyboard_works_everywhere(
     page.keyboard.press("j")
     page.keyboard.press("k")
     page.keyboard.press("j")
-    expect(page.locator("[data-queue] tbody tr.selected")).to_contain_text("pay-2026-000121")
+    expect(page.locator("[data-queue] tbody tr:focus-within")).to_contain_text("pay-2026-000121")
+    expect(page.get_by_role("link", name="pay-2026-000121")).to_be_focused()
     page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"/operations/pay-2026-000121/$"))
     # ? shows the sheet on the operation page too; / goes back to the queue's search.

@@ -34,6 +34,14 @@ def rows(page: Page):
     return page.locator("[data-queue] tbody tr")
 
 
+def highlighted(page: Page) -> list[int]:
+    """The rows drawn as selected (the accent edge on their left)."""
+    return page.eval_on_selector_all(
+        "[data-queue] tbody tr",
+        "rows => rows.flatMap((r, i) => getComputedStyle(r).boxShadow === 'none' ? [] : [i])",
+    )
+
+
 def test_an_operator_signs_in_and_sees_the_queue(page: Page, operator, queue):
     page.goto("/")
     expect(page).to_have_url(re.compile(r"/login/\?next=/$"))
@@ -86,16 +94,26 @@ def test_the_keyboard_moves_through_the_queue_and_opens_an_operation(page: Page,
     page.keyboard.press("Backspace")
     expect(rows(page)).to_have_count(3)
     page.locator("#id_q").blur()
-    selected = page.locator("[data-queue] tbody tr.selected")
-    page.keyboard.press("j")
-    expect(selected).to_contain_text("pay-2026-000117")
+    links = rows(page).locator("a.key")
+    page.keyboard.press("j")  # the focus itself moves, to the row's link
+    expect(links.nth(0)).to_be_focused()
+    assert highlighted(page) == [0]
     page.keyboard.press("j")
     page.keyboard.press("j")
     page.keyboard.press("j")  # stays on the last
-    expect(selected).to_contain_text("refund-2026-000007")
+    expect(links.nth(2)).to_be_focused()
+    assert highlighted(page) == [2]
     page.keyboard.press("k")
-    expect(selected).to_contain_text("pay-2026-000121")
-    expect(selected).to_have_count(1)
+    expect(links.nth(1)).to_be_focused()
+    assert highlighted(page) == [1]
+    # The highlight is the focus, however it moved: Tab back, and j goes on from there.
+    page.keyboard.press("Shift+Tab")
+    expect(links.nth(0)).to_be_focused()
+    assert highlighted(page) == [0]
+    page.keyboard.press("j")
+    expect(links.nth(1)).to_be_focused()
+    expect(page.locator("[aria-selected]")).to_have_count(0)  # not a listbox: no such state
+    screenshot(page, "queue-keyboard-focus-light-1280")
     page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"/operations/pay-2026-000121/$"))
     expect(page.locator("h1")).to_have_text("pay-2026-000121")
