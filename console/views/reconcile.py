@@ -15,7 +15,7 @@ from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from console.forms import ActionForm, DecisionForm
 from console.views.access import operation_for_action, permission_required
-from recovery.models import Dispatch, Operation
+from recovery.models import Dispatch, Operation, State
 from recovery.selectors import (
     provider_permissions,
     provider_permitted,
@@ -84,7 +84,18 @@ def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any
         "me": _actor(request),
         "pending_request": pending,
         "may_approve": pending is not None and "approve_reconciliations" in held,
-        "action_form": ActionForm(initial={"version": operation.version}),
+        **_outcomes(operation, dispatch),
+    }
+
+
+def _outcomes(operation: Operation, dispatch: Dispatch | None) -> dict[str, Any]:
+    """What a decision does besides the transition, for the sentence beside its button."""
+    return {
+        # A confirm or a void completes a stranded receipt too (``_apply``).
+        "stranded": dispatch is not None
+        and dispatch.receipt_status == Dispatch.ReceiptStatus.RUNNING,
+        # A repair completes it as the settled state says.
+        "repair_as": "succeeded" if operation.state == State.RELEASED else "failed",
     }
 
 

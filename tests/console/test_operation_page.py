@@ -171,6 +171,11 @@ def test_the_live_region_polls_while_a_lookup_is_in_flight_and_stops_after(
     polled = _page(client, "op-1", **live)
     assert polled.lstrip().startswith(polling)
     assert "<html" not in polled
+    # The actions are redrawn with it (what may be done, as of which version), each reason
+    # marked to keep what the operator is typing (htmx's hx-preserve, by its stable id).
+    assert '<div id="actions" hx-swap-oob="true">' in polled
+    assert f'name="version" value="{operation.version}"' in polled
+    assert re.search(r'<input id="id_reason_lookup" [^>]*hx-preserve>', polled)
 
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r-1")
     assert lookup_attempt_run(attempt_id=attempt.pk).state == "released"
@@ -238,7 +243,7 @@ def test_a_viewer_polls_too_but_is_sent_no_action_form_field(client, viewer, stu
     assert lookup_attempt_run(attempt_id=attempt.pk).state == "unknown"  # still nothing there
     done = _page(client, "op-1", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="live")
     assert done.lstrip().startswith('<div id="live">')
-    assert 'id="op-state" hx-swap-oob="true"' in done and 'id="id_version"' not in done
+    assert 'id="op-state" hx-swap-oob="true"' in done and 'name="version"' not in done
     assert "Look up now" not in done
 
 

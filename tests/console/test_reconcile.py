@@ -7,6 +7,7 @@ path of today's code leaves behind, are made by writing the receipt back to ``ru
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -452,3 +453,69 @@ def test_a_proposal_stays_on_the_requests_page_when_its_provider_is_renamed(
     )
     assert ReconciliationRequest.objects.get().provider == "orders-eu"
     assert "customer cancelled" in client_for(supervisor).get("/reconciliations/").content.decode()
+
+
+# -- the actions panel: one form per action, each saying what it does ---------------------
+
+
+def _forms(page: str) -> dict[str, str]:
+    """The actions panel's forms, by the last part of their URL (lookup, confirm, …)."""
+    found = re.findall(r'<form class="act" method="post" action="([^"]+)">(.*?)</form>', page, re.S)
+    return {action.rsplit("/", 1)[-1]: body for action, body in found}
+
+
+def _said(body: str) -> str:
+    """The sentence beside a form's button, as one line of text."""
+    sentence = re.search(r'<p class="act-what"[^>]*>(.*?)</p>', body, re.S)
+    assert sentence is not None
+    return " ".join(re.sub(r"<[^>]+>", "", sentence.group(1)).split())
+
+
+def test_each_action_has_its_own_reason_and_says_what_it_will_do(operator, stuck):
+    operation = stuck.unknown("op-1")  # no record at the provider, receipt stranded
+    page = client_for(operator).get(f"/operations/{operation.key}/").content.decode()
+    forms = _forms(page)
+    assert list(forms) == ["lookup", "confirm", "void"]
+    for action, body in forms.items():
+        # Its own reason, described by its own sentence, kept across the live redraws.
+        assert body.count('name="reason"') == 1
+        assert f'id="id_reason_{action}"' in body and "hx-preserve" in body
+        assert f'aria-describedby="what-{action}"' in body
+        assert f'name="version" value="{operation.version}"' in body
+    assert "Nothing is performed again" in _said(forms["lookup"])
+    confirm = _said(forms["confirm"])
+    assert confirm.startswith("Confirm: the effect happened.")
+    assert "It would become released (and its stranded receipt succeeded)." in confirm
+    assert "a proposal: nothing changes until a second operator approves" in confirm
+    void = _said(forms["void"])
+    assert "It would become voided, for good (and its stranded receipt failed)." in void
+    assert "a proposal for a second operator to approve" in void
+    assert ">Propose void</button>" in forms["void"]
+
+
+def test_a_decision_the_evidence_backs_says_it_is_taken_at_once(operator, stuck):
+    backed_confirm = stuck.conflict("op-1", host_says="failed", provider_says="committed")
+    page = client_for(operator).get(f"/operations/{backed_confirm.key}/").content.decode()
+    confirm = _said(_forms(page)["confirm"])
+    assert "matches a committed effect, so it becomes released at once." in confirm
+    assert "stranded" not in confirm  # the host reported: no receipt to complete
+    assert "void" not in _forms(page)  # the provider says it happened
+
+    backed_void = stuck.conflict("op-2", host_says="committed", provider_says="failed")
+    page = client_for(operator).get(f"/operations/{backed_void.key}/").content.decode()
+    assert "The provider's record backs it: it becomes voided, for good." in _said(
+        _forms(page)["void"]
+    )
+    assert ">Void</button>" in page and "Propose void" not in page
+
+
+def test_a_repair_says_how_it_completes_the_receipt(operator, stuck):
+    operation = stuck.released("op-1")
+    Dispatch.objects.filter(operation=operation).update(receipt_status="running")
+    page = client_for(operator).get(f"/operations/{operation.key}/").content.decode()
+    repair = _said(_forms(page)["repair"])
+    assert repair == (
+        "Repair the receipt: the host's receipt still says running although the operation is "
+        "released. The provider's record backs completing it as succeeded, at once. The "
+        "operation itself does not change."
+    )

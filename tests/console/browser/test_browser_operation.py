@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from approvals.models import Permit
-from recovery.models import Operation
+from recovery.models import LookupAttempt, Operation
 from recovery.services.sweep import lookup_attempt_run
 from tests.conftest import PARAMS
 from tests.console.browser.conftest import (
@@ -20,6 +20,10 @@ from tests.console.conftest import aged, queue_lookup
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _versions(page: Page) -> set[str]:
+    return {v.get_attribute("value") or "" for v in page.locator("#actions [name=version]").all()}
 
 
 @pytest.fixture
@@ -120,12 +124,44 @@ def test_a_lookup_in_flight_finishes_on_the_page_without_a_reload(
     )
     expect(page.locator(".notice.inflight")).to_have_count(0)
     assert page.evaluate("window.notReloaded") is True
-    # The action form now carries the version the operator sees.
+    # The action forms now carry the version the operator sees.
     version = Operation.objects.get(key="pay-2026-000117").version
-    assert page.locator("#id_version").get_attribute("value") == str(version)
+    assert _versions(page) == {str(version)}
     # And the polling stopped.
     polls: list[str] = []
     page.on("request", lambda r: polls.append(r.url) if r.headers.get("hx-target") else None)
     page.wait_for_timeout(2500)
     assert polls == []
     screenshots_everywhere(page, "operation-looked-up-live")
+
+
+def test_what_the_operator_is_typing_survives_a_lookup_finishing(page: Page, operator, queue):
+    sign_in(page, "olivia")
+    page.goto("/operations/pay-2026-000121/")
+    page.fill("#id_reason_lookup", "the customer says the amount was corrected")
+    page.get_by_role("button", name="Look up now").click()
+    expect(page.locator(".notice.inflight")).to_contain_text("A lookup is queued")
+    attempt = LookupAttempt.objects.get(operation__key="pay-2026-000121", trigger="operator")
+    # While it runs, the operator starts on two reasons, and is typing the second.
+    page.fill("#id_reason_void", "ordered twice")
+    page.click("#id_reason_confirm")
+    page.keyboard.type("the provider's amount is a typo, the customer")
+    # Mark the panel as drawn: a redraw replaces the element, and the mark with it.
+    page.evaluate("document.getElementById('actions').dataset.drawn = 'first'")
+    with page.expect_response(lambda r: r.request.headers.get("hx-target") == "live"):
+        pass
+    # A real lookup, by the background worker's code: the provider still holds amount 9.
+    assert lookup_attempt_run(attempt_id=attempt.pk).looked_up
+    expect(page.locator("#live .notice.success")).to_have_text(
+        "The lookup finished: the operation is reconcile."
+    )
+    expect(page.locator("#actions[data-drawn]")).to_have_count(0)  # the panel was redrawn
+    assert _versions(page) == {str(Operation.objects.get(key="pay-2026-000121").version)}
+    # What was typed is still there, and the operator types on where they were.
+    expect(page.locator("#id_reason_void")).to_have_value("ordered twice")
+    expect(page.locator("#id_reason_confirm")).to_be_focused()
+    page.keyboard.type(" agrees")
+    expect(page.locator("#id_reason_confirm")).to_have_value(
+        "the provider's amount is a typo, the customer agrees"
+    )
+    screenshots_everywhere(page, "operation-typed-reasons-kept")

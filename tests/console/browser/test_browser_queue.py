@@ -143,7 +143,7 @@ def test_an_operator_looks_up_now_and_watches_a_background_worker_settle_it(
     sign_in(page, "olivia")
     page.goto("/operations/pay-2026-000117/")
     expect(page.locator(".page-head .badge").first).to_have_text("unknown")
-    page.fill("input[name=reason]", "the provider says it went through")
+    page.fill("#id_reason_lookup", "the provider says it went through")
     page.click("text=Look up now")
     expect(page.locator(".notice.success")).to_contain_text("Queued: a background worker")
     # The page polls while the lookup is in flight: no reload.
