@@ -126,6 +126,8 @@ class ActionForm(forms.Form):
 
     version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
     reason = forms.CharField(max_length=500, strip=True)
+    # Sent by the confirmation page's own submit: a void is asked about before it is done.
+    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
 
 class DecisionForm(forms.Form):

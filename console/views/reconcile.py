@@ -108,6 +108,10 @@ def operation_decide(request: HttpRequest, key: str, action: str) -> HttpRespons
     if not form.is_valid():
         messages.error(request, f"Nothing was done: give a reason to {action}.")
         return redirect("operation", key=key)
+    if action == "void" and not form.cleaned_data["confirmed"]:
+        asked = _void_confirmation(request, operation, form)
+        if asked is not None:
+            return asked
     try:
         decided = operation_reconcile(
             operation=operation,
@@ -134,6 +138,35 @@ def operation_decide(request: HttpRequest, key: str, action: str) -> HttpRespons
             state = decided.operation.state
             messages.success(request, f"{PAST[action]}: the operation is {state}.")
     return redirect("operation", key=key)
+
+
+def _void_confirmation(
+    request: HttpRequest, operation: Operation, form: ActionForm
+) -> HttpResponse | None:
+    """The page that asks before a void, saying what it will do; None to go on at once.
+
+    A void that could not be taken anyway (the page was stale, or the evidence rules it
+    out) is not asked about: the service refuses it, and records the refusal, as before.
+    """
+    if form.cleaned_data["version"] != operation.version:
+        return None
+    evidence = evidence_latest(operation)
+    dispatch = Dispatch.objects.filter(operation=operation).first()
+    try:
+        backing = reconcile_grounds(
+            operation=operation, action="void", evidence=evidence, dispatch=dispatch
+        )
+    except RecoveryError:
+        return None
+    context = {
+        "operation": operation,
+        "evidence": evidence,
+        "direct": backing is not None,
+        "reason": form.cleaned_data["reason"],
+        "version": operation.version,
+        **_outcomes(operation, dispatch),
+    }
+    return render(request, "console/operation_void.html", context)
 
 
 def _claim_step(

@@ -32,7 +32,10 @@ def second_operator(provider: Provider) -> User:
 
 
 def _act(client: Client, operation: Operation, action: str, *, version=None, reason="checked"):
+    """The decision as its final submit sends it (a void's from its confirmation page)."""
     data = {"version": operation.version if version is None else version, "reason": reason}
+    if action == "void":
+        data["confirmed"] = "on"
     return client.post(f"/operations/{operation.key}/{action}", data, follow=True)
 
 
@@ -490,7 +493,8 @@ def test_each_action_has_its_own_reason_and_says_what_it_will_do(operator, stuck
     void = _said(forms["void"])
     assert "It would become voided, for good (and its stranded receipt failed)." in void
     assert "a proposal for a second operator to approve" in void
-    assert ">Propose void</button>" in forms["void"]
+    assert void.endswith("You confirm on the next step.")
+    assert ">Propose void…</button>" in forms["void"]
 
 
 def test_a_decision_the_evidence_backs_says_it_is_taken_at_once(operator, stuck):
@@ -506,7 +510,7 @@ def test_a_decision_the_evidence_backs_says_it_is_taken_at_once(operator, stuck)
     assert "The provider's record backs it: it becomes voided, for good." in _said(
         _forms(page)["void"]
     )
-    assert ">Void</button>" in page and "Propose void" not in page
+    assert ">Void…</button>" in page and "Propose void" not in page
 
 
 def test_a_repair_says_how_it_completes_the_receipt(operator, stuck):
@@ -519,3 +523,68 @@ def test_a_repair_says_how_it_completes_the_receipt(operator, stuck):
         "released. The provider's record backs completing it as succeeded, at once. The "
         "operation itself does not change."
     )
+
+
+# -- asking before a void -----------------------------------------------------------------
+
+
+def _void(client: Client, operation: Operation, **data: str):
+    sent = {"version": str(operation.version), "reason": "customer cancelled <by phone>", **data}
+    return client.post(f"/operations/{operation.key}/void", sent)
+
+
+def test_a_void_asks_first_saying_what_will_happen_and_changes_nothing(operator, stuck):
+    operation = stuck.mismatch("op-1")
+    client = client_for(operator)
+    asked = _void(client, operation)
+    assert asked.status_code == 200
+    page = asked.content.decode()
+    assert "<title>Propose voiding op-1? · Settle</title>" in page
+    assert "Nothing changes yet." in page and "proposal lapses" in page
+    assert "<q>customer cancelled &lt;by phone&gt;</q>" in page
+    # The second submit carries what the first did, and says it was confirmed.
+    form = page[page.index('<form class="ask-buttons"') :]
+    assert 'action="/operations/op-1/void"' in form
+    assert f'name="version" value="{operation.version}"' in form
+    assert 'name="reason" value="customer cancelled &lt;by phone&gt;"' in form
+    assert 'name="confirmed" value="on"' in form
+    assert 'href="/operations/op-1/">Cancel and go back</a>' in form
+    # Nothing was done, nothing recorded.
+    assert not ReconciliationRequest.objects.exists()
+    assert _fresh(operation).version == operation.version
+    assert not _events(operation, "reconciliation_proposed")
+    assert not _events(operation, "operator_refused")
+
+    done = _void(client, operation, confirmed="on")
+    assert done.status_code == 302
+    proposal = ReconciliationRequest.objects.get()
+    assert (proposal.action, proposal.reason) == ("void", "customer cancelled <by phone>")
+
+
+def test_a_backed_void_says_it_is_final_and_is_done_once_confirmed(operator, stuck):
+    operation = stuck.conflict("op-1", host_says="committed", provider_says="failed")
+    client = client_for(operator)
+    page = _void(client, operation).content.decode()
+    assert '<h1 id="ask-title">Void <span class="key">op-1</span>?</h1>' in page
+    assert "never dispatched again" in page and ">Void it</button>" in page
+    assert _fresh(operation).state == "reconcile"
+    _void(client, operation, confirmed="on")
+    assert _fresh(operation).state == "voided"
+
+
+def test_a_void_that_cannot_be_taken_is_refused_at_once_without_asking(supervisor, stuck):
+    operation = stuck.conflict("op-1", host_says="failed", provider_says="committed")
+    client = client_for(supervisor)
+    refused = _void(client, operation)
+    assert refused.status_code == 302
+    assert "it happened, so it cannot be voided" in client.get(refused["Location"]).content.decode()
+    stale = _void(client, operation, version=str(operation.version - 1))
+    assert stale.status_code == 302
+    assert _refused(operation) == [("void", "evidence_matches"), ("void", "stale_version")]
+
+
+def test_a_void_without_a_reason_is_not_asked_about(operator, stuck):
+    operation = stuck.mismatch("op-1")
+    response = _void(client_for(operator), operation, reason=" ")
+    assert response.status_code == 302
+    assert not ReconciliationRequest.objects.exists()

@@ -35,6 +35,12 @@ def test_an_operator_proposes_a_void_and_a_supervisor_approves_it(
     olivia.goto(f"/operations/{operation.key}/")
     olivia.fill("#id_reason_void", "customer cancelled; the provider's record is another order")
     olivia.get_by_role("button", name="Propose void").click()
+    # Asked first, with what it will do; nothing is done yet.
+    expect(olivia.locator("h1")).to_have_text("Propose voiding pay-2026-000121?")
+    expect(olivia.locator(".consequences")).to_contain_text("Nothing changes yet.")
+    assert not ReconciliationRequest.objects.exists()
+    screenshots_everywhere(olivia, "operation-void-asked-proposal")
+    olivia.get_by_role("button", name="Propose the void").click()
     expect(olivia.locator(".notice.success")).to_contain_text("waits for a second operator")
     expect(olivia.locator(".proposal")).to_contain_text("cannot approve your own proposal")
     screenshot(olivia, "operation-proposed-void")
@@ -68,3 +74,30 @@ def test_an_operator_confirms_an_operation_whose_evidence_matches(page: Page, op
     expect(page.locator(".notice.success")).to_have_text("Confirmed: the operation is released.")
     expect(page.locator(".page-head .badge").first).to_have_text("released")
     assert Operation.objects.get(pk=operation.pk).state == "released"
+
+
+def test_a_void_is_asked_about_then_done_without_javascript(
+    browser: Browser, live_server, operator, stuck
+):
+    """The provider's record says the effect failed: the evidence backs the void."""
+    operation = stuck.conflict("pay-2026-000131", host_says="committed", provider_says="failed")
+    context = browser.new_context(
+        base_url=live_server.url,
+        viewport={"width": WIDE, "height": 800},
+        color_scheme="light",
+        java_script_enabled=False,
+    )
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    sign_in(page, "olivia")
+    page.goto(f"/operations/{operation.key}/")
+    page.fill("#id_reason_void", "the provider's record shows the payment failed")
+    page.get_by_role("button", name="Void").click()
+    expect(page.locator("h1")).to_have_text("Void pay-2026-000131?")
+    expect(page.locator(".consequences")).to_contain_text("never dispatched again")
+    assert Operation.objects.get(pk=operation.pk).state == "reconcile"
+    screenshots_everywhere(page, "operation-void-asked")
+    page.get_by_role("button", name="Void it").click()
+    expect(page.locator(".notice.success")).to_have_text("Voided: the operation is voided.")
+    expect(page.locator(".page-head .badge").first).to_have_text("voided")
+    context.close()
