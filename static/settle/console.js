@@ -63,4 +63,22 @@
 
   // New results (a filter, the next page): nothing is selected in them yet.
   document.addEventListener("htmx:afterSwap", function () { selected = -1; });
+
+  // A redraw keeps the inputs marked hx-preserve, text and all; but where the browser has
+  // no Element.moveBefore, htmx moves them with replaceChild, which drops the focus. Put
+  // the operator back where they were typing.
+  var typingIn = null;
+  document.addEventListener("htmx:beforeSwap", function () {
+    var active = document.activeElement;
+    typingIn = active && active.hasAttribute("hx-preserve") && active.id
+      ? { element: active, start: active.selectionStart, end: active.selectionEnd }
+      : null;
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    var kept = typingIn;
+    typingIn = null;
+    if (!kept || kept.element === document.activeElement || !kept.element.isConnected) return;
+    kept.element.focus({ preventScroll: true });
+    if (kept.start !== null) kept.element.setSelectionRange(kept.start, kept.end);
+  });
 })();
