@@ -485,7 +485,9 @@ def test_each_action_has_its_own_reason_and_says_what_it_will_do(operator, stuck
         assert f'id="id_reason_{action}"' in body and "hx-preserve" in body
         assert f'aria-describedby="what-{action}"' in body
         assert f'name="version" value="{operation.version}"' in body
-    assert "Nothing is performed again" in _said(forms["lookup"])
+    lookup = _said(forms["lookup"])
+    assert "Verified evidence settles it, anything else leaves it here." in lookup
+    assert lookup.endswith("Nothing is performed again.")
     confirm = _said(forms["confirm"])
     assert confirm.startswith("Confirm: the effect happened.")
     assert "It would become released (and its stranded receipt succeeded)." in confirm
@@ -517,6 +519,8 @@ def test_a_repair_says_how_it_completes_the_receipt(operator, stuck):
     operation = stuck.released("op-1")
     Dispatch.objects.filter(operation=operation).update(receipt_status="running")
     page = client_for(operator).get(f"/operations/{operation.key}/").content.decode()
+    lookup = _said(_forms(page)["lookup"])
+    assert "It is released already: the answer is kept as a new snapshot." in lookup
     repair = _said(_forms(page)["repair"])
     assert repair == (
         "Repair the receipt: the host's receipt still says running although the operation is "
