@@ -16,7 +16,9 @@ from recovery.models import (
     Operation,
     State,
 )
-from recovery.services.errors import RecoveryError
+from recovery.permissions import ProviderPermission
+from recovery.services.access import provider_permission_require
+from recovery.services.errors import Forbidden, RecoveryError
 from recovery.services.locking import (
     OperationRef,
     binding,
@@ -63,14 +65,29 @@ def approval_decision(
     """Record a decision on exactly the action the approver reviewed; move the operation.
 
     ``reviewed_digest``: the params digest the approver saw. Another digest decides
-    nothing; the refusal is recorded and raised once recorded. ``approver``: an
-    approval outside its scope does not exist for it.
+    nothing; the refusal is recorded and raised once recorded.
+
+    Who decides: an approver within its scope (``approver``, its credential: outside
+    its scope an approval does not exist for it); a console user holding
+    ``decide_approvals`` on the provider (``forbidden`` for one who may only view it;
+    to anyone else the approval does not exist); Settle itself. Never a host.
     """
+    if decided_by.kind not in ("approver", "user", "system"):
+        raise Forbidden(f"a {decided_by.kind} may not decide approvals")
     refusal: RecoveryError | None = None
     with audit_transaction():
         operation = operation_lock_bound(
             Approval, approval_id, missing="unknown_approval", approver=approver
         )
+        if decided_by.kind == "user":
+            provider_permission_require(
+                actor=decided_by,
+                provider=operation.provider,
+                permission=ProviderPermission.DECIDE_APPROVALS,
+                action="approve or deny",
+                visible=(ProviderPermission.VIEW_OPERATIONS, ProviderPermission.DECIDE_APPROVALS),
+                missing="unknown_approval",
+            )
         if reviewed_digest != operation.params_digest:
             audit_append(
                 kind="decision_refused",

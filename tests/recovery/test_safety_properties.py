@@ -43,9 +43,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from guardian.shortcuts import assign_perm
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -72,6 +74,7 @@ from recovery.models import (
     State,
     Verdict,
 )
+from recovery.permissions import ProviderPermission
 from recovery.services.callbacks import CallbackOutcome, provider_callback
 from recovery.services.credentials import host_create
 from recovery.services.dispatch import (
@@ -91,6 +94,7 @@ from recovery.services.reconcile import (
 )
 from recovery.services.registration import operation_register
 from recovery.services.resume import LOOKUP_POLL_SECONDS, Decision, operation_resume
+from recovery.services.roles import OPERATOR, SUPERVISOR
 from recovery.services.sweep import lookup_attempt_run, sweep
 from tests.support.providers import (
     SQLITE_TAMPER_MODES,
@@ -114,8 +118,6 @@ LOOKUP_BUDGET = 3
 TTL_SECONDS = 300
 ALICE = Actor("approver", "1", "alice")
 BOB = Actor("approver", "2", "bob")
-OLIVIA = Actor("user", "1", "olivia")  # an operator
-SAM = Actor("user", "2", "sam")  # a supervisor
 FLEET = Actor("host", "1", "fleet-a")
 OTHER_PARAMS = {"amount": 1, "currency": "EUR", "to": "acct-mallory"}
 TAMPERED_PARAMS = {"tampered": True}  # what sqlite_provider_tamper writes for other_params
@@ -319,6 +321,17 @@ def step(method: Callable[..., None]) -> Callable[..., None]:
 # --------------------------------------------------------------------------- the machine
 
 
+def _console_user(
+    name: str, permissions: tuple[ProviderPermission, ...], provider: Provider
+) -> Actor:
+    """A console user holding ``permissions`` on ``provider`` (not granted through the
+    audited grant service: the machine counts every audit event it expects)."""
+    user = get_user_model().objects.create_user(username=name)
+    for permission in permissions:
+        assign_perm(permission.perm, user, provider)
+    return Actor.of("user", user)
+
+
 class SafetyMachine(RuleBasedStateMachine):
     """Random interleavings of everything hosts, workers, providers and people do."""
 
@@ -346,6 +359,9 @@ class SafetyMachine(RuleBasedStateMachine):
             Provider.objects.filter(pk=self.provider.pk).update(lookup_budget=LOOKUP_BUDGET)
             self.host, _ = host_create(name="fleet-a")
             self.other_host, _ = host_create(name="fleet-b")
+            # The services check who acts: an operator and a supervisor of the provider.
+            self.olivia = _console_user("olivia", OPERATOR, self.provider)
+            self.sam = _console_user("sam", SUPERVISOR, self.provider)
         except BaseException:
             self.teardown()
             raise
@@ -913,7 +929,7 @@ class SafetyMachine(RuleBasedStateMachine):
     def lookup(self, data: st.DataObject) -> None:
         m = self.ops[self._draw_key(data, self._registered())]
         operation = operation_lookup(
-            operation=self._op(m.key), trigger="operator", actor=Actor("user", "1", "olivia")
+            operation=self._op(m.key), trigger="operator", actor=self.olivia
         )
         if m.lookup_queued is None:  # else: one lookup at a time, the queued one first
             self._model_lookup(m)
@@ -946,8 +962,7 @@ class SafetyMachine(RuleBasedStateMachine):
                 action=action,
                 version=m.version - 1 if stale_page else m.version,
                 reason="checked by hand",
-                actor=OLIVIA,
-                may_propose=True,
+                actor=self.olivia,
             )
 
         if stale_page:
@@ -977,15 +992,18 @@ class SafetyMachine(RuleBasedStateMachine):
         if second == "self":
             with Refused("self_approval"):
                 reconciliation_approve(
-                    operation=self._op(m.key), request_id=request.pk, reason="mine", actor=OLIVIA
+                    operation=self._op(m.key),
+                    request_id=request.pk,
+                    reason="mine",
+                    actor=self.olivia,
                 )
         if second in ("self", "reject"):
             reconciliation_reject(
-                operation=self._op(m.key), request_id=request.pk, reason="no", actor=SAM
+                operation=self._op(m.key), request_id=request.pk, reason="no", actor=self.sam
             )
             return
         reconciliation_approve(
-            operation=self._op(m.key), request_id=request.pk, reason="agreed", actor=SAM
+            operation=self._op(m.key), request_id=request.pk, reason="agreed", actor=self.sam
         )
         self._model_decision(m, action)
 
