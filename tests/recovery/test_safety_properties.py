@@ -949,9 +949,11 @@ class SafetyMachine(RuleBasedStateMachine):
         """An operator confirms, voids or repairs; four eyes where the evidence does not back it.
 
         ``second``: what a second operator does with a proposal (approve it, reject it),
-        or ``self``: the proposer tries to approve their own, is refused, and it is rejected.
+        or ``self``: the proposer, a supervisor who may approve proposals, tries to approve
+        their own, is refused, and it is rejected.
         """
         m = self.ops[self._draw_key(data, self._registered())]
+        proposer = self.sam if second == "self" else self.olivia
         latest = m.evidence[-1] if m.evidence else None
         committed = latest == (Verdict.MATCH, COMMITTED)
         not_performed = latest == (Verdict.MATCH, FAILED_STATUS)  # absence is not authoritative
@@ -962,7 +964,7 @@ class SafetyMachine(RuleBasedStateMachine):
                 action=action,
                 version=m.version - 1 if stale_page else m.version,
                 reason="checked by hand",
-                actor=self.olivia,
+                actor=proposer,
             )
 
         if stale_page:
@@ -995,7 +997,7 @@ class SafetyMachine(RuleBasedStateMachine):
                     operation=self._op(m.key),
                     request_id=request.pk,
                     reason="mine",
-                    actor=self.olivia,
+                    actor=proposer,
                 )
         if second in ("self", "reject"):
             reconciliation_reject(
