@@ -18,7 +18,7 @@ from recovery.models import (
 )
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require
-from recovery.services.errors import Forbidden, RecoveryError
+from recovery.services.errors import Forbidden, NotFound, RecoveryError
 from recovery.services.locking import (
     OperationRef,
     binding,
@@ -27,6 +27,25 @@ from recovery.services.locking import (
 )
 from recovery.services.signals import refusals_recorded
 from recovery.transitions import Event, operation_transition
+
+
+def approver_scope(*, actor: Actor, approver: Approver | None, missing: str) -> Approver | None:
+    """The approver whose scope bounds ``actor``: the credential given, or the one it names.
+
+    A caller that passes no credential row does not lift an approver's scope: it is
+    read from the actor (``NotFound(missing)`` if the credential is gone or disabled). A
+    row that is not the actor's own is refused. None for any other kind of actor.
+    """
+    if approver is not None:
+        if Actor.of("approver", approver) != actor:
+            raise Forbidden("the approver credential given is not the one acting")
+        return approver
+    if actor.kind != "approver":
+        return None
+    found = approvals.approver_for(actor=actor)
+    if found is None:
+        raise NotFound(missing, f"no such {missing.removeprefix('unknown_')}")
+    return found
 
 
 @audit_transaction()
@@ -67,13 +86,14 @@ def approval_decision(
     ``reviewed_digest``: the params digest the approver saw. Another digest decides
     nothing; the refusal is recorded and raised once recorded.
 
-    Who decides: an approver within its scope (``approver``, its credential: outside
-    its scope an approval does not exist for it); a console user holding
+    Who decides: an approver within its scope (``approver_scope``: outside it an
+    approval does not exist for it); a console user holding
     ``decide_approvals`` on the provider (``forbidden`` for one who may only view it;
     to anyone else the approval does not exist); Settle itself. Never a host.
     """
     if decided_by.kind not in ("approver", "user", "system"):
         raise Forbidden(f"a {decided_by.kind} may not decide approvals")
+    approver = approver_scope(actor=decided_by, approver=approver, missing="unknown_approval")
     refusal: RecoveryError | None = None
     with audit_transaction():
         operation = operation_lock_bound(
@@ -156,8 +176,10 @@ def permit_revoke(
     """Revoke a permit; an approved operation that can no longer dispatch is closed.
 
     ``host``, ``approver``: the permit must be for one of this host's operations, or
-    within this approver's scope (else it does not exist for them).
+    within this approver's scope (else it does not exist for them); an approver acting
+    is bounded by its scope whether or not its row is given.
     """
+    approver = approver_scope(actor=actor, approver=approver, missing="unknown_permit")
     operation = operation_lock_bound(
         Permit, permit_id, missing="unknown_permit", host=host, approver=approver
     )

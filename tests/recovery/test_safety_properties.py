@@ -61,7 +61,7 @@ from hypothesis.stateful import (
 
 from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent, ReconciliationRequest
-from approvals.services import Refusal, db_now
+from approvals.services import Refusal, approver_create, db_now
 from recovery.audit import audit_verify
 from recovery.models import (
     TERMINAL_STATES,
@@ -116,8 +116,6 @@ ACTION = "payment.send"
 PROVIDER = "orders"
 LOOKUP_BUDGET = 3
 TTL_SECONDS = 300
-ALICE = Actor("approver", "1", "alice")
-BOB = Actor("approver", "2", "bob")
 FLEET = Actor("host", "1", "fleet-a")
 OTHER_PARAMS = {"amount": 1, "currency": "EUR", "to": "acct-mallory"}
 TAMPERED_PARAMS = {"tampered": True}  # what sqlite_provider_tamper writes for other_params
@@ -362,6 +360,9 @@ class SafetyMachine(RuleBasedStateMachine):
             # The services check who acts: an operator and a supervisor of the provider.
             self.olivia = _console_user("olivia", OPERATOR, self.provider)
             self.sam = _console_user("sam", SUPERVISOR, self.provider)
+            # Two approvers' phones, for every provider (their scope is the service's rule).
+            self.alice = Actor.of("approver", approver_create(name="alice", all_providers=True)[0])
+            self.bob = Actor.of("approver", approver_create(name="bob", all_providers=True)[0])
         except BaseException:
             self.teardown()
             raise
@@ -597,7 +598,7 @@ class SafetyMachine(RuleBasedStateMachine):
             approval_id=approval.id,
             approve=approve,
             ttl_seconds=TTL_SECONDS,
-            decided_by=ALICE,
+            decided_by=self.alice,
             reviewed_digest=m.digest,
         )
         m.pending_approval = None
@@ -622,7 +623,7 @@ class SafetyMachine(RuleBasedStateMachine):
                 approval_id=approval_id,
                 approve=approve,
                 ttl_seconds=TTL_SECONDS,
-                decided_by=BOB,
+                decided_by=self.bob,
                 reviewed_digest=m.digest,
             )
 
@@ -632,12 +633,12 @@ class SafetyMachine(RuleBasedStateMachine):
     def revoke(self, data: st.DataObject, unknown: bool) -> None:
         if unknown:
             with Refused("unknown_permit"):
-                permit_revoke(permit_id=uuid.uuid4(), reason="typo", actor=ALICE)
+                permit_revoke(permit_id=uuid.uuid4(), reason="typo", actor=self.alice)
             return
         m = self.ops[self._draw_key(data, [k for k in KEYS if self.ops[k].permit_id])]
         assert m.permit_id is not None
         permit, revoked = permit_revoke(
-            permit_id=m.permit_id, reason="customer changed their mind", actor=ALICE
+            permit_id=m.permit_id, reason="customer changed their mind", actor=self.alice
         )
         assert revoked == (m.permit_status == Permit.Status.ACTIVE)
         if revoked:

@@ -3,7 +3,8 @@
 Called directly, as a Celery task or a script would call them, with no view in front:
 a user who may not see the provider is refused ``unknown_*`` (nothing recorded); one
 who may see but not do is refused ``forbidden``, recorded on the operation's chain as
-``operator_refused``; one who holds the permission gets what they asked for.
+``operator_refused``; one who holds the permission gets what they asked for. An
+approver is bounded by its scope whether or not the caller hands over its credential.
 """
 
 from __future__ import annotations
@@ -12,15 +13,17 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
 from approvals.actors import Actor
-from approvals.models import Approval, ReconciliationRequest
+from approvals.models import Approval, Approver, ReconciliationRequest
+from approvals.services import approver_create
 from recovery.models import AuditEvent, Operation, OperationClaim, Provider
 from recovery.permissions import ProviderPermission as P
 from recovery.services.errors import RecoveryError
 from recovery.services.operator import operation_claim, operation_claim_release, operator_lookup
-from recovery.services.permits import approval_decision
+from recovery.services.permits import approval_decision, permit_revoke
 from recovery.services.providers import provider_configure
 from recovery.services.reconcile import (
     operation_reconcile,
@@ -284,3 +287,60 @@ def test_a_host_may_not_decide_approvals(pending):
     assert _refusal(lambda: _decide(pending, Actor("host", "1", "fleet-a"))).code == "forbidden"
     pending.refresh_from_db()
     assert pending.status == "pending"
+
+
+# -- an approver: its scope, whether or not the caller passes its credential ---------------
+
+
+def test_an_approver_actor_is_bounded_by_its_scope_without_its_row_passed(pending):
+    ledger_phone, _ = approver_create(name="ledger-phone", providers=["ledger"])
+    refusal = _refusal(lambda: _decide(pending, Actor.of("approver", ledger_phone)))
+    assert refusal.code == "unknown_approval"
+    pending.refresh_from_db()
+    assert pending.status == "pending"
+
+    orders_phone, _ = approver_create(name="orders-phone", providers=["orders"])
+    approval, _ = _decide(pending, Actor.of("approver", orders_phone))
+    assert approval.status == "approved"
+
+
+def test_an_approver_actor_whose_credential_is_gone_or_disabled_decides_nothing(pending):
+    phone, _ = approver_create(name="orders-phone", providers=["orders"])
+    Approver.objects.filter(pk=phone.pk).update(disabled_at=timezone.now())
+    assert _refusal(lambda: _decide(pending, Actor.of("approver", phone))).code == (
+        "unknown_approval"
+    )
+    ghost = Actor("approver", "999999", "ghost")
+    assert _refusal(lambda: _decide(pending, ghost)).code == "unknown_approval"
+
+
+def test_an_approver_row_that_is_not_the_actors_is_refused(pending):
+    phone, _ = approver_create(name="orders-phone", all_providers=True)
+    other, _ = approver_create(name="other-phone", all_providers=True)
+    refusal = _refusal(
+        lambda: approval_decision(
+            approval_id=pending.pk,
+            approve=True,
+            ttl_seconds=60,
+            decided_by=Actor.of("approver", other),
+            reviewed_digest=digest_of(PARAMS),
+            approver=phone,
+        )
+    )
+    assert refusal.code == "forbidden"
+
+
+def test_revoking_as_an_approver_is_bounded_by_its_scope(flow):
+    permit_id = flow.approved()["permit_id"]
+    ledger_phone, _ = approver_create(name="ledger-phone", providers=["ledger"])
+    refusal = _refusal(
+        lambda: permit_revoke(
+            permit_id=permit_id, reason="x", actor=Actor.of("approver", ledger_phone)
+        )
+    )
+    assert refusal.code == "unknown_permit"
+    orders_phone, _ = approver_create(name="orders-phone", providers=["orders"])
+    permit, revoked = permit_revoke(
+        permit_id=permit_id, reason="x", actor=Actor.of("approver", orders_phone)
+    )
+    assert revoked and permit.status == "revoked"
