@@ -57,7 +57,7 @@ def test_a_console_user_sees_the_providers_granted_to_them(two_providers):
     assign_perm(ProviderPermission.VIEW_OPERATIONS.perm, user, ledger)
     assert keys(selectors.approvals_for_user(user=user)) == {"ledger-shop"}
     # A model-wide permission grants nothing here: roles are granted per provider.
-    user.user_permissions.add(Permission.objects.get(codename="decide_approvals"))
+    user.user_permissions.add(Permission.objects.get(codename=ProviderPermission.DECIDE_APPROVALS))
     user = get_user_model().objects.get(pk=user.pk)  # permissions are cached per object
     assert keys(selectors.approvals_for_user(user=user)) == {"ledger-shop"}
     superuser = get_user_model().objects.create_superuser(username="root")
