@@ -11,10 +11,13 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 
+from approvals.actors import Actor
 from recovery.api import STATUS_BY_CODE
 from recovery.models import Operation
+from recovery.permissions import ProviderPermission
 from recovery.selectors import operation_for_user
 from recovery.services.errors import RecoveryError
+from recovery.services.operator import operator_permitted
 
 
 def operation_for_viewer(request: HttpRequest, key: str) -> Operation:
@@ -36,3 +39,19 @@ def refusal_status_raise(refusal: RecoveryError) -> None:
         raise Http404(refusal.message) from refusal
     if status == 403:
         raise PermissionDenied(refusal.message) from refusal
+
+
+def invalid_form_refused(
+    request: HttpRequest, operation: Operation, action: str, permission: ProviderPermission
+) -> None:
+    """Before a form's errors are shown, the service's own check of ``permission``.
+
+    A form that fails validation never reaches its service; a user who may not act at
+    all still gets 403, recorded, rather than an invitation to correct the form.
+    """
+    actor = Actor.of("user", request.user)
+    try:
+        operator_permitted(operation=operation, action=action, permission=permission, actor=actor)
+    except RecoveryError as refusal:
+        refusal_status_raise(refusal)
+        raise

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST, require_safe
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from console.forms import ActionForm, DecisionForm
-from console.views.access import operation_for_viewer, refusal_status_raise
+from console.views.access import invalid_form_refused, operation_for_viewer, refusal_status_raise
 from recovery.models import Dispatch, Operation
 from recovery.permissions import ProviderPermission
 from recovery.selectors import (
@@ -91,6 +91,7 @@ def operation_decide(request: HttpRequest, key: str, action: str) -> HttpRespons
     operation = operation_for_viewer(request, key)
     form = ActionForm(request.POST)
     if not form.is_valid():
+        invalid_form_refused(request, operation, action, DECISIONS[action])
         messages.error(request, f"Nothing was done: give a reason to {action}.")
         return redirect("operation", key=key)
     try:
@@ -190,6 +191,9 @@ def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) 
     proposal, operation = _request_for_viewer(request, request_id)
     form = DecisionForm(request.POST)
     if not form.is_valid():
+        invalid_form_refused(
+            request, operation, decision, ProviderPermission.APPROVE_RECONCILIATIONS
+        )
         messages.error(request, f"Nothing was done: give a reason to {decision}.")
         return redirect("reconciliations")
     service = reconciliation_approve if decision == "approve" else reconciliation_reject
