@@ -85,6 +85,13 @@ def approver_authenticate(*, token: str) -> Approver | None:
     return credential_by_token(Approver, token)
 
 
+def approver_for(*, actor: Actor) -> Approver | None:
+    """The active approver credential ``actor`` names; None for any other actor."""
+    if actor.kind != "approver" or not actor.id.isdigit():
+        return None
+    return Approver.objects.filter(pk=int(actor.id), disabled_at=None).first()
+
+
 def credential_by_token(model: type[M], token: str) -> M | None:
     """The active credential row of ``model`` holding ``token`` (hashed), or None.
 

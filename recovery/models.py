@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import models
 from django.db.models import Q
 
 from approvals.actors import ActorField
+from recovery.permissions import ProviderPermission
 
 
 class Host(models.Model):
@@ -59,16 +60,7 @@ class Provider(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        permissions = [
-            ("view_operations", "May view this provider's operations"),
-            ("lookup_operations", "May look up evidence for this provider's operations"),
-            ("confirm_operations", "May confirm this provider's operations"),
-            ("repair_operations", "May repair stranded receipts of this provider"),
-            ("void_operations", "May void this provider's operations"),
-            ("propose_reconciliations", "May propose a reconciliation for four-eyes approval"),
-            ("approve_reconciliations", "May approve another operator's reconciliation"),
-            ("decide_approvals", "May approve or deny this provider's actions"),
-        ]
+        permissions: ClassVar[list[tuple[str, Any]]] = ProviderPermission.choices
         constraints = [
             models.CheckConstraint(
                 condition=Q(timeout_seconds__gt=0) & Q(timeout_seconds__lte=60),

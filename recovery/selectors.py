@@ -58,7 +58,8 @@ from recovery.params_diff import (
     provider_digest,
     provider_params,
 )
-from recovery.services.errors import NotFound, RecoveryError
+from recovery.permissions import ProviderPermission
+from recovery.services.errors import NotFound
 
 
 def operations_for_host(*, host: Host) -> QuerySet[Operation]:
@@ -70,7 +71,9 @@ def operations_for_approver(*, approver: Approver) -> QuerySet[Operation]:
     return Operation.objects.filter(approver.scope(provider="provider__name", host="host__name"))
 
 
-def providers_for_user(*, user: Any, permissions: tuple[str, ...]) -> QuerySet[Provider]:
+def providers_for_user(
+    *, user: Any, permissions: tuple[ProviderPermission, ...]
+) -> QuerySet[Provider]:
     """The providers on which ``user`` holds any of ``permissions``.
 
     Object permissions only: a role applies to the providers it was granted on
@@ -79,7 +82,7 @@ def providers_for_user(*, user: Any, permissions: tuple[str, ...]) -> QuerySet[P
     """
     return get_objects_for_user(
         user,
-        [f"recovery.{name}" for name in permissions],
+        [permission.perm for permission in permissions],
         klass=Provider,
         any_perm=True,
         accept_global_perms=False,
@@ -103,17 +106,20 @@ def approvals_for_approver(*, approver: Approver) -> QuerySet[Approval]:
 
 def approvals_for_user(*, user: Any) -> QuerySet[Approval]:
     """Approvals of the providers whose operations ``user`` may view or decide."""
-    names = providers_for_user(user=user, permissions=("view_operations", "decide_approvals"))
+    names = providers_for_user(
+        user=user,
+        permissions=(ProviderPermission.VIEW_OPERATIONS, ProviderPermission.DECIDE_APPROVALS),
+    )
     return Approval.objects.filter(provider__in=names.values("name"))
 
 
 def approval_for_caller(
-    *, approval_id: Any, approver: Approver | None = None, user: Any = None, decide: bool = False
+    *, approval_id: Any, approver: Approver | None = None, user: Any = None
 ) -> Approval:
-    """One approval, for an approver or a console user.
+    """One approval, for an approver or a console user to read.
 
-    Outside what the caller may see it does not exist (``unknown_approval``); a user who
-    may see it but not decide it is ``forbidden`` when ``decide``.
+    Outside what the caller may see it does not exist (``unknown_approval``). Who may
+    decide it is the deciding service's rule (``recovery.services.permits``).
     """
     if approver is not None:
         approvals = approvals_for_approver(approver=approver)
@@ -122,10 +128,6 @@ def approval_for_caller(
     approval = approvals.filter(pk=approval_id).first()
     if approval is None:
         raise NotFound("unknown_approval", "no such approval")
-    if decide and user is not None:
-        deciding = providers_for_user(user=user, permissions=("decide_approvals",))
-        if not deciding.filter(name=approval.provider).exists():
-            raise RecoveryError("forbidden", "you may not decide approvals for this provider")
     return approval
 
 
@@ -300,7 +302,7 @@ class QueuePage:
 
 def providers_visible_to(*, user: Any) -> QuerySet[Provider]:
     """Providers whose operations ``user`` may view."""
-    return providers_for_user(user=user, permissions=("view_operations",))
+    return providers_for_user(user=user, permissions=(ProviderPermission.VIEW_OPERATIONS,))
 
 
 def _latest_evidence() -> QuerySet[Evidence]:
@@ -456,11 +458,6 @@ def operation_for_user(*, user: Any, key: str) -> Operation | None:
         .select_related("provider", "host")
         .first()
     )
-
-
-def provider_permitted(*, user: Any, permission: str, provider: Provider) -> bool:
-    """Whether ``user`` holds ``permission`` on ``provider`` (as ``providers_for_user``)."""
-    return providers_for_user(user=user, permissions=(permission,)).filter(pk=provider.pk).exists()
 
 
 # -- four-eyes reconciliation requests -------------------------------------------------
@@ -808,7 +805,8 @@ def audit_supervisor(*, user: Any) -> bool:
     """
     if user.is_superuser:
         return True
-    return providers_for_user(user=user, permissions=("approve_reconciliations",)).exists()
+    supervising = (ProviderPermission.APPROVE_RECONCILIATIONS,)
+    return providers_for_user(user=user, permissions=supervising).exists()
 
 
 def _actor_filter(text: str) -> Q:

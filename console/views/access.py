@@ -1,4 +1,10 @@
-"""Access helpers: the operation a request is about, for this user, or 404 / 403."""
+"""Access helpers: the operation a request is about, for this user, or 404; and the 404 or
+403 a service's refusal stands for.
+
+Who may do what is the services' rule (``recovery.services.access``): a view fetches what
+the user may see, calls the service, and turns a refusal's code into the status the host
+API gives it (``recovery.api.STATUS_BY_CODE``), so the console and the API answer alike.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,12 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 
 from approvals.actors import Actor
+from recovery.api import STATUS_BY_CODE
 from recovery.models import Operation
-from recovery.selectors import operation_for_user, provider_permitted
-from recovery.services.operator import operator_refusal_record
+from recovery.permissions import ProviderPermission
+from recovery.selectors import operation_for_user
+from recovery.services.errors import RecoveryError
+from recovery.services.operator import operator_permitted
 
 
 def operation_for_viewer(request: HttpRequest, key: str) -> Operation:
@@ -19,24 +28,30 @@ def operation_for_viewer(request: HttpRequest, key: str) -> Operation:
     return operation
 
 
-def operation_for_action(request: HttpRequest, key: str, action: str, permission: str) -> Operation:
-    """The operation, if this user may view it (else 404) and act on it (else 403, recorded)."""
-    operation = operation_for_viewer(request, key)
-    permission_required(request, operation, action, permission)
-    return operation
+def refusal_status_raise(refusal: RecoveryError) -> None:
+    """Raise the 404 or 403 that ``refusal`` stands for; any other refusal is the page's to show.
+
+    A user who may not see the provider gets 404, one who may see but not do gets 403
+    (the service has recorded that refusal already).
+    """
+    status = STATUS_BY_CODE.get(refusal.code)
+    if status == 404:
+        raise Http404(refusal.message) from refusal
+    if status == 403:
+        raise PermissionDenied(refusal.message) from refusal
 
 
-def permission_required(
-    request: HttpRequest, operation: Operation, action: str, permission: str
+def invalid_form_refused(
+    request: HttpRequest, operation: Operation, action: str, permission: ProviderPermission
 ) -> None:
-    """403 unless this user holds ``permission`` on the operation's provider; recorded."""
-    if not provider_permitted(
-        user=request.user, permission=permission, provider=operation.provider
-    ):
-        operator_refusal_record(
-            operation=operation,
-            action=action,
-            code="forbidden",
-            actor=Actor.of("user", request.user),
-        )
-        raise PermissionDenied(f"you may not {action} this provider's operations")
+    """Before a form's errors are shown, the service's own check of ``permission``.
+
+    A form that fails validation never reaches its service; a user who may not act at
+    all still gets 403, recorded, rather than an invitation to correct the form.
+    """
+    actor = Actor.of("user", request.user)
+    try:
+        operator_permitted(operation=operation, action=action, permission=permission, actor=actor)
+    except RecoveryError as refusal:
+        refusal_status_raise(refusal)
+        raise

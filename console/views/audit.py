@@ -7,7 +7,6 @@ from collections.abc import Iterable, Iterator
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
@@ -17,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST, require_safe
 
 from approvals.actors import Actor
 from console.forms import AUDIT_KINDS, AuditFilterForm, page_queries
+from console.views.access import refusal_status_raise
 from recovery.audit import audit_alarms_open, event_export
 from recovery.canonical import canonical_dumps
 from recovery.models import AuditEvent
@@ -32,7 +32,7 @@ from recovery.services.audit_trail import (
     audit_alarm_resolve,
     audit_export_record,
 )
-from recovery.services.errors import Invalid, NotFound, RecoveryError
+from recovery.services.errors import NotFound, RecoveryError
 
 PAGE_SIZE = 50
 EXPORT_COLUMNS = ("id", "at", "chain", "seq", "kind", "actor", "data", "prev_hash", "hash")
@@ -145,10 +145,9 @@ def audit_alarm_resolve_view(request: HttpRequest, alarm_id: int) -> HttpRespons
         )
     except NotFound as error:
         raise Http404(error.message) from error
-    except Invalid as error:
-        messages.error(request, f"Not resolved: {error.message}.")
     except RecoveryError as error:
-        raise PermissionDenied(error.message) from error
+        refusal_status_raise(error)  # not a supervisor: 403
+        messages.error(request, f"Not resolved: {error.message}.")
     else:
         messages.success(request, f"Alarm {alarm_id} resolved.")
     return redirect(reverse("audit") + "#alarms")

@@ -10,9 +10,10 @@ from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
 from console.forms import ActionForm
-from console.views.access import operation_for_action, operation_for_viewer
+from console.views.access import invalid_form_refused, operation_for_viewer, refusal_status_raise
 from console.views.reconcile import actions_context
 from recovery.models import LookupAttempt
+from recovery.permissions import ProviderPermission
 from recovery.selectors import (
     lookup_in_flight,
     operation_comparison,
@@ -69,9 +70,10 @@ def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
 @require_POST
 def operation_lookup(request: HttpRequest, key: str) -> HttpResponse:
     """Queue a lookup of the evidence now, with a reason, as of the version the operator saw."""
-    operation = operation_for_action(request, key, "lookup", "lookup_operations")
+    operation = operation_for_viewer(request, key)
     form = ActionForm(request.POST)
     if not form.is_valid():
+        invalid_form_refused(request, operation, "lookup", ProviderPermission.LOOKUP_OPERATIONS)
         messages.error(request, "Nothing was done: give a reason for the lookup.")
         return redirect("operation", key=key)
     try:
@@ -82,6 +84,7 @@ def operation_lookup(request: HttpRequest, key: str) -> HttpResponse:
             actor=Actor.of("user", request.user),
         )
     except RecoveryError as exc:
+        refusal_status_raise(exc)
         messages.error(request, f"Refused: {exc.message}.")
     else:
         if queued.published:

@@ -14,11 +14,11 @@ from django.views.decorators.http import require_POST, require_safe
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from console.forms import ActionForm, DecisionForm
-from console.views.access import operation_for_action, permission_required
+from console.views.access import invalid_form_refused, operation_for_viewer, refusal_status_raise
 from recovery.models import Dispatch, Operation, State
+from recovery.permissions import ProviderPermission
 from recovery.selectors import (
     provider_permissions,
-    provider_permitted,
     providers_for_user,
     reconciliation_request_for_user,
     reconciliation_requests_for_user,
@@ -27,6 +27,7 @@ from recovery.services.claims import claim_live
 from recovery.services.errors import RecoveryError
 from recovery.services.operator import operation_claim, operation_claim_release
 from recovery.services.reconcile import (
+    DECISION_PERMISSIONS,
     evidence_latest,
     operation_reconcile,
     reconcile_grounds,
@@ -34,13 +35,8 @@ from recovery.services.reconcile import (
     reconciliation_reject,
 )
 
-# Each decision's own permission; what the evidence does not back also needs
-# ``propose_reconciliations``, and a second user's ``approve_reconciliations``.
-DECISIONS = {
-    "confirm": "confirm_operations",
-    "void": "void_operations",
-    "repair": "repair_operations",
-}
+# The decisions an operator takes from the page; each one's permission is the service's.
+DECISIONS = DECISION_PERMISSIONS
 PAST = {"confirm": "Confirmed", "void": "Voided", "repair": "Repaired the receipt"}
 
 
@@ -68,14 +64,14 @@ def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any
         except RecoveryError:
             continue
         direct = backing is not None
-        if direct or "propose_reconciliations" in held:
+        if direct or ProviderPermission.PROPOSE_RECONCILIATIONS in held:
             decisions.append({"action": action, "direct": direct})
     pending = ReconciliationRequest.objects.filter(
         operation_key=operation.key, status=ReconciliationRequest.Status.PENDING
     ).first()
     if pending is not None:  # one proposal at a time: it is decided first
         decisions = []
-    may_lookup = "lookup_operations" in held
+    may_lookup = ProviderPermission.LOOKUP_OPERATIONS in held
     return {
         "may_lookup": may_lookup,
         "decisions": decisions,
@@ -83,7 +79,7 @@ def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any
         "may_claim": may_lookup,
         "me": _actor(request),
         "pending_request": pending,
-        "may_approve": pending is not None and "approve_reconciliations" in held,
+        "may_approve": pending is not None and ProviderPermission.APPROVE_RECONCILIATIONS in held,
         **_outcomes(operation, dispatch),
     }
 
@@ -103,12 +99,15 @@ def _outcomes(operation: Operation, dispatch: Dispatch | None) -> dict[str, Any]
 @require_POST
 def operation_decide(request: HttpRequest, key: str, action: str) -> HttpResponse:
     """Confirm, void or repair as of the version seen: now if backed, else proposed."""
-    operation = operation_for_action(request, key, action, DECISIONS[action])
+    operation = operation_for_viewer(request, key)
     form = ActionForm(request.POST)
     if not form.is_valid():
+        invalid_form_refused(request, operation, action, DECISIONS[action])
         messages.error(request, f"Nothing was done: give a reason to {action}.")
         return redirect("operation", key=key)
     if action == "void" and not form.cleaned_data["confirmed"]:
+        # Only someone who may void is asked to confirm; anyone else gets the 403.
+        invalid_form_refused(request, operation, action, DECISIONS[action])
         asked = _void_confirmation(request, operation, form)
         if asked is not None:
             return asked
@@ -119,13 +118,9 @@ def operation_decide(request: HttpRequest, key: str, action: str) -> HttpRespons
             version=form.cleaned_data["version"],
             reason=form.cleaned_data["reason"],
             actor=_actor(request),
-            may_propose=provider_permitted(
-                user=request.user,
-                permission="propose_reconciliations",
-                provider=operation.provider,
-            ),
         )
     except RecoveryError as exc:
+        refusal_status_raise(exc)
         messages.error(request, f"Refused: {exc.message}.")
     else:
         if decided.proposed:
@@ -173,10 +168,11 @@ def _claim_step(
     request: HttpRequest, key: str, action: str, step: Callable[..., Any], done: str
 ) -> HttpResponse:
     """Take or release a claim (``step``); the refusal or ``done`` shown on the page."""
-    operation = operation_for_action(request, key, action, "lookup_operations")
+    operation = operation_for_viewer(request, key)
     try:
         step(operation=operation, actor=_actor(request))
     except RecoveryError as exc:
+        refusal_status_raise(exc)
         messages.error(request, f"Refused: {exc.message}.")
     else:
         messages.success(request, done)
@@ -211,9 +207,9 @@ def reconciliations(request: HttpRequest) -> HttpResponse:
     """The four-eyes queue: pending proposals, oldest first, with their evidence inline."""
     rows = reconciliation_requests_for_user(user=request.user)
     approvable = set(
-        providers_for_user(user=request.user, permissions=("approve_reconciliations",)).values_list(
-            "pk", flat=True
-        )
+        providers_for_user(
+            user=request.user, permissions=(ProviderPermission.APPROVE_RECONCILIATIONS,)
+        ).values_list("pk", flat=True)
     )
     context = {
         "rows": rows,
@@ -224,25 +220,26 @@ def reconciliations(request: HttpRequest) -> HttpResponse:
     return render(request, "console/reconciliations.html", context)
 
 
-def _request_for_decision(
-    request: HttpRequest, request_id: int, decision: str
+def _request_for_viewer(
+    request: HttpRequest, request_id: int
 ) -> tuple[ReconciliationRequest, Operation]:
-    """The request if this user may view it (else 404) and decide it (else 403, recorded)."""
+    """The request if this user may view it; 404 whether absent or hidden."""
     found = reconciliation_request_for_user(user=request.user, request_id=request_id)
     if found is None:
         raise Http404("no such reconciliation request")
-    proposal, operation = found
-    permission_required(request, operation, decision, "approve_reconciliations")
-    return proposal, operation
+    return found
 
 
 @login_required
 @require_POST
 def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) -> HttpResponse:
     """Approve (and so take) or reject another operator's proposal, with a reason."""
-    proposal, operation = _request_for_decision(request, request_id, decision)
+    proposal, operation = _request_for_viewer(request, request_id)
     form = DecisionForm(request.POST)
     if not form.is_valid():
+        invalid_form_refused(
+            request, operation, decision, ProviderPermission.APPROVE_RECONCILIATIONS
+        )
         messages.error(request, f"Nothing was done: give a reason to {decision}.")
         return redirect("reconciliations")
     service = reconciliation_approve if decision == "approve" else reconciliation_reject
@@ -254,6 +251,7 @@ def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) 
             actor=_actor(request),
         )
     except RecoveryError as exc:
+        refusal_status_raise(exc)
         messages.error(request, f"Refused: {exc.message}.")
     else:
         done = "Approved and done" if decision == "approve" else "Rejected"

@@ -5,6 +5,8 @@ through ``operation_transition`` (``recovery.transitions``) and audits in the sa
 transaction. ``locking`` states the lock order every module follows.
 
 - ``errors``: what a refused call raises, with a stable code;
+- ``access``: who may act on a provider's operations, the check every service acting
+  for a console user makes (the permissions themselves: ``recovery.permissions``);
 - ``credentials``, ``providers``, ``roles``: hosts' and approvers' tokens, provider
   configuration, console roles granted per provider;
 - ``locking``: finding and locking the operation a call is about;

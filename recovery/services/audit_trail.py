@@ -16,7 +16,7 @@ from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import AuditAlarm
 from recovery.selectors import audit_supervisor
-from recovery.services.errors import Invalid, NotFound, RecoveryError
+from recovery.services.errors import Forbidden, Invalid, NotFound
 
 logger = logging.getLogger("settle.audit")
 
@@ -49,7 +49,7 @@ def audit_alarm_resolve(*, user: Any, alarm_id: int, resolution: str) -> AuditAl
     moves.
     """
     if not audit_supervisor(user=user):
-        raise RecoveryError("forbidden", "only a supervisor may resolve audit alarms")
+        raise Forbidden("only a supervisor may resolve audit alarms")
     resolution = resolution.strip()
     if not resolution:
         raise Invalid("resolution_required", "say what was done about it")

@@ -25,3 +25,10 @@ class NotFound(RecoveryError):
 
 class Invalid(RecoveryError):
     """Settings or values no call may carry."""
+
+
+class Forbidden(RecoveryError):
+    """The caller may see what was named but may not do this to it (code ``forbidden``)."""
+
+    def __init__(self, message: str, **extra: Any) -> None:
+        super().__init__("forbidden", message, **extra)

@@ -1,6 +1,8 @@
 """What an operator does from the console, checked again on the server and audited.
 
-Every action names the version of the operation the operator was looking at: if the
+Every action is refused first unless the operator holds its permission on the
+operation's provider (``recovery.services.access``): ``lookup_operations`` for a lookup
+and for claims. Every action names the version of the operation the operator was looking at: if the
 operation has moved on since, the action is refused (``stale_version``) and nothing
 changes; and while another operator holds a live claim on it (``claimed``), nobody
 else acts on it. Every action and every refusal — a missing permission included — is an audit
@@ -19,8 +21,10 @@ from django.utils import timezone
 from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import LookupAttempt, Operation, OperationClaim
+from recovery.permissions import ProviderPermission
+from recovery.services.access import provider_permission_require
 from recovery.services.claims import claim_check
-from recovery.services.errors import RecoveryError
+from recovery.services.errors import Forbidden, RecoveryError
 from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim, lookup_publish
 from recovery.services.signals import refusals_recorded
@@ -44,6 +48,23 @@ def operator_refuse(
     """Record ``error`` as a refused ``action`` (its own transaction), then raise it."""
     operator_refusal_record(operation=operation, action=action, code=error.code, actor=actor)
     raise error
+
+
+def operator_permitted(
+    *, operation: Operation, action: str, permission: ProviderPermission, actor: Actor
+) -> frozenset[str]:
+    """Refuse ``action`` unless ``actor`` holds ``permission``; what it holds, if so.
+
+    ``NotFound`` if it may not see the operation (not recorded); ``Forbidden``, recorded,
+    if it may see but not do. Checked before anything is locked: a right is the
+    actor's, not the operation's state.
+    """
+    try:
+        return provider_permission_require(
+            actor=actor, provider=operation.provider, permission=permission, action=action
+        )
+    except Forbidden as refusal:
+        operator_refuse(operation, action, refusal, actor)
 
 
 def operator_locked(
@@ -82,14 +103,21 @@ class QueuedLookup:
 def operator_lookup(
     *, operation: Operation, version: int, reason: str, actor: Actor
 ) -> QueuedLookup:
-    """Queue a lookup of the operation's evidence now (``lookup_operations`` was checked).
+    """Queue a lookup of the operation's evidence now.
 
-    Refused as ``operator_locked`` refuses, or while a lookup of it is in flight under a
-    live lease (``lookup_claim``'s rule, the one every lookup follows). The queued attempt
-    and the ``operator_action`` that asked for it commit together; a background worker
-    then runs it (``recovery.tasks.lookup_attempt``) with no lock held across the
-    provider's answer, as every lookup does. Nothing runs inside the web request.
+    Refused without ``lookup_operations``, as ``operator_locked`` refuses, or while a
+    lookup of it is in flight under a live lease (``lookup_claim``'s rule, the one every
+    lookup follows). The queued attempt and the ``operator_action`` that asked for it
+    commit together; a background worker then runs it (``recovery.tasks.lookup_attempt``)
+    with no lock held across the provider's answer, as every lookup does. Nothing runs
+    inside the web request.
     """
+    operator_permitted(
+        operation=operation,
+        action="lookup",
+        permission=ProviderPermission.LOOKUP_OPERATIONS,
+        actor=actor,
+    )
     slot = None
     published: list[bool] = []
     with audit_transaction():
@@ -150,7 +178,16 @@ def _release(operation: Operation, actor: Actor) -> None:
 
 
 def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
-    """Claim the operation for ``actor``; refused (and recorded) while another's is live."""
+    """Claim the operation for ``actor``; refused (and recorded) while another's is live.
+
+    Claiming is working on it: it needs what a lookup needs, ``lookup_operations``.
+    """
+    operator_permitted(
+        operation=operation,
+        action="claim",
+        permission=ProviderPermission.LOOKUP_OPERATIONS,
+        actor=actor,
+    )
     try:
         return _claim(operation, actor)
     except RecoveryError as exc:
@@ -159,6 +196,12 @@ def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
 
 def operation_claim_release(*, operation: Operation, actor: Actor) -> None:
     """Let go of one's own claim; another's live claim, or none, is refused and recorded."""
+    operator_permitted(
+        operation=operation,
+        action="release",
+        permission=ProviderPermission.LOOKUP_OPERATIONS,
+        actor=actor,
+    )
     try:
         _release(operation, actor)
     except RecoveryError as exc:

@@ -16,7 +16,9 @@ from recovery.models import (
     Operation,
     State,
 )
-from recovery.services.errors import RecoveryError
+from recovery.permissions import ProviderPermission
+from recovery.services.access import provider_permission_require
+from recovery.services.errors import Forbidden, NotFound, RecoveryError
 from recovery.services.locking import (
     OperationRef,
     binding,
@@ -25,6 +27,25 @@ from recovery.services.locking import (
 )
 from recovery.services.signals import refusals_recorded
 from recovery.transitions import Event, operation_transition
+
+
+def approver_scope(*, actor: Actor, approver: Approver | None, missing: str) -> Approver | None:
+    """The approver whose scope bounds ``actor``: the credential given, or the one it names.
+
+    A caller that passes no credential row does not lift an approver's scope: it is
+    read from the actor (``NotFound(missing)`` if the credential is gone or disabled). A
+    row that is not the actor's own is refused. None for any other kind of actor.
+    """
+    if approver is not None:
+        if Actor.of("approver", approver) != actor:
+            raise Forbidden("the approver credential given is not the one acting")
+        return approver
+    if actor.kind != "approver":
+        return None
+    found = approvals.approver_for(actor=actor)
+    if found is None:
+        raise NotFound(missing, f"no such {missing.removeprefix('unknown_')}")
+    return found
 
 
 @audit_transaction()
@@ -63,14 +84,30 @@ def approval_decision(
     """Record a decision on exactly the action the approver reviewed; move the operation.
 
     ``reviewed_digest``: the params digest the approver saw. Another digest decides
-    nothing; the refusal is recorded and raised once recorded. ``approver``: an
-    approval outside its scope does not exist for it.
+    nothing; the refusal is recorded and raised once recorded.
+
+    Who decides: an approver within its scope (``approver_scope``: outside it an
+    approval does not exist for it); a console user holding
+    ``decide_approvals`` on the provider (``forbidden`` for one who may only view it;
+    to anyone else the approval does not exist); Settle itself. Never a host.
     """
+    if decided_by.kind not in ("approver", "user", "system"):
+        raise Forbidden(f"a {decided_by.kind} may not decide approvals")
+    approver = approver_scope(actor=decided_by, approver=approver, missing="unknown_approval")
     refusal: RecoveryError | None = None
     with audit_transaction():
         operation = operation_lock_bound(
             Approval, approval_id, missing="unknown_approval", approver=approver
         )
+        if decided_by.kind == "user":
+            provider_permission_require(
+                actor=decided_by,
+                provider=operation.provider,
+                permission=ProviderPermission.DECIDE_APPROVALS,
+                action="approve or deny",
+                visible=(ProviderPermission.VIEW_OPERATIONS, ProviderPermission.DECIDE_APPROVALS),
+                missing="unknown_approval",
+            )
         if reviewed_digest != operation.params_digest:
             audit_append(
                 kind="decision_refused",
@@ -139,8 +176,10 @@ def permit_revoke(
     """Revoke a permit; an approved operation that can no longer dispatch is closed.
 
     ``host``, ``approver``: the permit must be for one of this host's operations, or
-    within this approver's scope (else it does not exist for them).
+    within this approver's scope (else it does not exist for them); an approver acting
+    is bounded by its scope whether or not its row is given.
     """
+    approver = approver_scope(actor=actor, approver=approver, missing="unknown_permit")
     operation = operation_lock_bound(
         Permit, permit_id, missing="unknown_permit", host=host, approver=approver
     )

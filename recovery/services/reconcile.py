@@ -11,7 +11,7 @@ backed
     on a ``match`` of a committed record; void and repair-as-failed on a provider's
     ``failed`` record, or on ``absent`` from a provider whose absence is authoritative
     (``Provider.absent_is_authoritative``). A backed decision is taken at once by anyone
-    holding its permission.
+    holding its permission (``DECISION_PERMISSIONS``).
 four eyes
     An unbacked decision becomes a ``ReconciliationRequest`` (``propose_reconciliations``)
     that a different user holding ``approve_reconciliations`` approves or rejects. It is
@@ -36,14 +36,23 @@ from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import Dispatch, Evidence, Operation, State, Verdict
+from recovery.permissions import ProviderPermission
 from recovery.services.errors import RecoveryError
 from recovery.services.evidence import receipt_complete, receipt_grounds
 from recovery.services.locking import operation_lock
-from recovery.services.operator import operator_locked, operator_refuse
+from recovery.services.operator import operator_locked, operator_permitted, operator_refuse
 from recovery.services.signals import refusals_recorded
 from recovery.transitions import Event, next_state, operation_transition
 
 Action = ReconciliationRequest.Action
+
+# Each decision's own permission; what the evidence does not back also needs
+# ``propose_reconciliations``, and a second user's ``approve_reconciliations``.
+DECISION_PERMISSIONS: dict[str, ProviderPermission] = {
+    Action.CONFIRM: ProviderPermission.CONFIRM_OPERATIONS,
+    Action.VOID: ProviderPermission.VOID_OPERATIONS,
+    Action.REPAIR: ProviderPermission.REPAIR_OPERATIONS,
+}
 
 # What each decision does to a stranded receipt: completed as succeeded, or as failed.
 _SETTLED_SUCCEEDED = {State.RELEASED}
@@ -164,13 +173,20 @@ def operation_reconcile(
     version: int,
     reason: str,
     actor: Actor,
-    may_propose: bool,
 ) -> Decided:
     """Confirm, void or repair now if the evidence backs it; otherwise propose it.
 
-    The caller checked the action's own permission; ``may_propose`` says whether the
-    actor may also propose (``propose_reconciliations``) what the evidence does not back.
+    Refused without the action's own permission (``DECISION_PERMISSIONS``); what the
+    evidence does not back is proposed only by an actor who also holds
+    ``propose_reconciliations`` (else ``four_eyes_required``).
     """
+    permission = DECISION_PERMISSIONS.get(action)
+    if permission is None:
+        raise RecoveryError("unknown_action", f"no operator decision {action!r}")
+    held = operator_permitted(
+        operation=operation, action=action, permission=permission, actor=actor
+    )
+    may_propose = ProviderPermission.PROPOSE_RECONCILIATIONS in held
     decided = None
     with audit_transaction():
         locked, refusal = operator_locked(operation=operation, version=version, actor=actor)
@@ -306,10 +322,16 @@ def reconciliation_approve(
 ) -> Decided:
     """Approve another operator's proposal and take the decision, in one transaction.
 
-    The caller checked ``approve_reconciliations``. Refused for the proposer
-    (``self_approval``) and for a request already decided; a request whose operation
-    or evidence moved on since the proposal is invalidated (``request_invalidated``).
+    Refused without ``approve_reconciliations``, for the proposer (``self_approval``)
+    and for a request already decided; a request whose operation or evidence moved on
+    since the proposal is invalidated (``request_invalidated``).
     """
+    operator_permitted(
+        operation=operation,
+        action="approve",
+        permission=ProviderPermission.APPROVE_RECONCILIATIONS,
+        actor=actor,
+    )
     decided = None
     refusal: RecoveryError | None = None
     with audit_transaction():
@@ -362,8 +384,17 @@ def reconciliation_approve(
 def reconciliation_reject(
     *, operation: Operation, request_id: int, reason: str, actor: Actor
 ) -> ReconciliationRequest:
-    """Reject a pending proposal; nothing else changes. (A proposer withdraws their own this
-    way only if they may also approve proposals.)"""
+    """Reject a pending proposal; nothing else changes.
+
+    Needs ``approve_reconciliations``: a proposer withdraws their own this way only if
+    they may also approve proposals.
+    """
+    operator_permitted(
+        operation=operation,
+        action="reject",
+        permission=ProviderPermission.APPROVE_RECONCILIATIONS,
+        actor=actor,
+    )
     with audit_transaction():
         locked, request = _request_locked(operation, request_id)
         if request.status == ReconciliationRequest.Status.PENDING:

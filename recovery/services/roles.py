@@ -1,7 +1,7 @@
 """Console roles: what a viewer, an operator and a supervisor may do, per provider.
 
 role
-    A named set of the object permissions on ``Provider`` (``Provider.Meta.permissions``).
+    A named set of the object permissions on ``Provider`` (``recovery.permissions``).
     Each role is also a ``Group`` holding exactly those permissions, so that the admin
     shows what a role means; membership of the group grants nothing by itself.
 grant
@@ -18,26 +18,27 @@ from guardian.shortcuts import assign_perm
 from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import Provider
+from recovery.permissions import ProviderPermission as P
 from recovery.services.errors import NotFound
 
-VIEWER = ("view_operations",)
+VIEWER = (P.VIEW_OPERATIONS,)
 OPERATOR = (
     *VIEWER,
-    "lookup_operations",
-    "confirm_operations",
-    "repair_operations",
-    "void_operations",
-    "propose_reconciliations",
+    P.LOOKUP_OPERATIONS,
+    P.CONFIRM_OPERATIONS,
+    P.REPAIR_OPERATIONS,
+    P.VOID_OPERATIONS,
+    P.PROPOSE_RECONCILIATIONS,
 )
-SUPERVISOR = (*OPERATOR, "approve_reconciliations", "decide_approvals")
-ROLES: dict[str, tuple[str, ...]] = {
+SUPERVISOR = (*OPERATOR, P.APPROVE_RECONCILIATIONS, P.DECIDE_APPROVALS)
+ROLES: dict[str, tuple[P, ...]] = {
     "viewer": VIEWER,
     "operator": OPERATOR,
     "supervisor": SUPERVISOR,
 }
 
 
-def _permissions(codenames: tuple[str, ...]) -> list[Permission]:
+def _permissions(codenames: tuple[P, ...]) -> list[Permission]:
     found = list(
         Permission.objects.filter(content_type__app_label="recovery", codename__in=codenames)
     )

@@ -105,6 +105,14 @@ def test_a_viewer_may_not_look_up_sees_no_button_and_the_refusal_is_recorded(vie
     assert (refused.data["code"], refused.actor.id) == ("forbidden", str(viewer.pk))
 
 
+def test_a_viewer_who_gives_no_reason_is_still_refused_and_recorded(viewer, stuck):
+    """A form that fails validation does not hide that the user may not act at all."""
+    operation = stuck.unknown("op-1")
+    assert _lookup(client_for(viewer), operation, reason="").status_code == 403
+    [refused] = _events(operation, "operator_refused")
+    assert (refused.data["action"], refused.data["code"]) == ("lookup", "forbidden")
+
+
 def test_an_operator_sees_the_button(operator, stuck):
     operation = stuck.unknown("op-1")
     page = client_for(operator).get(f"/operations/{operation.key}/").content.decode()

@@ -350,6 +350,17 @@ def test_a_viewer_is_refused_every_action_and_the_refusal_is_recorded(viewer, st
     assert _fresh(operation).version == operation.version
 
 
+@pytest.mark.parametrize("action", ["confirm", "void", "repair"])
+def test_a_viewer_who_gives_no_reason_is_still_refused_and_recorded(
+    viewer, outsider, stuck, action
+):
+    operation = stuck.mismatch("op-1")
+    url = f"/operations/{operation.key}/{action}"
+    assert client_for(viewer).post(url, {"version": operation.version}).status_code == 403
+    assert client_for(outsider).post(url, {"version": operation.version}).status_code == 404
+    assert _refused(operation) == [(action, "forbidden")]
+
+
 @pytest.mark.parametrize("action", ACTIONS)
 def test_another_providers_operator_gets_404_for_every_action(outsider, stuck, action):
     operation = stuck.mismatch("op-1")
@@ -413,6 +424,9 @@ def test_deciding_requests_who_may(
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
     assert client_for(supervisor).get(url).status_code == 405
     assert client_for(supervisor, csrf_checks=True).post(url, {"reason": "x"}).status_code == 403
+    # without a reason: still 403 for who may not decide, and recorded
+    assert client_for(viewer).post(url, {"reason": ""}).status_code == 403
+    assert _refused(operation)[-1] == (decision, "forbidden")
     no_reason = client_for(supervisor).post(url, {"reason": ""}, follow=True)
     assert f"give a reason to {decision}" in no_reason.content.decode()
     proposal.refresh_from_db()
@@ -592,3 +606,11 @@ def test_a_void_without_a_reason_is_not_asked_about(operator, stuck):
     response = _void(client_for(operator), operation, reason=" ")
     assert response.status_code == 302
     assert not ReconciliationRequest.objects.exists()
+
+
+def test_a_viewer_is_refused_a_void_before_being_asked_to_confirm_it(viewer, stuck):
+    operation = stuck.mismatch("op-1")
+    response = _void(client_for(viewer), operation)
+    assert response.status_code == 403
+    assert "Propose voiding" not in response.content.decode()
+    assert _refused(operation) == [("void", "forbidden")]

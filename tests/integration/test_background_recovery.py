@@ -179,7 +179,7 @@ def _stranded(count: int, provider: str) -> list[str]:
             approval_id=approval.id,
             approve=True,
             ttl_seconds=300,
-            decided_by=Actor("approver", "1", "test"),
+            decided_by=Actor.system("test"),
             reviewed_digest=digest_of(PARAMS),
         )
         outcome = operation_dispatch(

@@ -36,6 +36,7 @@ from recovery.models import (
     Operation,
     Provider,
 )
+from recovery.permissions import ProviderPermission
 from recovery.services.providers import provider_configure
 from tests.conftest import PARAMS, Api, digest_of
 
@@ -764,7 +765,9 @@ def test_a_console_session_without_its_csrf_token_is_refused(world, console_user
 
 
 def test_a_console_user_who_may_view_but_not_decide_is_forbidden(world, console_user):
-    assign_perm("recovery.view_operations", console_user, Provider.objects.get(name="orders"))
+    assign_perm(
+        ProviderPermission.VIEW_OPERATIONS.perm, console_user, Provider.objects.get(name="orders")
+    )
     before = snapshot()
     client, response = _console_decision(world, console_user)
     assert_error(response, 403, "forbidden")

@@ -11,6 +11,7 @@ from guardian.shortcuts import assign_perm
 from approvals.actors import Actor
 from approvals.models import PermitEvent
 from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Operation
+from recovery.permissions import ProviderPermission
 from tests.conftest import PARAMS, digest_of, lookups_published
 from tests.support.providers import sqlite_provider_commit
 
@@ -210,7 +211,7 @@ def test_heartbeat_after_the_lease_lapsed_loses_it_and_the_operation_is_unknown(
 
 def test_console_user_with_the_decide_permission_on_the_provider_approves(flow, provider):
     user = get_user_model().objects.create_user(username="sup", password="unused-pw")
-    assign_perm("recovery.decide_approvals", user, provider)
+    assign_perm(ProviderPermission.DECIDE_APPROVALS.perm, user, provider)
     flow.register()
     approval = flow.host_api.post("/api/v1/operations/op-1/approvals").json()
     browser = Client(enforce_csrf_checks=True)

@@ -43,9 +43,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from guardian.shortcuts import assign_perm
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -59,7 +61,7 @@ from hypothesis.stateful import (
 
 from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent, ReconciliationRequest
-from approvals.services import Refusal, db_now
+from approvals.services import Refusal, approver_create, db_now
 from recovery.audit import audit_verify
 from recovery.models import (
     TERMINAL_STATES,
@@ -72,6 +74,7 @@ from recovery.models import (
     State,
     Verdict,
 )
+from recovery.permissions import ProviderPermission
 from recovery.services.callbacks import CallbackOutcome, provider_callback
 from recovery.services.credentials import host_create
 from recovery.services.dispatch import (
@@ -91,6 +94,7 @@ from recovery.services.reconcile import (
 )
 from recovery.services.registration import operation_register
 from recovery.services.resume import LOOKUP_POLL_SECONDS, Decision, operation_resume
+from recovery.services.roles import OPERATOR, SUPERVISOR
 from recovery.services.sweep import lookup_attempt_run, sweep
 from tests.support.providers import (
     SQLITE_TAMPER_MODES,
@@ -112,10 +116,6 @@ ACTION = "payment.send"
 PROVIDER = "orders"
 LOOKUP_BUDGET = 3
 TTL_SECONDS = 300
-ALICE = Actor("approver", "1", "alice")
-BOB = Actor("approver", "2", "bob")
-OLIVIA = Actor("user", "1", "olivia")  # an operator
-SAM = Actor("user", "2", "sam")  # a supervisor
 FLEET = Actor("host", "1", "fleet-a")
 OTHER_PARAMS = {"amount": 1, "currency": "EUR", "to": "acct-mallory"}
 TAMPERED_PARAMS = {"tampered": True}  # what sqlite_provider_tamper writes for other_params
@@ -319,6 +319,17 @@ def step(method: Callable[..., None]) -> Callable[..., None]:
 # --------------------------------------------------------------------------- the machine
 
 
+def _console_user(
+    name: str, permissions: tuple[ProviderPermission, ...], provider: Provider
+) -> Actor:
+    """A console user holding ``permissions`` on ``provider`` (not granted through the
+    audited grant service: the machine counts every audit event it expects)."""
+    user = get_user_model().objects.create_user(username=name)
+    for permission in permissions:
+        assign_perm(permission.perm, user, provider)
+    return Actor.of("user", user)
+
+
 class SafetyMachine(RuleBasedStateMachine):
     """Random interleavings of everything hosts, workers, providers and people do."""
 
@@ -346,6 +357,12 @@ class SafetyMachine(RuleBasedStateMachine):
             Provider.objects.filter(pk=self.provider.pk).update(lookup_budget=LOOKUP_BUDGET)
             self.host, _ = host_create(name="fleet-a")
             self.other_host, _ = host_create(name="fleet-b")
+            # The services check who acts: an operator and a supervisor of the provider.
+            self.olivia = _console_user("olivia", OPERATOR, self.provider)
+            self.sam = _console_user("sam", SUPERVISOR, self.provider)
+            # Two approvers' phones, for every provider (their scope is the service's rule).
+            self.alice = Actor.of("approver", approver_create(name="alice", all_providers=True)[0])
+            self.bob = Actor.of("approver", approver_create(name="bob", all_providers=True)[0])
         except BaseException:
             self.teardown()
             raise
@@ -581,7 +598,7 @@ class SafetyMachine(RuleBasedStateMachine):
             approval_id=approval.id,
             approve=approve,
             ttl_seconds=TTL_SECONDS,
-            decided_by=ALICE,
+            decided_by=self.alice,
             reviewed_digest=m.digest,
         )
         m.pending_approval = None
@@ -606,7 +623,7 @@ class SafetyMachine(RuleBasedStateMachine):
                 approval_id=approval_id,
                 approve=approve,
                 ttl_seconds=TTL_SECONDS,
-                decided_by=BOB,
+                decided_by=self.bob,
                 reviewed_digest=m.digest,
             )
 
@@ -616,12 +633,12 @@ class SafetyMachine(RuleBasedStateMachine):
     def revoke(self, data: st.DataObject, unknown: bool) -> None:
         if unknown:
             with Refused("unknown_permit"):
-                permit_revoke(permit_id=uuid.uuid4(), reason="typo", actor=ALICE)
+                permit_revoke(permit_id=uuid.uuid4(), reason="typo", actor=self.alice)
             return
         m = self.ops[self._draw_key(data, [k for k in KEYS if self.ops[k].permit_id])]
         assert m.permit_id is not None
         permit, revoked = permit_revoke(
-            permit_id=m.permit_id, reason="customer changed their mind", actor=ALICE
+            permit_id=m.permit_id, reason="customer changed their mind", actor=self.alice
         )
         assert revoked == (m.permit_status == Permit.Status.ACTIVE)
         if revoked:
@@ -913,7 +930,7 @@ class SafetyMachine(RuleBasedStateMachine):
     def lookup(self, data: st.DataObject) -> None:
         m = self.ops[self._draw_key(data, self._registered())]
         operation = operation_lookup(
-            operation=self._op(m.key), trigger="operator", actor=Actor("user", "1", "olivia")
+            operation=self._op(m.key), trigger="operator", actor=self.olivia
         )
         if m.lookup_queued is None:  # else: one lookup at a time, the queued one first
             self._model_lookup(m)
@@ -933,9 +950,11 @@ class SafetyMachine(RuleBasedStateMachine):
         """An operator confirms, voids or repairs; four eyes where the evidence does not back it.
 
         ``second``: what a second operator does with a proposal (approve it, reject it),
-        or ``self``: the proposer tries to approve their own, is refused, and it is rejected.
+        or ``self``: the proposer, a supervisor who may approve proposals, tries to approve
+        their own, is refused, and it is rejected.
         """
         m = self.ops[self._draw_key(data, self._registered())]
+        proposer = self.sam if second == "self" else self.olivia
         latest = m.evidence[-1] if m.evidence else None
         committed = latest == (Verdict.MATCH, COMMITTED)
         not_performed = latest == (Verdict.MATCH, FAILED_STATUS)  # absence is not authoritative
@@ -946,8 +965,7 @@ class SafetyMachine(RuleBasedStateMachine):
                 action=action,
                 version=m.version - 1 if stale_page else m.version,
                 reason="checked by hand",
-                actor=OLIVIA,
-                may_propose=True,
+                actor=proposer,
             )
 
         if stale_page:
@@ -977,15 +995,18 @@ class SafetyMachine(RuleBasedStateMachine):
         if second == "self":
             with Refused("self_approval"):
                 reconciliation_approve(
-                    operation=self._op(m.key), request_id=request.pk, reason="mine", actor=OLIVIA
+                    operation=self._op(m.key),
+                    request_id=request.pk,
+                    reason="mine",
+                    actor=proposer,
                 )
         if second in ("self", "reject"):
             reconciliation_reject(
-                operation=self._op(m.key), request_id=request.pk, reason="no", actor=SAM
+                operation=self._op(m.key), request_id=request.pk, reason="no", actor=self.sam
             )
             return
         reconciliation_approve(
-            operation=self._op(m.key), request_id=request.pk, reason="agreed", actor=SAM
+            operation=self._op(m.key), request_id=request.pk, reason="agreed", actor=self.sam
         )
         self._model_decision(m, action)
 

@@ -12,6 +12,7 @@ from approvals.models import Approver
 from approvals.services import Binding, approval_request
 from recovery import selectors
 from recovery.models import Provider
+from recovery.permissions import ProviderPermission
 from recovery.services.errors import RecoveryError
 from recovery.services.providers import provider_configure
 
@@ -53,10 +54,10 @@ def test_a_console_user_sees_the_providers_granted_to_them(two_providers):
     _, ledger = two_providers
     user = get_user_model().objects.create_user(username="olivia")
     assert keys(selectors.approvals_for_user(user=user)) == set()
-    assign_perm("recovery.view_operations", user, ledger)
+    assign_perm(ProviderPermission.VIEW_OPERATIONS.perm, user, ledger)
     assert keys(selectors.approvals_for_user(user=user)) == {"ledger-shop"}
     # A model-wide permission grants nothing here: roles are granted per provider.
-    user.user_permissions.add(Permission.objects.get(codename="decide_approvals"))
+    user.user_permissions.add(Permission.objects.get(codename=ProviderPermission.DECIDE_APPROVALS))
     user = get_user_model().objects.get(pk=user.pk)  # permissions are cached per object
     assert keys(selectors.approvals_for_user(user=user)) == {"ledger-shop"}
     superuser = get_user_model().objects.create_superuser(username="root")
@@ -67,16 +68,17 @@ def test_a_console_user_sees_the_providers_granted_to_them(two_providers):
     }
 
 
-def test_deciding_needs_the_decide_permission_on_that_provider(two_providers):
+def test_an_approval_a_user_may_view_or_decide_exists_for_them_to_read(two_providers):
+    """Reading only: who may decide is the service's rule (``test_service_access``)."""
     orders, ledger = two_providers
     user = get_user_model().objects.create_user(username="victor")
-    assign_perm("recovery.view_operations", user, orders)
-    assign_perm("recovery.decide_approvals", user, ledger)
+    assign_perm(ProviderPermission.VIEW_OPERATIONS.perm, user, orders)
+    assign_perm(ProviderPermission.DECIDE_APPROVALS.perm, user, ledger)
     visible = {a.operation_key: a.pk for a in selectors.approvals_for_user(user=user)}
+    assert set(visible) == {"orders-shop", "orders-till", "ledger-shop"}
+    read = selectors.approval_for_caller(approval_id=visible["ledger-shop"], user=user)
+    assert read.provider == "ledger"
+    stranger = get_user_model().objects.create_user(username="oscar")
     with pytest.raises(RecoveryError) as refused:
-        selectors.approval_for_caller(approval_id=visible["orders-shop"], user=user, decide=True)
-    assert refused.value.code == "forbidden"
-    decidable = selectors.approval_for_caller(
-        approval_id=visible["ledger-shop"], user=user, decide=True
-    )
-    assert decidable.provider == "ledger"
+        selectors.approval_for_caller(approval_id=visible["ledger-shop"], user=stranger)
+    assert refused.value.code == "unknown_approval"

@@ -86,7 +86,7 @@ def test_only_evidence_or_an_operator_releases_an_uncertain_operation():
 
 def test_a_service_whose_transition_is_refused_records_it_and_raises_stale_state(flow):
     """Any caller — the API, a task, a console view — gets the same coded refusal."""
-    from approvals.models import Approval
+    from approvals.models import Approval, Approver
     from recovery.services.errors import RecoveryError
     from recovery.services.permits import approval_decision
     from tests.conftest import digest_of
@@ -99,10 +99,13 @@ def test_a_service_whose_transition_is_refused_records_it_and_raises_stale_state
             approval_id=approval_id,
             approve=True,
             ttl_seconds=60,
-            decided_by=Actor("approver", "1", "alice"),
+            decided_by=Actor.of("approver", Approver.objects.get(name="alice-phone")),
             reviewed_digest=digest_of(PARAMS),
         )
     assert (refused.value.code, refused.value.extra) == ("stale_state", {"state": "expired"})
     signal = AuditEvent.objects.get(kind="stale_signal")
-    assert (str(signal.actor), signal.data["signal"]) == ("approver:alice", "transition_refused")
+    assert (str(signal.actor), signal.data["signal"]) == (
+        "approver:alice-phone",
+        "transition_refused",
+    )
     assert Approval.objects.get(pk=approval_id).status == "pending"

@@ -28,6 +28,7 @@ from approvals.actors import COMMAND_LINE
 from approvals.services import approver_create
 from console.demo import fleet
 from recovery.models import LOOKUP_IN_FLIGHT, Dispatch, LookupAttempt, Operation, Provider
+from recovery.permissions import ProviderPermission
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure
@@ -173,7 +174,7 @@ class Command(BaseCommand):
             if user is None:
                 user = model.objects.create_user(username=username, password=password)
             for provider in providers:  # a provider added since the last run included
-                if not user.has_perm("recovery.view_operations", provider):
+                if not user.has_perm(ProviderPermission.VIEW_OPERATIONS.perm, provider):
                     role_grant(user=user, role=role, provider=provider, actor=COMMAND_LINE)
 
     def _next_batch(self) -> int:
