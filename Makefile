@@ -4,6 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# pytest-xdist: one test process per core, at most four (each has a test database, and
+# may start a Celery worker, of its own). PYTEST_WORKERS=0 runs them in this process;
+# PYTEST_ARGS adds to the command line (-x, -k NAME, a path).
+PYTEST_WORKERS ?= auto
+PYTEST_ARGS ?=
 
 .PHONY: run test lint install install-dev
 
@@ -30,4 +35,4 @@ lint: install-dev
 	$(VENV)/bin/mypy recovery approvals console
 
 test: install-dev lint
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --maxprocesses 4 $(PYTEST_ARGS)

@@ -830,7 +830,14 @@ def test_an_unknown_or_impossible_operation_key_is_404(world, name, key):
 
 @pytest.mark.parametrize(
     "approval_id",
-    [str(uuid.uuid4()), "not-a-uuid", "1234", "%00", "0" * 33, "g" * 32],
+    [
+        pytest.param(str(uuid.uuid4()), id="unknown"),
+        "not-a-uuid",
+        "1234",
+        "%00",
+        "0" * 33,
+        "g" * 32,
+    ],
 )
 def test_an_unknown_or_non_uuid_approval_id_is_404(world, approval_id):
     before = snapshot()
@@ -840,7 +847,9 @@ def test_an_unknown_or_non_uuid_approval_id_is_404(world, approval_id):
 
 
 @pytest.mark.parametrize("caller", ["host", "approver"])
-@pytest.mark.parametrize("permit_id", [str(uuid.uuid4()), "not-a-uuid", "%00"])
+@pytest.mark.parametrize(
+    "permit_id", [pytest.param(str(uuid.uuid4()), id="unknown"), "not-a-uuid", "%00"]
+)
 def test_an_unknown_or_non_uuid_permit_id_is_404(world, caller, permit_id):
     before = snapshot()
     response = world.send(ENDPOINTS["revoke"], caller=caller, permit_id=permit_id)

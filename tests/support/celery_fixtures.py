@@ -15,7 +15,7 @@ import pytest
 import redis
 from django.db import connection
 
-from tests.support.celery_procs import Proc, beat_start, queue_name, worker_start
+from tests.support.celery_procs import REPO_ROOT, Proc, beat_start, queue_name, worker_start
 from tests.support.gunicorn import database_url
 
 BROKER = os.environ.get("CELERY_BROKER_URL", "")
@@ -63,19 +63,29 @@ def celery_env(celery_queue: str, tmp_path: Path) -> dict[str, str | None]:
 
 @pytest.fixture
 def celery_procs(tmp_path: Path) -> Iterator[object]:
-    """Start workers and beat with ``start(kind, env)``; all are stopped at the end."""
+    """Start workers and beat with ``start(kind, env)``; all are stopped at the end.
+
+    ``start(kind, env, celery=…, cwd=…)`` runs another install's ``celery`` from ``cwd``.
+    """
     started: list[Proc] = []
     count = Counter[str]()
 
-    def start(kind: str, env: dict[str, str | None]) -> Proc:
+    def start(
+        kind: str,
+        env: dict[str, str | None],
+        *,
+        celery: str | None = None,
+        cwd: Path = REPO_ROOT,
+    ) -> Proc:
         count[kind] += 1
         if kind == "beat":
             directory = tmp_path / f"beat{count[kind]}"
             directory.mkdir()
-            proc = beat_start(directory=directory, env=env)
+            proc = beat_start(directory=directory, env=env, celery=celery, cwd=cwd)
         else:
             name = f"worker{count[kind]}"
-            proc = worker_start(log_path=tmp_path / f"{name}.log", env=env, name=name)
+            log_path = tmp_path / f"{name}.log"
+            proc = worker_start(log_path=log_path, env=env, name=name, celery=celery, cwd=cwd)
         started.append(proc)
         return proc
 

@@ -2,8 +2,10 @@
 
 ``celery -A console worker`` and ``celery -A console beat`` run as production runs them,
 from the repository root, against the test database (``DATABASE_URL``) and the broker
-the environment names (``CELERY_BROKER_URL``; CI: Redis). Each test gets a queue of its
-own (``SETTLE_CELERY_QUEUE``), so parallel runs on one Redis database never take each
+the environment names (``CELERY_BROKER_URL``; CI: Redis). Given another install's
+``celery`` and a ``cwd`` outside the checkout, they run that install's code instead (a
+venv made with ``pip install .``). Each test gets a queue of its own
+(``SETTLE_CELERY_QUEUE``), so parallel runs on one Redis database never take each
 other's messages. Every process runs in a session of its own and is killed with its
 children at the end; every wait is bounded.
 """
@@ -93,7 +95,14 @@ class Proc:
         self.process.wait(timeout=10)
 
 
-def _start(command: list[str], *, name: str, log_path: Path, env: Mapping[str, str | None]) -> Proc:
+def _start(
+    command: list[str],
+    *,
+    name: str,
+    log_path: Path,
+    env: Mapping[str, str | None],
+    cwd: Path = REPO_ROOT,
+) -> Proc:
     child_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
     for key, value in env.items():
         if value is None:
@@ -104,7 +113,7 @@ def _start(command: list[str], *, name: str, log_path: Path, env: Mapping[str, s
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             command,
-            cwd=REPO_ROOT,
+            cwd=cwd,
             env=child_env,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -115,11 +124,17 @@ def _start(command: list[str], *, name: str, log_path: Path, env: Mapping[str, s
 
 
 def worker_start(
-    *, log_path: Path, env: Mapping[str, str | None], concurrency: int = 1, name: str = "worker"
+    *,
+    log_path: Path,
+    env: Mapping[str, str | None],
+    concurrency: int = 1,
+    name: str = "worker",
+    celery: str | None = None,
+    cwd: Path = REPO_ROOT,
 ) -> Proc:
     """``celery -A console worker`` (prefork); returns once it says it is ready."""
     command = [
-        celery_executable(),
+        celery or celery_executable(),
         "-A",
         "console",
         "worker",
@@ -135,7 +150,7 @@ def worker_start(
         "--without-mingle",
         "--without-heartbeat",
     ]
-    proc = _start(command, name=name, log_path=log_path, env=env)
+    proc = _start(command, name=name, log_path=log_path, env=env, cwd=cwd)
     try:
         proc.wait_for_log(" ready.")
     except BaseException:
@@ -144,10 +159,16 @@ def worker_start(
     return proc
 
 
-def beat_start(*, directory: Path, env: Mapping[str, str | None]) -> Proc:
+def beat_start(
+    *,
+    directory: Path,
+    env: Mapping[str, str | None],
+    celery: str | None = None,
+    cwd: Path = REPO_ROOT,
+) -> Proc:
     """``celery -A console beat`` with its schedule file in ``directory``."""
     command = [
-        celery_executable(),
+        celery or celery_executable(),
         "-A",
         "console",
         "beat",
@@ -158,7 +179,7 @@ def beat_start(*, directory: Path, env: Mapping[str, str | None]) -> Proc:
         "--pidfile",
         str(directory / "celerybeat.pid"),
     ]
-    proc = _start(command, name="beat", log_path=directory / "beat.log", env=env)
+    proc = _start(command, name="beat", log_path=directory / "beat.log", env=env, cwd=cwd)
     try:
         proc.wait_for_log("beat: Starting")
     except BaseException:

@@ -1,0 +1,109 @@
+"""The production install: Celery worker and beat from a venv with runtime dependencies only.
+
+The suite itself runs from the dev venv (editable install, dev extras), which can hide a
+runtime dependency that only a dev tool brings along: kombu's Redis transport needs
+``packaging``, which only ``celery[redis]`` declares. CI (``.ci/run``) therefore builds a
+second venv with ``pip install .`` (no extras, not editable) and names it in
+``SETTLE_RUNTIME_VENV``; this test runs that venv's ``celery`` from outside the checkout,
+so the worker and beat import the installed package, and lets them settle a stranded
+operation with nobody calling resume.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import STRICT
+from tests.integration.conftest import Procs, Settle, assert_audit_intact
+from tests.integration.test_background_recovery import _nobody_resumed, _state, _wait
+from tests.integration.test_crash_recovery import assert_recovered_receipt, crash
+from tests.support.celery_procs import REPO_ROOT
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+IN_CI = STRICT or os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture
+def runtime_celery(celery_env: dict[str, str | None]) -> Path:
+    """The runtime venv's ``celery``: CI must give the venv; elsewhere the test skips."""
+    venv = os.environ.get("SETTLE_RUNTIME_VENV", "")
+    if not venv:
+        reason = "SETTLE_RUNTIME_VENV names no venv made with `pip install .` (.ci/run makes one)"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    celery = Path(venv) / "bin" / "celery"
+    assert celery.exists(), f"{celery} does not exist"
+    return celery
+
+
+def _imported_from(python: Path, cwd: Path, env: dict[str, str | None]) -> dict[str, str]:
+    """Where that interpreter, started as the worker was, finds Settle's packages."""
+    child_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
+    for key, value in env.items():
+        if value is None:
+            child_env.pop(key, None)
+        else:
+            child_env[key] = value
+    code = "import approvals, console, recovery; print(console.__file__, recovery.__file__)"
+    output = subprocess.run(
+        [str(python), "-c", code],
+        cwd=cwd,
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    return {"console": output[0], "recovery": output[1]}
+
+
+def test_a_runtime_only_install_runs_worker_and_beat_on_redis_and_releases_a_stranded_operation(
+    runtime_celery: Path,  # first: without the venv, skip (or fail) before anything starts
+    settle: Settle,
+    procs: Procs,
+    make_provider: Any,
+    celery_env: dict[str, str | None],
+    celery_procs: Any,
+    tmp_path: Path,
+    settings: Any,
+) -> None:
+    outside = tmp_path / "elsewhere"  # not the checkout: nothing there to import
+    outside.mkdir()
+    env: dict[str, str | None] = {
+        **celery_env,
+        "PYTHONPATH": None,
+        "SETTLE_VAR_DIR": str(tmp_path / "var"),  # an installed package has no var/ beside it
+        "SECRET_KEY": str(settings.SECRET_KEY),
+        "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
+    }
+    venv = runtime_celery.parent.parent
+    where = _imported_from(runtime_celery.with_name("python"), outside, env)
+    for package, path in where.items():
+        assert Path(path).is_relative_to(venv), (package, path)
+        assert not Path(path).is_relative_to(REPO_ROOT), (package, path)
+
+    provider = make_provider("sqlite", lease_seconds=1)
+    worker = celery_procs("worker", env, celery=str(runtime_celery), cwd=outside)
+    beat = celery_procs("beat", env, celery=str(runtime_celery), cwd=outside)
+    for proc in (worker, beat):
+        assert os.readlink(f"/proc/{proc.pid}/cwd") == str(outside)
+        assert str(runtime_celery) in Path(f"/proc/{proc.pid}/cmdline").read_text()
+    assert "transport:   redis://" in worker.log()
+
+    key = "installed-commit"
+    settle.approved(key, provider.name)
+    crash(procs, key, provider, "after_effect")  # dispatched, receipt running, effect committed
+    _wait(lambda: _state(key) == "released", 30, f"{key} released by the installed worker")
+
+    assert provider.effects(key) == 1
+    assert_recovered_receipt(key)
+    _nobody_resumed(key)
+    assert_audit_intact()
+    assert "Traceback" not in worker.log() + beat.log()
