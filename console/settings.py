@@ -162,7 +162,9 @@ WSGI_APPLICATION = "console.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # The console's own templates first (before the admin's registration pages);
+        # they ship inside the package, so an installed Settle finds them too.
+        "DIRS": [Path(__file__).resolve().parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -192,7 +194,8 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# The console's CSS, scripts and vendored htmx are the app's own static files
+# (console/static), found by the app-directories finder, so they ship with the package.
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
 STORAGES = {

@@ -1,4 +1,4 @@
-"""The production install: Celery worker and beat from a venv with runtime dependencies only.
+"""The production install: worker, beat and web server from a venv with runtime dependencies only.
 
 The suite itself runs from the dev venv (editable install, dev extras), which can hide a
 runtime dependency that only a dev tool brings along: kombu's Redis transport needs
@@ -6,7 +6,8 @@ runtime dependency that only a dev tool brings along: kombu's Redis transport ne
 second venv with ``pip install .`` (no extras, not editable) and names it in
 ``SETTLE_RUNTIME_VENV``; this test runs that venv's ``celery`` from outside the checkout,
 so the worker and beat import the installed package, and lets them settle a stranded
-operation with nobody calling resume.
+operation with nobody calling resume; and that venv's gunicorn serves the console's pages
+and static files, which must ship inside the package.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.integration.conftest import Procs, Settle, assert_audit_intact
 from tests.integration.test_background_recovery import _nobody_resumed, _state, _wait
 from tests.integration.test_crash_recovery import assert_recovered_receipt, crash
 from tests.support.celery_procs import REPO_ROOT
+from tests.support.gunicorn import _LOCAL, database_url, gunicorn_running
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -107,3 +109,35 @@ def test_a_runtime_only_install_runs_worker_and_beat_on_redis_and_releases_a_str
     _nobody_resumed(key)
     assert_audit_intact()
     assert "Traceback" not in worker.log() + beat.log()
+
+
+def test_a_runtime_only_install_serves_the_console_pages_and_static_files(
+    runtime_celery: Path, tmp_path: Path, settings: Any
+) -> None:
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the installed gunicorn is given the PostgreSQL test database")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env: dict[str, str | None] = {
+        "PYTHONPATH": None,
+        "SETTLE_VAR_DIR": str(tmp_path / "var"),
+        "SECRET_KEY": str(settings.SECRET_KEY),
+        "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
+    }
+    with gunicorn_running(
+        database_url=database_url(connection.settings_dict),
+        log_path=tmp_path / "gunicorn.log",
+        workers=1,
+        env=env,
+        executable=str(runtime_celery.with_name("gunicorn")),
+        cwd=outside,
+    ) as server:
+        with _LOCAL.open(server.url + "/login/", timeout=10) as response:
+            page = response.read().decode()
+        assert response.status == 200 and 'name="password"' in page
+        for path in ("/static/settle/settle.css", "/static/vendor/htmx-2.0.11.min.js"):
+            with _LOCAL.open(server.url + path, timeout=10) as response:
+                assert response.status == 200 and response.read(), path
+        assert "Traceback" not in server.log_tail()

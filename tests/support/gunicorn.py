@@ -97,30 +97,36 @@ def gunicorn_start(
     log_path: Path,
     app: str = "console.wsgi",
     workers: int = 4,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     startup_timeout: float = 60.0,
+    executable: str | None = None,
+    cwd: Path = REPO_ROOT,
 ) -> GunicornServer:
     """Start ``gunicorn <app> -w <workers> -b 127.0.0.1:<free port>``; wait for /healthz.
 
-    Output (access errors, tracebacks) goes to ``log_path``. Raises RuntimeError, with
-    the log's tail, if it is not healthy within ``startup_timeout`` seconds; a failed
-    start leaves no process behind.
+    ``executable`` is another install's gunicorn (the production install's test), run
+    from ``cwd``; ``env`` values of None are removed from the environment. Output
+    (access errors, tracebacks) goes to ``log_path``. Raises RuntimeError, with the
+    log's tail, if it is not healthy within ``startup_timeout`` seconds; a failed start
+    leaves no process behind.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    child_env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "console.settings",
-        **(env or {}),
-        "DATABASE_URL": database_url,
-    }
+    child_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
+    for key, value in (env or {}).items():
+        if value is None:
+            child_env.pop(key, None)
+        else:
+            child_env[key] = value
+    child_env["DATABASE_URL"] = database_url
     deadline = time.monotonic() + startup_timeout
     for _attempt in range(3):
         port = _free_port()
-        command = [gunicorn_executable(), app, "-w", str(workers), "-b", f"127.0.0.1:{port}"]
+        gunicorn = executable or gunicorn_executable()
+        command = [gunicorn, app, "-w", str(workers), "-b", f"127.0.0.1:{port}"]
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 command,
-                cwd=REPO_ROOT,
+                cwd=cwd,
                 env=child_env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
