@@ -15,17 +15,18 @@ from recovery.selectors import (
     AuditFilters,
     QueueFilters,
 )
+from recovery.vocabulary import AuditKind, WaitReason
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 # The queue's reasons, short enough for a filter beside five others.
 _SHORT_REASONS = {
-    "lease_lost": "Lease lapsed",
-    "mismatch": "Evidence mismatch",
-    "corrupt": "Evidence corrupt",
-    "conflict": "Contradicts report",
-    "lookup_budget_spent": "Lookup budget spent",
-    QUEUE_STRANDED: "Stranded receipt",
+    WaitReason.LEASE_LOST: "Lease lapsed",
+    WaitReason.MISMATCH: "Evidence mismatch",
+    WaitReason.CORRUPT: "Evidence corrupt",
+    WaitReason.CONFLICT: "Contradicts report",
+    WaitReason.LOOKUP_BUDGET_SPENT: "Lookup budget spent",
+    WaitReason.STRANDED: "Stranded receipt",
 }
 
 
@@ -136,28 +137,8 @@ class DecisionForm(forms.Form):
     reason = forms.CharField(max_length=500, strip=True)
 
 
-AUDIT_KINDS = (
-    "registered",
-    "transition",
-    "approval_requested",
-    "permit_issued",
-    "permit_consumed",
-    "consume_refused",
-    "permit_revoked",
-    "decision_refused",
-    "host_report",
-    "evidence",
-    "receipt_recovered",
-    "lookup_abandoned",
-    "stale_signal",
-    "operator_action",
-    "operator_refused",
-    "provider_configured",
-    "permission_granted",
-    "credential_rotated",
-    "credential_disabled",
-    "audit_exported",
-)
+# Offered as the kind filter's suggestions: every kind the services write.
+AUDIT_KINDS = tuple(AuditKind.values)
 
 
 class AuditFilterForm(forms.Form):

@@ -24,6 +24,7 @@ from django.db.models import (
     Q,
     QuerySet,
     Subquery,
+    TextChoices,
     Value,
     When,
 )
@@ -60,6 +61,7 @@ from recovery.params_diff import (
 )
 from recovery.permissions import ProviderPermission
 from recovery.services.errors import NotFound
+from recovery.vocabulary import AuditKind, StaleSignal, WaitReason
 
 
 def operations_for_host(*, host: Host) -> QuerySet[Operation]:
@@ -259,19 +261,12 @@ def operation_record(*, operation: Operation) -> contract.OperationRecord:
 
 # -- the operator console: what a console user may see ------------------------------------
 
-QUEUE_STRANDED = "stranded"
+QUEUE_STRANDED = WaitReason.STRANDED
 QUEUE_STATES = (State.UNKNOWN, State.RECONCILE)
 
 # Why an operation waits, read from its last transition (what the services write in
 # its data); a stranded receipt of a settled operation waits for the receipt alone.
-QUEUE_REASONS = {
-    "lease_lost": "Worker's lease lapsed",
-    "mismatch": "Evidence mismatch",
-    "corrupt": "Evidence corrupt",
-    "conflict": "Evidence contradicts the worker's report",
-    "lookup_budget_spent": "Lookups inconclusive, budget spent",
-    QUEUE_STRANDED: "Receipt still running",
-}
+QUEUE_REASONS = dict(WaitReason.choices)
 
 # How long an operation has been in its state: (label, newer than, at most this old).
 QUEUE_AGES: dict[str, tuple[str, timedelta | None, timedelta | None]] = {
@@ -311,11 +306,11 @@ def _latest_evidence() -> QuerySet[Evidence]:
 
 # A QUEUE_REASONS key from a transition's data; otherwise the event's own name.
 _REASON_OF_TRANSITION = Case(
-    When(data__reason="lookup_budget_spent", then=Value("lookup_budget_spent")),
-    When(data__event="escalate", data__verdict="mismatch", then=Value("mismatch")),
-    When(data__event="escalate", data__verdict="corrupt", then=Value("corrupt")),
-    When(data__event="conflict", then=Value("conflict")),
-    When(data__event="lease_lost", then=Value("lease_lost")),
+    When(data__reason=WaitReason.LOOKUP_BUDGET_SPENT, then=Value(WaitReason.LOOKUP_BUDGET_SPENT)),
+    When(data__event="escalate", data__verdict="mismatch", then=Value(WaitReason.MISMATCH)),
+    When(data__event="escalate", data__verdict="corrupt", then=Value(WaitReason.CORRUPT)),
+    When(data__event="conflict", then=Value(WaitReason.CONFLICT)),
+    When(data__event="lease_lost", then=Value(WaitReason.LEASE_LOST)),
     default=KT("data__event"),
     output_field=CharField(),
 )
@@ -364,7 +359,7 @@ def _queue_branch(
         reason=Case(
             When(~Q(state__in=QUEUE_STATES), then=Value(QUEUE_STRANDED)),
             default=Subquery(
-                AuditEvent.objects.filter(operation_key=OuterRef("key"), kind="transition")
+                AuditEvent.objects.filter(operation_key=OuterRef("key"), kind=AuditKind.TRANSITION)
                 .order_by("-seq")
                 .annotate(code=_REASON_OF_TRANSITION)
                 .values("code")[:1]
@@ -552,51 +547,54 @@ def _text(data: dict[str, Any], name: str) -> str:
     return "" if value is None else str(value)
 
 
+def _label(words: type[TextChoices], value: str) -> str:
+    """A word's label; one this version does not know (written by another) still reads."""
+    if value in words.values:
+        return str(words(value).label)
+    return value.replace("_", " ").capitalize()
+
+
 def _event_summary(kind: str, data: dict[str, Any]) -> str:
-    """One line for an audit event; a kind not named here still reads sensibly."""
+    """One line for an audit event: what its data says, or its kind's label."""
 
     def get(name: str) -> str:
         return _text(data, name)
 
-    if kind == "transition":
+    if kind == AuditKind.TRANSITION:
         line = f"{get('from')} → {get('to')} ({get('event').replace('_', ' ')})"
         why = get("verdict") or get("reason")
         return f"{line}: {why.replace('_', ' ')}" if why else line
-    if kind == "evidence":
+    if kind == AuditKind.EVIDENCE:
         status = f", provider says {get('provider_status')}" if get("provider_status") else ""
         return f"Evidence from a {get('source')}: {get('verdict')}{status}"
-    if kind == "stale_signal":
-        return f"Stale signal, not applied: {get('signal').replace('_', ' ')}"
-    if kind == "operator_action":
+    if kind == AuditKind.STALE_SIGNAL:
+        return f"Stale signal, not applied: {_label(StaleSignal, get('signal'))}"
+    if kind == AuditKind.OPERATOR_ACTION:
         reason = f": “{get('reason')}”" if get("reason") else ""
         return f"Operator asked to {get('action')}{reason}"
-    if kind == "operator_refused":
+    if kind == AuditKind.OPERATOR_REFUSED:
         return f"Operator's {get('action')} refused ({get('code')})"
-    if kind == "receipt_recovered":
+    if kind == AuditKind.RECEIPT_RECOVERED:
         grounds = (
             f"four-eyes request #{get('request_id')}"
             if get("request_id")
             else f"evidence #{get('evidence_id')}"
         )
         return f"Receipt completed from {grounds}: {get('status')}"
-    if kind == "reconciliation_proposed":
+    if kind == AuditKind.RECONCILIATION_PROPOSED:
         return f"Proposed {get('action')} for a second operator: “{get('reason')}”"
-    if kind in ("reconciliation_approved", "reconciliation_rejected"):
-        verb = "approved" if kind.endswith("approved") else "rejected"
+    if kind in (AuditKind.RECONCILIATION_APPROVED, AuditKind.RECONCILIATION_REJECTED):
+        verb = "approved" if kind == AuditKind.RECONCILIATION_APPROVED else "rejected"
         return f"Proposed {get('action')} {verb}: “{get('reason')}”"
-    if kind == "reconciliation_invalidated":
+    if kind == AuditKind.RECONCILIATION_INVALIDATED:
         return f"Proposed {get('action')} invalidated: {get('why')}"
-    if kind == "claimed":
-        return "Claimed"
-    if kind == "claim_released":
-        return "Claim released"
-    if kind == "lookup_abandoned":
+    if kind == AuditKind.LOOKUP_ABANDONED:
         return f"Lookup #{get('lookup_id')} abandoned ({get('reason').replace('_', ' ')})"
-    if kind == "consume_refused":
+    if kind == AuditKind.CONSUME_REFUSED:
         return f"Permit consumption refused: {get('reason')}"
-    if kind == "host_report":
+    if kind == AuditKind.HOST_REPORT:
         return f"Host reported {get('outcome') or 'a result'}"
-    return kind.replace("_", " ").capitalize()
+    return _label(AuditKind, kind)
 
 
 def _lookup_entry(attempt: LookupAttempt) -> TimelineEntry:

@@ -22,6 +22,7 @@ from recovery.audit import (
     audit_retract_many,
 )
 from recovery.models import AuditEvent, Operation, State
+from recovery.vocabulary import AuditKind
 
 
 class Event:
@@ -225,7 +226,7 @@ def _target(change: Change) -> str:
 def _audited(change: Change, target: str, actor: Actor) -> AuditEvent:
     operation = change.operation
     return audit_append(
-        kind="transition",
+        kind=AuditKind.TRANSITION,
         operation=operation,
         actor=actor,
         data={

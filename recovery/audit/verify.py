@@ -30,6 +30,7 @@ from recovery.models import (
     AuditVerification,
     AuditVouchedHead,
 )
+from recovery.vocabulary import AuditKind
 
 
 @dataclass(frozen=True)
@@ -286,7 +287,7 @@ def _alarms_disagree(checkpoints: list[AuditCheckpoint]) -> Iterator[ChainBreak]
         on_record = {
             int(data.get("alarm", 0))
             for data in AuditEvent.objects.filter(
-                operation_key=SYSTEM_CHAIN, kind="audit_alarm_resolved"
+                operation_key=SYSTEM_CHAIN, kind=AuditKind.AUDIT_ALARM_RESOLVED
             ).values_list("data", flat=True)
         }
         for pk in resolved:

@@ -17,6 +17,7 @@ from recovery.audit import audit_append, audit_transaction
 from recovery.models import AuditAlarm
 from recovery.selectors import audit_supervisor
 from recovery.services.errors import Forbidden, Invalid, NotFound
+from recovery.vocabulary import AuditKind
 
 logger = logging.getLogger("settle.audit")
 
@@ -35,7 +36,7 @@ def audit_export_record(
     """
     with audit_transaction():
         audit_append(
-            kind="audit_exported",
+            kind=AuditKind.AUDIT_EXPORTED,
             actor=actor,
             data={"format": export_format, "filters": filters},
         )
@@ -67,7 +68,7 @@ def audit_alarm_resolve(*, user: Any, alarm_id: int, resolution: str) -> AuditAl
         alarm.resolution = resolution
         alarm.save(update_fields=["resolved_at", "resolved_by", "resolution"])
         audit_append(
-            kind="audit_alarm_resolved",
+            kind=AuditKind.AUDIT_ALARM_RESOLVED,
             actor=actor,
             data={
                 "alarm": alarm.pk,

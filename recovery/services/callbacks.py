@@ -21,6 +21,7 @@ from recovery.services.errors import NotFound
 from recovery.services.evidence import evidence_apply
 from recovery.services.locking import operation_lock
 from recovery.services.signals import refusals_recorded, stale_signal
+from recovery.vocabulary import StaleSignal
 
 
 def callback_signature_valid(*, provider: Provider, body: bytes, signature: str) -> bool:
@@ -56,7 +57,7 @@ def provider_callback(
     if last is not None and sequence <= last:
         stale_signal(
             operation=operation,
-            signal="stale_callback_sequence",
+            signal=StaleSignal.STALE_CALLBACK_SEQUENCE,
             actor=actor,
             data={"sequence": sequence, "applied_sequence": last, "status": status},
         )
@@ -64,7 +65,7 @@ def provider_callback(
     if operation.state in (State.RELEASED, State.VOIDED):
         stale_signal(
             operation=operation,
-            signal="callback_after_settlement",
+            signal=StaleSignal.CALLBACK_AFTER_SETTLEMENT,
             actor=actor,
             data={"sequence": sequence, "status": status},
         )

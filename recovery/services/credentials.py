@@ -16,6 +16,7 @@ from approvals.models import Approver
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import Host
 from recovery.services.errors import NotFound
+from recovery.vocabulary import AuditKind
 
 HOST_TOKEN_PREFIX = "sth_"
 KINDS: dict[str, tuple[type[models.Model], str]] = {
@@ -53,7 +54,7 @@ def credential_disable(*, kind: str, name: str, actor: Actor, disabled: bool = T
     credential.disabled_at = timezone.now() if disabled else None  # type: ignore[attr-defined]
     credential.save(update_fields=["disabled_at"])
     audit_append(
-        kind="credential_disabled" if disabled else "credential_enabled",
+        kind=AuditKind.CREDENTIAL_DISABLED if disabled else AuditKind.CREDENTIAL_ENABLED,
         actor=actor,
         data={"credential": kind, "id": credential.pk, "name": name},
     )
@@ -67,7 +68,7 @@ def credential_rotate(*, kind: str, name: str, actor: Actor) -> str:
     credential.token_hash = hashed  # type: ignore[attr-defined]
     credential.save(update_fields=["token_hash"])
     audit_append(
-        kind="credential_rotated",
+        kind=AuditKind.CREDENTIAL_ROTATED,
         actor=actor,
         data={"credential": kind, "id": credential.pk, "name": name},
     )

@@ -27,6 +27,7 @@ from recovery.services.errors import RecoveryError
 from recovery.services.locking import OperationRef, binding, operation_lock
 from recovery.services.signals import refusals_recorded, stale_signal
 from recovery.transitions import Change, Event, operation_transition
+from recovery.vocabulary import AuditKind, StaleSignal
 
 T = TypeVar("T")
 
@@ -65,7 +66,7 @@ def dispatch_locked(
         if result.refusal == approvals.Refusal.EXPIRED and operation.state == State.APPROVED:
             operation_transition(operation=operation, event=Event.EXPIRE, actor=actor)
         audit_append(
-            kind="consume_refused",
+            kind=AuditKind.CONSUME_REFUSED,
             operation=operation,
             actor=actor,
             data={"reason": result.refusal, "permit_id": permit_id, "worker": worker},
@@ -83,7 +84,7 @@ def dispatch_locked(
     )
     insert([dispatch])
     audit_append(
-        kind="permit_consumed",
+        kind=AuditKind.PERMIT_CONSUMED,
         operation=operation,
         actor=actor,
         data={"permit_id": permit_id, "worker": worker},
@@ -103,7 +104,7 @@ def _dispatch_for_token(
     if dispatch is None or not hmac.compare_digest(dispatch.fencing_token.encode(), presented):
         stale_signal(
             operation=operation,
-            signal="stale_fencing_token",
+            signal=StaleSignal.STALE_FENCING_TOKEN,
             actor=actor,
             data={"dispatched": dispatch is not None},
         )
@@ -148,7 +149,9 @@ def operation_heartbeat(
         if operation.state == State.DISPATCHED and dispatch.lease_expires_at <= now:
             lease_lapsed(operation, dispatch, actor)
         if operation.state != State.DISPATCHED:
-            stale_signal(operation=operation, signal="heartbeat_after_lease", actor=actor, data={})
+            stale_signal(
+                operation=operation, signal=StaleSignal.HEARTBEAT_AFTER_LEASE, actor=actor, data={}
+            )
             raise RecoveryError(
                 "lease_lost",
                 f"the operation is {operation.state}; the lease is gone",
@@ -196,7 +199,7 @@ def _report_apply(
     if dispatch.receipt_status != Dispatch.ReceiptStatus.RUNNING:
         stale_signal(
             operation=operation,
-            signal="duplicate_report",
+            signal=StaleSignal.DUPLICATE_REPORT,
             actor=actor,
             data={**report, "receipt_status": dispatch.receipt_status},
         )
@@ -208,7 +211,7 @@ def _report_apply(
     dispatch.receipt_reference = reference
     dispatch.receipt_reported_at = timezone.now()
     save_fields(dispatch, ["receipt_status", "receipt_reference", "receipt_reported_at"])
-    audit_append(kind="host_report", operation=operation, actor=actor, data=report)
+    audit_append(kind=AuditKind.HOST_REPORT, operation=operation, actor=actor, data=report)
     if operation.state == State.DISPATCHED:
         operation_transition(
             operation=operation, event=Event.COMMIT if committed else Event.FAIL, actor=actor
@@ -217,7 +220,7 @@ def _report_apply(
         # The lease lapsed first: only provider evidence may settle it now.
         stale_signal(
             operation=operation,
-            signal="report_after_lease",
+            signal=StaleSignal.REPORT_AFTER_LEASE,
             actor=actor,
             data={**report, "state": operation.state},
         )

@@ -33,6 +33,7 @@ from recovery.transitions import (
     operation_transition,
     operation_transition_many,
 )
+from recovery.vocabulary import AuditKind, StaleSignal, WaitReason
 
 # After an inconclusive lookup (absent / unavailable), the next is due after roughly
 # this long (three times longer each time), give or take LOOKUP_BACKOFF_JITTER of it.
@@ -142,7 +143,7 @@ def evidence_apply_many(
     for refusal, evidence in refused:
         stale_signal(
             operation=operations[refusal.operation_key],
-            signal="transition_refused",
+            signal=StaleSignal.TRANSITION_REFUSED,
             actor=actor,
             data={"event": refusal.event, "reason": refusal.reason, "evidence_id": evidence.pk},
         )
@@ -172,7 +173,7 @@ def _lookup_finished(lookup: LookupAttempt, evidence: Evidence, now: Any) -> Non
 
 def _evidence_audit(operation: Operation, evidence: Evidence, actor: Actor) -> None:
     audit_append(
-        kind="evidence",
+        kind=AuditKind.EVIDENCE,
         operation=operation,
         actor=actor,
         data={
@@ -195,7 +196,7 @@ class _Judgement:
 
     change: Change | None = None
     recover: bool = False
-    signal: str = ""
+    signal: StaleSignal | None = None
     inconclusive: bool = False
 
 
@@ -227,7 +228,9 @@ def _evidence_judge(
         if state == State.RELEASED and committed:
             return _Judgement()
         return _Judgement(
-            signal="evidence_after_settlement" if operation.is_terminal else "evidence_early"
+            signal=StaleSignal.EVIDENCE_AFTER_SETTLEMENT
+            if operation.is_terminal
+            else StaleSignal.EVIDENCE_EARLY
         )
     if committed or not_performed:
         assert receipt is not None
@@ -289,7 +292,7 @@ def _inconclusive(operation: Operation, actor: Actor, ref: dict[str, Any]) -> No
             actor=actor,
             data={
                 **ref,
-                "reason": "lookup_budget_spent",
+                "reason": WaitReason.LOOKUP_BUDGET_SPENT,
                 "lookups": count,
                 "detail": f"evidence unavailable after {count} lookups",
             },
@@ -382,7 +385,7 @@ def _receipt_audit(
     operation: Operation, dispatch: Dispatch, grounds: dict[str, Any], actor: Actor
 ) -> None:
     audit_append(
-        kind="receipt_recovered",
+        kind=AuditKind.RECEIPT_RECOVERED,
         operation=operation,
         actor=actor,
         data={**grounds, "status": dispatch.receipt_status},

@@ -42,6 +42,7 @@ from recovery.services.signals import (
     transition_refused_record,
 )
 from recovery.transitions import TransitionRefused
+from recovery.vocabulary import AuditKind, StaleSignal
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +189,7 @@ def lookup_abandon(
     attempt.status = LookupAttempt.Status.ABANDONED
     attempt.save(update_fields=["status"])
     audit_append(
-        kind="lookup_abandoned",
+        kind=AuditKind.LOOKUP_ABANDONED,
         operation=operation,
         actor=actor,
         data={
@@ -213,7 +214,7 @@ def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: Actor)
             if not _still_holds(attempt):
                 stale_signal(
                     operation=locked,
-                    signal="lookup_superseded",
+                    signal=StaleSignal.LOOKUP_SUPERSEDED,
                     actor=actor,
                     data={"lookup_id": attempt.pk, "verdict": result.verdict},
                 )

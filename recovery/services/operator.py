@@ -28,6 +28,7 @@ from recovery.services.errors import Forbidden, RecoveryError
 from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim, lookup_publish
 from recovery.services.signals import refusals_recorded
+from recovery.vocabulary import AuditKind
 
 
 def operator_refusal_record(*, operation: Operation, action: str, code: str, actor: Actor) -> None:
@@ -35,7 +36,7 @@ def operator_refusal_record(*, operation: Operation, action: str, code: str, act
     with audit_transaction():
         locked = operation_lock(operation)
         audit_append(
-            kind="operator_refused",
+            kind=AuditKind.OPERATOR_REFUSED,
             operation=locked,
             actor=actor,
             data={"action": action, "code": code, "version": locked.version},
@@ -134,7 +135,7 @@ def operator_lookup(
                 refusal = RecoveryError("lookup_in_flight", "a lookup of it is already under way")
             else:
                 audit_append(
-                    kind="operator_action",
+                    kind=AuditKind.OPERATOR_ACTION,
                     operation=locked,
                     actor=actor,
                     data={"action": "lookup", "reason": reason, "version": version},
@@ -164,7 +165,7 @@ def _claim(operation: Operation, actor: Actor) -> OperationClaim:
     claim, _ = OperationClaim.objects.update_or_create(
         operation=locked, defaults={"actor": actor, "claimed_at": now, "touched_at": now}
     )
-    audit_append(kind="claimed", operation=locked, actor=actor, data={})
+    audit_append(kind=AuditKind.CLAIMED, operation=locked, actor=actor, data={})
     return claim
 
 
@@ -174,7 +175,7 @@ def _release(operation: Operation, actor: Actor) -> None:
     deleted, _ = OperationClaim.objects.filter(operation=locked).delete()
     if not deleted:
         raise RecoveryError("not_claimed", "nobody holds a claim on it")
-    audit_append(kind="claim_released", operation=locked, actor=actor, data={})
+    audit_append(kind=AuditKind.CLAIM_RELEASED, operation=locked, actor=actor, data={})
 
 
 def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:

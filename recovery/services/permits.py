@@ -27,6 +27,7 @@ from recovery.services.locking import (
 )
 from recovery.services.signals import refusals_recorded
 from recovery.transitions import Event, operation_transition
+from recovery.vocabulary import AuditKind
 
 
 def approver_scope(*, actor: Actor, approver: Approver | None, missing: str) -> Approver | None:
@@ -63,7 +64,7 @@ def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[A
     )
     if created:
         audit_append(
-            kind="approval_requested",
+            kind=AuditKind.APPROVAL_REQUESTED,
             operation=operation,
             actor=Actor.of("host", host),
             data={"approval_id": str(approval.id)},
@@ -110,7 +111,7 @@ def approval_decision(
             )
         if reviewed_digest != operation.params_digest:
             audit_append(
-                kind="decision_refused",
+                kind=AuditKind.DECISION_REFUSED,
                 operation=operation,
                 actor=decided_by,
                 data={
@@ -145,7 +146,7 @@ def _decide(
         raise RecoveryError(exc.code, exc.message, status=current.first()) from exc
     if permit is not None:
         audit_append(
-            kind="permit_issued",
+            kind=AuditKind.PERMIT_ISSUED,
             operation=operation,
             actor=actor,
             data={
@@ -186,7 +187,7 @@ def permit_revoke(
     permit = Permit.objects.select_for_update().get(pk=permit_id)
     revoked = approvals.permit_revoke(permit=permit, reason=reason, actor=actor)
     audit_append(
-        kind="permit_revoked" if revoked else "permit_revoke_ignored",
+        kind=AuditKind.PERMIT_REVOKED if revoked else AuditKind.PERMIT_REVOKE_IGNORED,
         operation=operation,
         actor=actor,
         data={"permit_id": str(permit.id), "reason": reason, "permit_status": permit.status},

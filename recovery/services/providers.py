@@ -22,6 +22,7 @@ from recovery.adapters import ProviderConfig
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import Provider
 from recovery.services.errors import Invalid
+from recovery.vocabulary import AuditKind
 
 # Provider names appear in URLs (callbacks) and in approvals' bindings.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -116,7 +117,7 @@ def provider_save(
         if created or before[field] != getattr(provider, field)
     }
     audit_append(
-        kind="provider_configured",
+        kind=AuditKind.PROVIDER_CONFIGURED,
         actor=actor,
         data={
             "provider_id": provider.pk,

@@ -43,6 +43,7 @@ from recovery.services.locking import operation_lock
 from recovery.services.operator import operator_locked, operator_permitted, operator_refuse
 from recovery.services.signals import refusals_recorded
 from recovery.transitions import Event, next_state, operation_transition
+from recovery.vocabulary import AuditKind
 
 Action = ReconciliationRequest.Action
 
@@ -211,7 +212,7 @@ def _decide(
         return None, refusal
     if backing is not None:
         audit_append(
-            kind="operator_action",
+            kind=AuditKind.OPERATOR_ACTION,
             operation=locked,
             actor=actor,
             data={
@@ -250,7 +251,7 @@ def _decide(
         proposed_at=timezone.now(),
     )
     audit_append(
-        kind="reconciliation_proposed",
+        kind=AuditKind.RECONCILIATION_PROPOSED,
         operation=locked,
         actor=actor,
         data={
@@ -347,7 +348,7 @@ def reconciliation_approve(
             if changed is None:
                 _request_closed(request, ReconciliationRequest.Status.APPROVED, actor, reason)
                 audit_append(
-                    kind="reconciliation_approved",
+                    kind=AuditKind.RECONCILIATION_APPROVED,
                     operation=locked,
                     actor=actor,
                     data={
@@ -369,7 +370,7 @@ def reconciliation_approve(
             else:
                 _request_closed(request, ReconciliationRequest.Status.INVALIDATED, actor, changed)
                 audit_append(
-                    kind="reconciliation_invalidated",
+                    kind=AuditKind.RECONCILIATION_INVALIDATED,
                     operation=locked,
                     actor=actor,
                     data={"request_id": request.pk, "action": request.action, "why": changed},
@@ -400,7 +401,7 @@ def reconciliation_reject(
         if request.status == ReconciliationRequest.Status.PENDING:
             _request_closed(request, ReconciliationRequest.Status.REJECTED, actor, reason)
             audit_append(
-                kind="reconciliation_rejected",
+                kind=AuditKind.RECONCILIATION_REJECTED,
                 operation=locked,
                 actor=actor,
                 data={"request_id": request.pk, "action": request.action, "reason": reason},

@@ -22,6 +22,7 @@ from recovery.models import (
     State,
 )
 from recovery.services.errors import NotFound, RecoveryError
+from recovery.vocabulary import AuditKind
 
 
 def operation_register(
@@ -50,7 +51,7 @@ def operation_register(
             )
             audit_head_new(operation)
             audit_append(
-                kind="registered",
+                kind=AuditKind.REGISTERED,
                 operation=operation,
                 actor=Actor.of("host", host),
                 data={"action": action, "provider": provider_name, "params_digest": digest},

@@ -20,6 +20,7 @@ from recovery.audit import audit_append, audit_transaction
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission as P
 from recovery.services.errors import NotFound
+from recovery.vocabulary import AuditKind
 
 VIEWER = (P.VIEW_OPERATIONS,)
 OPERATOR = (
@@ -72,7 +73,7 @@ def role_grant(*, user: AbstractBaseUser, role: str, provider: Provider, actor: 
         assign_perm(permission, user, provider)
         granted.append(permission.codename)
     audit_append(
-        kind="permission_granted",
+        kind=AuditKind.PERMISSION_GRANTED,
         actor=actor,
         data={
             "user": user.get_username(),

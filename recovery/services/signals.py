@@ -18,6 +18,7 @@ from recovery.models import (
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operations_locked
 from recovery.transitions import TransitionRefused
+from recovery.vocabulary import AuditKind, StaleSignal
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,10 +51,12 @@ def refusals_recorded(
     return decorate
 
 
-def stale_signal(*, operation: Operation, signal: str, actor: Actor, data: dict[str, Any]) -> None:
+def stale_signal(
+    *, operation: Operation, signal: StaleSignal, actor: Actor, data: dict[str, Any]
+) -> None:
     """Record something that arrived too late or out of turn; it changes nothing else."""
     audit_append(
-        kind="stale_signal",
+        kind=AuditKind.STALE_SIGNAL,
         operation=operation,
         actor=actor,
         data={"signal": signal, "state": operation.state, "version": operation.version, **data},
@@ -67,11 +70,11 @@ def transition_refused_record(exc: TransitionRefused, actor: Actor | None) -> No
         if operation is not None:
             audit_chain_locked(operation)
         audit_append(
-            kind="stale_signal",
+            kind=AuditKind.STALE_SIGNAL,
             operation=operation,
             actor=actor,
             data={
-                "signal": "transition_refused",
+                "signal": StaleSignal.TRANSITION_REFUSED,
                 "event": exc.event,
                 "reason": exc.reason,
                 "state": exc.state,

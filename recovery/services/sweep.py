@@ -69,6 +69,7 @@ from recovery.services.lookups import (
 from recovery.services.providers import provider_config
 from recovery.services.signals import stale_signal
 from recovery.transitions import operation_transition_many
+from recovery.vocabulary import StaleSignal
 
 logger = logging.getLogger(__name__)
 
@@ -433,7 +434,7 @@ def _batch_finish(
                 # Abandoned or taken over meanwhile: its successor's answer counts, once.
                 stale_signal(
                     operation=operation,
-                    signal="lookup_superseded",
+                    signal=StaleSignal.LOOKUP_SUPERSEDED,
                     actor=actor,
                     data={"lookup_id": attempt.pk, "verdict": result.verdict},
                 )

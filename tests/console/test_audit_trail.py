@@ -26,6 +26,7 @@ from django.test.utils import CaptureQueriesContext
 from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction, exported_event_hash
 from recovery.models import AuditEvent, AuditVerification
+from recovery.vocabulary import AuditKind
 from tests.console.conftest import console_user
 
 pytestmark = pytest.mark.django_db
@@ -420,3 +421,10 @@ def test_the_page_shows_the_last_verification_and_checkpoint_then_the_first_prob
     # Where it broke names an operation: an operator learns that, not where.
     html = signed_in(operator).get("/audit/").content.decode()
     assert "problem found" in html and "event #2" not in html
+
+
+def test_the_kind_filter_offers_every_kind_the_services_write(signed_in, supervisor):
+    html = signed_in(supervisor).get("/audit/").content.decode()
+    datalist = re.search(r'<datalist id="audit-kinds">(.*?)</datalist>', html).group(1)
+    offered = re.findall(r'<option value="([^"]+)">', datalist)
+    assert offered == list(AuditKind.values)
