@@ -20,7 +20,7 @@ from recovery.vocabulary import AuditKind, WaitReason
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 # The queue's reasons, short enough for a filter beside five others.
-_SHORT_REASONS = {
+_SHORT_REASONS: dict[str, str] = {
     WaitReason.LEASE_LOST: "Lease lapsed",
     WaitReason.MISMATCH: "Evidence mismatch",
     WaitReason.CORRUPT: "Evidence corrupt",
