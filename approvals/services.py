@@ -10,16 +10,16 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.db import connection, models, transaction
-from django.db.models import DateTimeField, Func, Value
 from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit, PermitEvent, ReconciliationRequest
-from approvals.rowsql import NOW, insert, model_from_row, select_first, update_returning
+from dbsql.clock import DatabaseNow, db_now
+from dbsql.rows import NOW, insert, model_from_row, select_first, update_returning
 
 M = TypeVar("M", bound=models.Model)
 
@@ -40,16 +40,6 @@ class ApprovalError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-def db_now() -> datetime:
-    """The database's clock: permits and leases are judged by it, not by a web worker's."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT statement_timestamp()")
-            value: datetime = cursor.fetchone()[0]
-            return value
-    return timezone.now()
 
 
 def token_hash(token: str) -> str:
@@ -95,7 +85,7 @@ def approver_for(*, actor: Actor) -> Approver | None:
 def credential_by_token(model: type[M], token: str) -> M | None:
     """The active credential row of ``model`` holding ``token`` (hashed), or None.
 
-    Written out (``rowsql``) rather than built by the ORM: it is the first statement of
+    Written out (``dbsql.rows``) rather than built by the ORM: it is the first statement of
     every API call, and building it cost several times what running it does.
     """
     return select_first(model, token_hash=token_hash(token), disabled_at=None)
@@ -325,13 +315,3 @@ def permit_revoke(*, permit: Permit, reason: str, actor: Actor) -> bool:
         detail={"reason": reason, "status": permit.status},
     )
     return False
-
-
-class DatabaseNow(Func):
-    """The database's clock at this statement (PostgreSQL); the host's elsewhere."""
-
-    template = "STATEMENT_TIMESTAMP()"
-    output_field = DateTimeField()
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return Value(timezone.now(), output_field=DateTimeField()).as_sql(compiler, connection)

@@ -13,7 +13,7 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals.actors import Actor
-from approvals.rowsql import update, values_update
+from dbsql.rows import update, values_update
 from recovery.audit import (
     audit_append,
     audit_head_fields,

@@ -1,4 +1,7 @@
-"""Imports point one way: console → recovery → approvals (DESIGN.md, STYLE.md)."""
+"""Imports point one way: console → recovery → approvals → dbsql (DESIGN.md, STYLE.md).
+
+``dbsql``, the hand-written SQL, is infrastructure under every app and imports none.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BELOW = {"approvals": ("recovery", "console"), "recovery": ("console",)}
+BELOW = {
+    "dbsql": ("approvals", "recovery", "console"),
+    "approvals": ("recovery", "console"),
+    "recovery": ("console",),
+}
 
 
 def _imports(path: Path) -> set[str]:

@@ -33,7 +33,7 @@ from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from approvals.actors import Actor
-from approvals.rowsql import insert, update, values_update
+from dbsql.rows import insert, update, values_update
 from recovery.canonical import canonical_dumps
 from recovery.models import AuditChainHead, AuditEvent, Operation
 

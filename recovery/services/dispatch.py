@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from approvals import services as approvals
 from approvals.actors import Actor
-from approvals.rowsql import insert, save_fields, select_first_at
+from dbsql.rows import insert, save_fields, select_first_at
 from recovery.audit import (
     audit_append,
     audit_transaction,

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from approvals.rowsql import bulk_save
+from dbsql.rows import bulk_save
 from recovery.adapters import LookupResult
 from recovery.audit import (
     audit_append,

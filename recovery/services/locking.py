@@ -22,7 +22,6 @@ the provider outside any transaction and apply the answer under the lock afterwa
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +30,7 @@ from django.db.models import Q, QuerySet, Subquery
 
 from approvals import services as approvals
 from approvals.models import Approval, Approver, Permit
-from approvals.rowsql import model_from_row
+from dbsql.rows import select_locked_with
 from recovery import selectors
 from recovery.audit import (
     audit_chain_locked,
@@ -39,7 +38,6 @@ from recovery.audit import (
 from recovery.models import (
     Host,
     Operation,
-    Provider,
 )
 from recovery.services.errors import NotFound
 
@@ -88,7 +86,7 @@ def operation_lock_bound(
     scope = approver.scope(provider="provider__name", host="host__name") if approver else Q()
     if host is not None or not scope:
         table, column = record._meta.db_table, record._meta.pk.column
-        bound = f'o."key" = (SELECT b."operation_key" FROM {table} b WHERE b."{column}" = %s)'
+        bound = f't."key" = (SELECT b."operation_key" FROM {table} b WHERE b."{column}" = %s)'
         operation = _row_locked(bound, [record._meta.pk.get_db_prep_value(pk, connection)], host)
     else:
         bound_key = record.objects.filter(pk=pk).values("operation_key")[:1]
@@ -117,47 +115,26 @@ def _found(operations: QuerySet[Operation], operation: Operation | OperationRef)
 def operation_lock(operation: Operation | OperationRef) -> Operation:
     """Lock ``operation`` (first in the lock order) and read it afresh; its chain with it."""
     if isinstance(operation, OperationRef):
-        found = _row_locked("o.key = %s", [operation.key], operation.host)
+        found = _row_locked("t.key = %s", [operation.key], operation.host)
     else:
-        found = _row_locked("o.id = %s", [operation.pk])
+        found = _row_locked("t.id = %s", [operation.pk])
     if found is None:
         raise NotFound("unknown_operation", f"no operation {operation.key!r} for this host")
     return audit_chain_locked(found)
 
 
-@functools.cache
-def _row_locked_sql() -> str:
-    columns = [f'o."{f.column}"' for f in Operation._meta.concrete_fields]
-    columns += [f'p."{f.column}"' for f in Provider._meta.concrete_fields]
-    lock = " FOR NO KEY UPDATE OF o" if connection.features.has_select_for_update_of else ""
-    return (
-        f"SELECT {', '.join(columns)} FROM {Operation._meta.db_table} o "
-        f"JOIN {Provider._meta.db_table} p ON p.id = o.provider_id WHERE {{where}}{lock}"
-    )
-
-
 def _row_locked(where: str, params: list[Any], host: Host | None = None) -> Operation | None:
-    """The one operation ``where`` names, with its provider, locked: one statement.
+    """The one operation ``where`` names (``t``), with its provider, locked: one statement.
 
     Only among ``host``'s operations when one is given (the row's own condition: its
-    host is then known, not read). What ``locking`` builds through the ORM, written out:
-    it is every host-API call's first statement, and building it took several times what
-    running it takes.
+    host is then known, not read). What ``locking`` builds through the ORM, written out
+    (``select_locked_with``): it is every host-API call's first statement, and building
+    it took several times what running it takes.
     """
     if host is not None:
-        where, params = f"o.host_id = %s AND {where}", [host.pk, *params]
-    with connection.cursor() as cursor:
-        cursor.execute(_row_locked_sql().format(where=where), params)
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    operation_fields = Operation._meta.concrete_fields
-    split = len(operation_fields)
-    found = model_from_row(Operation, operation_fields, row[:split])
-    found._state.fields_cache["provider"] = model_from_row(
-        Provider, Provider._meta.concrete_fields, row[split:]
-    )
-    if host is not None:
+        where, params = f"t.host_id = %s AND {where}", [host.pk, *params]
+    found = select_locked_with(Operation, "provider", where=where, params=params)
+    if found is not None and host is not None:
         found._state.fields_cache["host"] = host
     return found
 

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from approvals.actors import Actor
-from approvals.rowsql import insert
+from dbsql.rows import insert
 from recovery.adapters import LookupResult, evidence_lookup
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import (

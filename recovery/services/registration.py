@@ -7,7 +7,7 @@ from typing import Any
 from django.db import IntegrityError
 
 from approvals.actors import Actor
-from approvals.rowsql import insert, select_first
+from dbsql.rows import insert, select_first
 from recovery.audit import (
     audit_append,
     audit_head_new,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from approvals.actors import Actor
-from approvals.rowsql import select_first_at
+from dbsql.rows import select_first_at
 from recovery.audit import audit_transaction
 from recovery.models import (
     UNSETTLED_STATES,

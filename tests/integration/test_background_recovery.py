@@ -24,8 +24,9 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from approvals.actors import Actor
-from approvals.services import approver_create, db_now
+from approvals.services import approver_create
 from console.celery import app as celery_app
+from dbsql.clock import db_now
 from recovery.audit import audit_verify
 from recovery.models import (
     AuditCheckpoint,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from approvals.services import db_now
+from dbsql.clock import db_now
 from recovery.models import AuditEvent, Dispatch
 from tests.integration.conftest import (
     Procs,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from recovery.services.locking import _row_locked_sql
+from dbsql.rows import select_locked_with_sql
+from recovery.models import Operation
 
 pytestmark = [
     pytest.mark.django_db,
@@ -18,7 +19,9 @@ def test_the_host_lock_uses_the_key_index_in_a_plan_made_before_any_analyze():
     must still go through the unique key, not read every operation of the host (which
     made each call's cost grow with the host's operations, 0.55 -> 1.07 ms of PostgreSQL
     CPU over 52,500 calls on one connection)."""
-    sql = _row_locked_sql().format(where="o.host_id = $1 AND o.key = $2")
+    sql = select_locked_with_sql(Operation, "provider").format(
+        where="t.host_id = $1 AND t.key = $2"
+    )
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         cursor.execute(f"PREPARE settle_lock_plan AS {sql}")

@@ -61,7 +61,8 @@ from hypothesis.stateful import (
 
 from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent, ReconciliationRequest
-from approvals.services import Refusal, approver_create, db_now
+from approvals.services import Refusal, approver_create
+from dbsql.clock import db_now
 from recovery.audit import audit_verify
 from recovery.models import (
     TERMINAL_STATES,

@@ -10,7 +10,19 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Approval, Approver
-from approvals.rowsql import insert, save_fields, select_first, select_first_at, update
+from dbsql.rows import (
+    NOW,
+    bulk_save,
+    insert,
+    model_from_row,
+    save_fields,
+    select_first,
+    select_first_at,
+    select_locked_with,
+    update,
+    update_returning,
+    values_update,
+)
 from recovery.models import Provider
 from tests.conftest import PARAMS
 
@@ -145,7 +157,7 @@ def test_the_host_api_statements_are_prepared_on_their_connection(flow):
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
-    assert any("FOR NO KEY UPDATE OF o" in text for text in prepared), prepared
+    assert any("FOR NO KEY UPDATE OF t" in text for text in prepared), prepared
     assert any(text.startswith('INSERT INTO "recovery_auditevent"') for text in prepared)
     # Values travel apart from the text: none of the flow's parameters is in it.
     assert not any(str(PARAMS["to"]) in text for text in prepared)
@@ -205,3 +217,177 @@ def test_select_first_at_reads_the_row_and_the_database_clock_in_one_statement()
     assert abs((now - before).total_seconds()) < 5
     if connection.vendor == "postgresql":
         assert "statement_timestamp()" in queries.captured_queries[0]["sql"]
+
+
+# -- select_locked_with, model_from_row --------------------------------------------------
+
+
+def _row_locked_now(table: str, pk: object) -> bool:
+    """Whether the row's current version is locked (PostgreSQL: its xmax is set)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT xmax::text <> '0' FROM {table} WHERE id = %s", [pk])
+        return bool(cursor.fetchone()[0])
+
+
+def test_select_locked_with_reads_the_row_and_its_related_row_in_one_statement(flow):
+    from django.test.utils import CaptureQueriesContext
+
+    from recovery.models import Operation
+
+    flow.register()
+    orm = Operation.objects.select_related("provider").get(key="op-1")
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        found = select_locked_with(Operation, "provider", where="t.key = %s", params=["op-1"])
+        assert found is not None
+        assert found.provider == orm.provider and found.provider.name == "orders"
+        assert {f.attname: getattr(found, f.attname) for f in Operation._meta.concrete_fields} == {
+            f.attname: getattr(orm, f.attname) for f in Operation._meta.concrete_fields
+        }
+        missing = select_locked_with(Operation, "provider", where="t.key = %s", params=["op-2"])
+        assert missing is None
+        if connection.vendor == "postgresql":
+            # The operation's row is locked, without its key; its provider's is not.
+            assert _row_locked_now("recovery_operation", found.pk)
+            assert not _row_locked_now("recovery_provider", found.provider.pk)
+    statements = [query["sql"] for query in queries.captured_queries]
+    reads = [s for s in statements if "xmax" not in s]
+    assert len(reads) == 2 and all(s.startswith("SELECT t.") for s in reads)  # provider cached
+    if connection.vendor == "postgresql":
+        assert statements[0].endswith("FOR NO KEY UPDATE OF t")
+
+
+def test_select_locked_with_conditions_may_name_the_related_row(flow):
+    from recovery.models import Operation
+
+    flow.register()
+    by_name = "r.name = %s AND t.key = %s"
+    assert select_locked_with(Operation, "provider", where=by_name, params=["nope", "op-1"]) is None
+    found = select_locked_with(Operation, "provider", where=by_name, params=["orders", "op-1"])
+    assert found is not None and found.key == "op-1"
+
+
+def test_model_from_row_converts_a_raw_row_as_the_orm_does():
+    approval = _approval("op-1")
+    insert([approval])
+    fields = Approval._meta.concrete_fields
+    columns = ", ".join(f'"{field.column}"' for field in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {columns} FROM approvals_approval")
+        row = cursor.fetchone()
+    made = model_from_row(Approval, fields, row)
+    assert made._state.adding is False and made._state.db == connection.alias
+    assert made.requested_by == ALICE and isinstance(made.id, uuid.UUID)
+    orm = Approval.objects.get()
+    assert {f.attname: getattr(made, f.attname) for f in fields} == {
+        f.attname: getattr(orm, f.attname) for f in fields
+    }
+
+
+# -- update_returning --------------------------------------------------------------------
+
+
+def test_update_returning_is_a_compare_and_set_that_reads_the_clock():
+    from django.test.utils import CaptureQueriesContext
+
+    approval = _approval("op-1")
+    insert([approval])
+    table = '"approvals_approval"'
+    before = timezone.now()
+    with CaptureQueriesContext(connection) as queries:
+        row = update_returning(
+            table,
+            '"status" = %s, "decided_at" = {now}',
+            '"id" = %s AND "status" = %s AND "created_at" <= {now}',
+            [
+                Approval.Status.APPROVED,
+                NOW,
+                Approval._meta.pk.get_db_prep_value(approval.id, connection),
+                Approval.Status.PENDING,
+                NOW,
+            ],
+            ["status", "decided_at"],
+        )
+    assert len(queries.captured_queries) == 1
+    assert row is not None and row[0] == Approval.Status.APPROVED
+    stored = Approval.objects.get()
+    assert stored.status == Approval.Status.APPROVED
+    assert stored.decided_at is not None and abs((stored.decided_at - before).total_seconds()) < 5
+    if connection.vendor == "postgresql":
+        assert queries.captured_queries[0]["sql"].count("statement_timestamp()") == 2
+    # The condition no longer holds: nothing changed, nothing returned.
+    again = update_returning(
+        table,
+        '"status" = %s',
+        '"operation_key" = %s AND "status" = %s',
+        [Approval.Status.DENIED, "op-1", Approval.Status.PENDING],
+        ["status"],
+    )
+    assert again is None
+    assert Approval.objects.get().status == Approval.Status.APPROVED
+
+
+# -- batches: values_update, bulk_save ------------------------------------------------
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="one statement needs PostgreSQL")
+def test_values_update_writes_each_row_its_own_values_in_one_statement():
+    from django.test.utils import CaptureQueriesContext
+
+    approvals = [_approval(f"op-{n}") for n in range(3)]
+    insert(approvals)
+    with CaptureQueriesContext(connection) as queries:
+        changed = values_update(
+            Approval,
+            values=[("pk", "id"), ("new", "status"), ("old", "status")],
+            rows=[
+                [approvals[0].id, Approval.Status.APPROVED, Approval.Status.PENDING],
+                [approvals[1].id, Approval.Status.DENIED, Approval.Status.PENDING],
+                # Its row no longer holds the expected value: left alone, not returned.
+                [approvals[2].id, Approval.Status.DENIED, Approval.Status.APPROVED],
+            ],
+            assign={"status": "v.new"},
+            expect={"status": "old"},
+        )
+    assert len(queries.captured_queries) == 1
+    assert changed == {approvals[0].id, approvals[1].id}
+    stored = dict(Approval.objects.values_list("operation_key", "status"))
+    assert stored == {"op-0": "approved", "op-1": "denied", "op-2": "pending"}
+    assert values_update(Approval, values=[("pk", "id")], rows=[], assign={}) == set()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="one statement needs PostgreSQL")
+def test_values_update_matches_on_another_unique_field_and_converts_values():
+    approvals = [_approval(f"op-{n}") for n in range(2)]
+    insert(approvals)
+    decided = timezone.now()
+    changed = values_update(
+        Approval,
+        values=[("id", "id"), ("at", "decided_at"), ("by", "decided_by")],
+        rows=[[approvals[0].id, decided, ALICE]],
+        assign={"decided_at": "v.at", "decided_by": "v.by"},
+        match="id",
+    )
+    assert changed == {approvals[0].id}
+    first, second = Approval.objects.order_by("operation_key")
+    assert first.decided_at == decided and first.decided_by == ALICE
+    assert second.decided_at is None
+
+
+def test_bulk_save_writes_the_named_fields_of_every_object():
+    from django.test.utils import CaptureQueriesContext
+
+    approvals = [_approval(f"op-{n}") for n in range(3)]
+    insert(approvals)
+    for n, approval in enumerate(approvals):
+        approval.status = Approval.Status.APPROVED if n % 2 else Approval.Status.DENIED
+        approval.decided_by = ALICE
+        approval.host = "not-written"
+    with CaptureQueriesContext(connection) as queries:
+        bulk_save(approvals, ["status", "decided_by"])
+    assert len(queries.captured_queries) == 1
+    stored = {a.operation_key: a for a in Approval.objects.all()}
+    assert [stored[f"op-{n}"].status for n in range(3)] == ["denied", "approved", "denied"]
+    assert all(a.decided_by == ALICE and a.host == "" for a in stored.values())
+    with CaptureQueriesContext(connection) as queries:
+        bulk_save([], ["status"])
+    assert queries.captured_queries == []

@@ -15,6 +15,9 @@ select_first
     ``filter(a=…, b=…).first()`` (``None`` is ``IS NULL``, as there).
 select_first_at
     ``select_first`` and the database's clock, read by the same statement.
+select_locked_with
+    ``select_for_update(of=("self",), no_key=True).select_related(one)``: a row and the
+    row one of its foreign keys points at, the first locked, in one statement.
 insert
     ``save(force_insert=True)`` / ``bulk_create`` for instances of one model: one INSERT,
     ``auto_now_add`` and ``auto_now`` applied, database-made primary keys read back;
@@ -24,6 +27,8 @@ update
     the number of rows changed.
 update_returning
     A compare-and-set that also reads the database's clock (``NOW``).
+model_from_row
+    A model instance from a raw row, converted as the ORM converts.
 values_update
     ``UPDATE … FROM (VALUES …)``: many rows, each with values of its own, in one
     statement (PostgreSQL), still a compare-and-set per row when asked.
@@ -39,8 +44,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connection
-from django.db.models import DateTimeField, Field, Model
-from django.utils import timezone
+from django.db.models import Field, Model
+
+from dbsql.clock import clock
 
 M = TypeVar("M", bound=Model)
 
@@ -147,28 +153,71 @@ def select_first(model: type[M], **where: Any) -> M | None:
 def select_first_at(model: type[M], **where: Any) -> tuple[M | None, datetime]:
     """``select_first``, and the database's clock read by the same statement.
 
-    PostgreSQL's ``statement_timestamp()``, so that a lease is judged by the database's
-    clock without a statement of its own; elsewhere (SQLite, one process's file) this
-    process's clock, as ``approvals.services.db_now`` reads it.
+    So that a lease is judged by the database's clock without a statement of its own;
+    where this process's clock stands in (``dbsql.clock``), ``select_first`` and it.
     """
-    if connection.vendor != "postgresql":
-        return select_first(model, **where), timezone.now()
+    now = clock()
+    if now.local is not None:
+        return select_first(model, **where), now.local
     shape, params = _where(model, where)
     with connection.cursor() as cursor:
-        cursor.execute(_select_at_sql(model, shape), params)
-        now, *row = cursor.fetchone()
+        cursor.execute(_select_at_sql(model, shape, now.sql), [*now.params, *params])
+        at, *row = cursor.fetchone()
     fields = model._meta.concrete_fields
     missing = row[fields.index(model._meta.pk)] is None
-    return (None if missing else model_from_row(model, fields, row)), now
+    return (None if missing else model_from_row(model, fields, row)), at
 
 
 @functools.cache
-def _select_at_sql(model: type[Model], shape: Shape) -> str:
+def _select_at_sql(model: type[Model], shape: Shape, clock_sql: str) -> str:
     # One row always: the clock, and the row's columns (NULL when there is none).
     return (
-        "SELECT statement_timestamp(), t.* FROM (SELECT 1) clock "
+        f"SELECT {clock_sql}, t.* FROM (SELECT 1) clock "
         f"LEFT JOIN ({_select_sql(model, shape)}) t ON TRUE"
     )
+
+
+@functools.cache
+def select_locked_with_sql(model: type[Model], related: str) -> str:
+    """``select_locked_with``'s text, ``{where}`` left to fill in (``t``: the row, ``r``:
+    the related row); ``FOR NO KEY UPDATE OF t`` where the database has it."""
+    target = _field(model, related).related_model
+    assert isinstance(target, type) and issubclass(target, Model), f"{related} is a foreign key"
+    columns = [f"t.{_quote(str(f.column))}" for f in model._meta.concrete_fields]
+    columns += [f"r.{_quote(str(f.column))}" for f in target._meta.concrete_fields]
+    lock = " FOR NO KEY UPDATE OF t" if connection.features.has_select_for_update_of else ""
+    return (
+        f"SELECT {', '.join(columns)} FROM {_quote(model._meta.db_table)} t "
+        f"JOIN {_quote(target._meta.db_table)} r "
+        f"ON r.{_quote(str(target._meta.pk.column))} = t.{_quote(_column(model, related))} "
+        f"WHERE {{where}}{lock}"
+    )
+
+
+def select_locked_with(
+    model: type[M], related: str, *, where: str, params: Sequence[Any]
+) -> M | None:
+    """The one row of ``model`` that ``where`` names, locked, with its ``related`` row.
+
+    ``where`` is SQL over ``t`` (the row) and ``r`` (the row its foreign key ``related``
+    points at), with ``%s`` for ``params``. Only the row is locked, never the related
+    one, and without its key (``no_key``): inserts that reference it check their foreign
+    key freely. The related row is cached on it, as ``select_related`` leaves it.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(select_locked_with_sql(model, related).format(where=where), params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    fields = model._meta.concrete_fields
+    found = model_from_row(model, fields, row[: len(fields)])
+    field = _field(model, related)
+    target = field.related_model
+    assert isinstance(target, type) and issubclass(target, Model)
+    found._state.fields_cache[field.name] = model_from_row(
+        target, target._meta.concrete_fields, row[len(fields) :]
+    )
+    return found
 
 
 # -- writing -----------------------------------------------------------------------------
@@ -284,17 +333,13 @@ def update_returning(
     """One conditional UPDATE … RETURNING: a compare-and-set that also reads the clock.
 
     Each ``{now}`` in ``assignments`` or ``where`` stands where ``NOW`` stands in
-    ``params``: PostgreSQL's ``statement_timestamp()`` (the database's clock, read by
-    this very statement), or the host's clock on SQLite, where writers are serialised.
+    ``params``: the database's clock (``dbsql.clock``), read by this very statement.
     """
-    if connection.vendor == "postgresql":
-        clock, values = "statement_timestamp()", [p for p in params if p is not NOW]
-    else:
-        now = DateTimeField().get_db_prep_value(timezone.now(), connection)
-        clock, values = "%s", [now if p is NOW else p for p in params]
+    now = clock()
+    values = [value for param in params for value in (now.params if param is NOW else (param,))]
     sql = (
-        f"UPDATE {table} SET {assignments.format(now=clock)} "
-        f"WHERE {where.format(now=clock)} "
+        f"UPDATE {table} SET {assignments.format(now=now.sql)} "
+        f"WHERE {where.format(now=now.sql)} "
         f"RETURNING {', '.join(_quote(name) for name in returning)}"
     )
     with connection.cursor() as cursor:
