@@ -30,10 +30,9 @@ from django.db.models import (
 )
 from django.db.models.fields.json import KT
 from django.utils import timezone
-from guardian.shortcuts import get_objects_for_user, get_perms
 
 from approvals.actors import Actor
-from approvals.models import Approval, Approver, Permit, ReconciliationRequest
+from approvals.models import Approval, Permit, ReconciliationRequest
 from approvals.selectors import permit_history
 from recovery import contract
 from recovery.audit import SYSTEM_CHAIN
@@ -44,11 +43,9 @@ from recovery.models import (
     AuditVerification,
     Dispatch,
     Evidence,
-    Host,
     LookupAttempt,
     Operation,
     OperationClaim,
-    Provider,
     State,
 )
 from recovery.params_diff import (
@@ -59,89 +56,20 @@ from recovery.params_diff import (
     provider_digest,
     provider_params,
 )
-from recovery.permissions import ProviderPermission
-from recovery.services.errors import NotFound
+from recovery.selectors.access import (
+    approval_for_caller,
+    approvals_for_approver,
+    approvals_for_user,
+    audit_supervisor,
+    operation_for_user,
+    operations_for_approver,
+    operations_for_host,
+    provider_for_callback,
+    provider_permissions,
+    providers_for_user,
+    providers_visible_to,
+)
 from recovery.vocabulary import AuditKind, StaleSignal, WaitReason
-
-
-def operations_for_host(*, host: Host) -> QuerySet[Operation]:
-    return Operation.objects.filter(host=host).select_related("provider", "host")
-
-
-def operations_for_approver(*, approver: Approver) -> QuerySet[Operation]:
-    """The operations ``approver`` may decide for: its providers, and its hosts if any."""
-    return Operation.objects.filter(approver.scope(provider="provider__name", host="host__name"))
-
-
-def providers_for_user(
-    *, user: Any, permissions: tuple[ProviderPermission, ...]
-) -> QuerySet[Provider]:
-    """The providers on which ``user`` holds any of ``permissions``.
-
-    Object permissions only: a role applies to the providers it was granted on
-    (``manage.py grant``, ``recovery.services.roles``); a model-wide permission grants
-    nothing here. Superusers see all.
-    """
-    return get_objects_for_user(
-        user,
-        [permission.perm for permission in permissions],
-        klass=Provider,
-        any_perm=True,
-        accept_global_perms=False,
-    )
-
-
-def provider_permissions(*, user: Any, provider: Provider) -> frozenset[str]:
-    """The permissions ``user`` holds on ``provider`` (codenames), read at once.
-
-    The same object permissions ``providers_for_user`` asks about, for a page that needs
-    several answers about one provider.
-    """
-    if not user.is_active:
-        return frozenset()
-    return frozenset(get_perms(user, provider))
-
-
-def approvals_for_approver(*, approver: Approver) -> QuerySet[Approval]:
-    return Approval.objects.filter(approver.scope(provider="provider", host="host"))
-
-
-def approvals_for_user(*, user: Any) -> QuerySet[Approval]:
-    """Approvals of the providers whose operations ``user`` may view or decide."""
-    names = providers_for_user(
-        user=user,
-        permissions=(ProviderPermission.VIEW_OPERATIONS, ProviderPermission.DECIDE_APPROVALS),
-    )
-    return Approval.objects.filter(provider__in=names.values("name"))
-
-
-def approval_for_caller(
-    *, approval_id: Any, approver: Approver | None = None, user: Any = None
-) -> Approval:
-    """One approval, for an approver or a console user to read.
-
-    Outside what the caller may see it does not exist (``unknown_approval``). Who may
-    decide it is the deciding service's rule (``recovery.services.permits``).
-    """
-    if approver is not None:
-        approvals = approvals_for_approver(approver=approver)
-    else:
-        approvals = approvals_for_user(user=user)
-    approval = approvals.filter(pk=approval_id).first()
-    if approval is None:
-        raise NotFound("unknown_approval", "no such approval")
-    return approval
-
-
-def provider_for_callback(*, name: str) -> Provider:
-    """The provider a signed callback names (its signature is checked next)."""
-    # PostgreSQL cannot even compare a text containing NUL: such a name names nothing.
-    provider = None
-    if "\x00" not in name and len(name) <= 100:
-        provider = Provider.objects.filter(name=name).first()
-    if provider is None:
-        raise NotFound("unknown_provider", "no such provider")
-    return provider
 
 
 def approval_record(*, approval: Approval) -> contract.ApprovalRecord:
@@ -295,11 +223,6 @@ class QueuePage:
     next_after: tuple[datetime, int] | None  # the keyset cursor of the next page
 
 
-def providers_visible_to(*, user: Any) -> QuerySet[Provider]:
-    """Providers whose operations ``user`` may view."""
-    return providers_for_user(user=user, permissions=(ProviderPermission.VIEW_OPERATIONS,))
-
-
 def _latest_evidence() -> QuerySet[Evidence]:
     return Evidence.objects.filter(operation=OuterRef("pk")).order_by("-captured_at", "-id")
 
@@ -444,15 +367,6 @@ def operations_queue_counts_for_user(*, user: Any) -> dict[str, int]:
         .count()
     )
     return counts
-
-
-def operation_for_user(*, user: Any, key: str) -> Operation | None:
-    """One operation by key, or None when there is none or ``user`` may not view it."""
-    return (
-        Operation.objects.filter(key=key, provider__in=providers_visible_to(user=user))
-        .select_related("provider", "host")
-        .first()
-    )
 
 
 # -- four-eyes reconciliation requests -------------------------------------------------
@@ -793,20 +707,6 @@ class AuditPage:
     next_after: int | None  # the id below which the next page starts
 
 
-def audit_supervisor(*, user: Any) -> bool:
-    """Whether ``user`` may read the system chain: credential, provider and grant events.
-
-    A supervisor is a superuser, or a user who holds the supervisor role's own
-    permission (``approve_reconciliations``) on at least one provider. The system chain
-    is not per provider (a host token serves every provider), so any supervisor reads
-    all of it; viewers and operators read only their providers' operation chains.
-    """
-    if user.is_superuser:
-        return True
-    supervising = (ProviderPermission.APPROVE_RECONCILIATIONS,)
-    return providers_for_user(user=user, permissions=supervising).exists()
-
-
 def _actor_filter(text: str) -> Q:
     """``name`` or ``kind:name`` against the stored ``kind:id:name`` (or legacy ``kind:name``)."""
     kind, sep, name = text.partition(":")
@@ -909,3 +809,51 @@ def audit_health_for_user(*, user: Any) -> AuditHealth:
         checkpoint=AuditCheckpoint.objects.order_by("-number").first(),
         problem_visible=audit_supervisor(user=user),
     )
+
+
+__all__ = [
+    "QUEUE_AGES",
+    "QUEUE_REASONS",
+    "QUEUE_STATES",
+    "QUEUE_STRANDED",
+    "RECONCILIATIONS_SHOWN",
+    "TIMELINE_LIMIT",
+    "AuditFilters",
+    "AuditHealth",
+    "AuditPage",
+    "Comparison",
+    "PermitHistory",
+    "ProposalRow",
+    "QueueFilters",
+    "QueuePage",
+    "Timeline",
+    "TimelineEntry",
+    "approval_for_caller",
+    "approval_record",
+    "approvals_for_approver",
+    "approvals_for_user",
+    "audit_events_export_for_user",
+    "audit_events_for_user",
+    "audit_health_for_user",
+    "audit_supervisor",
+    "claim_cutoff",
+    "evidence_record",
+    "lookup_in_flight",
+    "operation_comparison",
+    "operation_for_user",
+    "operation_jump_for_user",
+    "operation_permit_history",
+    "operation_record",
+    "operation_timeline",
+    "operations_for_approver",
+    "operations_for_host",
+    "operations_queue_counts_for_user",
+    "operations_queue_for_user",
+    "permit_record",
+    "provider_for_callback",
+    "provider_permissions",
+    "providers_for_user",
+    "providers_visible_to",
+    "reconciliation_request_for_user",
+    "reconciliation_requests_for_user",
+]
