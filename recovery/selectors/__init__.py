@@ -16,12 +16,11 @@ from typing import Any
 from django.db.models import (
     Q,
     QuerySet,
-    Subquery,
     TextChoices,
 )
 from django.utils import timezone
 
-from approvals.models import Permit, ReconciliationRequest
+from approvals.models import Permit
 from approvals.selectors import permit_history
 from recovery import contract
 from recovery.audit import SYSTEM_CHAIN
@@ -30,7 +29,6 @@ from recovery.models import (
     AuditCheckpoint,
     AuditEvent,
     AuditVerification,
-    Evidence,
     LookupAttempt,
     Operation,
 )
@@ -62,11 +60,16 @@ from recovery.selectors.queue import (
     QUEUE_STRANDED,
     QueueFilters,
     QueuePage,
-    _latest_evidence,
     claim_cutoff,
     operation_jump_for_user,
     operations_queue_counts_for_user,
     operations_queue_for_user,
+)
+from recovery.selectors.reconciliations import (
+    RECONCILIATIONS_SHOWN,
+    ProposalRow,
+    reconciliation_request_for_user,
+    reconciliation_requests_for_user,
 )
 from recovery.selectors.records import (
     _iso,
@@ -77,73 +80,6 @@ from recovery.selectors.records import (
     permit_record,
 )
 from recovery.vocabulary import AuditKind, StaleSignal
-
-# -- four-eyes reconciliation requests -------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProposalRow:
-    """A pending proposal with its operation and the operation's latest evidence."""
-
-    request: ReconciliationRequest
-    operation: Operation
-    evidence: Evidence | None
-
-    @property
-    def changed(self) -> bool:
-        """The operation or its evidence moved on since the proposal (approving fails)."""
-        seen = self.evidence.pk if self.evidence is not None else None
-        return (
-            self.operation.version != self.request.operation_version
-            or seen != self.request.evidence_seen
-        )
-
-
-RECONCILIATIONS_SHOWN = 200
-
-
-def reconciliation_requests_for_user(*, user: Any) -> list[ProposalRow]:
-    """Pending proposals of the providers ``user`` may view, oldest first.
-
-    Bounded: the oldest ``RECONCILIATIONS_SHOWN``; a queue of proposals is short by
-    nature (each waits for one approval), and the oldest are the ones to act on.
-    """
-    names = providers_visible_to(user=user).values("name")
-    requests = list(
-        ReconciliationRequest.objects.filter(
-            status=ReconciliationRequest.Status.PENDING, provider__in=names
-        ).order_by("proposed_at", "id")[:RECONCILIATIONS_SHOWN]
-    )
-    operations = {
-        operation.key: operation
-        for operation in Operation.objects.filter(key__in=[r.operation_key for r in requests])
-        .select_related("provider")
-        .annotate(latest_evidence=Subquery(_latest_evidence().values("pk")[:1]))
-    }
-    latest = Evidence.objects.in_bulk(
-        [o.latest_evidence for o in operations.values() if o.latest_evidence]
-    )
-    rows = []
-    for request in requests:
-        operation = operations.get(request.operation_key)
-        if operation is not None:
-            evidence = latest.get(operation.latest_evidence)
-            rows.append(ProposalRow(request, operation, evidence))
-    return rows
-
-
-def reconciliation_request_for_user(
-    *, user: Any, request_id: int
-) -> tuple[ReconciliationRequest, Operation] | None:
-    """One request and its operation, or None when absent or ``user`` may not view it."""
-    request = ReconciliationRequest.objects.filter(pk=request_id).first()
-    if request is None:
-        return None
-    operation = operation_for_user(user=user, key=request.operation_key)
-    if operation is None:
-        return None
-    return request, operation
-
 
 # -- the operation page: its history, and what differs between its columns --------------
 
