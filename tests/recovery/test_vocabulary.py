@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from recovery.selectors import _event_summary
+from recovery.selectors.operation_page import _event_summary
 from recovery.vocabulary import AuditKind, StaleSignal
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,121 @@
+"""Reads that start from the caller: a host, an approver or a console user.
+
+Each ``*_for_*`` selector returns only what that caller may see; views, services and the
+console start every query from one of them, so a check cannot be forgotten in one place.
+One module per concern, every public name re-exported here:
+
+- ``access``: who may see what — the providers, operations and approvals a host, an
+  approver or a console user may read, and who supervises the audit trail;
+- ``records``: the API objects built from rows (approval, permit, evidence, operation);
+- ``queue``: the console's queue — filters, pages, counts, the jump to one operation;
+- ``operation_page``: one operation's timeline, permit history, lookup in flight, and
+  what differs between intended action, evidence and receipt;
+- ``reconciliations``: the four-eyes proposals waiting for a second operator;
+- ``audit_trail``: the audit trail's filters, pages, export and health.
+"""
+
+from __future__ import annotations
+
+from recovery.selectors.access import (
+    approval_for_caller,
+    approvals_for_approver,
+    approvals_for_user,
+    audit_supervisor,
+    operation_for_user,
+    operations_for_approver,
+    operations_for_host,
+    provider_for_callback,
+    provider_permissions,
+    providers_for_user,
+    providers_visible_to,
+)
+from recovery.selectors.audit_trail import (
+    AuditFilters,
+    AuditHealth,
+    AuditPage,
+    audit_events_export_for_user,
+    audit_events_for_user,
+    audit_health_for_user,
+)
+from recovery.selectors.operation_page import (
+    TIMELINE_LIMIT,
+    Comparison,
+    PermitHistory,
+    Timeline,
+    TimelineEntry,
+    lookup_in_flight,
+    operation_comparison,
+    operation_permit_history,
+    operation_timeline,
+)
+from recovery.selectors.queue import (
+    QUEUE_AGES,
+    QUEUE_REASONS,
+    QUEUE_STATES,
+    QUEUE_STRANDED,
+    QueueFilters,
+    QueuePage,
+    claim_cutoff,
+    operation_jump_for_user,
+    operations_queue_counts_for_user,
+    operations_queue_for_user,
+)
+from recovery.selectors.reconciliations import (
+    RECONCILIATIONS_SHOWN,
+    ProposalRow,
+    reconciliation_request_for_user,
+    reconciliation_requests_for_user,
+)
+from recovery.selectors.records import (
+    approval_record,
+    evidence_record,
+    operation_record,
+    permit_record,
+)
+
+__all__ = [
+    "QUEUE_AGES",
+    "QUEUE_REASONS",
+    "QUEUE_STATES",
+    "QUEUE_STRANDED",
+    "RECONCILIATIONS_SHOWN",
+    "TIMELINE_LIMIT",
+    "AuditFilters",
+    "AuditHealth",
+    "AuditPage",
+    "Comparison",
+    "PermitHistory",
+    "ProposalRow",
+    "QueueFilters",
+    "QueuePage",
+    "Timeline",
+    "TimelineEntry",
+    "approval_for_caller",
+    "approval_record",
+    "approvals_for_approver",
+    "approvals_for_user",
+    "audit_events_export_for_user",
+    "audit_events_for_user",
+    "audit_health_for_user",
+    "audit_supervisor",
+    "claim_cutoff",
+    "evidence_record",
+    "lookup_in_flight",
+    "operation_comparison",
+    "operation_for_user",
+    "operation_jump_for_user",
+    "operation_permit_history",
+    "operation_record",
+    "operation_timeline",
+    "operations_for_approver",
+    "operations_for_host",
+    "operations_queue_counts_for_user",
+    "operations_queue_for_user",
+    "permit_record",
+    "provider_for_callback",
+    "provider_permissions",
+    "providers_for_user",
+    "providers_visible_to",
+    "reconciliation_request_for_user",
+    "reconciliation_requests_for_user",
+]

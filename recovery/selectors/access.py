@@ -1,0 +1,127 @@
+"""Who may see what: the selectors that take the caller and return only what it may see.
+
+A host sees its own operations; an approver its scope (its providers, and its hosts if
+any); a console user the providers on which it holds an object permission
+(``recovery.permissions``), and the system chain of the audit trail if it supervises.
+The other selector modules start from these, or take an object already read through them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from guardian.shortcuts import get_objects_for_user, get_perms
+
+from approvals.models import Approval, Approver
+from recovery.models import Host, Operation, Provider
+from recovery.permissions import ProviderPermission
+from recovery.services.errors import NotFound
+
+
+def operations_for_host(*, host: Host) -> QuerySet[Operation]:
+    return Operation.objects.filter(host=host).select_related("provider", "host")
+
+
+def operations_for_approver(*, approver: Approver) -> QuerySet[Operation]:
+    """The operations ``approver`` may decide for: its providers, and its hosts if any."""
+    return Operation.objects.filter(approver.scope(provider="provider__name", host="host__name"))
+
+
+def providers_for_user(
+    *, user: Any, permissions: tuple[ProviderPermission, ...]
+) -> QuerySet[Provider]:
+    """The providers on which ``user`` holds any of ``permissions``.
+
+    Object permissions only: a role applies to the providers it was granted on
+    (``manage.py grant``, ``recovery.services.roles``); a model-wide permission grants
+    nothing here. Superusers see all.
+    """
+    return get_objects_for_user(
+        user,
+        [permission.perm for permission in permissions],
+        klass=Provider,
+        any_perm=True,
+        accept_global_perms=False,
+    )
+
+
+def provider_permissions(*, user: Any, provider: Provider) -> frozenset[str]:
+    """The permissions ``user`` holds on ``provider`` (codenames), read at once.
+
+    The same object permissions ``providers_for_user`` asks about, for a page that needs
+    several answers about one provider.
+    """
+    if not user.is_active:
+        return frozenset()
+    return frozenset(get_perms(user, provider))
+
+
+def approvals_for_approver(*, approver: Approver) -> QuerySet[Approval]:
+    return Approval.objects.filter(approver.scope(provider="provider", host="host"))
+
+
+def approvals_for_user(*, user: Any) -> QuerySet[Approval]:
+    """Approvals of the providers whose operations ``user`` may view or decide."""
+    names = providers_for_user(
+        user=user,
+        permissions=(ProviderPermission.VIEW_OPERATIONS, ProviderPermission.DECIDE_APPROVALS),
+    )
+    return Approval.objects.filter(provider__in=names.values("name"))
+
+
+def approval_for_caller(
+    *, approval_id: Any, approver: Approver | None = None, user: Any = None
+) -> Approval:
+    """One approval, for an approver or a console user to read.
+
+    Outside what the caller may see it does not exist (``unknown_approval``). Who may
+    decide it is the deciding service's rule (``recovery.services.permits``).
+    """
+    if approver is not None:
+        approvals = approvals_for_approver(approver=approver)
+    else:
+        approvals = approvals_for_user(user=user)
+    approval = approvals.filter(pk=approval_id).first()
+    if approval is None:
+        raise NotFound("unknown_approval", "no such approval")
+    return approval
+
+
+def provider_for_callback(*, name: str) -> Provider:
+    """The provider a signed callback names (its signature is checked next)."""
+    # PostgreSQL cannot even compare a text containing NUL: such a name names nothing.
+    provider = None
+    if "\x00" not in name and len(name) <= 100:
+        provider = Provider.objects.filter(name=name).first()
+    if provider is None:
+        raise NotFound("unknown_provider", "no such provider")
+    return provider
+
+
+def providers_visible_to(*, user: Any) -> QuerySet[Provider]:
+    """Providers whose operations ``user`` may view."""
+    return providers_for_user(user=user, permissions=(ProviderPermission.VIEW_OPERATIONS,))
+
+
+def operation_for_user(*, user: Any, key: str) -> Operation | None:
+    """One operation by key, or None when there is none or ``user`` may not view it."""
+    return (
+        Operation.objects.filter(key=key, provider__in=providers_visible_to(user=user))
+        .select_related("provider", "host")
+        .first()
+    )
+
+
+def audit_supervisor(*, user: Any) -> bool:
+    """Whether ``user`` may read the system chain: credential, provider and grant events.
+
+    A supervisor is a superuser, or a user who holds the supervisor role's own
+    permission (``approve_reconciliations``) on at least one provider. The system chain
+    is not per provider (a host token serves every provider), so any supervisor reads
+    all of it; viewers and operators read only their providers' operation chains.
+    """
+    if user.is_superuser:
+        return True
+    supervising = (ProviderPermission.APPROVE_RECONCILIATIONS,)
+    return providers_for_user(user=user, permissions=supervising).exists()

@@ -1,0 +1,255 @@
+"""The console's queue: what waits for an operator — its filters, pages, counts and jump.
+
+Operations in ``unknown`` or ``reconcile`` and stranded receipts, of the providers the
+user may view, each read along a partial index of its own and merged here. When a claim
+lapses is here too: the queue shows who holds a live one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.fields.json import KT
+from django.utils import timezone
+
+from approvals.models import Approval, Permit
+from recovery.models import (
+    AuditEvent,
+    Dispatch,
+    Evidence,
+    LookupAttempt,
+    Operation,
+    OperationClaim,
+    State,
+)
+from recovery.selectors.access import providers_visible_to
+from recovery.vocabulary import AuditKind, WaitReason
+
+QUEUE_STRANDED = WaitReason.STRANDED
+QUEUE_STATES = (State.UNKNOWN, State.RECONCILE)
+
+# Why an operation waits, read from its last transition (what the services write in
+# its data); a stranded receipt of a settled operation waits for the receipt alone.
+QUEUE_REASONS = dict(WaitReason.choices)
+
+# How long an operation has been in its state: (label, newer than, at most this old).
+QUEUE_AGES: dict[str, tuple[str, timedelta | None, timedelta | None]] = {
+    "hour": ("Under 1 hour", None, timedelta(hours=1)),
+    "day": ("1 hour to 1 day", timedelta(hours=1), timedelta(days=1)),
+    "week": ("1 to 7 days", timedelta(days=1), timedelta(days=7)),
+    "older": ("Over 7 days", timedelta(days=7), None),
+}
+
+
+@dataclass(frozen=True)
+class QueueFilters:
+    """What the queue is narrowed to; every field optional, all of them combine."""
+
+    state: str = ""  # unknown, reconcile, or stranded (a receipt left running)
+    provider: str = ""  # a provider's name
+    verdict: str = ""  # the latest evidence's verdict, or "none" for no evidence yet
+    search: str = ""  # the start of an operation key (or all of it)
+    reason: str = ""  # why it waits: a key of QUEUE_REASONS
+    age: str = ""  # how long it has waited in its state: a key of QUEUE_AGES
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    rows: list[Operation]
+    next_after: tuple[datetime, int] | None  # the keyset cursor of the next page
+
+
+def _latest_evidence() -> QuerySet[Evidence]:
+    return Evidence.objects.filter(operation=OuterRef("pk")).order_by("-captured_at", "-id")
+
+
+# A QUEUE_REASONS key from a transition's data; otherwise the event's own name.
+_REASON_OF_TRANSITION = Case(
+    When(data__reason=WaitReason.LOOKUP_BUDGET_SPENT, then=Value(WaitReason.LOOKUP_BUDGET_SPENT)),
+    When(data__event="escalate", data__verdict="mismatch", then=Value(WaitReason.MISMATCH)),
+    When(data__event="escalate", data__verdict="corrupt", then=Value(WaitReason.CORRUPT)),
+    When(data__event="conflict", then=Value(WaitReason.CONFLICT)),
+    When(data__event="lease_lost", then=Value(WaitReason.LEASE_LOST)),
+    default=KT("data__event"),
+    output_field=CharField(),
+)
+
+
+def claim_cutoff(now: datetime | None = None) -> datetime:
+    """Claims last touched before this have lapsed (``recovery.services.claims``)."""
+    idle = timedelta(minutes=settings.SETTLE_CLAIM_IDLE_MINUTES)
+    return (now or timezone.now()) - idle
+
+
+def _queue_branch(
+    rows: QuerySet[Operation], filters: QueueFilters, after: tuple[datetime, int] | None
+) -> QuerySet[Operation]:
+    if filters.provider:
+        rows = rows.filter(provider__name=filters.provider)
+    if filters.search:  # a prefix, so that the key's own index can serve it
+        rows = rows.filter(key__startswith=filters.search)
+    if filters.age in QUEUE_AGES:
+        # A range of updated_at, which the queue's index is ordered by already.
+        _, newer, older = QUEUE_AGES[filters.age]
+        now = timezone.now()
+        if newer is not None:
+            rows = rows.filter(updated_at__lte=now - newer)
+        if older is not None:
+            rows = rows.filter(updated_at__gt=now - older)
+    if after is not None:
+        at, pk = after
+        rows = rows.filter(Q(updated_at__gt=at) | Q(updated_at=at, pk__gt=pk))
+    rows = rows.annotate(
+        receipt_status=F("dispatch__receipt_status"),
+        latest_verdict=Subquery(_latest_evidence().values("verdict")[:1]),
+        latest_at=Subquery(_latest_evidence().values("captured_at")[:1]),
+        lookup_count=Subquery(
+            LookupAttempt.objects.filter(operation=OuterRef("pk"))
+            .order_by()
+            .values("operation")
+            .annotate(n=Count("pk"))
+            .values("n")[:1]
+        ),
+        claimed_by=Subquery(
+            OperationClaim.objects.filter(
+                operation=OuterRef("pk"), touched_at__gt=claim_cutoff()
+            ).values("actor")[:1]
+        ),
+        reason=Case(
+            When(~Q(state__in=QUEUE_STATES), then=Value(QUEUE_STRANDED)),
+            default=Subquery(
+                AuditEvent.objects.filter(operation_key=OuterRef("key"), kind=AuditKind.TRANSITION)
+                .order_by("-seq")
+                .annotate(code=_REASON_OF_TRANSITION)
+                .values("code")[:1]
+            ),
+        ),
+    )
+    if filters.verdict == "none":
+        rows = rows.filter(latest_verdict__isnull=True)
+    elif filters.verdict:
+        rows = rows.filter(latest_verdict=filters.verdict)
+    if filters.reason:
+        rows = rows.filter(reason=filters.reason)
+    return rows.select_related("provider").order_by("updated_at", "pk")
+
+
+def operations_queue_for_user(
+    *, user: Any, filters: QueueFilters, after: tuple[datetime, int] | None, limit: int
+) -> QueuePage:
+    """The console's queue: what waits for an operator, oldest first, one page of it.
+
+    Every operation in ``unknown`` or ``reconcile`` and every stranded receipt (still
+    ``running`` on an operation no longer ``dispatched``), of the providers ``user`` may
+    view. Each state and the stranded receipts are read by a query of their own, each
+    along a partial index (``operation_unsettled``, ``receipt_running``), and merged
+    here: one OR across the join would use neither. Keyset pagination on
+    (``updated_at``, id), the time the operation entered its state: no OFFSET, no
+    COUNT, the same cost on every page.
+    """
+    visible = providers_visible_to(user=user)
+    states = [filters.state] if filters.state in QUEUE_STATES else list(QUEUE_STATES)
+    branches = []
+    # Only the stranded branch's settled rows wait for the stranded reason, and only
+    # they: a branch that cannot hold the reason asked for is not read at all.
+    if filters.state != QUEUE_STRANDED and filters.reason != QUEUE_STRANDED:
+        # One query per state: with the state fixed, ``operation_unsettled`` yields rows
+        # already in (updated_at, id) order and the LIMIT stops the scan; ``state IN``
+        # would sort the whole queue first.
+        branches += [Operation.objects.filter(state=s, provider__in=visible) for s in states]
+    settled_only = not filters.state  # the stranded branch holds no unsettled row then
+    if filters.state in ("", QUEUE_STRANDED) and not (
+        settled_only and filters.reason not in ("", QUEUE_STRANDED)
+    ):
+        stranded = Operation.objects.filter(
+            provider__in=visible, dispatch__receipt_status=Dispatch.ReceiptStatus.RUNNING
+        ).exclude(state=State.DISPATCHED)
+        if settled_only:  # the unsettled ones are in the first branches
+            stranded = stranded.exclude(state__in=QUEUE_STATES)
+        branches.append(stranded)
+    rows: list[Operation] = []
+    for branch in branches:
+        rows.extend(_queue_branch(branch, filters, after)[: limit + 1])
+    rows.sort(key=lambda row: (row.updated_at, row.pk))
+    if len(rows) <= limit:
+        return QueuePage(rows, None)
+    last = rows[limit - 1]
+    return QueuePage(rows[:limit], (last.updated_at, last.pk))
+
+
+def operations_queue_counts_for_user(*, user: Any) -> dict[str, int]:
+    """How many operations wait in each queue state, and how many receipts are stranded.
+
+    One grouped query over the unsettled rows of the visible providers (from the
+    ``operation_provider_state`` index alone), one count over the running receipts.
+    """
+    # The ids first: given them as values, the planner knows how few providers it is
+    # counting for and reads only the index (a subquery made it read the whole queue).
+    visible = list(providers_visible_to(user=user).values_list("pk", flat=True))
+    counts = {str(state): 0 for state in QUEUE_STATES}
+    grouped = (
+        Operation.objects.filter(state__in=QUEUE_STATES, provider__in=visible)
+        .values("state")
+        .annotate(n=Count("state"))
+        .order_by()
+    )
+    for line in grouped:
+        counts[line["state"]] = line["n"]
+    counts[QUEUE_STRANDED] = (
+        Dispatch.objects.filter(
+            receipt_status=Dispatch.ReceiptStatus.RUNNING, operation__provider__in=visible
+        )
+        .exclude(operation__state=State.DISPATCHED)
+        .count()
+    )
+    return counts
+
+
+def operation_jump_for_user(*, user: Any, text: str) -> str | None:
+    """The key of the one operation ``text`` names exactly, among those ``user`` may view.
+
+    Names: the operation's key, its permit's or approval's id, or a provider reference
+    (the evidence's or the receipt's) that belongs to exactly one visible operation —
+    a reference two operations share names neither. Hidden operations are never named,
+    so a jump cannot tell an outsider that an id exists.
+    """
+    if not text or "\x00" in text or len(text) > 200:
+        return None
+    visible = Operation.objects.filter(provider__in=providers_visible_to(user=user))
+    if visible.filter(key=text).exists():
+        return text
+    try:
+        ident = uuid.UUID(text)
+    except ValueError:
+        ident = None
+    if ident is not None:
+        bound = [
+            *Permit.objects.filter(pk=ident).values_list("operation_key", flat=True),
+            *Approval.objects.filter(pk=ident).values_list("operation_key", flat=True),
+        ]
+        for key in bound:
+            if visible.filter(key=key).exists():
+                return str(key)
+        return None
+    named = visible.filter(
+        Q(pk__in=Evidence.objects.filter(provider_reference=text).values("operation"))
+        | Q(dispatch__receipt_reference=text)
+    ).values_list("key", flat=True)[:2]
+    keys = list(named)
+    return keys[0] if len(keys) == 1 else None
