@@ -5,7 +5,7 @@ then run (``lookup_run``: the network call outside any transaction, the answer a
 under the lock). Resume, operators and the background sweeper
 (``recovery.services.sweep``) all go through these. Resume and operators claim their
 attempts ``queued`` and publish them once committed (``lookup_publish``); the sweeper
-queues in batches; a Celery worker runs them. So a slow provider holds background
+queues in batches; a Celery worker runs them (``recovery.services.lookup_tasks``). So a slow provider holds background
 workers, never a web worker.
 """
 
@@ -46,6 +46,9 @@ from recovery.vocabulary import AuditKind, StaleSignal
 
 logger = logging.getLogger(__name__)
 
+# Who the sweeper and its background lookups are, on the record.
+SWEEPER_ACTOR = Actor.system("sweeper")
+
 LOOKUP_LEASE_MARGIN = timedelta(seconds=5)
 # How often an operation in reconcile is looked at again by resume (operators can look
 # up at any time): its evidence may be repaired at the provider.
@@ -79,7 +82,7 @@ def lookup_claim(
 
     Refused while another lookup of the operation is in flight under a live lease, and
     while ``due_only`` and the next lookup is not due. ``queued``: the attempt waits for a
-    background worker (``recovery.services.sweep``) and its lease is the time that worker
+    background worker (``recovery.services.lookup_tasks``) and its lease is the time that worker
     has to start it, ``SETTLE_LOOKUP_QUEUE_SECONDS``. An attempt in flight whose lease
     lapsed is abandoned, whichever kind it was.
 
