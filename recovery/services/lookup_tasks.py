@@ -78,7 +78,7 @@ def _attempt_claim(
     """
     if attempt.status not in LOOKUP_IN_FLIGHT:
         return False, 0
-    if attempt.status == LookupAttempt.Status.RUNNING and attempt.lease_expires_at > now:
+    if attempt.status == LookupAttempt.Status.RUNNING and attempt.lease_alive(now):
         return False, int((attempt.lease_expires_at - now).total_seconds()) + 1
     wanted = _LOOKED_UP_IN.get(attempt.trigger)
     if wanted is not None and operation.state not in wanted:
