@@ -44,11 +44,11 @@ from approvals.actors import Actor  # noqa: E402
 from recovery.models import Dispatch, Host, LookupAttempt, Operation  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402
 from recovery.services.dispatch import operation_dispatch, operation_report  # noqa: E402
+from recovery.services.lookup_tasks import lookup_attempt_run  # noqa: E402
 from recovery.services.permits import approval_decision, approval_open  # noqa: E402
 from recovery.services.providers import provider_configure  # noqa: E402
 from recovery.services.registration import operation_register  # noqa: E402
 from recovery.services.resume import operation_resume  # noqa: E402
-from recovery.services.sweep import lookup_attempt_run  # noqa: E402
 from tests.support.providers import sqlite_provider_commit, sqlite_provider_init  # noqa: E402
 
 BENCH = Actor.system("bench")

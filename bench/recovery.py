@@ -335,8 +335,8 @@ class RecoveryBenchmark:
                 raise CommandError("the workers did not start in 60 s")
 
     def _one_at_a_time(self, provider: Provider, count: int) -> dict[str, float]:
+        from recovery.services.lookup_tasks import lookup_attempt_run
         from recovery.services.resume import operation_resume
-        from recovery.services.sweep import lookup_attempt_run
 
         actor = Actor("host", "1", "bench-fleet")
         operations = list(Operation.objects.filter(provider=provider).select_related("provider"))

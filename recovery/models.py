@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any, ClassVar
 
 from django.db import models
@@ -151,7 +152,18 @@ class Operation(models.Model):
         return self.state in TERMINAL_STATES
 
 
-class Dispatch(models.Model):
+class Leased:
+    """A row that holds something until ``lease_expires_at``: a dispatch (its worker, kept
+    by heartbeats), a lookup attempt in flight (its operation's one lookup slot)."""
+
+    lease_expires_at: datetime
+
+    def lease_alive(self, now: datetime) -> bool:
+        """Held until the expiry, not at it: at that moment the lease has lapsed."""
+        return self.lease_expires_at > now
+
+
+class Dispatch(Leased, models.Model):
     """The one recorded attempt, and the host's receipt of it, in one row.
 
     Created in the transaction that consumes the permit, with the receipt ``running``.
@@ -214,6 +226,14 @@ class Dispatch(models.Model):
     def __str__(self) -> str:
         return f"dispatch of {self.operation_id}"
 
+    @classmethod
+    def of(cls, operation: Operation) -> Dispatch | None:
+        """The operation's one dispatch as the database holds it now, or None before one.
+
+        Read afresh, unlike the reverse accessor ``operation.dispatch``, which caches.
+        """
+        return cls.objects.filter(operation=operation).first()
+
 
 class OperationClaim(models.Model):
     """An operator working on an operation, so that a second one does not.
@@ -267,7 +287,7 @@ class Evidence(models.Model):
         return f"{self.verdict} for {self.operation_id}"
 
 
-class LookupAttempt(models.Model):
+class LookupAttempt(Leased, models.Model):
     """One look at the provider's record; the evidence it produced hangs off it.
 
     At most one attempt per operation is in flight (``queued`` or ``running``) at a time.

@@ -12,7 +12,7 @@ from celery import shared_task
 
 from recovery.audit import audit_checkpoint as audit_checkpoint_make
 from recovery.audit import audit_verification_run
-from recovery.services.sweep import lookup_attempt_run, lookup_batch_run
+from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
 from recovery.services.sweep import sweep as sweep_run
 
 # A message that finds its attempt held by another worker's live lease waits for that

@@ -132,7 +132,7 @@ def queued_lookups_run() -> int:
     this process, by the task's own body (``lookup_attempt_run``), in id order.
     """
     from recovery.models import LookupAttempt
-    from recovery.services.sweep import lookup_attempt_run
+    from recovery.services.lookup_tasks import lookup_attempt_run
 
     queued = LookupAttempt.objects.filter(status=LookupAttempt.Status.QUEUED).order_by("pk")
     ran = 0

@@ -52,7 +52,7 @@ def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any
     """
     held = provider_permissions(user=request.user, provider=operation.provider)
     evidence = evidence_latest(operation)
-    dispatch = Dispatch.objects.filter(operation=operation).first()
+    dispatch = Dispatch.of(operation)
     decisions = []
     for action, permission in DECISIONS.items():
         if permission not in held:
@@ -146,7 +146,7 @@ def _void_confirmation(
     if form.cleaned_data["version"] != operation.version:
         return None
     evidence = evidence_latest(operation)
-    dispatch = Dispatch.objects.filter(operation=operation).first()
+    dispatch = Dispatch.of(operation)
     try:
         backing = reconcile_grounds(
             operation=operation, action="void", evidence=evidence, dispatch=dispatch

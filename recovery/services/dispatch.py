@@ -25,7 +25,7 @@ from recovery.models import (
 )
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import OperationRef, binding, operation_lock
-from recovery.services.signals import refusals_recorded, stale_signal
+from recovery.services.signals import refusals_committed, refusals_recorded, stale_signal
 from recovery.transitions import Change, Event, operation_transition
 from recovery.vocabulary import AuditKind, StaleSignal
 
@@ -126,13 +126,9 @@ def _holding_dispatch(
     A refusal (a stale token, a lost lease) is recorded in the transaction and raised
     only after it commits, so that what was recorded stays on the record.
     """
-    with audit_transaction():
+    with refusals_committed():
         locked = operation_lock(operation)
-        try:
-            return then(locked, *_dispatch_for_token(locked, fencing_token, actor))
-        except RecoveryError as exc:
-            refusal = exc
-    raise refusal
+        return then(locked, *_dispatch_for_token(locked, fencing_token, actor))
 
 
 @refusals_recorded()
@@ -146,7 +142,7 @@ def operation_heartbeat(
     """
 
     def extend(operation: Operation, dispatch: Dispatch, now: datetime) -> Dispatch:
-        if operation.state == State.DISPATCHED and dispatch.lease_expires_at <= now:
+        if operation.state == State.DISPATCHED and not dispatch.lease_alive(now):
             lease_lapsed(operation, dispatch, actor)
         if operation.state != State.DISPATCHED:
             stale_signal(

@@ -43,7 +43,7 @@ LOOKUP_BACKOFF_JITTER = 0.2
 
 def _receipt(operation: Operation) -> Dispatch | None:
     """The operation's dispatch, which holds the host's receipt (under the operation lock)."""
-    return Dispatch.objects.filter(operation=operation).first()
+    return Dispatch.of(operation)
 
 
 def evidence_apply(

@@ -5,8 +5,8 @@ then run (``lookup_run``: the network call outside any transaction, the answer a
 under the lock). Resume, operators and the background sweeper
 (``recovery.services.sweep``) all go through these. Resume and operators claim their
 attempts ``queued`` and publish them once committed (``lookup_publish``); the sweeper
-queues in batches; a Celery worker runs them. So a slow provider holds background
-workers, never a web worker.
+queues in batches; a Celery worker runs them (``recovery.services.lookup_tasks``). So a
+slow provider holds background workers, never a web worker.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ from recovery.vocabulary import AuditKind, StaleSignal
 
 logger = logging.getLogger(__name__)
 
+# Who the sweeper and its background lookups are, on the record.
+SWEEPER_ACTOR = Actor.system("sweeper")
+
 LOOKUP_LEASE_MARGIN = timedelta(seconds=5)
 # How often an operation in reconcile is looked at again by resume (operators can look
 # up at any time): its evidence may be repaired at the provider.
@@ -79,7 +82,7 @@ def lookup_claim(
 
     Refused while another lookup of the operation is in flight under a live lease, and
     while ``due_only`` and the next lookup is not due. ``queued``: the attempt waits for a
-    background worker (``recovery.services.sweep``) and its lease is the time that worker
+    background worker (``recovery.services.lookup_tasks``) and its lease is the time that worker
     has to start it, ``SETTLE_LOOKUP_QUEUE_SECONDS``. An attempt in flight whose lease
     lapsed is abandoned, whichever kind it was.
 
@@ -110,7 +113,7 @@ def lookup_claim(
             .filter(operation=operation, status__in=LOOKUP_IN_FLIGHT)
             .first()
         )
-        if in_flight is not None and in_flight.lease_expires_at > now:
+        if in_flight is not None and in_flight.lease_alive(now):
             return LookupSlot(None, seconds_until(in_flight.lease_expires_at, now), in_flight=True)
         if in_flight is not None:
             lookup_abandon(operation=operation, attempt=in_flight, actor=actor)
@@ -162,7 +165,7 @@ def lookups_queue(*, operations: list[Operation], actor: Actor) -> list[LookupAt
     for operation in due:
         current = in_flight.get(operation.pk)
         if current is not None:
-            if current.lease_expires_at > now:
+            if current.lease_alive(now):
                 continue
             lookup_abandon(operation=operation, attempt=current, actor=actor)
         attempts.append(

@@ -27,7 +27,7 @@ from recovery.services.claims import claim_check
 from recovery.services.errors import Forbidden, RecoveryError
 from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim, lookup_publish
-from recovery.services.signals import refusals_recorded
+from recovery.services.signals import refusals_committed, refusals_recorded
 from recovery.vocabulary import AuditKind
 
 
@@ -41,6 +41,16 @@ def operator_refusal_record(*, operation: Operation, action: str, code: str, act
             actor=actor,
             data={"action": action, "code": code, "version": locked.version},
         )
+
+
+def operator_refusals(operation: Operation, action: str, actor: Actor) -> refusals_committed:
+    """An audit transaction whose refusal, once what it recorded is committed, is
+    recorded as a refused ``action`` in a transaction of its own, then raised."""
+
+    def record(error: RecoveryError) -> None:
+        operator_refusal_record(operation=operation, action=action, code=error.code, actor=actor)
+
+    return refusals_committed(then=record)
 
 
 def operator_refuse(
@@ -119,34 +129,30 @@ def operator_lookup(
         permission=ProviderPermission.LOOKUP_OPERATIONS,
         actor=actor,
     )
-    slot = None
     published: list[bool] = []
-    with audit_transaction():
+    with operator_refusals(operation, "lookup", actor):
         locked, refusal = operator_locked(operation=operation, version=version, actor=actor)
-        if refusal is None:
-            slot = lookup_claim(
-                operation=locked,
-                trigger=LookupAttempt.Trigger.OPERATOR,
-                actor=actor,
-                due_only=False,
-                queued=True,
-            )
-            if slot.attempt is None:
-                refusal = RecoveryError("lookup_in_flight", "a lookup of it is already under way")
-            else:
-                audit_append(
-                    kind=AuditKind.OPERATOR_ACTION,
-                    operation=locked,
-                    actor=actor,
-                    data={"action": "lookup", "reason": reason, "version": version},
-                )
-                # Told only once the attempt is committed: a worker must find its row.
-                attempt = slot.attempt
-                transaction.on_commit(lambda: published.append(lookup_publish(attempt)))
-    if refusal is not None:
-        operator_refuse(operation, "lookup", refusal, actor)
-    assert slot is not None and slot.attempt is not None
-    return QueuedLookup(slot.attempt, published == [True])
+        if refusal is not None:
+            raise refusal
+        slot = lookup_claim(
+            operation=locked,
+            trigger=LookupAttempt.Trigger.OPERATOR,
+            actor=actor,
+            due_only=False,
+            queued=True,
+        )
+        if slot.attempt is None:
+            raise RecoveryError("lookup_in_flight", "a lookup of it is already under way")
+        audit_append(
+            kind=AuditKind.OPERATOR_ACTION,
+            operation=locked,
+            actor=actor,
+            data={"action": "lookup", "reason": reason, "version": version},
+        )
+        # Told only once the attempt is committed: a worker must find its row.
+        attempt = slot.attempt
+        transaction.on_commit(lambda: published.append(lookup_publish(attempt)))
+    return QueuedLookup(attempt, published == [True])
 
 
 def _locked_unless_claimed(operation: Operation, actor: Actor) -> Operation:

@@ -25,7 +25,7 @@ from recovery.services.locking import (
     operation_lock,
     operation_lock_bound,
 )
-from recovery.services.signals import refusals_recorded
+from recovery.services.signals import refusals_committed, refusals_recorded
 from recovery.transitions import Event, operation_transition
 from recovery.vocabulary import AuditKind
 
@@ -95,8 +95,7 @@ def approval_decision(
     if decided_by.kind not in ("approver", "user", "system"):
         raise Forbidden(f"a {decided_by.kind} may not decide approvals")
     approver = approver_scope(actor=decided_by, approver=approver, missing="unknown_approval")
-    refusal: RecoveryError | None = None
-    with audit_transaction():
+    with refusals_committed():
         operation = operation_lock_bound(
             Approval, approval_id, missing="unknown_approval", approver=approver
         )
@@ -120,14 +119,12 @@ def approval_decision(
                     "reviewed_digest": reviewed_digest,
                 },
             )
-            refusal = RecoveryError(
+            raise RecoveryError(
                 "digest_mismatch",
                 "the approval is for other parameters than the ones reviewed",
                 params_digest=operation.params_digest,
             )
-        else:
-            return _decide(operation, approval_id, approve, ttl_seconds, decided_by)
-    raise refusal
+        return _decide(operation, approval_id, approve, ttl_seconds, decided_by)
 
 
 def _decide(

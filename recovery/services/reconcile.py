@@ -40,7 +40,12 @@ from recovery.permissions import ProviderPermission
 from recovery.services.errors import RecoveryError
 from recovery.services.evidence import receipt_complete, receipt_grounds
 from recovery.services.locking import operation_lock
-from recovery.services.operator import operator_locked, operator_permitted, operator_refuse
+from recovery.services.operator import (
+    operator_locked,
+    operator_permitted,
+    operator_refusals,
+    operator_refuse,
+)
 from recovery.services.signals import refusals_recorded
 from recovery.transitions import Event, next_state, operation_transition
 from recovery.vocabulary import AuditKind
@@ -153,7 +158,7 @@ def _apply(
             data={"reason": reason, **grounds},
             next_lookup_at=None,
         )
-    dispatch = Dispatch.objects.filter(operation=operation).first()
+    dispatch = Dispatch.of(operation)
     if _stranded(dispatch):
         assert dispatch is not None
         receipt_complete(
@@ -188,28 +193,21 @@ def operation_reconcile(
         operation=operation, action=action, permission=permission, actor=actor
     )
     may_propose = ProviderPermission.PROPOSE_RECONCILIATIONS in held
-    decided = None
-    with audit_transaction():
+    with operator_refusals(operation, action, actor):
         locked, refusal = operator_locked(operation=operation, version=version, actor=actor)
-        if refusal is None:
-            decided, refusal = _decide(locked, action, version, reason, actor, may_propose)
-    if refusal is not None:
-        operator_refuse(operation, action, refusal, actor)
-    assert decided is not None
-    return decided
+        if refusal is not None:
+            raise refusal
+        return _decide(locked, action, version, reason, actor, may_propose)
 
 
 def _decide(
     locked: Operation, action: str, version: int, reason: str, actor: Actor, may_propose: bool
-) -> tuple[Decided | None, RecoveryError | None]:
+) -> Decided:
     evidence = evidence_latest(locked)
-    dispatch = Dispatch.objects.filter(operation=locked).first()
-    try:
-        backing = reconcile_grounds(
-            operation=locked, action=action, evidence=evidence, dispatch=dispatch
-        )
-    except RecoveryError as refusal:
-        return None, refusal
+    dispatch = Dispatch.of(locked)
+    backing = reconcile_grounds(
+        operation=locked, action=action, evidence=evidence, dispatch=dispatch
+    )
     if backing is not None:
         audit_append(
             kind=AuditKind.OPERATOR_ACTION,
@@ -223,9 +221,9 @@ def _decide(
             },
         )
         _apply(locked, action, actor, reason, evidence=backing)
-        return Decided(locked, action), None
+        return Decided(locked, action)
     if not may_propose:
-        return None, RecoveryError(
+        raise RecoveryError(
             "four_eyes_required",
             f"the evidence does not back a {action}: it needs a proposal that a second "
             "operator approves, and you may not propose one",
@@ -234,7 +232,7 @@ def _decide(
         operation_key=locked.key, status=ReconciliationRequest.Status.PENDING
     ).first()
     if pending is not None:
-        return None, RecoveryError(
+        raise RecoveryError(
             "request_pending",
             f"a proposed {pending.action} already waits for approval",
             request_id=pending.pk,
@@ -262,7 +260,7 @@ def _decide(
             "evidence_id": request.evidence_seen,
         },
     )
-    return Decided(locked, action, request), None
+    return Decided(locked, action, request)
 
 
 def _request_locked(
@@ -310,7 +308,7 @@ def _still_holds(
             operation=locked,
             action=request.action,
             evidence=evidence_latest(locked),
-            dispatch=Dispatch.objects.filter(operation=locked).first(),
+            dispatch=Dispatch.of(locked),
         )
     except RecoveryError as exc:
         return None, exc.message
@@ -333,53 +331,45 @@ def reconciliation_approve(
         permission=ProviderPermission.APPROVE_RECONCILIATIONS,
         actor=actor,
     )
-    decided = None
-    refusal: RecoveryError | None = None
-    with audit_transaction():
+    with operator_refusals(operation, "approve", actor):
         locked, request = _request_locked(operation, request_id)
         if request.status != ReconciliationRequest.Status.PENDING:
-            refusal = RecoveryError("already_decided", f"the request is already {request.status}")
-        elif request.proposed_by == actor:
-            refusal = RecoveryError(
+            raise RecoveryError("already_decided", f"the request is already {request.status}")
+        if request.proposed_by == actor:
+            raise RecoveryError(
                 "self_approval", "a proposal needs a second operator: you proposed this one"
             )
-        else:
-            backing, changed = _still_holds(locked, request)
-            if changed is None:
-                _request_closed(request, ReconciliationRequest.Status.APPROVED, actor, reason)
-                audit_append(
-                    kind=AuditKind.RECONCILIATION_APPROVED,
-                    operation=locked,
-                    actor=actor,
-                    data={
-                        "request_id": request.pk,
-                        "action": request.action,
-                        "reason": reason,
-                        "proposed_by": str(request.proposed_by),
-                    },
-                )
-                _apply(
-                    locked,
-                    request.action,
-                    actor,
-                    request.reason,
-                    evidence=backing,
-                    request=None if backing is not None else request,
-                )
-                decided = Decided(locked, request.action, request)
-            else:
-                _request_closed(request, ReconciliationRequest.Status.INVALIDATED, actor, changed)
-                audit_append(
-                    kind=AuditKind.RECONCILIATION_INVALIDATED,
-                    operation=locked,
-                    actor=actor,
-                    data={"request_id": request.pk, "action": request.action, "why": changed},
-                )
-                refusal = RecoveryError("request_invalidated", f"nothing was done: {changed}")
-    if refusal is not None:
-        operator_refuse(operation, "approve", refusal, actor)
-    assert decided is not None
-    return decided
+        backing, changed = _still_holds(locked, request)
+        if changed is not None:
+            _request_closed(request, ReconciliationRequest.Status.INVALIDATED, actor, changed)
+            audit_append(
+                kind=AuditKind.RECONCILIATION_INVALIDATED,
+                operation=locked,
+                actor=actor,
+                data={"request_id": request.pk, "action": request.action, "why": changed},
+            )
+            raise RecoveryError("request_invalidated", f"nothing was done: {changed}")
+        _request_closed(request, ReconciliationRequest.Status.APPROVED, actor, reason)
+        audit_append(
+            kind=AuditKind.RECONCILIATION_APPROVED,
+            operation=locked,
+            actor=actor,
+            data={
+                "request_id": request.pk,
+                "action": request.action,
+                "reason": reason,
+                "proposed_by": str(request.proposed_by),
+            },
+        )
+        _apply(
+            locked,
+            request.action,
+            actor,
+            request.reason,
+            evidence=backing,
+            request=None if backing is not None else request,
+        )
+        return Decided(locked, request.action, request)
 
 
 def reconciliation_reject(

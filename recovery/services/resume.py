@@ -99,7 +99,7 @@ def operation_resume(
         if locked.state == State.DISPATCHED:
             dispatch, now = select_first_at(Dispatch, operation=locked.pk)
             assert dispatch is not None, "a dispatched operation has its dispatch"
-            if dispatch.lease_expires_at > now:  # its worker still holds it
+            if dispatch.lease_alive(now):  # its worker still holds it
                 return _answer(locked, seconds_until(dispatch.lease_expires_at, now))
             lease_lapsed(locked, dispatch, actor)
         if locked.state not in UNSETTLED_STATES:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
+from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from approvals.actors import Actor
@@ -49,6 +50,37 @@ def refusals_recorded(
         return cast(F, inner)
 
     return decorate
+
+
+class refusals_committed:
+    """An ``audit_transaction`` that commits what was recorded before a refusal, then lets
+    the refusal (a ``RecoveryError``) go on to the caller.
+
+    A refusal must stay on the record, and raising inside the transaction would roll
+    the record back with everything else. ``then``, if given, runs after that commit and
+    before the refusal goes on (to record it in a transaction of its own, say). Any other
+    exception rolls back as usual.
+    """
+
+    def __init__(self, then: Callable[[RecoveryError], None] | None = None) -> None:
+        self._transaction = audit_transaction()
+        self._then = then
+
+    def __enter__(self) -> None:
+        self._transaction.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not isinstance(exc, RecoveryError):
+            self._transaction.__exit__(exc_type, exc, tb)
+            return
+        self._transaction.__exit__(None, None, None)
+        if self._then is not None:
+            self._then(exc)
 
 
 def stale_signal(

@@ -14,7 +14,7 @@ from recovery.audit import audit_append, audit_transaction
 from recovery.models import LookupAttempt, Operation
 from recovery.selectors import operation_timeline
 from recovery.services.locking import operation_lock
-from recovery.services.sweep import lookup_attempt_run
+from recovery.services.lookup_tasks import lookup_attempt_run
 from tests.conftest import PARAMS, digest_of
 from tests.console.conftest import queue_lookup
 from tests.support.providers import sqlite_provider_commit

@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from recovery.models import AuditEvent, Evidence, LookupAttempt, Operation
-from recovery.services.sweep import lookup_attempt_run
+from recovery.services.lookup_tasks import lookup_attempt_run
 from tests.console.conftest import client_for
 from tests.support.providers import sqlite_provider_commit
 

@@ -39,9 +39,10 @@ from recovery.models import (
 )
 from recovery.services.credentials import host_create
 from recovery.services.dispatch import operation_dispatch
+from recovery.services.lookups import SWEEPER_ACTOR
 from recovery.services.permits import approval_decision, approval_open
 from recovery.services.registration import operation_register
-from recovery.services.sweep import SWEEPER_ACTOR, sweep
+from recovery.services.sweep import sweep
 from tests.conftest import PARAMS, digest_of
 from tests.integration.conftest import (
     Http,

@@ -22,8 +22,9 @@ from recovery import adapters
 from recovery.adapters import ProviderConfig, evidence_lookup, evidence_lookup_many
 from recovery.audit import audit_verify
 from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Operation, Provider
-from recovery.services import sweep as sweep_module
-from recovery.services.sweep import lookup_batch_run, sweep
+from recovery.services import lookup_tasks
+from recovery.services.lookup_tasks import lookup_batch_run
+from recovery.services.sweep import sweep
 from tests.conftest import PARAMS
 from tests.support.providers import (
     digest_of,
@@ -115,7 +116,7 @@ def test_a_stale_row_in_a_batch_is_refused_and_recorded_alone(
         sqlite_provider_commit(provider_db, operation_key=key, params=PARAMS, reference=key)
     [batch] = _batches()
     calls = []
-    real_locked = sweep_module._operations_locked
+    real_locked = lookup_tasks._operations_locked
 
     def locked_then_moved_on(ids: Any) -> dict[int, Operation]:
         operations = real_locked(ids)
@@ -124,7 +125,7 @@ def test_a_stale_row_in_a_batch_is_refused_and_recorded_alone(
             Operation.objects.filter(key="op-2").update(version=F("version") + 1)
         return operations
 
-    monkeypatch.setattr(sweep_module, "_operations_locked", locked_then_moved_on)
+    monkeypatch.setattr(lookup_tasks, "_operations_locked", locked_then_moved_on)
     lookup_batch_run(attempt_ids=batch)
 
     states = dict(Operation.objects.values_list("key", "state"))

@@ -85,6 +85,7 @@ from recovery.services.dispatch import (
     operation_report,
 )
 from recovery.services.errors import RecoveryError
+from recovery.services.lookup_tasks import lookup_attempt_run
 from recovery.services.lookups import operation_lookup
 from recovery.services.permits import approval_decision, approval_open, permit_revoke
 from recovery.services.providers import provider_configure
@@ -96,7 +97,7 @@ from recovery.services.reconcile import (
 from recovery.services.registration import operation_register
 from recovery.services.resume import LOOKUP_POLL_SECONDS, Decision, operation_resume
 from recovery.services.roles import OPERATOR, SUPERVISOR
-from recovery.services.sweep import lookup_attempt_run, sweep
+from recovery.services.sweep import sweep
 from tests.support.providers import (
     SQLITE_TAMPER_MODES,
     digest_of,

@@ -14,8 +14,9 @@ from django.utils import timezone
 
 from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Operation, Provider
 from recovery.services.evidence import LOOKUP_BACKOFF_JITTER, LOOKUP_BACKOFF_SECONDS
-from recovery.services.lookups import lookup_run
-from recovery.services.sweep import SWEEPER_ACTOR, _attempt_begin, lookup_attempt_run, sweep
+from recovery.services.lookup_tasks import _attempt_begin, lookup_attempt_run
+from recovery.services.lookups import SWEEPER_ACTOR, lookup_run
+from recovery.services.sweep import sweep
 from tests.conftest import PARAMS
 from tests.support.providers import sqlite_provider_commit
 

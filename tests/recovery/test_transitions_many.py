@@ -16,7 +16,8 @@ from django.utils import timezone
 from approvals.actors import Actor
 from recovery.audit import audit_chain_locked, audit_transaction, audit_verify
 from recovery.models import AuditEvent, Dispatch, Operation, State
-from recovery.services.sweep import leases_sweep, lookup_batch_run, sweep
+from recovery.services.lookup_tasks import lookup_batch_run
+from recovery.services.sweep import leases_sweep, sweep
 from recovery.sqlcount import StatementCount, counting
 from recovery.transitions import Change, Event, operation_transition_many
 from tests.conftest import PARAMS

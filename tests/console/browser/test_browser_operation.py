@@ -9,7 +9,7 @@ from playwright.sync_api import Page, expect
 
 from approvals.models import Permit
 from recovery.models import LookupAttempt, Operation
-from recovery.services.sweep import lookup_attempt_run
+from recovery.services.lookup_tasks import lookup_attempt_run
 from tests.conftest import PARAMS
 from tests.console.browser.conftest import (
     screenshot,

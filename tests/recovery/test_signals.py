@@ -1,0 +1,50 @@
+"""Refusals stay on the record: ``refusals_committed`` commits what was recorded, then
+lets the refusal go on; anything else rolls back."""
+
+from __future__ import annotations
+
+import pytest
+
+from approvals.actors import Actor
+from recovery.audit import audit_append
+from recovery.models import AuditEvent, Operation
+from recovery.services.errors import RecoveryError
+from recovery.services.locking import operation_lock
+from recovery.services.signals import refusals_committed
+from recovery.vocabulary import AuditKind
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _kinds(key: str) -> list[str]:
+    return list(AuditEvent.objects.filter(operation_key=key).values_list("kind", flat=True))
+
+
+def test_a_refusal_is_raised_after_what_it_recorded_committed(flow):
+    flow.register("op-1")
+    seen: list[tuple[str, list[str]]] = []
+
+    def then(error: RecoveryError) -> None:
+        seen.append((error.code, _kinds("op-1")))
+
+    with (
+        pytest.raises(RecoveryError, match="no, and on the record"),
+        refusals_committed(then=then),
+    ):
+        locked = operation_lock(Operation.objects.get(key="op-1"))
+        audit_append(kind=AuditKind.DECISION_REFUSED, operation=locked, actor=Actor.system("t"))
+        raise RecoveryError("test_refusal", "no, and on the record")
+    assert _kinds("op-1") == ["registered", "decision_refused"]
+    # ``then`` ran once the record was committed, before the refusal went on.
+    assert seen == [("test_refusal", ["registered", "decision_refused"])]
+
+
+def test_any_other_error_rolls_everything_back(flow):
+    flow.register("op-1")
+    called: list[RecoveryError] = []
+    with pytest.raises(ZeroDivisionError), refusals_committed(then=called.append):
+        locked = operation_lock(Operation.objects.get(key="op-1"))
+        audit_append(kind=AuditKind.DECISION_REFUSED, operation=locked, actor=Actor.system("t"))
+        1 / 0  # noqa: B018
+    assert _kinds("op-1") == ["registered"]
+    assert called == []
