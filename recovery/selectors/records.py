@@ -92,7 +92,7 @@ def operation_record(*, operation: Operation) -> contract.OperationRecord:
         .order_by("-issued_at")
         .first()
     )
-    dispatch = Dispatch.objects.filter(operation=operation).first()
+    dispatch = Dispatch.of(operation)
     return contract.OperationRecord(
         key=operation.key,
         action=operation.action,
