@@ -49,17 +49,6 @@ def timestamp(at: datetime) -> str:
     return at.astimezone(UTC).strftime(_TIMESTAMP)
 
 
-def advisory_xact_lock(*keys: int) -> None:
-    """Take a PostgreSQL advisory lock until this transaction ends.
-
-    On SQLite writers are serialised already (``BEGIN IMMEDIATE``): nothing to take.
-    """
-    if connection.vendor == "postgresql":
-        placeholders = ", ".join(["%s"] * len(keys))
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT pg_advisory_xact_lock({placeholders})", list(keys))
-
-
 def _content_hash(prev_hash: str, content: dict[str, Any]) -> str:
     """sha256 of the previous hash's ASCII followed by the content's canonical JSON.
 

@@ -23,7 +23,7 @@ from tests.conftest import STRICT
 from tests.integration.conftest import Procs, Settle, assert_audit_intact
 from tests.integration.test_background_recovery import _nobody_resumed, _state, _wait
 from tests.integration.test_crash_recovery import assert_recovered_receipt, crash
-from tests.support.celery_procs import REPO_ROOT
+from tests.support.celery_procs import REPO_ROOT, child_environment
 from tests.support.gunicorn import _LOCAL, database_url, gunicorn_running
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -47,12 +47,7 @@ def runtime_celery(celery_env: dict[str, str | None]) -> Path:
 
 def _imported_from(python: Path, cwd: Path, env: dict[str, str | None]) -> dict[str, str]:
     """Where that interpreter, started as the worker was, finds Settle's packages."""
-    child_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
-    for key, value in env.items():
-        if value is None:
-            child_env.pop(key, None)
-        else:
-            child_env[key] = value
+    child_env = child_environment(env)
     code = "import approvals, console, recovery; print(console.__file__, recovery.__file__)"
     output = subprocess.run(
         [str(python), "-c", code],

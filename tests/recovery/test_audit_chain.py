@@ -344,7 +344,7 @@ def test_a_cut_that_also_rewinds_the_operations_head_is_found_by_the_checkpoint(
 
 def _reinsert_chain(key: str, edit_seq: int) -> None:
     """Rewrite a chain as a forger would: every event deleted, then inserted again with
-    new ids, one edited and every hash from there recomputed."""
+    new ids, one edited and every hash from there recomputed; the stored head moved too."""
     events = list(AuditEvent.objects.filter(operation_key=key).order_by("seq"))
     _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s", [key])
     prev = GENESIS_HASH
@@ -368,7 +368,10 @@ def _reinsert_chain(key: str, edit_seq: int) -> None:
             ],
         )
         prev = event.hash
-    Operation.objects.filter(key=key).update(audit_seq=events[-1].seq, audit_hash=prev)
+    if key:
+        Operation.objects.filter(key=key).update(audit_seq=events[-1].seq, audit_hash=prev)
+    else:
+        AuditChainHead.objects.filter(chain="").update(seq=events[-1].seq, hash=prev)
 
 
 def test_a_routine_checkpoint_after_a_rewrite_refuses_to_sign_it_and_raises_the_alarm(
@@ -578,37 +581,12 @@ def test_a_rewritten_system_chain_is_refused_by_the_next_checkpoint(provider, tm
     from recovery.services.providers import provider_configure
 
     audit_checkpoint()  # signs the system chain at #1
-    _reinsert_chain_system()
+    _reinsert_chain("", 1)
     provider_configure(name="ledger", adapter="journal", path=str(tmp_path / "j.jsonl"))
     checkpoint = audit_checkpoint()
     assert checkpoint is not None and "" not in checkpoint.heads
     assert checkpoint.broken[0]["chain"] == ""
     assert AuditAlarm.objects.get().chain == ""
-
-
-def _reinsert_chain_system() -> None:
-    events = list(AuditEvent.objects.filter(operation_key="").order_by("seq"))
-    _sql("DELETE FROM recovery_auditevent WHERE operation_key = ''")
-    prev = GENESIS_HASH
-    for event in events:
-        event.data = {**event.data, "forged": True}
-        event.prev_hash = prev
-        event.hash = event_digest(event)
-        _sql(
-            "INSERT INTO recovery_auditevent (seq, at, kind, operation_key, actor, data,"
-            " prev_hash, hash) VALUES (%s, %s, %s, '', %s, %s, %s, %s)",
-            [
-                event.seq,
-                event.at,
-                event.kind,
-                event.actor.stored if event.actor else "",
-                json.dumps(event.data),
-                event.prev_hash,
-                event.hash,
-            ],
-        )
-        prev = event.hash
-    AuditChainHead.objects.filter(chain="").update(seq=events[-1].seq, hash=prev)
 
 
 # -- alarms ------------------------------------------------------------------------

@@ -95,6 +95,17 @@ class Proc:
         self.process.wait(timeout=10)
 
 
+def child_environment(env: Mapping[str, str | None]) -> dict[str, str]:
+    """This process's environment with Settle's settings, and ``env`` over it (None: removed)."""
+    child_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
+    for key, value in env.items():
+        if value is None:
+            child_env.pop(key, None)
+        else:
+            child_env[key] = value
+    return child_env
+
+
 def _start(
     command: list[str],
     *,
@@ -103,12 +114,7 @@ def _start(
     env: Mapping[str, str | None],
     cwd: Path = REPO_ROOT,
 ) -> Proc:
-    child_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
-    for key, value in env.items():
-        if value is None:
-            child_env.pop(key, None)
-        else:
-            child_env[key] = value
+    child_env = child_environment(env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(

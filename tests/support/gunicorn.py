@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.celery_procs import child_environment
 from tests.support.providers import _free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -111,13 +112,7 @@ def gunicorn_start(
     leaves no process behind.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    child_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
-    for key, value in (env or {}).items():
-        if value is None:
-            child_env.pop(key, None)
-        else:
-            child_env[key] = value
-    child_env["DATABASE_URL"] = database_url
+    child_env = {**child_environment(env or {}), "DATABASE_URL": database_url}
     deadline = time.monotonic() + startup_timeout
     for _attempt in range(3):
         port = _free_port()
