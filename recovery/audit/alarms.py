@@ -21,19 +21,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import QuerySet
 
 from recovery.audit.chain import timestamp
-from recovery.audit.checkpoints import sign, signed_by_key
+from recovery.audit.keys import sign, signed_by_key
 from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import AuditAlarm, AuditCheckpoint
 
-if TYPE_CHECKING:
-    from recovery.audit.checkpoints import Break
-
 logger = logging.getLogger("settle.audit")
+
+
+@dataclass(frozen=True)
+class Break:
+    """Where a chain stopped extending what was signed, and why."""
+
+    chain: str
+    seq: int
+    reason: str
+
+    def as_record(self) -> dict[str, Any]:
+        return {"chain": self.chain, "seq": self.seq, "reason": self.reason}
 
 
 def alarm_digest(alarm: AuditAlarm) -> str:

@@ -29,11 +29,8 @@ window
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,7 +39,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from recovery.audit.alarms import Break, audit_alarms_raise
 from recovery.audit.chain import GENESIS_HASH, event_digest, timestamp
+from recovery.audit.keys import sign, signed_by_key
 from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
 
@@ -66,16 +65,6 @@ def advisory_xact_lock(*keys: int) -> None:
         placeholders = ", ".join(["%s"] * len(keys))
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT pg_advisory_xact_lock({placeholders})", list(keys))
-
-
-def sign(digest: str) -> str:
-    """The HMAC of ``digest`` under the audit key: what only the key's holder can make."""
-    key = str(settings.SETTLE_AUDIT_KEY).encode("utf-8")
-    return "hmac-sha256:" + hmac.new(key, digest.encode("ascii"), hashlib.sha256).hexdigest()
-
-
-def signed_by_key(digest: str, signature: str) -> bool:
-    return hmac.compare_digest(sign(digest), signature)
 
 
 def checkpoint_content(checkpoint: AuditCheckpoint) -> dict[str, Any]:
@@ -120,18 +109,6 @@ def _scan_heads(after_id: int) -> tuple[dict[str, int], int]:
     heads = {str(key): int(seq) for key, seq, _ in rows}
     watermark = max((int(top) for *_, top in rows), default=after_id)
     return heads, watermark
-
-
-@dataclass(frozen=True)
-class Break:
-    """Where a chain stopped extending what was signed, and why."""
-
-    chain: str
-    seq: int
-    reason: str
-
-    def as_record(self) -> dict[str, Any]:
-        return {"chain": self.chain, "seq": self.seq, "reason": self.reason}
 
 
 def _events_since(spans: dict[str, tuple[int, int]]) -> dict[str, list[AuditEvent]]:
@@ -204,8 +181,6 @@ def audit_checkpoint() -> AuditCheckpoint | None:
     the others are named in ``broken`` and raise an alarm. Also appended to
     ``SETTLE_AUDIT_CHECKPOINT_FILE``, outside the database.
     """
-    from recovery.audit.alarms import audit_alarms_raise
-
     with transaction.atomic():
         advisory_xact_lock(_CHECKPOINT_LOCK)
         previous = AuditCheckpoint.objects.order_by("-number").first()

@@ -21,7 +21,8 @@ from django.utils import timezone
 
 from recovery.audit.alarms import alarm_signed
 from recovery.audit.chain import _TIMESTAMP, GENESIS_HASH, SYSTEM_CHAIN, event_digest
-from recovery.audit.checkpoints import checkpoint_digest, signed_by_key, vouched_signed
+from recovery.audit.checkpoints import checkpoint_digest, vouched_signed
+from recovery.audit.keys import signed_by_key
 from recovery.models import (
     AuditAlarm,
     AuditChainHead,

@@ -24,7 +24,8 @@ from recovery.audit import (
     event_digest,
 )
 from recovery.audit.alarms import alarm_signed
-from recovery.audit.checkpoints import checkpoint_digest, sign, vouched_digest
+from recovery.audit.checkpoints import checkpoint_digest, vouched_digest
+from recovery.audit.keys import sign
 from recovery.models import (
     AuditAlarm,
     AuditChainHead,
