@@ -252,25 +252,6 @@ def _vouched_write(heads: dict[str, list[Any]], number: int) -> None:
     )
 
 
-def vouched_heads_rebuild() -> int:
-    """Make every chain's vouched head from the stored checkpoints; how many chains.
-
-    For a log whose checkpoints were made before vouched heads were kept (the
-    migration that added them calls this). It trusts the checkpoints as stored:
-    ``verify_audit`` checks them and every chain against every one of them.
-    """
-    newest: dict[str, tuple[int, str, int]] = {}
-    for checkpoint in AuditCheckpoint.objects.order_by("number").iterator():
-        for chain, (seq, digest) in checkpoint.heads.items():
-            newest[chain] = (int(seq), str(digest), checkpoint.number)
-    for number in sorted({entry[2] for entry in newest.values()}):
-        _vouched_write(
-            {chain: [seq, digest] for chain, (seq, digest, at) in newest.items() if at == number},
-            number,
-        )
-    return len(newest)
-
-
 def _checkpoint_file_append(checkpoint: AuditCheckpoint) -> None:
     path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
     path.parent.mkdir(parents=True, exist_ok=True)
