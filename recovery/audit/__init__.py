@@ -14,6 +14,7 @@ from recovery.audit.alarms import audit_alarms_open
 from recovery.audit.chain import (
     GENESIS_HASH,
     SYSTEM_CHAIN,
+    ChainBreak,
     audit_append,
     audit_chain_locked,
     audit_head_fields,
@@ -31,7 +32,6 @@ from recovery.audit.chain import (
 from recovery.audit.checkpoints import audit_checkpoint
 from recovery.audit.verify import (
     AuditStatus,
-    ChainBreak,
     VerifyTally,
     audit_status,
     audit_verification_run,

@@ -21,29 +21,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import QuerySet
 
-from recovery.audit.chain import timestamp
+from recovery.audit.chain import ChainBreak, timestamp
 from recovery.audit.keys import sign, signed_by_key
 from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import AuditAlarm, AuditCheckpoint
 
 logger = logging.getLogger("settle.audit")
-
-
-@dataclass(frozen=True)
-class Break:
-    """Where a chain stopped extending what was signed, and why."""
-
-    chain: str
-    seq: int
-    reason: str
-
-    def as_record(self) -> dict[str, Any]:
-        return {"chain": self.chain, "seq": self.seq, "reason": self.reason}
 
 
 def alarm_digest(alarm: AuditAlarm) -> str:
@@ -62,7 +49,7 @@ def alarm_signed(alarm: AuditAlarm) -> bool:
     return signed_by_key(alarm_digest(alarm), alarm.signature)
 
 
-def audit_alarms_raise(broken: Iterable[Break], *, checkpoint: AuditCheckpoint) -> None:
+def audit_alarms_raise(broken: Iterable[ChainBreak], *, checkpoint: AuditCheckpoint) -> None:
     """Raise an alarm for each broken chain that has none open; log every one at ERROR.
 
     Runs inside the checkpoint's transaction: the alarm and the signed checkpoint that

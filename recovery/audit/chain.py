@@ -52,7 +52,7 @@ def timestamp(at: datetime) -> str:
 def _content_hash(prev_hash: str, content: dict[str, Any]) -> str:
     """sha256 of the previous hash's ASCII followed by the content's canonical JSON.
 
-    ``content`` holds ``seq``, ``at`` (``_timestamp``'s text), ``kind``,
+    ``content`` holds ``seq``, ``at`` (``timestamp``'s text), ``kind``,
     ``operation_key``, ``actor`` (its stored text) and ``data``: the one definition of
     an event's hash, for appending, verifying, and checking an export.
     """
@@ -134,6 +134,41 @@ def exported_event_hash(record: dict[str, Any]) -> str:
             "data": json.loads(data) if isinstance(data, str) else data,
         },
     )
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    """Where a chain stops holding, and why: the first problem a check found.
+
+    ``seq`` 0 and chain ``""`` for a problem of no one event (a checkpoint, an alarm).
+    """
+
+    chain: str
+    seq: int
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"chain {self.chain!r}" if self.chain else "the system chain"
+        return f"{where}, event #{self.seq}: {self.reason}" if self.seq else self.reason
+
+    def as_record(self) -> dict[str, Any]:
+        return {"chain": self.chain, "seq": self.seq, "reason": self.reason}
+
+
+def event_break(event: AuditEvent, *, seq: int, prev_hash: str | None) -> ChainBreak | None:
+    """Why ``event`` is not its chain's event ``seq`` linked onto ``prev_hash``, if so.
+
+    ``prev_hash`` None: the previous event is not at hand (a checkpoint starting at a
+    head it vouched for). The one rule of a link, for checkpoints and verification.
+    """
+    chain = event.operation_key
+    if event.seq != seq:
+        return ChainBreak(chain, seq, "this event is missing (deleted)")
+    if prev_hash is not None and event.prev_hash != prev_hash:
+        return ChainBreak(chain, event.seq, "prev_hash does not match the previous event")
+    if event_digest(event) != event.hash:
+        return ChainBreak(chain, event.seq, "content does not match its hash (edited)")
+    return None
 
 
 # -- appending ------------------------------------------------------------------------

@@ -30,7 +30,7 @@ window
 from __future__ import annotations
 
 import json
-import logging
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -39,20 +39,18 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from recovery.audit.alarms import Break, audit_alarms_raise
-from recovery.audit.chain import GENESIS_HASH, event_digest, timestamp
+from recovery.audit.alarms import audit_alarms_raise
+from recovery.audit.chain import GENESIS_HASH, ChainBreak, event_break, timestamp
 from recovery.audit.keys import sign, signed_by_key
 from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
-
-logger = logging.getLogger("settle.audit")
 
 # Advisory lock key (PostgreSQL): one checkpoint is made at a time.
 _CHECKPOINT_LOCK = 0x5E771E02
 # A checkpoint scans again the events of this long before its predecessor, so that an
 # event whose transaction committed after that predecessor was made is still covered.
 CHECKPOINT_RESCAN = timedelta(minutes=2)
-# Chains whose new events are read in one statement.
+# Chains read in one statement (their vouched heads, their new events).
 _BATCH = 500
 
 
@@ -111,12 +109,23 @@ def _scan_heads(after_id: int) -> tuple[dict[str, int], int]:
     return heads, watermark
 
 
+def _batches(chains: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(chains), _BATCH):
+        yield chains[start : start + _BATCH]
+
+
+def _vouched_for(chains: list[str]) -> dict[str, AuditVouchedHead]:
+    """The vouched heads of ``chains``: one statement per batch, however many moved."""
+    found: dict[str, AuditVouchedHead] = {}
+    for batch in _batches(chains):
+        found.update((row.chain, row) for row in AuditVouchedHead.objects.filter(chain__in=batch))
+    return found
+
+
 def _events_since(spans: dict[str, tuple[int, int]]) -> dict[str, list[AuditEvent]]:
     """Each chain's events from seq ``lo`` to ``hi``, in order: one statement per batch."""
     found: dict[str, list[AuditEvent]] = {chain: [] for chain in spans}
-    chains = list(spans)
-    for start in range(0, len(chains), _BATCH):
-        batch = chains[start : start + _BATCH]
+    for batch in _batches(list(spans)):
         rows = ", ".join(["(%s, %s, %s)"] * len(batch))
         params: list[Any] = []
         for chain in batch:
@@ -134,43 +143,46 @@ def _events_since(spans: dict[str, tuple[int, int]]) -> dict[str, list[AuditEven
 
 def extension_break(
     chain: str, vouched: AuditVouchedHead | None, head_seq: int, events: list[AuditEvent]
-) -> Break | None:
+) -> ChainBreak | None:
     """Why ``events`` (seq ``vouched.seq`` … ``head_seq``) do not extend ``vouched``, if so.
 
     Without a vouched head the chain is new to the checkpoints: it must link from
     genesis. The vouched event itself is checked for its hash and its content.
     """
     if vouched is not None and not vouched_signed(vouched):
-        return Break(chain, vouched.seq, "its vouched head is not signed by the audit key (forged)")
+        return ChainBreak(
+            chain, vouched.seq, "its vouched head is not signed by the audit key (forged)"
+        )
     start = vouched.seq if vouched is not None else 1
     if head_seq < start:
         assert vouched is not None
-        return Break(
+        return ChainBreak(
             chain,
             head_seq + 1,
             f"events after #{head_seq} are missing; checkpoint #{vouched.checkpoint} "
             f"signed #{vouched.seq} (cut)",
         )
-    prev_hash = GENESIS_HASH
+    # The vouched event's predecessor is not read: its own hash is what was signed.
+    prev_hash = None if vouched is not None else GENESIS_HASH
     expected = start
     for event in events:
-        if event.seq != expected:
-            return Break(chain, expected, "this event is missing (deleted)")
-        if vouched is not None and event.seq == vouched.seq:
-            if event.hash != vouched.hash:
-                return Break(
-                    chain,
-                    event.seq,
-                    f"differs from what checkpoint #{vouched.checkpoint} signed (rewritten)",
-                )
-        elif event.prev_hash != prev_hash:
-            return Break(chain, event.seq, "prev_hash does not match the previous event")
-        if event_digest(event) != event.hash:
-            return Break(chain, event.seq, "content does not match its hash (edited)")
+        if (
+            vouched is not None
+            and event.seq == vouched.seq == expected
+            and event.hash != vouched.hash
+        ):
+            return ChainBreak(
+                chain,
+                event.seq,
+                f"differs from what checkpoint #{vouched.checkpoint} signed (rewritten)",
+            )
+        found = event_break(event, seq=expected, prev_hash=prev_hash)
+        if found is not None:
+            return found
         prev_hash = event.hash
         expected += 1
     if expected <= head_seq:
-        return Break(chain, expected, "this event is missing (deleted)")
+        return ChainBreak(chain, expected, "this event is missing (deleted)")
     return None
 
 
@@ -197,7 +209,7 @@ def audit_checkpoint() -> AuditCheckpoint | None:
         )
         rescan_from = older.watermark if older is not None else 0
         moved, watermark = _scan_heads(rescan_from)
-        vouched = {row.chain: row for row in AuditVouchedHead.objects.filter(chain__in=list(moved))}
+        vouched = _vouched_for(list(moved))
         spans = {
             chain: (vouched[chain].seq if chain in vouched else 1, head_seq)
             for chain, head_seq in moved.items()
@@ -205,7 +217,7 @@ def audit_checkpoint() -> AuditCheckpoint | None:
         events = _events_since(spans)
         number = previous.number + 1 if previous else 1
         heads: dict[str, list[Any]] = {}
-        broken: list[Break] = []
+        broken: list[ChainBreak] = []
         for chain, head_seq in sorted(moved.items()):
             found = extension_break(chain, vouched.get(chain), head_seq, events[chain])
             if found is not None:

@@ -20,7 +20,7 @@ from django.db import connection
 from django.utils import timezone
 
 from recovery.audit.alarms import alarm_signed
-from recovery.audit.chain import _TIMESTAMP, GENESIS_HASH, SYSTEM_CHAIN, event_digest
+from recovery.audit.chain import _TIMESTAMP, GENESIS_HASH, SYSTEM_CHAIN, ChainBreak, event_break
 from recovery.audit.checkpoints import checkpoint_digest, vouched_signed
 from recovery.audit.keys import signed_by_key
 from recovery.models import (
@@ -32,19 +32,6 @@ from recovery.models import (
     AuditVouchedHead,
 )
 from recovery.vocabulary import AuditKind
-
-
-@dataclass(frozen=True)
-class ChainBreak:
-    """The first problem found: which chain, which event (or checkpoint), and why."""
-
-    chain: str
-    seq: int
-    reason: str
-
-    def __str__(self) -> str:
-        where = f"chain {self.chain!r}" if self.chain else "the system chain"
-        return f"{where}, event #{self.seq}: {self.reason}" if self.seq else self.reason
 
 
 def _checkpoint_problem(checkpoint: AuditCheckpoint, expected_prev: str) -> str | None:
@@ -168,14 +155,9 @@ def audit_verify(
                     return
             chain, length, prev_hash = event.operation_key, 0, GENESIS_HASH
             unseen.discard(chain)
-        if event.seq != length + 1:
-            yield ChainBreak(chain, length + 1, "this event is missing (deleted)")
-            return
-        if event.prev_hash != prev_hash:
-            yield ChainBreak(chain, event.seq, "prev_hash does not match the previous event")
-            return
-        if event_digest(event) != event.hash:
-            yield ChainBreak(chain, event.seq, "content does not match its hash (edited)")
+        found = event_break(event, seq=length + 1, prev_hash=prev_hash)
+        if found is not None:
+            yield found
             return
         for signed_hash, number in vouches.get(chain, {}).get(event.seq, ()):
             if signed_hash != event.hash:
@@ -268,14 +250,16 @@ def _alarms_disagree(checkpoints: list[AuditCheckpoint]) -> Iterator[ChainBreak]
         if not alarm_signed(alarm):
             yield ChainBreak("", 0, f"audit alarm {alarm.pk} is not signed by the audit key")
             return
-    raised = {(alarm.chain, alarm.checkpoint) for alarm in alarms}
+    # A chain still broken at later checkpoints keeps the alarm the first one raised.
     first_raised: dict[str, int] = {}
-    for chain, number in sorted(raised, key=lambda item: item[1]):
-        first_raised.setdefault(chain, number)
+    for alarm in alarms:
+        first_raised[alarm.chain] = min(
+            alarm.checkpoint, first_raised.get(alarm.chain, alarm.checkpoint)
+        )
     for checkpoint in checkpoints:
         for item in checkpoint.broken:
             chain = str(item["chain"])
-            if first_raised.get(chain, checkpoint.number + 1) > checkpoint.number:
+            if chain not in first_raised or first_raised[chain] > checkpoint.number:
                 yield ChainBreak(
                     "",
                     0,
