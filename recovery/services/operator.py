@@ -78,24 +78,27 @@ def operator_permitted(
         operator_refuse(operation, action, refusal, actor)
 
 
-def operator_locked(
-    *, operation: Operation, version: int, actor: Actor
-) -> tuple[Operation, RecoveryError | None]:
-    """Lock the operation for an operator's action, and what refuses it, if anything.
+def operator_locked(*, operation: Operation, actor: Actor, version: int | None = None) -> Operation:
+    """Lock the operation for an operator's action, or refuse it.
 
-    Refused when the operation moved on since the ``version`` the operator saw, or while
-    someone else holds a live claim on it. Runs inside the caller's audit transaction.
+    Refused when the operation moved on since the ``version`` the operator saw
+    (``stale_version``; a claim names none), or while someone else holds a live claim
+    on it (``claimed``). Runs inside the caller's transaction, whose refusal is recorded
+    (``operator_refusals``, ``operator_refuse``).
     """
     locked = operation_lock(operation)
-    if locked.version != version:
-        return locked, RecoveryError(
+    if version is not None and locked.version != version:
+        raise RecoveryError(
             "stale_version",
             f"the operation moved on: it is now {locked.state}, version {locked.version} "
             f"(you saw version {version})",
             state=locked.state,
             version=locked.version,
         )
-    return locked, claim_check(locked, actor)
+    refusal = claim_check(locked, actor)
+    if refusal is not None:
+        raise refusal
+    return locked
 
 
 @dataclass(frozen=True)
@@ -131,9 +134,7 @@ def operator_lookup(
     )
     published: list[bool] = []
     with operator_refusals(operation, "lookup", actor):
-        locked, refusal = operator_locked(operation=operation, version=version, actor=actor)
-        if refusal is not None:
-            raise refusal
+        locked = operator_locked(operation=operation, version=version, actor=actor)
         slot = lookup_claim(
             operation=locked,
             trigger=LookupAttempt.Trigger.OPERATOR,
@@ -155,18 +156,9 @@ def operator_lookup(
     return QueuedLookup(attempt, published == [True])
 
 
-def _locked_unless_claimed(operation: Operation, actor: Actor) -> Operation:
-    """The operation, locked; ``claimed`` raised if someone else holds a live claim."""
-    locked = operation_lock(operation)
-    refusal = claim_check(locked, actor)
-    if refusal is not None:
-        raise refusal
-    return locked
-
-
 @audit_transaction()
 def _claim(operation: Operation, actor: Actor) -> OperationClaim:
-    locked = _locked_unless_claimed(operation, actor)
+    locked = operator_locked(operation=operation, actor=actor)
     now = timezone.now()
     claim, _ = OperationClaim.objects.update_or_create(
         operation=locked, defaults={"actor": actor, "claimed_at": now, "touched_at": now}
@@ -177,7 +169,7 @@ def _claim(operation: Operation, actor: Actor) -> OperationClaim:
 
 @audit_transaction()
 def _release(operation: Operation, actor: Actor) -> None:
-    locked = _locked_unless_claimed(operation, actor)
+    locked = operator_locked(operation=operation, actor=actor)
     deleted, _ = OperationClaim.objects.filter(operation=locked).delete()
     if not deleted:
         raise RecoveryError("not_claimed", "nobody holds a claim on it")

@@ -194,9 +194,7 @@ def operation_reconcile(
     )
     may_propose = ProviderPermission.PROPOSE_RECONCILIATIONS in held
     with operator_refusals(operation, action, actor):
-        locked, refusal = operator_locked(operation=operation, version=version, actor=actor)
-        if refusal is not None:
-            raise refusal
+        locked = operator_locked(operation=operation, version=version, actor=actor)
         return _decide(locked, action, version, reason, actor, may_propose)
 
 
