@@ -141,7 +141,9 @@ def audit_alarm_resolve_view(request: HttpRequest, alarm_id: int) -> HttpRespons
     """A supervisor says what was done about an alarm; it leaves the banner, on the record."""
     try:
         audit_alarm_resolve(
-            user=request.user, alarm_id=alarm_id, resolution=request.POST.get("resolution", "")
+            actor=Actor.of("user", request.user),
+            alarm_id=alarm_id,
+            resolution=request.POST.get("resolution", ""),
         )
     except NotFound as error:
         raise Http404(error.message) from error

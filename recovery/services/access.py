@@ -13,6 +13,8 @@ An approver's own rule is its scope (``Approver.scope``), applied where it looks
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
 
 from approvals.actors import Actor
@@ -24,13 +26,18 @@ from recovery.services.errors import Forbidden, NotFound
 ALL = frozenset(ProviderPermission)
 
 
+def actor_user(actor: Actor) -> Any:
+    """The console user ``actor`` names, or None (another kind, or a user since deleted)."""
+    if actor.kind != "user" or not actor.id.isdigit():
+        return None
+    return get_user_model().objects.filter(pk=int(actor.id)).first()
+
+
 def actor_permissions(*, actor: Actor, provider: Provider) -> frozenset[str]:
     """The permissions ``actor`` holds on ``provider`` (all of them for Settle itself)."""
     if actor.kind == "system":
         return ALL
-    if actor.kind != "user" or not actor.id.isdigit():
-        return frozenset()
-    user = get_user_model().objects.filter(pk=int(actor.id)).first()
+    user = actor_user(actor)
     if user is None:
         return frozenset()
     return provider_permissions(user=user, provider=provider)

@@ -16,6 +16,7 @@ from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import AuditAlarm
 from recovery.selectors import audit_supervisor
+from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound
 from recovery.vocabulary import AuditKind
 
@@ -42,21 +43,21 @@ def audit_export_record(
         )
 
 
-def audit_alarm_resolve(*, user: Any, alarm_id: int, resolution: str) -> AuditAlarm:
+def audit_alarm_resolve(*, actor: Actor, alarm_id: int, resolution: str) -> AuditAlarm:
     """Mark an open alarm resolved by a supervisor, saying what was done; on the record.
 
     Only a supervisor (``audit_supervisor``) may: an alarm names chains of any provider.
     Resolving changes no event; a chain still broken raises a new alarm when it next
     moves.
     """
-    if not audit_supervisor(user=user):
+    user = actor_user(actor)
+    if user is None or not audit_supervisor(user=user):
         raise Forbidden("only a supervisor may resolve audit alarms")
     resolution = resolution.strip()
     if not resolution:
         raise Invalid("resolution_required", "say what was done about it")
     if len(resolution) > RESOLUTION_MAX:
         raise Invalid("resolution_too_long", f"at most {RESOLUTION_MAX} characters")
-    actor = Actor.of("user", user)
     with audit_transaction():
         alarm = AuditAlarm.objects.select_for_update().filter(pk=alarm_id).first()
         if alarm is None:

@@ -636,13 +636,16 @@ def test_a_supervisor_resolves_an_alarm_on_the_record(alarm, django_user_model, 
 
     supervisor = console_user("sue", "supervisor", provider)
     operator = console_user("otto", "operator", provider)
+    sue = Actor.of("user", supervisor)
     with pytest.raises(RecoveryError) as refused:
-        audit_alarm_resolve(user=operator, alarm_id=alarm.pk, resolution="looked")
+        audit_alarm_resolve(
+            actor=Actor.of("user", operator), alarm_id=alarm.pk, resolution="looked"
+        )
     assert refused.value.code == "forbidden"
     with pytest.raises(Invalid, match="say what was done"):
-        audit_alarm_resolve(user=supervisor, alarm_id=alarm.pk, resolution="  ")
+        audit_alarm_resolve(actor=sue, alarm_id=alarm.pk, resolution="  ")
 
-    audit_alarm_resolve(user=supervisor, alarm_id=alarm.pk, resolution="restored op-1 from backup")
+    audit_alarm_resolve(actor=sue, alarm_id=alarm.pk, resolution="restored op-1 from backup")
 
     alarm.refresh_from_db()
     assert not alarm.open and alarm.resolved_by is not None
@@ -651,7 +654,7 @@ def test_a_supervisor_resolves_an_alarm_on_the_record(alarm, django_user_model, 
     assert event.operation_key == "" and event.data["alarm"] == alarm.pk
     assert _alarm_problems() == []
     with pytest.raises(Invalid, match="resolved already"):
-        audit_alarm_resolve(user=supervisor, alarm_id=alarm.pk, resolution="again")
+        audit_alarm_resolve(actor=sue, alarm_id=alarm.pk, resolution="again")
 
 
 def test_the_migration_gives_existing_checkpoints_their_vouched_heads(operations, provider):
