@@ -61,6 +61,19 @@ def _imported_from(python: Path, cwd: Path, env: dict[str, str | None]) -> dict[
     return {"console": output[0], "recovery": output[1]}
 
 
+def _outside_the_checkout(tmp_path: Path, settings: Any) -> tuple[Path, dict[str, str | None]]:
+    """A working directory with nothing to import, and what an installed process is given."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env: dict[str, str | None] = {
+        "PYTHONPATH": None,
+        "SETTLE_VAR_DIR": str(tmp_path / "var"),  # an installed package has no var/ beside it
+        "SECRET_KEY": str(settings.SECRET_KEY),
+        "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
+    }
+    return outside, env
+
+
 def test_a_runtime_only_install_runs_worker_and_beat_on_redis_and_releases_a_stranded_operation(
     runtime_celery: Path,  # first: without the venv, skip (or fail) before anything starts
     settle: Settle,
@@ -71,15 +84,8 @@ def test_a_runtime_only_install_runs_worker_and_beat_on_redis_and_releases_a_str
     tmp_path: Path,
     settings: Any,
 ) -> None:
-    outside = tmp_path / "elsewhere"  # not the checkout: nothing there to import
-    outside.mkdir()
-    env: dict[str, str | None] = {
-        **celery_env,
-        "PYTHONPATH": None,
-        "SETTLE_VAR_DIR": str(tmp_path / "var"),  # an installed package has no var/ beside it
-        "SECRET_KEY": str(settings.SECRET_KEY),
-        "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
-    }
+    outside, installed = _outside_the_checkout(tmp_path, settings)
+    env = {**celery_env, **installed}
     venv = runtime_celery.parent.parent
     where = _imported_from(runtime_celery.with_name("python"), outside, env)
     for package, path in where.items():
@@ -113,14 +119,7 @@ def test_a_runtime_only_install_serves_the_console_pages_and_static_files(
 
     if connection.vendor != "postgresql":
         pytest.skip("the installed gunicorn is given the PostgreSQL test database")
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    env: dict[str, str | None] = {
-        "PYTHONPATH": None,
-        "SETTLE_VAR_DIR": str(tmp_path / "var"),
-        "SECRET_KEY": str(settings.SECRET_KEY),
-        "SETTLE_AUDIT_KEY": str(settings.SETTLE_AUDIT_KEY),
-    }
+    outside, env = _outside_the_checkout(tmp_path, settings)
     with gunicorn_running(
         database_url=database_url(connection.settings_dict),
         log_path=tmp_path / "gunicorn.log",
