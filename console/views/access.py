@@ -41,13 +41,14 @@ def refusal_status_raise(refusal: RecoveryError) -> None:
         raise PermissionDenied(refusal.message) from refusal
 
 
-def invalid_form_refused(
+def permission_checked(
     request: HttpRequest, operation: Operation, action: str, permission: ProviderPermission
 ) -> None:
-    """Before a form's errors are shown, the service's own check of ``permission``.
+    """The service's own check of ``permission``, for a view that answers before it.
 
-    A form that fails validation never reaches its service; a user who may not act at
-    all still gets 403, recorded, rather than an invitation to correct the form.
+    A form that fails validation, or a void that first asks to be confirmed, never
+    reaches its service; a user who may not act at all still gets 403, recorded, rather
+    than an invitation to correct the form or to confirm.
     """
     actor = Actor.of("user", request.user)
     try:

@@ -10,7 +10,11 @@ from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
 from console.forms import ActionForm
-from console.views.access import invalid_form_refused, operation_for_viewer, refusal_status_raise
+from console.views.access import (
+    operation_for_viewer,
+    permission_checked,
+    refusal_status_raise,
+)
 from console.views.reconcile import actions_context
 from recovery.models import LookupAttempt
 from recovery.permissions import ProviderPermission
@@ -73,7 +77,7 @@ def operation_lookup(request: HttpRequest, key: str) -> HttpResponse:
     operation = operation_for_viewer(request, key)
     form = ActionForm(request.POST)
     if not form.is_valid():
-        invalid_form_refused(request, operation, "lookup", ProviderPermission.LOOKUP_OPERATIONS)
+        permission_checked(request, operation, "lookup", ProviderPermission.LOOKUP_OPERATIONS)
         messages.error(request, "Nothing was done: give a reason for the lookup.")
         return redirect("operation", key=key)
     try:

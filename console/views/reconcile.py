@@ -14,7 +14,11 @@ from django.views.decorators.http import require_POST, require_safe
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from console.forms import ActionForm, DecisionForm
-from console.views.access import invalid_form_refused, operation_for_viewer, refusal_status_raise
+from console.views.access import (
+    operation_for_viewer,
+    permission_checked,
+    refusal_status_raise,
+)
 from recovery.models import Dispatch, Operation, State
 from recovery.permissions import ProviderPermission
 from recovery.selectors import (
@@ -102,12 +106,11 @@ def operation_decide(request: HttpRequest, key: str, action: str) -> HttpRespons
     operation = operation_for_viewer(request, key)
     form = ActionForm(request.POST)
     if not form.is_valid():
-        invalid_form_refused(request, operation, action, DECISIONS[action])
+        permission_checked(request, operation, action, DECISIONS[action])
         messages.error(request, f"Nothing was done: give a reason to {action}.")
         return redirect("operation", key=key)
     if action == "void" and not form.cleaned_data["confirmed"]:
-        # Only someone who may void is asked to confirm; anyone else gets the 403.
-        invalid_form_refused(request, operation, action, DECISIONS[action])
+        permission_checked(request, operation, action, DECISIONS[action])
         asked = _void_confirmation(request, operation, form)
         if asked is not None:
             return asked
@@ -237,9 +240,7 @@ def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) 
     proposal, operation = _request_for_viewer(request, request_id)
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        invalid_form_refused(
-            request, operation, decision, ProviderPermission.APPROVE_RECONCILIATIONS
-        )
+        permission_checked(request, operation, decision, ProviderPermission.APPROVE_RECONCILIATIONS)
         messages.error(request, f"Nothing was done: give a reason to {decision}.")
         return redirect("reconciliations")
     service = reconciliation_approve if decision == "approve" else reconciliation_reject
