@@ -193,3 +193,14 @@ def test_ctrl_c_stops_the_web_server_the_worker_and_beat_with_nothing_left_behin
             demo.wait(timeout=10)
     assert "stopped." in log.read_text()
     assert _processes_gone(str(tmp_path)), _processes_with(str(tmp_path))
+
+
+@pytest.mark.django_db
+def test_a_run_stopped_after_its_credentials_does_not_stop_the_next_run():
+    """Interrupted between its credentials and its first operation, a batch leaves a host
+    named for it; the next run takes the next number instead of failing on that name."""
+    from console.management.commands.demo import Command
+    from recovery.services.credentials import host_create
+
+    host_create(name="demo-fleet-b1")
+    assert Command()._next_batch() == 2

@@ -27,7 +27,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from approvals.actors import COMMAND_LINE
 from approvals.services import approver_create
 from console.demo import fleet
-from recovery.models import LOOKUP_IN_FLIGHT, Dispatch, LookupAttempt, Operation, Provider
+from recovery.models import (
+    LOOKUP_IN_FLIGHT,
+    Dispatch,
+    Host,
+    LookupAttempt,
+    Operation,
+    Provider,
+)
 from recovery.permissions import ProviderPermission
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
@@ -178,8 +185,13 @@ class Command(BaseCommand):
                     role_grant(user=user, role=role, provider=provider, actor=COMMAND_LINE)
 
     def _next_batch(self) -> int:
+        """The first batch with neither operations nor credentials: a run stopped after
+        making its batch's credentials, before its first operation, used that number."""
         batch = 1
-        while Operation.objects.filter(key__startswith=f"demo-b{batch}-").exists():
+        while (
+            Operation.objects.filter(key__startswith=f"demo-b{batch}-").exists()
+            or Host.objects.filter(name=f"demo-fleet-b{batch}").exists()
+        ):
             batch += 1
         return batch
 
