@@ -210,3 +210,42 @@ class AuditFilterForm(forms.Form):
         data = getattr(self, "cleaned_data", {})
         names = ("actor", "key", "kind", "provider", "since", "until")
         return {name: str(data[name]).strip() for name in names if data.get(name)}
+
+
+def picks_parse(values: list[str]) -> list[tuple[int, int]] | None:
+    """Hand-picked operations as the queue's checkboxes send them, ``<id>.<version>``;
+    None if any is not of that form."""
+    picks = []
+    for value in values:
+        ident, dot, version = value.partition(".")
+        if not (dot and ident.isdecimal() and version.isdecimal()):
+            return None
+        if len(ident) > 18 or len(version) > 9:  # beyond the columns' range
+            return None
+        picks.append((int(ident), int(version)))
+    return picks
+
+
+def moment_encode(at: datetime) -> str:
+    """A moment as microseconds since the epoch: exact, and safe in a form."""
+    return str((at - _EPOCH) // _MICROSECOND)
+
+
+class BulkSubmitForm(forms.Form):
+    """A bulk action on a selection: which action, why, and (for "all matching") the
+    moment the count was shown, so that later arrivals are not swept in."""
+
+    action = forms.ChoiceField(
+        choices=[("lookup", "lookup"), ("confirm", "confirm"), ("void", "void")]
+    )
+    reason = forms.CharField(max_length=500, strip=True)
+    until = forms.CharField(required=False, max_length=20)
+
+    def clean_until(self) -> datetime | None:
+        value = self.cleaned_data["until"]
+        if not value:
+            return None
+        try:
+            return _EPOCH + int(value) * _MICROSECOND
+        except (ValueError, OverflowError):
+            raise forms.ValidationError("not a moment this page showed") from None

@@ -242,6 +242,14 @@ SETTLE_AUDIT_CHECKPOINT_SECONDS = env_int("SETTLE_AUDIT_CHECKPOINT_SECONDS", 60,
 # How often beat verifies the whole audit log (every chain, every checkpoint): what the
 # audit trail page shows as "last verified". A full read of the log, so not too often.
 SETTLE_AUDIT_VERIFY_SECONDS = env_int("SETTLE_AUDIT_VERIFY_SECONDS", 3600, minimum=1)
+# Bulk work (recovery.services.bulk): the most operations one batch may hold, how many
+# items one task message does, how long a running batch may go without progress before
+# beat publishes its pending items again (its worker died, its messages were lost), and
+# how often beat checks.
+SETTLE_BULK_MAX_ITEMS = env_int("SETTLE_BULK_MAX_ITEMS", 10000, minimum=1)
+SETTLE_BULK_CHUNK = env_int("SETTLE_BULK_CHUNK", 100, minimum=1)
+SETTLE_BULK_LEASE_SECONDS = env_int("SETTLE_BULK_LEASE_SECONDS", 30, minimum=1)
+SETTLE_BULK_RESUME_SECONDS = env_int("SETTLE_BULK_RESUME_SECONDS", 10, minimum=1)
 
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still
@@ -311,6 +319,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "recovery.tasks.audit_checkpoint",
         "schedule": float(SETTLE_AUDIT_CHECKPOINT_SECONDS),
         "options": {"expires": float(SETTLE_AUDIT_CHECKPOINT_SECONDS)},
+    },
+    # Running bulk batches whose lease lapsed with items pending are published again.
+    "bulk-resume": {
+        "task": "recovery.tasks.bulk_resume",
+        "schedule": float(SETTLE_BULK_RESUME_SECONDS),
+        "options": {"expires": float(SETTLE_BULK_RESUME_SECONDS)},
     },
     "audit-verify": {
         "task": "recovery.tasks.audit_verify",

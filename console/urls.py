@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console.views import audit, operations, queue, reconcile, system
+from console.views import audit, bulk, operations, queue, reconcile, system
 
 urlpatterns = [
     path("", queue.home, name="home"),
@@ -30,6 +30,20 @@ urlpatterns = [
             reconcile.reconciliation_decide,
             {"decision": decision},
             name=f"reconciliation-{decision}",
+        )
+        for decision in ("approve", "reject")
+    ),
+    path("bulk/preview", bulk.bulk_preview, name="bulk-preview"),
+    path("bulk/", bulk.bulk_submit_view, name="bulk-submit"),
+    path("batches/", bulk.bulk_batches, name="bulk-batches"),
+    path("batches/<uuid:batch_id>/", bulk.bulk_batch, name="bulk-batch"),
+    path("batches/<uuid:batch_id>/report.csv", bulk.bulk_report_csv, name="bulk-report-csv"),
+    *(
+        path(
+            f"batches/<uuid:batch_id>/{decision}",
+            bulk.bulk_decide_view,
+            {"decision": decision},
+            name=f"bulk-{decision}",
         )
         for decision in ("approve", "reject")
     ),

@@ -12,6 +12,8 @@ from celery import shared_task
 
 from recovery.audit import audit_checkpoint as audit_checkpoint_make
 from recovery.audit import audit_verification_run
+from recovery.services.bulk import bulk_chunk_run
+from recovery.services.bulk import bulk_resume as bulk_resume_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
 from recovery.services.sweep import sweep as sweep_run
 
@@ -64,3 +66,15 @@ def audit_checkpoint() -> int | None:
 def audit_verify() -> bool:
     """Beat's verification of the whole audit log, kept for the console's audit trail page."""
     return audit_verification_run().ok
+
+
+@shared_task
+def bulk_chunk(batch_id: str, first: int, last: int) -> int:
+    """Do the pending items ``first``..``last`` of a bulk batch (published by the batch)."""
+    return bulk_chunk_run(batch_id=batch_id, first=first, last=last)
+
+
+@shared_task
+def bulk_resume() -> int:
+    """Beat's check: publish again the running bulk batches no worker made progress on."""
+    return len(bulk_resume_run())

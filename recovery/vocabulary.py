@@ -42,6 +42,10 @@ class AuditKind(models.TextChoices):
     RECONCILIATION_APPROVED = "reconciliation_approved", "Reconciliation approved"
     RECONCILIATION_REJECTED = "reconciliation_rejected", "Reconciliation rejected"
     RECONCILIATION_INVALIDATED = "reconciliation_invalidated", "Reconciliation invalidated"
+    # Bulk work: the batch itself, on the system chain (each item is on its operation's).
+    BULK_SUBMITTED = "bulk_submitted", "Bulk action submitted"
+    BULK_APPROVED = "bulk_approved", "Bulk void approved"
+    BULK_REJECTED = "bulk_rejected", "Bulk void rejected"
     # The system chain: configuration and access.
     PROVIDER_CONFIGURED = "provider_configured", "Provider configured"
     PERMISSION_GRANTED = "permission_granted", "Permission granted"

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import wraps
@@ -378,6 +380,23 @@ def audit_retract_many(events: list[AuditEvent]) -> None:
     buffer.events = kept
 
 
+# Said of every event appended inside ``audit_tagged``: the bulk batch it was part of.
+_TAGS: ContextVar[dict[str, Any] | None] = ContextVar("settle_audit_tags", default=None)
+
+
+@contextmanager
+def audit_tagged(**tags: Any) -> Iterator[None]:
+    """Every event appended inside carries ``tags`` in its data (a batch's id, say).
+
+    So that the services a bulk action reuses need not each pass the batch along.
+    """
+    token = _TAGS.set({**(_TAGS.get() or {}), **tags})
+    try:
+        yield
+    finally:
+        _TAGS.reset(token)
+
+
 def audit_append(
     *,
     kind: str,
@@ -393,7 +412,8 @@ def audit_append(
     buffer = _current_buffer()
     chain = operation.key if operation is not None else SYSTEM_CHAIN
     seq, prev_hash = _chain_head(buffer, chain, operation)
-    data = data or {}
+    tags = _TAGS.get()
+    data = {**(data or {}), **tags} if tags else (data or {})
     event = AuditEvent(
         seq=seq + 1,
         at=timezone.now(),

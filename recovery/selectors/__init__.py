@@ -11,7 +11,8 @@ One module per concern, every public name re-exported here:
 - ``operation_page``: one operation's timeline, permit history, lookup in flight, and
   what differs between intended action, evidence and receipt;
 - ``reconciliations``: the four-eyes proposals waiting for a second operator;
-- ``audit_trail``: the audit trail's filters, pages, export and health.
+- ``audit_trail``: the audit trail's filters, pages, export and health;
+- ``bulk``: what a queue filter selects for bulk work, and the batches a user may see.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ from recovery.selectors.audit_trail import (
     audit_events_export_for_user,
     audit_events_for_user,
     audit_health_for_user,
+)
+from recovery.selectors.bulk import (
+    bulk_batch_for_user,
+    bulk_batches_for_user,
+    bulk_items_for_user,
+    operations_matching_count_for_user,
+    operations_matching_for_user,
 )
 from recovery.selectors.operation_page import (
     TIMELINE_LIMIT,
@@ -98,6 +106,9 @@ __all__ = [
     "audit_events_for_user",
     "audit_health_for_user",
     "audit_supervisor",
+    "bulk_batch_for_user",
+    "bulk_batches_for_user",
+    "bulk_items_for_user",
     "claim_cutoff",
     "evidence_record",
     "lookup_in_flight",
@@ -109,6 +120,8 @@ __all__ = [
     "operation_timeline",
     "operations_for_approver",
     "operations_for_host",
+    "operations_matching_count_for_user",
+    "operations_matching_for_user",
     "operations_queue_counts_for_user",
     "operations_queue_for_user",
     "permit_record",

@@ -179,12 +179,14 @@ def operation_reconcile(
     version: int,
     reason: str,
     actor: Actor,
+    propose: bool = True,
 ) -> Decided:
     """Confirm, void or repair now if the evidence backs it; otherwise propose it.
 
     Refused without the action's own permission (``DECISION_PERMISSIONS``); what the
     evidence does not back is proposed only by an actor who also holds
-    ``propose_reconciliations`` (else ``four_eyes_required``).
+    ``propose_reconciliations`` (else ``four_eyes_required``), and never when
+    ``propose`` is off (``not_backed``: a bulk confirm takes only what the evidence backs).
     """
     permission = DECISION_PERMISSIONS.get(action)
     if permission is None:
@@ -195,11 +197,17 @@ def operation_reconcile(
     may_propose = ProviderPermission.PROPOSE_RECONCILIATIONS in held
     with operator_refusals(operation, action, actor):
         locked = operator_locked(operation=operation, version=version, actor=actor)
-        return _decide(locked, action, version, reason, actor, may_propose)
+        return _decide(locked, action, version, reason, actor, may_propose, propose)
 
 
 def _decide(
-    locked: Operation, action: str, version: int, reason: str, actor: Actor, may_propose: bool
+    locked: Operation,
+    action: str,
+    version: int,
+    reason: str,
+    actor: Actor,
+    may_propose: bool,
+    propose: bool = True,
 ) -> Decided:
     evidence = evidence_latest(locked)
     dispatch = Dispatch.of(locked)
@@ -220,6 +228,12 @@ def _decide(
         )
         _apply(locked, action, actor, reason, evidence=backing)
         return Decided(locked, action)
+    if not propose:
+        verdict = evidence.verdict if evidence is not None else "none"
+        raise RecoveryError(
+            "not_backed",
+            f"the latest evidence does not back a {action} (latest verdict: {verdict})",
+        )
     if not may_propose:
         raise RecoveryError(
             "four_eyes_required",

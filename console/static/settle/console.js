@@ -52,7 +52,15 @@
   // A click anywhere on a row opens it, as its key's link does.
   document.addEventListener("click", function (event) {
     var row = event.target.closest && event.target.closest("[data-queue] tbody tr");
-    if (row && !event.target.closest("a")) window.location.href = row.dataset.href;
+    if (row && !event.target.closest("a, input, label, .pick")) window.location.href = row.dataset.href;
+  });
+
+  // The queue's header checkbox picks, or unpicks, every operation on the page.
+  document.addEventListener("change", function (event) {
+    if (!event.target.matches || !event.target.matches("[data-pick-all]")) return;
+    document.querySelectorAll("[data-queue] tbody .pick input").forEach(function (box) {
+      box.checked = event.target.checked;
+    });
   });
 
   // Arrived by / from another page: the search is what was asked for.

@@ -1,0 +1,318 @@
+"""Bulk work from the queue: preview a selection, submit it as a batch, follow its report.
+
+A selection is either picked by hand (the queue's checkboxes, ``<id>.<version>``) or
+"all that match this filter" (the queue's own filter, in the URL). The preview only
+counts; submitting freezes the list (``recovery.services.bulk``) and Celery does the
+items; the batch's page follows them (htmx polling) and ends with a report, also as CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import uuid
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST, require_safe
+
+from approvals.actors import Actor
+from console.forms import (
+    BulkSubmitForm,
+    DecisionForm,
+    QueueFilterForm,
+    moment_encode,
+    picks_parse,
+)
+from console.views.access import refusal_status_raise
+from recovery.models import BulkBatch, BulkItem
+from recovery.selectors import (
+    bulk_batch_for_user,
+    bulk_batches_for_user,
+    bulk_items_for_user,
+    operations_matching_count_for_user,
+    operations_matching_for_user,
+    providers_visible_to,
+)
+from recovery.services.bulk import (
+    Pick,
+    bulk_approvable,
+    bulk_counts,
+    bulk_decide,
+    bulk_permitted,
+    bulk_submit,
+)
+from recovery.services.errors import RecoveryError
+
+FILTER_NAMES = ("state", "provider", "verdict", "reason", "age", "q")
+# What each action does to each item, for the preview.
+ACTIONS: list[tuple[str, str, str]] = [
+    ("lookup", "Look up now", "queues a lookup of each operation's evidence"),
+    (
+        "confirm",
+        "Confirm",
+        "releases each operation whose latest evidence is a match; the others are refused",
+    ),
+    (
+        "void",
+        "Propose void",
+        "one proposal for the whole set; nothing is voided until a second person approves it",
+    ),
+]
+REPORT_SHOWN = 500
+
+
+def _actor(request: HttpRequest) -> Actor:
+    return Actor.of("user", request.user)
+
+
+def _filter_form(request: HttpRequest, query: QueryDict) -> QueueFilterForm:
+    providers = sorted(providers_visible_to(user=request.user).values_list("name", flat=True))
+    form = QueueFilterForm(query, providers=providers)
+    form.is_valid()
+    return form
+
+
+def _filter_query(form: QueueFilterForm) -> dict[str, str]:
+    data = getattr(form, "cleaned_data", {})
+    return {name: str(data[name]).strip() for name in FILTER_NAMES if data.get(name)}
+
+
+def _selection(request: HttpRequest, query: QueryDict) -> dict[str, Any]:
+    """What ``query`` selects: picked by hand (``op``) or all that match its filter.
+
+    ``error`` says what is wrong with it, if anything; counting is all that is done.
+    """
+    picked = query.getlist("op")
+    limit = settings.SETTLE_BULK_MAX_ITEMS
+    if picked:
+        picks = picks_parse(picked[: limit + 1])
+        if picks is None:
+            return {"error": "The selection names something that is not an operation."}
+        unique = {ident: version for ident, version in reversed(picks)}
+        return {"by_hand": True, "picks": picks, "count": len(unique), "ops": picked}
+    form = _filter_form(request, query)
+    if form.errors:
+        return {"error": "The filter is not one the queue offers.", "form": form}
+    until = timezone.now()
+    count = operations_matching_count_for_user(
+        user=request.user, filters=form.filters(), until=until
+    )
+    filters = _filter_query(form)
+    return {
+        "by_hand": False,
+        "count": count,
+        "filters": filters,
+        "query": urlencode(filters),
+        "form": form,
+        "until": moment_encode(until),
+    }
+
+
+@login_required
+@require_safe
+def bulk_preview(request: HttpRequest) -> HttpResponse:
+    """How many operations the selection holds, exactly, and the actions that apply."""
+    selection = _selection(request, request.GET)
+    actor = _actor(request)
+    offered = [
+        {"value": value, "label": label, "does": does}
+        for value, label, does in ACTIONS
+        if bulk_permitted(action=value, actor=actor)
+    ]
+    context = {
+        **selection,
+        "limit": settings.SETTLE_BULK_MAX_ITEMS,
+        "actions": offered,
+        "submit_form": BulkSubmitForm(),
+    }
+    return render(request, "console/bulk_preview.html", context)
+
+
+@login_required
+@require_POST
+def bulk_submit_view(request: HttpRequest) -> HttpResponse:
+    """Freeze the selection as a batch and open its page; bad input is said, never a 500."""
+    form = BulkSubmitForm(request.POST)
+    selection = _selection(request, request.POST)
+    actor = _actor(request)
+    problem = selection.get("error")
+    if problem is None and not form.is_valid():
+        problem = "Nothing was done: " + (
+            "give a reason." if "reason" in form.errors else "choose an action."
+        )
+    if problem is None:
+        data = form.cleaned_data
+        if selection["by_hand"]:
+            picks = [Pick(ident, version) for ident, version in selection["picks"]]
+            described = f"{selection['count']} picked by hand"
+        else:
+            pairs = operations_matching_for_user(
+                user=request.user,
+                filters=selection["form"].filters(),
+                until=data["until"],
+                limit=settings.SETTLE_BULK_MAX_ITEMS,
+            )
+            picks = [Pick(ident, version) for ident, version in pairs]
+            described = "all matching: " + (selection["query"] or "the whole queue")
+        try:
+            batch = bulk_submit(
+                action=data["action"],
+                picks=picks,
+                selection=described,
+                reason=data["reason"],
+                actor=actor,
+            )
+        except RecoveryError as refusal:
+            refusal_status_raise(refusal)
+            problem = f"Nothing was done: {refusal.message}."
+        else:
+            if batch.status == BulkBatch.Status.PROPOSED:
+                messages.success(
+                    request,
+                    f"Proposed: the void of {batch.total} operations waits for a second "
+                    "person's approval.",
+                )
+            return redirect("bulk-batch", batch_id=batch.pk)
+    context = {
+        **selection,
+        "problem": problem,
+        "limit": settings.SETTLE_BULK_MAX_ITEMS,
+        "actions": [
+            {"value": value, "label": label, "does": does}
+            for value, label, does in ACTIONS
+            if bulk_permitted(action=value, actor=actor)
+        ],
+        "submit_form": form,
+    }
+    return render(request, "console/bulk_preview.html", context, status=400)
+
+
+def _batch_for_viewer(request: HttpRequest, batch_id: uuid.UUID) -> BulkBatch:
+    batch = bulk_batch_for_user(user=request.user, batch_id=batch_id)
+    if batch is None:
+        raise Http404("no such batch")
+    return batch
+
+
+def _batch_context(request: HttpRequest, batch: BulkBatch) -> dict[str, Any]:
+    counts = bulk_counts(batch_id=batch.pk)
+    settled = counts[BulkItem.Status.DONE] + counts[BulkItem.Status.REFUSED]
+    me = _actor(request)
+    return {
+        "batch": batch,
+        "counts": counts,
+        "settled": settled,
+        "percent": round(100 * settled / batch.total) if batch.total else 100,
+        "may_decide": batch.status == BulkBatch.Status.PROPOSED
+        and batch.proposed_by != me
+        and bulk_approvable(batch=batch, actor=me),
+        "mine": batch.proposed_by == me,
+    }
+
+
+@login_required
+@require_safe
+def bulk_batch(request: HttpRequest, batch_id: uuid.UUID) -> HttpResponse:
+    """A batch: its progress while it runs (htmx polls ``#progress``), then its report."""
+    batch = _batch_for_viewer(request, batch_id)
+    context = _batch_context(request, batch)
+    if request.htmx and request.GET.get("part") == "progress":  # type: ignore[attr-defined]
+        response = render(request, "console/bulk_batch.html#progress", context)
+        if batch.status != BulkBatch.Status.RUNNING:
+            response["HX-Refresh"] = "true"  # over: the whole page, with its report
+        return response
+    items = bulk_items_for_user(user=request.user, batch=batch)
+    # Refusals first: they are what the operator has to read.
+    shown = list(items.exclude(status=BulkItem.Status.DONE)[:REPORT_SHOWN])
+    if len(shown) < REPORT_SHOWN:
+        shown += list(items.filter(status=BulkItem.Status.DONE)[: REPORT_SHOWN - len(shown)])
+    context.update(items=shown, shown_limit=REPORT_SHOWN, form=DecisionForm())
+    return render(request, "console/bulk_batch.html", context)
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+@login_required
+@require_safe
+def bulk_report_csv(request: HttpRequest, batch_id: uuid.UUID) -> StreamingHttpResponse:
+    """Every item of the batch this user may see, one line each: the whole report."""
+    batch = _batch_for_viewer(request, batch_id)
+    items = bulk_items_for_user(user=request.user, batch=batch)
+    writer = csv.writer(_Echo())
+
+    def lines() -> Any:
+        yield writer.writerow(
+            [
+                "batch",
+                "action",
+                "operation_id",
+                "operation_key",
+                "version",
+                "status",
+                "code",
+                "detail",
+                "done_at",
+            ]
+        )
+        for item in items.iterator(chunk_size=2000):
+            key = item.operation.key if item.operation is not None else ""
+            done_at = item.done_at.isoformat() if item.done_at else ""
+            yield writer.writerow(
+                [
+                    batch.pk,
+                    batch.action,
+                    item.operation_ref,
+                    _cell(key),
+                    item.version,
+                    item.status,
+                    item.code,
+                    _cell(item.detail),
+                    done_at,
+                ]
+            )
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="batch-{batch.pk}.csv"'
+    return response
+
+
+def _cell(text: str) -> str:
+    """A cell a spreadsheet will not run as a formula."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+@login_required
+@require_safe
+def bulk_batches(request: HttpRequest) -> HttpResponse:
+    """The batches this user proposed or may see, newest first."""
+    batches = list(bulk_batches_for_user(user=request.user).order_by("-created_at")[:100])
+    return render(request, "console/bulk_batches.html", {"batches": batches})
+
+
+@login_required
+@require_POST
+def bulk_decide_view(request: HttpRequest, batch_id: uuid.UUID, decision: str) -> HttpResponse:
+    """Approve (then run) or reject a proposed void batch as a whole, with a reason."""
+    batch = _batch_for_viewer(request, batch_id)
+    form = DecisionForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    try:
+        bulk_decide(
+            batch_id=batch.pk, approve=decision == "approve", reason=reason, actor=_actor(request)
+        )
+    except RecoveryError as refusal:
+        refusal_status_raise(refusal)
+        messages.error(request, f"Refused: {refusal.message}.")
+    else:
+        done = "Approved: the voids are under way" if decision == "approve" else "Rejected"
+        messages.success(request, f"{done}.")
+    return redirect("bulk-batch", batch_id=batch.pk)

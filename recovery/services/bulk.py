@@ -1,0 +1,455 @@
+"""Bulk work: one action on many operations, each item checked and done on its own.
+
+batch
+    ``BulkBatch``: an action (look up, confirm, void) on a selection frozen at
+    submission as (operation, version) pairs (``BulkItem``), with who submitted it and
+    how the operations were chosen. Submitting freezes the list and nothing else, so
+    that the web request stays cheap; Celery workers do the items, a chunk of item ids
+    per message (``bulk_chunk_run``).
+item
+    Done through the single-operation service the operation page uses
+    (``operator_lookup``, ``operation_reconcile``), with every check it makes: the
+    permission on the item's provider, the version frozen at submission, the evidence,
+    a claim by someone else. A refusal is the item's outcome (its code and message) and
+    never stops the others. The outcome is written in the transaction of the change it
+    made, with the item row locked and skipped unless still pending: a worker killed
+    mid-batch loses nothing and does no item twice. An id that names no operation, or
+    one the submitter may not see, is refused as ``unknown_operation``.
+four eyes
+    A void batch waits (``proposed``) until a second person approves or rejects it as a
+    whole (``bulk_decide``), never its proposer. Approving it is the four-eyes approval
+    of each item: per item, the proposer's void goes through ``operation_reconcile`` and,
+    where the evidence does not back it, the approver's approval through
+    ``reconciliation_approve``, in one transaction; the approver's
+    ``approve_reconciliations`` is checked on each item's provider.
+audit
+    Every event an item writes is on its own operation's chain and carries the batch's
+    id (``audit_tagged``); the batch's submission and decision are on the system chain.
+resume
+    A running batch holds a lease (``Leased``) that its chunks renew as they go; beat's
+    ``bulk_resume`` publishes again the chunks of a batch whose lease lapsed while items
+    were pending (a worker died, a message was lost).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from approvals.actors import Actor
+from recovery.audit import audit_append, audit_tagged, audit_transaction
+from recovery.models import BulkBatch, BulkItem, Operation
+from recovery.permissions import ProviderPermission
+from recovery.selectors import providers_for_user
+from recovery.services.access import actor_user
+from recovery.services.errors import Forbidden, Invalid, NotFound, RecoveryError
+from recovery.services.operator import operator_lookup, operator_permitted
+from recovery.services.reconcile import operation_reconcile, reconciliation_approve
+from recovery.vocabulary import AuditKind
+
+logger = logging.getLogger(__name__)
+
+Action = BulkBatch.Action
+Status = BulkBatch.Status
+ItemStatus = BulkItem.Status
+
+# What a batch of each action needs on a provider for its items to be done there.
+ACTION_PERMISSIONS: dict[str, tuple[ProviderPermission, ...]] = {
+    Action.LOOKUP: (ProviderPermission.LOOKUP_OPERATIONS,),
+    Action.CONFIRM: (ProviderPermission.CONFIRM_OPERATIONS,),
+    Action.VOID: (ProviderPermission.VOID_OPERATIONS, ProviderPermission.PROPOSE_RECONCILIATIONS),
+}
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One selected operation: its id and the version the selection saw."""
+
+    ref: int
+    version: int
+
+
+def _lease(now: datetime | None = None) -> datetime:
+    return (now or timezone.now()) + timedelta(seconds=settings.SETTLE_BULK_LEASE_SECONDS)
+
+
+def bulk_submit(
+    *, action: str, picks: list[Pick], selection: str, reason: str, actor: Actor
+) -> BulkBatch:
+    """Freeze ``picks`` as a batch; a lookup or confirm batch is published to run at once.
+
+    Refused as a whole, with nothing written, when the action is unknown, the reason
+    empty, the selection empty (``empty_selection``) or above ``SETTLE_BULK_MAX_ITEMS``
+    (``selection_too_large``). An id picked twice is one item (the first version
+    wins). Ids that name no operation are items refused at once; everything else about
+    an item (may the submitter see it, act on it, has it moved) is its own check, when
+    it runs.
+    """
+    if action not in Action.values:
+        raise Invalid("unknown_action", f"no bulk action {action!r}")
+    if not bulk_permitted(action=action, actor=actor):
+        raise Forbidden(f"you may not {action} the operations of any provider")
+    reason = reason.strip()
+    if not reason:
+        raise Invalid("reason_required", "give a reason: it is recorded on every operation")
+    unique: dict[int, Pick] = {}
+    for pick in picks:
+        unique.setdefault(pick.ref, pick)
+    if not unique:
+        raise Invalid("empty_selection", "nothing was selected")
+    limit = settings.SETTLE_BULK_MAX_ITEMS
+    if len(unique) > limit:
+        raise Invalid(
+            "selection_too_large",
+            f"{len(unique)} operations are selected and a batch holds at most {limit}: "
+            "narrow the filter and submit several batches",
+        )
+    now = timezone.now()
+    with audit_transaction():
+        existing = set(Operation.objects.filter(pk__in=list(unique)).values_list("pk", flat=True))
+        batch = BulkBatch.objects.create(
+            id=uuid.uuid4(),
+            action=action,
+            status=Status.PROPOSED if action == Action.VOID else Status.RUNNING,
+            reason=reason[:500],
+            selection=selection[:500],
+            proposed_by=actor,
+            created_at=now,
+            lease_expires_at=_lease(now),
+            total=len(unique),
+        )
+        BulkItem.objects.bulk_create(
+            [
+                _item(batch, pick, pick.ref in existing, now)
+                for pick in sorted(unique.values(), key=lambda p: p.ref)
+            ],
+            batch_size=2000,
+        )
+        audit_append(
+            kind=AuditKind.BULK_SUBMITTED,
+            actor=actor,
+            data={
+                "batch": str(batch.pk),
+                "action": action,
+                "items": batch.total,
+                "selection": batch.selection,
+                "reason": batch.reason,
+            },
+        )
+        if batch.status == Status.RUNNING:
+            transaction.on_commit(lambda: bulk_publish(batch))
+    return batch
+
+
+def bulk_permitted(*, action: str, actor: Actor) -> bool:
+    """Whether ``actor`` may take ``action`` on some provider's operations at all.
+
+    Only the outer gate, so that a batch nobody could run is not made: each item is
+    checked on its own provider when it runs.
+    """
+    user = actor_user(actor)
+    if user is None:
+        return False
+    held = [
+        providers_for_user(user=user, permissions=(permission,)).values_list("pk", flat=True)
+        for permission in ACTION_PERMISSIONS[action]
+    ]
+    return bool(set.intersection(*(set(pks) for pks in held)))
+
+
+def _item(batch: BulkBatch, pick: Pick, exists: bool, now: datetime) -> BulkItem:
+    if exists:
+        return BulkItem(
+            batch=batch, operation_id=pick.ref, operation_ref=pick.ref, version=pick.version
+        )
+    return BulkItem(
+        batch=batch,
+        operation_ref=pick.ref,
+        version=pick.version,
+        status=ItemStatus.REFUSED,
+        code="unknown_operation",
+        detail="no such operation",
+        done_at=now,
+    )
+
+
+def bulk_decide(*, batch_id: uuid.UUID, approve: bool, reason: str, actor: Actor) -> BulkBatch:
+    """Approve (then run) or reject a proposed void batch as a whole.
+
+    Four eyes: refused for its proposer (``self_approval``), for a batch no longer
+    proposed (``already_decided``), and for someone holding ``approve_reconciliations``
+    on none of its items' providers (``forbidden``). Each item's own approval is
+    checked again when it runs. A rejected batch's items are all refused (``rejected``):
+    nothing was done to their operations.
+    """
+    reason = reason.strip()
+    now = timezone.now()
+    with audit_transaction():
+        batch = BulkBatch.objects.select_for_update().filter(pk=batch_id).first()
+        if batch is None:
+            raise NotFound("unknown_batch", "no such batch")
+        if batch.status != Status.PROPOSED:
+            raise RecoveryError("already_decided", f"the batch is already {batch.status}")
+        if batch.proposed_by == actor:
+            raise RecoveryError(
+                "self_approval", "a proposal needs a second person: you proposed this batch"
+            )
+        if not bulk_approvable(batch=batch, actor=actor):
+            raise Forbidden("you may not approve voids of these operations' providers")
+        if not reason:
+            raise Invalid("reason_required", "give a reason for the decision")
+        batch.decided_by = actor
+        batch.decided_at = now
+        batch.decision_reason = reason[:500]
+        if approve:
+            batch.status = Status.RUNNING
+            batch.lease_expires_at = _lease(now)
+        else:
+            batch.status = Status.REJECTED
+            batch.finished_at = now
+            BulkItem.objects.filter(batch=batch, status=ItemStatus.PENDING).update(
+                status=ItemStatus.REFUSED,
+                code="rejected",
+                detail=f"the batch was rejected by {actor.name}: {reason}"[:500],
+                done_at=now,
+            )
+            _counts_written(batch)
+        batch.save()
+        audit_append(
+            kind=AuditKind.BULK_APPROVED if approve else AuditKind.BULK_REJECTED,
+            actor=actor,
+            data={"batch": str(batch.pk), "action": batch.action, "reason": batch.decision_reason},
+        )
+        if approve:
+            transaction.on_commit(lambda: bulk_publish(batch))
+    return batch
+
+
+def bulk_approvable(*, batch: BulkBatch, actor: Actor) -> bool:
+    """``actor`` holds ``approve_reconciliations`` on a provider of one of the batch's items."""
+    user = actor_user(actor)
+    if user is None:
+        return False
+    providers = providers_for_user(
+        user=user, permissions=(ProviderPermission.APPROVE_RECONCILIATIONS,)
+    )
+    return BulkItem.objects.filter(batch=batch, operation__provider__in=providers).exists()
+
+
+def bulk_publish(batch: BulkBatch, *, send: Callable[..., object] | None = None) -> int:
+    """Publish the batch's pending items as chunks of ``SETTLE_BULK_CHUNK`` ids; how many.
+
+    A chunk names a range of item ids; running one twice does each item once. A message
+    the broker did not take is published again by ``bulk_resume`` when the lease lapses.
+    """
+    ids = list(
+        BulkItem.objects.filter(batch=batch, status=ItemStatus.PENDING)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    size = settings.SETTLE_BULK_CHUNK
+    published = 0
+    for start in range(0, len(ids), size):
+        chunk = ids[start : start + size]
+        args = [str(batch.pk), chunk[0], chunk[-1]]
+        try:
+            if send is not None:
+                send(*args)
+            else:
+                current_app.send_task(
+                    "recovery.tasks.bulk_chunk",
+                    args=args,
+                    queue=settings.CELERY_TASK_DEFAULT_QUEUE,
+                )
+        except Exception as exc:  # the broker's errors vary by transport
+            logger.warning("publishing a chunk of batch %s failed: %r", batch.pk, exc)
+            continue
+        published += 1
+    if not ids:
+        bulk_finish_if_done(batch_id=batch.pk)
+    return published
+
+
+def bulk_chunk_run(*, batch_id: uuid.UUID | str, first: int, last: int) -> int:
+    """Do the pending items of the batch with ids in ``first``..``last``; how many were done.
+
+    Safe to run twice, and beside another worker on the same chunk: each item is
+    locked and skipped unless still pending.
+    """
+    batch = BulkBatch.objects.filter(pk=batch_id, status=Status.RUNNING).first()
+    if batch is None:
+        return 0
+    ids = list(
+        BulkItem.objects.filter(batch=batch, status=ItemStatus.PENDING, pk__gte=first, pk__lte=last)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    ran = 0
+    renewed = timezone.now()
+    _lease_renew(batch)
+    for item_id in ids:
+        if timezone.now() - renewed > timedelta(seconds=1):
+            renewed = timezone.now()
+            _lease_renew(batch)
+        ran += bulk_item_run(batch=batch, item_id=item_id)
+    bulk_finish_if_done(batch_id=batch.pk)
+    return ran
+
+
+def _lease_renew(batch: BulkBatch) -> None:
+    BulkBatch.objects.filter(pk=batch.pk, status=Status.RUNNING).update(lease_expires_at=_lease())
+
+
+def bulk_item_run(*, batch: BulkBatch, item_id: int) -> bool:
+    """Do one item, its outcome written with the change it made; False if not pending.
+
+    A failure that is not a refusal (a bug, a lost database) rolls the item back; it is
+    then refused as ``internal_error`` in a transaction of its own, so that the batch
+    still ends with a report, rather than retried for ever.
+    """
+    try:
+        with audit_tagged(batch=str(batch.pk)), audit_transaction():
+            item = (
+                BulkItem.objects.select_for_update(skip_locked=True, of=("self",))
+                .select_related("operation__provider")
+                .filter(pk=item_id, status=ItemStatus.PENDING)
+                .first()
+            )
+            if item is None:
+                return False
+            status, code, detail = _item_do(batch, item)
+            BulkItem.objects.filter(pk=item.pk).update(
+                status=status, code=code, detail=detail[:500], done_at=timezone.now()
+            )
+            return True
+    except Exception:
+        logger.exception("bulk item %s of batch %s failed", item_id, batch.pk)
+        changed = BulkItem.objects.filter(pk=item_id, status=ItemStatus.PENDING).update(
+            status=ItemStatus.REFUSED,
+            code="internal_error",
+            detail="an unexpected error; nothing was done (see the worker's log)",
+            done_at=timezone.now(),
+        )
+        return changed == 1
+
+
+def _item_do(batch: BulkBatch, item: BulkItem) -> tuple[str, str, str]:
+    """(status, code, detail) of doing ``item`` through its single-operation service."""
+    operation = item.operation
+    if operation is None:
+        return ItemStatus.REFUSED, "unknown_operation", "no such operation"
+    actor = batch.proposed_by
+    assert actor is not None
+    try:
+        if batch.action == Action.LOOKUP:
+            operator_lookup(
+                operation=operation, version=item.version, reason=batch.reason, actor=actor
+            )
+            return ItemStatus.DONE, "lookup_queued", "lookup queued"
+        if batch.action == Action.CONFIRM:
+            decided = operation_reconcile(
+                operation=operation,
+                action="confirm",
+                version=item.version,
+                reason=batch.reason,
+                actor=actor,
+                propose=False,
+            )
+            return ItemStatus.DONE, "confirmed", f"now {decided.operation.state}"
+        return _void(batch, operation, item)
+    except RecoveryError as refusal:
+        return ItemStatus.REFUSED, refusal.code, refusal.message
+
+
+def _void(batch: BulkBatch, operation: Operation, item: BulkItem) -> tuple[str, str, str]:
+    """The proposer's void, with the approver's approval where the evidence needs it."""
+    approver = batch.decided_by
+    assert approver is not None and batch.proposed_by is not None
+    operator_permitted(
+        operation=operation,
+        action="approve",
+        permission=ProviderPermission.APPROVE_RECONCILIATIONS,
+        actor=approver,
+    )
+    decided = operation_reconcile(
+        operation=operation,
+        action="void",
+        version=item.version,
+        reason=batch.reason,
+        actor=batch.proposed_by,
+    )
+    if decided.request is None:
+        return ItemStatus.DONE, "voided", "voided on the evidence"
+    reconciliation_approve(
+        operation=operation,
+        request_id=decided.request.pk,
+        reason=batch.decision_reason,
+        actor=approver,
+    )
+    return ItemStatus.DONE, "voided", f"voided, four eyes: approved by {approver.name}"
+
+
+def _counts_written(batch: BulkBatch) -> None:
+    counts = bulk_counts(batch_id=batch.pk)
+    batch.done_count = counts[ItemStatus.DONE]
+    batch.refused_count = counts[ItemStatus.REFUSED]
+
+
+def bulk_counts(*, batch_id: uuid.UUID) -> dict[str, int]:
+    """How many of the batch's items are pending, done and refused: one grouped count."""
+    counts = {str(status): 0 for status in ItemStatus}
+    grouped = (
+        BulkItem.objects.filter(batch_id=batch_id)
+        .values("status")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    for line in grouped:
+        counts[line["status"]] = line["n"]
+    return counts
+
+
+def bulk_finish_if_done(*, batch_id: uuid.UUID) -> bool:
+    """Mark a running batch finished, with its counts, once no item is pending."""
+    if BulkItem.objects.filter(batch_id=batch_id, status=ItemStatus.PENDING).exists():
+        return False
+    counts = bulk_counts(batch_id=batch_id)
+    changed = BulkBatch.objects.filter(pk=batch_id, status=Status.RUNNING).update(
+        status=Status.FINISHED,
+        finished_at=timezone.now(),
+        done_count=counts[ItemStatus.DONE],
+        refused_count=counts[ItemStatus.REFUSED],
+    )
+    return changed == 1
+
+
+def bulk_resume(*, send: Callable[..., object] | None = None) -> list[uuid.UUID]:
+    """Beat's check: publish again each running batch whose lease lapsed; their ids.
+
+    A lapsed lease means no worker made progress for ``SETTLE_BULK_LEASE_SECONDS``: its
+    worker died or its messages were lost. The lease is taken anew by a compare-and-set
+    on its old value, so two beats publish a batch once; a duplicate would still do no
+    item twice.
+    """
+    now = timezone.now()
+    resumed = []
+    lapsed = BulkBatch.objects.filter(status=Status.RUNNING, lease_expires_at__lte=now)
+    for batch in lapsed:
+        if bulk_finish_if_done(batch_id=batch.pk):
+            continue
+        taken = BulkBatch.objects.filter(
+            Q(pk=batch.pk) & Q(lease_expires_at=batch.lease_expires_at)
+        ).update(lease_expires_at=_lease(now))
+        if taken == 1:
+            bulk_publish(batch, send=send)
+            resumed.append(batch.pk)
+    return resumed
