@@ -238,7 +238,8 @@ class BulkSubmitForm(forms.Form):
     action = forms.ChoiceField(
         choices=[("lookup", "lookup"), ("confirm", "confirm"), ("void", "void")]
     )
-    reason = forms.CharField(max_length=500, strip=True)
+    # Not "reason": that is the queue's filter (why an operation waits), sent alongside.
+    why = forms.CharField(max_length=500, strip=True)
     until = forms.CharField(required=False, max_length=20)
 
     def clean_until(self) -> datetime | None:

@@ -144,7 +144,7 @@ def bulk_submit_view(request: HttpRequest) -> HttpResponse:
     problem = selection.get("error")
     if problem is None and not form.is_valid():
         problem = "Nothing was done: " + (
-            "give a reason." if "reason" in form.errors else "choose an action."
+            "give a reason." if "why" in form.errors else "choose an action."
         )
     if problem is None:
         data = form.cleaned_data
@@ -165,7 +165,7 @@ def bulk_submit_view(request: HttpRequest) -> HttpResponse:
                 action=data["action"],
                 picks=picks,
                 selection=described,
-                reason=data["reason"],
+                reason=data["why"],
                 actor=actor,
             )
         except RecoveryError as refusal:
@@ -232,8 +232,18 @@ def bulk_batch(request: HttpRequest, batch_id: uuid.UUID) -> HttpResponse:
     shown = list(items.exclude(status=BulkItem.Status.DONE)[:REPORT_SHOWN])
     if len(shown) < REPORT_SHOWN:
         shown += list(items.filter(status=BulkItem.Status.DONE)[: REPORT_SHOWN - len(shown)])
-    context.update(items=shown, shown_limit=REPORT_SHOWN, form=DecisionForm())
+    context.update(
+        items=shown, shown_limit=REPORT_SHOWN, form=DecisionForm(), visible=_visible(request)
+    )
     return render(request, "console/bulk_batch.html", context)
+
+
+def _visible(request: HttpRequest) -> set[int]:
+    """The providers whose operations' keys this user may read in a report.
+
+    A proposer sees every item they sent, but an id they forged stays a bare number.
+    """
+    return set(providers_visible_to(user=request.user).values_list("pk", flat=True))
 
 
 class _Echo:
@@ -248,6 +258,7 @@ def bulk_report_csv(request: HttpRequest, batch_id: uuid.UUID) -> StreamingHttpR
     batch = _batch_for_viewer(request, batch_id)
     items = bulk_items_for_user(user=request.user, batch=batch)
     writer = csv.writer(_Echo())
+    visible = _visible(request)
 
     def lines() -> Any:
         yield writer.writerow(
@@ -264,7 +275,8 @@ def bulk_report_csv(request: HttpRequest, batch_id: uuid.UUID) -> StreamingHttpR
             ]
         )
         for item in items.iterator(chunk_size=2000):
-            key = item.operation.key if item.operation is not None else ""
+            operation = item.operation
+            key = operation.key if operation and operation.provider_id in visible else ""
             done_at = item.done_at.isoformat() if item.done_at else ""
             yield writer.writerow(
                 [
