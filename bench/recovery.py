@@ -84,6 +84,8 @@ def _percentile(ordered: list[float], fraction: float) -> float:
 class RecoveryBenchmark:
     """The measurement; ``stdout`` is the command's (``manage.py benchmark_recovery``)."""
 
+    scratch_suffix = "_benchrec"  # the scratch database: the configured one's name + this
+
     def __init__(self, stdout: OutputWrapper) -> None:
         self.stdout = stdout
 
@@ -131,7 +133,7 @@ class RecoveryBenchmark:
         settings_dict = connection.settings_dict
         url = os.environ.get("DATABASE_URL", "")
         if connection.vendor == "postgresql":
-            name = f"{settings_dict['NAME']}_benchrec"
+            name = f"{settings_dict['NAME']}{self.scratch_suffix}"
             # The maintenance database: the configured one need not exist.
             with connection._nodb_cursor() as cursor:
                 cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

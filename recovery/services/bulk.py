@@ -41,11 +41,12 @@ from datetime import datetime, timedelta
 
 from celery import current_app
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from approvals.actors import Actor
+from dbsql.rows import values_update
 from recovery.audit import audit_append, audit_tagged, audit_transaction
 from recovery.models import BulkBatch, BulkItem, Operation
 from recovery.permissions import ProviderPermission
@@ -53,7 +54,12 @@ from recovery.selectors import providers_for_user
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound, RecoveryError
 from recovery.services.operator import operator_lookup, operator_permitted
-from recovery.services.reconcile import operation_reconcile, reconciliation_approve
+from recovery.services.reconcile import (
+    Decided,
+    operation_reconcile,
+    operations_confirm_many,
+    reconciliation_approve,
+)
 from recovery.vocabulary import AuditKind
 
 logger = logging.getLogger(__name__)
@@ -296,6 +302,14 @@ def bulk_chunk_run(*, batch_id: uuid.UUID | str, first: int, last: int) -> int:
     ran = 0
     renewed = timezone.now()
     _lease_renew(batch)
+    if batch.action == Action.CONFIRM:
+        try:
+            ran = _confirm_many(batch, ids)
+        except Exception:
+            # Rolled back, every item with it; each is then done on its own below.
+            logger.exception("bulk confirm of items %s..%s failed as a whole", first, last)
+        else:
+            ids = []
     for item_id in ids:
         if timezone.now() - renewed > timedelta(seconds=1):
             renewed = timezone.now()
@@ -303,6 +317,65 @@ def bulk_chunk_run(*, batch_id: uuid.UUID | str, first: int, last: int) -> int:
         ran += bulk_item_run(batch=batch, item_id=item_id)
     bulk_finish_if_done(batch_id=batch.pk)
     return ran
+
+
+def _confirm_many(batch: BulkBatch, ids: list[int]) -> int:
+    """The confirm of ``ids`` in one transaction (``operations_confirm_many``); how many.
+
+    A bulk confirm is the one action thousands of operations take at once, so its chunk
+    is read and written set-wise: the items and their operations locked (in that order,
+    each in id order), every item's outcome written in the transaction of its change.
+    """
+    with audit_tagged(batch=str(batch.pk)), audit_transaction():
+        items = list(
+            BulkItem.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("operation__provider")
+            .filter(pk__in=ids, status=ItemStatus.PENDING)
+            .order_by("pk")
+        )
+        assert batch.proposed_by is not None
+        outcomes = operations_confirm_many(
+            picks=[(item.operation, item.version) for item in items if item.operation],
+            reason=batch.reason,
+            actor=batch.proposed_by,
+        )
+        now = timezone.now()
+        for item in items:
+            outcome = outcomes.get(item.operation_id) if item.operation_id else None
+            if isinstance(outcome, Decided):
+                item.status, item.code = ItemStatus.DONE, "confirmed"
+                item.detail = f"now {outcome.operation.state}"
+            elif isinstance(outcome, RecoveryError):
+                item.status, item.code, item.detail = (
+                    ItemStatus.REFUSED,
+                    outcome.code,
+                    outcome.message[:500],
+                )
+            else:
+                item.status, item.code = ItemStatus.REFUSED, "unknown_operation"
+                item.detail = "no such operation"
+            item.done_at = now
+        _outcomes_written(items)
+    return len(items)
+
+
+def _outcomes_written(items: list[BulkItem]) -> None:
+    """The items' outcomes in one statement (``values_update`` on PostgreSQL)."""
+    if connection.vendor != "postgresql":
+        BulkItem.objects.bulk_update(items, ["status", "code", "detail", "done_at"])
+        return
+    values_update(
+        BulkItem,
+        values=[
+            ("id", "id"),
+            ("status", "status"),
+            ("code", "code"),
+            ("detail", "detail"),
+            ("done_at", "done_at"),
+        ],
+        rows=[(i.pk, str(i.status), i.code, i.detail, i.done_at) for i in items],
+        assign={name: f"v.{name}" for name in ("status", "code", "detail", "done_at")},
+    )
 
 
 def _lease_renew(batch: BulkBatch) -> None:

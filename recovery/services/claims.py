@@ -31,13 +31,35 @@ def claim_check(operation: Operation, actor: Actor) -> RecoveryError | None:
     claim = claim_live(operation)
     if claim is None:
         return None
-    holder = claim.actor
-    if holder != actor:
-        who = holder.name if holder is not None else "someone"
-        return RecoveryError(
-            "claimed",
-            f"{who} is working on it (claimed {claim.claimed_at:%Y-%m-%d %H:%M} UTC)",
-            claimed_by=str(holder),
-        )
+    if claim.actor != actor:
+        return _claimed(claim)
     OperationClaim.objects.filter(pk=claim.pk).update(touched_at=timezone.now())
     return None
+
+
+def claims_check_many(operations: list[Operation], actor: Actor) -> dict[int, RecoveryError]:
+    """``claim_check`` for many locked operations at once: the refusals, by operation id.
+
+    One read of their live claims and one touch of ``actor``'s own among them.
+    """
+    live = OperationClaim.objects.filter(operation__in=operations, touched_at__gt=claim_cutoff())
+    refusals = {}
+    own = []
+    for claim in live:
+        if claim.actor != actor:
+            refusals[claim.operation_id] = _claimed(claim)
+        else:
+            own.append(claim.pk)
+    if own:
+        OperationClaim.objects.filter(pk__in=own).update(touched_at=timezone.now())
+    return refusals
+
+
+def _claimed(claim: OperationClaim) -> RecoveryError:
+    holder = claim.actor
+    who = holder.name if holder is not None else "someone"
+    return RecoveryError(
+        "claimed",
+        f"{who} is working on it (claimed {claim.claimed_at:%Y-%m-%d %H:%M} UTC)",
+        claimed_by=str(holder),
+    )

@@ -34,13 +34,19 @@ from recovery.vocabulary import AuditKind
 def operator_refusal_record(*, operation: Operation, action: str, code: str, actor: Actor) -> None:
     """Record a refused operator action, in a transaction of its own."""
     with audit_transaction():
-        locked = operation_lock(operation)
-        audit_append(
-            kind=AuditKind.OPERATOR_REFUSED,
-            operation=locked,
-            actor=actor,
-            data={"action": action, "code": code, "version": locked.version},
+        operator_refusal_append(
+            operation=operation_lock(operation), action=action, code=code, actor=actor
         )
+
+
+def operator_refusal_append(*, operation: Operation, action: str, code: str, actor: Actor) -> None:
+    """The ``operator_refused`` event of a refused action, on the locked operation's chain."""
+    audit_append(
+        kind=AuditKind.OPERATOR_REFUSED,
+        operation=operation,
+        actor=actor,
+        data={"action": action, "code": code, "version": operation.version},
+    )
 
 
 def operator_refusals(operation: Operation, action: str, actor: Actor) -> refusals_committed:
@@ -87,7 +93,17 @@ def operator_locked(*, operation: Operation, actor: Actor, version: int | None =
     (``operator_refusals``, ``operator_refuse``).
     """
     locked = operation_lock(operation)
-    if version is not None and locked.version != version:
+    if version is not None:
+        version_check(locked, version)
+    refusal = claim_check(locked, actor)
+    if refusal is not None:
+        raise refusal
+    return locked
+
+
+def version_check(locked: Operation, version: int) -> None:
+    """Refuse (``stale_version``) an action on a version the operation has moved on from."""
+    if locked.version != version:
         raise RecoveryError(
             "stale_version",
             f"the operation moved on: it is now {locked.state}, version {locked.version} "
@@ -95,10 +111,6 @@ def operator_locked(*, operation: Operation, actor: Actor, version: int | None =
             state=locked.state,
             version=locked.version,
         )
-    refusal = claim_check(locked, actor)
-    if refusal is not None:
-        raise refusal
-    return locked
 
 
 @dataclass(frozen=True)

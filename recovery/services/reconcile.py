@@ -34,20 +34,30 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from recovery.audit import audit_append, audit_transaction
+from recovery.audit import audit_append, audit_chain_locked, audit_transaction
 from recovery.models import Dispatch, Evidence, Operation, State, Verdict
 from recovery.permissions import ProviderPermission
-from recovery.services.errors import RecoveryError
+from recovery.services.access import provider_permission_require
+from recovery.services.claims import claims_check_many
+from recovery.services.errors import NotFound, RecoveryError
 from recovery.services.evidence import receipt_complete, receipt_grounds
-from recovery.services.locking import operation_lock
+from recovery.services.locking import locking, operation_lock
 from recovery.services.operator import (
     operator_locked,
     operator_permitted,
+    operator_refusal_append,
     operator_refusals,
     operator_refuse,
+    version_check,
 )
 from recovery.services.signals import refusals_recorded
-from recovery.transitions import Event, next_state, operation_transition
+from recovery.transitions import (
+    Change,
+    Event,
+    next_state,
+    operation_transition,
+    operation_transition_many,
+)
 from recovery.vocabulary import AuditKind
 
 Action = ReconciliationRequest.Action
@@ -229,11 +239,7 @@ def _decide(
         _apply(locked, action, actor, reason, evidence=backing)
         return Decided(locked, action)
     if not propose:
-        verdict = evidence.verdict if evidence is not None else "none"
-        raise RecoveryError(
-            "not_backed",
-            f"the latest evidence does not back a {action} (latest verdict: {verdict})",
-        )
+        raise _not_backed(action, evidence)
     if not may_propose:
         raise RecoveryError(
             "four_eyes_required",
@@ -273,6 +279,129 @@ def _decide(
         },
     )
     return Decided(locked, action, request)
+
+
+def _not_backed(action: str, evidence: Evidence | None) -> RecoveryError:
+    verdict = evidence.verdict if evidence is not None else "none"
+    return RecoveryError(
+        "not_backed", f"the latest evidence does not back a {action} (latest verdict: {verdict})"
+    )
+
+
+def operations_confirm_many(
+    *, picks: list[tuple[Operation, int]], reason: str, actor: Actor
+) -> dict[int, Decided | RecoveryError]:
+    """``operation_reconcile(action="confirm", propose=False)`` for many operations at
+    once, in the caller's ``audit_transaction``: each one's outcome, by operation id.
+
+    The same rules, read and written set-wise (a bulk confirm of thousands): the
+    permission per provider (``provider_permission_require``), the version each was
+    picked at (``version_check``), claims (``claims_check_many``), what the evidence
+    backs (``reconcile_grounds``), the transitions (``operation_transition_many``) and
+    the stranded receipts (as ``_apply``). Each operation is refused on its own, with
+    what the single call raises; a refusal is recorded on the chain (``operator_refused``)
+    of an operation ``actor`` may see. The operations are locked in id order; each at
+    most once.
+    """
+    outcomes: dict[int, Decided | RecoveryError] = {}
+    versions = {operation.pk: version for operation, version in picks}
+    checked: dict[int, RecoveryError | None] = {}
+    for operation, _ in picks:
+        if operation.provider_id not in checked:
+            try:
+                provider_permission_require(
+                    actor=actor,
+                    provider=operation.provider,
+                    permission=DECISION_PERMISSIONS[Action.CONFIRM],
+                    action=Action.CONFIRM,
+                )
+                checked[operation.provider_id] = None
+            except RecoveryError as refused_here:
+                checked[operation.provider_id] = refused_here
+        hidden = checked[operation.provider_id]
+        if isinstance(hidden, NotFound):  # not theirs to see: neither locked nor recorded
+            outcomes[operation.pk] = hidden
+    rows = locking(Operation.objects.filter(pk__in=[pk for pk in versions if pk not in outcomes]))
+    locked = {operation.pk: audit_chain_locked(operation) for operation in rows.order_by("pk")}
+    for pk in versions.keys() - locked.keys() - outcomes.keys():
+        outcomes[pk] = NotFound("unknown_operation", "no such operation")
+    permitted = [op for op in locked.values() if checked[op.provider_id] is None]
+    claimed = claims_check_many(permitted, actor)
+    latest = _evidence_latest_many(list(locked))
+    dispatches = {d.operation_id: d for d in Dispatch.objects.filter(operation_id__in=list(locked))}
+    changes = []
+    backing_of: dict[int, Evidence] = {}
+    for pk, operation in locked.items():
+        try:
+            forbidden = checked[operation.provider_id]
+            if forbidden is not None:
+                raise forbidden
+            version_check(operation, versions[pk])
+            if pk in claimed:
+                raise claimed[pk]
+            backing = reconcile_grounds(
+                operation=operation,
+                action=Action.CONFIRM,
+                evidence=latest.get(pk),
+                dispatch=dispatches.get(pk),
+            )
+            if backing is None:
+                raise _not_backed(Action.CONFIRM, latest.get(pk))
+        except RecoveryError as refusal:
+            outcomes[pk] = refusal
+            operator_refusal_append(
+                operation=operation, action=Action.CONFIRM, code=refusal.code, actor=actor
+            )
+            continue
+        audit_append(
+            kind=AuditKind.OPERATOR_ACTION,
+            operation=operation,
+            actor=actor,
+            data={
+                "action": Action.CONFIRM,
+                "reason": reason,
+                "version": versions[pk],
+                "evidence_id": backing.pk,
+            },
+        )
+        backing_of[pk] = backing
+        changes.append(
+            Change(
+                operation,
+                Event.CONFIRM,
+                data={"reason": reason, **receipt_grounds(backing, None)},
+                fields={"next_lookup_at": None},
+            )
+        )
+    refused = operation_transition_many(changes=changes, actor=actor)
+    if refused:  # each is locked and its version checked: nothing can have moved it
+        raise refused[0]
+    for pk, backing in backing_of.items():
+        operation, dispatch = locked[pk], dispatches.get(pk)
+        if _stranded(dispatch):
+            assert dispatch is not None
+            receipt_complete(
+                operation=operation,
+                dispatch=dispatch,
+                succeeded=True,
+                actor=actor,
+                evidence=backing,
+            )
+        outcomes[pk] = Decided(operation, Action.CONFIRM)
+    return outcomes
+
+
+def _evidence_latest_many(operation_ids: list[int]) -> dict[int, Evidence]:
+    """``evidence_latest`` of each operation, in one read (an operation has a few)."""
+    latest: dict[int, Evidence] = {}
+    rows = (
+        Evidence.objects.filter(operation_id__in=operation_ids)
+        .defer("raw")
+        .order_by("operation_id", "-captured_at", "-id")
+    )
+    for evidence in rows:
+        latest.setdefault(evidence.operation_id, evidence)
+    return latest
 
 
 def _request_locked(
