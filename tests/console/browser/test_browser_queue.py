@@ -107,6 +107,9 @@ def test_the_keyboard_moves_through_the_queue_and_opens_an_operation(page: Page,
     expect(links.nth(1)).to_be_focused()
     assert highlighted(page) == [1]
     # The highlight is the focus, however it moved: Tab back, and j goes on from there.
+    page.keyboard.press("Shift+Tab")  # first to the row's own selection box
+    expect(rows(page).nth(1).locator(".pick input")).to_be_focused()
+    assert highlighted(page) == [1]
     page.keyboard.press("Shift+Tab")
     expect(links.nth(0)).to_be_focused()
     assert highlighted(page) == [0]
