@@ -191,9 +191,9 @@ def _item(batch: BulkBatch, pick: Pick, exists: bool, now: datetime) -> BulkItem
 def bulk_decide(*, batch_id: uuid.UUID, approve: bool, reason: str, actor: Actor) -> BulkBatch:
     """Approve (then run) or reject a proposed void batch as a whole.
 
-    Four eyes: refused for its proposer (``self_approval``), for a batch no longer
-    proposed (``already_decided``), and for someone holding ``approve_reconciliations``
-    on none of its items' providers (``forbidden``). Each item's own approval is
+    Four eyes: refused for someone holding ``approve_reconciliations`` on none of its
+    items' providers (``forbidden``), for a batch no longer proposed
+    (``already_decided``) and for its proposer (``self_approval``). Each item's own approval is
     checked again when it runs. A rejected batch's items are all refused (``rejected``):
     nothing was done to their operations.
     """
@@ -203,14 +203,14 @@ def bulk_decide(*, batch_id: uuid.UUID, approve: bool, reason: str, actor: Actor
         batch = BulkBatch.objects.select_for_update().filter(pk=batch_id).first()
         if batch is None:
             raise NotFound("unknown_batch", "no such batch")
+        if not bulk_approvable(batch=batch, actor=actor):
+            raise Forbidden("you may not approve voids of these operations' providers")
         if batch.status != Status.PROPOSED:
             raise RecoveryError("already_decided", f"the batch is already {batch.status}")
         if batch.proposed_by == actor:
             raise RecoveryError(
                 "self_approval", "a proposal needs a second person: you proposed this batch"
             )
-        if not bulk_approvable(batch=batch, actor=actor):
-            raise Forbidden("you may not approve voids of these operations' providers")
         if not reason:
             raise Invalid("reason_required", "give a reason for the decision")
         batch.decided_by = actor

@@ -12,7 +12,10 @@ The sweeper (``sweep``) locks a batch of operation rows in one statement with ``
 LOCKED`` — it never waits for a row someone holds — and then, under each, only that
 operation's lookup attempts; so it cannot join a cycle either. A batch of background
 lookups (``lookup_batch_run``) locks its operations in one statement, in id order, then
-their attempts; two batches over the same rows take them in the same order.
+their attempts; two batches over the same rows take them in the same order. A chunk of a
+bulk batch (``recovery.services.bulk``) locks its own items first (rows nothing else
+locks, ``SKIP LOCKED``), then their operations in id order, as one operator action or
+``operations_confirm_many`` does.
 
 Nothing else is locked: rows of other operations are never touched, the audit log has
 no global head (an operation's chain is guarded by the operation's lock; the system
