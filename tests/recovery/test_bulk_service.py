@@ -304,3 +304,23 @@ def test_a_batch_whose_lease_lapsed_with_items_pending_is_published_again(operat
         bulk_chunk_run(batch_id=batch_id, first=first, last=last)
     assert BulkBatch.objects.get(pk=batch.pk).status == "finished"
     assert set(_items(batch).values()) == {("done", "confirmed")}
+
+
+def test_an_item_of_a_provider_the_submitter_only_views_is_refused_and_recorded(
+    operator, stuck, other_provider, other_stuck
+):
+    from recovery.services.roles import role_grant
+
+    role_grant(user=operator, role="viewer", provider=other_provider, actor=Actor.system("test"))
+    mine = stuck.conflict("m-1", host_says="failed", provider_says="committed")
+    viewed = other_stuck.conflict("t-1", host_says="failed", provider_says="committed")
+    batch = _submit(operator, "confirm", [mine, viewed])
+    run_batch(batch)
+    items = _items(batch)
+    assert items[mine.pk] == ("done", "confirmed")
+    assert items[viewed.pk] == ("refused", "forbidden")
+    assert Operation.objects.get(pk=viewed.pk).state == "reconcile"
+    # They may see it, so the refusal is on its chain, as the operation page's would be.
+    [refusal] = AuditEvent.objects.filter(operation_key="t-1", kind="operator_refused")
+    assert (refusal.data["code"], refusal.data["batch"]) == ("forbidden", str(batch.pk))
+    assert refusal.actor == _actor(operator)
