@@ -99,6 +99,12 @@ ADMIN_ONLY = {
     "request_invalidated",
     "claimed",
     "not_claimed",
+    # bulk work from the console (recovery.services.bulk, and its confirm in reconcile)
+    "not_backed",
+    "empty_selection",
+    "selection_too_large",
+    "reason_required",
+    "unknown_batch",
     # a supervisor resolving an audit alarm (recovery.services.audit_trail)
     "resolution_required",
     "resolution_too_long",
