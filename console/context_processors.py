@@ -10,6 +10,7 @@ from django.utils.functional import SimpleLazyObject
 from recovery.audit import audit_alarms_open
 from recovery.models import AuditAlarm
 from recovery.selectors import audit_supervisor
+from recovery.selectors.dashboard import dashboard_providers_for_user
 
 
 def _alarms_for(request: HttpRequest) -> list[AuditAlarm]:
@@ -30,3 +31,16 @@ def _alarms_for(request: HttpRequest) -> list[AuditAlarm]:
 def audit_alarms(request: HttpRequest) -> dict[str, Any]:
     """``audit_alarms``: read only by a page that shows the banner (not by htmx partials)."""
     return {"audit_alarms": SimpleLazyObject(lambda: _alarms_for(request))}
+
+
+def supervises(request: HttpRequest) -> dict[str, Any]:
+    """``supervises``: whether the nav offers the dashboard (read only where it is shown).
+
+    The dashboard's own view checks again: hiding a link is not a permission.
+    """
+    return {"supervises": SimpleLazyObject(lambda: _supervises(request))}
+
+
+def _supervises(request: HttpRequest) -> bool:
+    user = request.user
+    return bool(user.is_authenticated and dashboard_providers_for_user(user=user))

@@ -172,6 +172,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "console.context_processors.audit_alarms",
+                "console.context_processors.supervises",
             ],
         },
     },
@@ -243,6 +244,10 @@ SETTLE_AUDIT_CHECKPOINT_SECONDS = env_int("SETTLE_AUDIT_CHECKPOINT_SECONDS", 60,
 # audit trail page shows as "last verified". A full read of the log, so not too often.
 SETTLE_AUDIT_VERIFY_SECONDS = env_int("SETTLE_AUDIT_VERIFY_SECONDS", 3600, minimum=1)
 
+# How often beat adds the audit log's new events to the dashboard's rollup (lookups,
+# settle times, operator actions); its figures trail the log by this plus two minutes.
+SETTLE_DASHBOARD_REFRESH_SECONDS = env_int("SETTLE_DASHBOARD_REFRESH_SECONDS", 60, minimum=1)
+
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still
 # needed: tasks never run inside a web request; resume and the console's "Look up now"
@@ -311,6 +316,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "recovery.tasks.audit_checkpoint",
         "schedule": float(SETTLE_AUDIT_CHECKPOINT_SECONDS),
         "options": {"expires": float(SETTLE_AUDIT_CHECKPOINT_SECONDS)},
+    },
+    "dashboard-refresh": {
+        "task": "recovery.tasks.dashboard_refresh",
+        "schedule": float(SETTLE_DASHBOARD_REFRESH_SECONDS),
+        "options": {"expires": float(SETTLE_DASHBOARD_REFRESH_SECONDS)},
     },
     "audit-verify": {
         "task": "recovery.tasks.audit_verify",

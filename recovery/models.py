@@ -493,3 +493,54 @@ class AuditVerification(models.Model):
 
     def __str__(self) -> str:
         return f"verification at {self.at:%Y-%m-%d %H:%M:%S}: {'ok' if self.ok else 'broken'}"
+
+
+class DashboardRollup(models.Model):
+    """One figure of the supervisor dashboard, counted for one provider and one hour.
+
+    ``figure`` says what is counted and ``key`` which part of it: lookups by verdict,
+    operator actions by action, settle times (lost lease to settled) by the bucket they
+    fall in (``recovery.services.dashboard``). Written only by the dashboard's refresh,
+    which adds the audit events of each new window once; the dashboard sums these rows
+    instead of reading the audit log.
+    """
+
+    class Figure(models.TextChoices):
+        LOOKUP = "lookup"
+        OPERATOR = "operator"
+        SETTLE = "settle"
+
+    figure = models.CharField(max_length=10, choices=Figure.choices)
+    hour = models.DateTimeField()
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=40)
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # The refresh adds to a row by this key (INSERT … ON CONFLICT); the dashboard
+            # reads a figure's hours in a range through it.
+            models.UniqueConstraint(
+                fields=["figure", "hour", "provider", "key"], name="dashboard_rollup_key"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.figure} {self.key} of {self.provider_id} at {self.hour:%Y-%m-%d %H}h: {self.n}"
+        )
+
+
+class DashboardRefresh(models.Model):
+    """Where the dashboard's rollup stands: the audit events before ``through`` are in it.
+
+    One row (``name`` "rollup"); a refresh locks it, so two refreshes never add the
+    same window twice.
+    """
+
+    name = models.CharField(max_length=20, unique=True)
+    through = models.DateTimeField()
+    refreshed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} through {self.through:%Y-%m-%d %H:%M:%S}"

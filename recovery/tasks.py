@@ -12,6 +12,7 @@ from celery import shared_task
 
 from recovery.audit import audit_checkpoint as audit_checkpoint_make
 from recovery.audit import audit_verification_run
+from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
 from recovery.services.sweep import sweep as sweep_run
 
@@ -64,3 +65,9 @@ def audit_checkpoint() -> int | None:
 def audit_verify() -> bool:
     """Beat's verification of the whole audit log, kept for the console's audit trail page."""
     return audit_verification_run().ok
+
+
+@shared_task
+def dashboard_refresh() -> int:
+    """Beat's refresh of the dashboard's rollup: the audit events since the last one, once."""
+    return dashboard_refresh_run().counted
