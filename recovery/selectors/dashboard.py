@@ -2,9 +2,10 @@
 
 For supervisors only: a user sees the providers on which they hold the supervisor's own
 permission (``approve_reconciliations``), and nothing of the others, even those they
-operate or view. What is stuck now is read live, from the indexes on the unsettled
-states and on running receipts; the rest from the rollup (``recovery.services.dashboard``),
-whose refresh time the page shows.
+operate or view. Every figure comes from what the refresh keeps
+(``recovery.services.dashboard``): what is stuck from its waiting rows (as of its last
+run, every minute), the rest from the hourly rollup; the page says when each was made.
+A few small reads, however many operations there are.
 """
 
 from __future__ import annotations
@@ -12,17 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
-from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
+from django.db.models import Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from recovery.models import (
-    AuditEvent,
     DashboardRefresh,
     DashboardRollup,
-    Dispatch,
     Operation,
     Provider,
     State,
@@ -30,13 +29,12 @@ from recovery.models import (
 )
 from recovery.permissions import ProviderPermission
 from recovery.selectors.access import providers_for_user
-from recovery.selectors.queue import _REASON_OF_TRANSITION, QUEUE_AGES, QUEUE_STRANDED
-from recovery.services.dashboard import SETTLE_BUCKETS
-from recovery.vocabulary import AuditKind, WaitReason
+from recovery.selectors.queue import QUEUE_AGES, QUEUE_STRANDED
+from recovery.services.dashboard import SETTLE_BUCKETS, SETTLE_WINDOWS
+from recovery.vocabulary import WaitReason
 
 LOOKUP_HOURS = 24
 OPERATOR_DAYS = 14
-SETTLE_WINDOWS = {"day": timedelta(days=1), "week": timedelta(days=7)}
 # The settle-time chart's bars: (label, upper bound in seconds, or None for the rest).
 SETTLE_BARS: tuple[tuple[str, int | None], ...] = (
     ("under 1 min", 60),
@@ -110,135 +108,51 @@ def dashboard_for_user(*, user: Any, providers: list[Provider]) -> Dashboard:
     chosen = [p for p in providers if p.pk in allowed]
     ids = [p.pk for p in chosen]
     now = timezone.now()
-    stuck, ages, oldest_at = _stuck(chosen, now)
+    refresh = DashboardRefresh.objects.filter(name="rollup").first()
+    summary = refresh.summary if refresh is not None else {}
+    parts = [summary.get(str(p.pk), {}) for p in chosen]
+    stuck = [
+        StuckRow(p.name, *(part.get("stuck", {}).get(c, 0) for c in _COLUMNS))
+        for p, part in zip(chosen, parts, strict=True)
+    ]
     lookup_hours, lookups = _lookups(ids, now)
-    settle, bars = _settle(ids, now)
+    settle, bars = _settle(parts)
     operator_days, operator = _operator(ids, now)
     return Dashboard(
         providers=chosen,
         stuck=stuck,
-        reasons=_reasons(ids, stuck),
-        ages=ages,
-        oldest=_oldest(ids, oldest_at),
+        reasons=_summed(parts, "reasons", WaitReason.values),
+        ages=_summed(parts, "ages", QUEUE_AGES),
+        oldest=_oldest(parts),
         lookup_hours=lookup_hours,
         lookups=lookups,
         settle=settle,
         settle_bars=bars,
         operator_days=operator_days,
         operator=operator,
-        refresh=DashboardRefresh.objects.filter(name="rollup").first(),
+        refresh=refresh,
         now=now,
     )
 
 
-def _stuck(
-    providers: list[Provider], now: datetime
-) -> tuple[list[StuckRow], dict[str, int], datetime | None]:
-    """Per provider: unknown, reconcile, stranded now; the queue's ages; the oldest time.
-
-    One grouped read of the unsettled rows (``operation_provider_state``), one of the
-    running receipts of operations no longer dispatched (``receipt_running``).
-    """
-    ids = [p.pk for p in providers]
-    age_counts = {
-        name: Count("pk", filter=_age_q(newer, older, now))
-        for name, (_, newer, older) in QUEUE_AGES.items()
-    }
-    grouped = (
-        Operation.objects.filter(state__in=[State.UNKNOWN, State.RECONCILE], provider__in=ids)
-        .values("provider", "state")
-        .annotate(n=Count("pk"), oldest=Min("updated_at"), **age_counts)
-        .order_by()
-    )
-    by_provider: dict[int, dict[str, int]] = {pk: {} for pk in ids}
-    ages = dict.fromkeys(QUEUE_AGES, 0)
-    oldest: datetime | None = None
-    for line in _rows(grouped):
-        by_provider[line["provider"]][line["state"]] = line["n"]
-        for name in QUEUE_AGES:
-            ages[name] += line[name]
-        if oldest is None or line["oldest"] < oldest:
-            oldest = line["oldest"]
-    stranded = (
-        Dispatch.objects.filter(
-            receipt_status=Dispatch.ReceiptStatus.RUNNING, operation__provider__in=ids
-        )
-        .exclude(operation__state=State.DISPATCHED)
-        .values("operation__provider")
-        .annotate(n=Count("pk"))
-        .order_by()
-    )
-    for line in _rows(stranded):
-        by_provider[line["operation__provider"]][QUEUE_STRANDED] = line["n"]
-    rows = [
-        StuckRow(
-            p.name,
-            by_provider[p.pk].get(State.UNKNOWN, 0),
-            by_provider[p.pk].get(State.RECONCILE, 0),
-            by_provider[p.pk].get(QUEUE_STRANDED, 0),
-        )
-        for p in providers
-    ]
-    return rows, ages, oldest
+_COLUMNS = (State.UNKNOWN, State.RECONCILE, QUEUE_STRANDED)
 
 
-def _rows(values: Iterable[Any]) -> Iterable[dict[str, Any]]:
-    """A ``values()`` query's rows, for rows whose keys are computed (the stubs type them
-    by literal key only)."""
-    return cast(Iterable[dict[str, Any]], values)
+def _summed(parts: list[dict[str, Any]], name: str, keys: Iterable[str]) -> dict[str, int]:
+    total = dict.fromkeys(keys, 0)
+    for part in parts:
+        for key, n in part.get(name, {}).items():
+            total[key] = total.get(key, 0) + n
+    return total
 
 
-def _age_q(newer: timedelta | None, older: timedelta | None, now: datetime) -> Q:
-    q = Q()
-    if newer is not None:
-        q &= Q(updated_at__lte=now - newer)
-    if older is not None:
-        q &= Q(updated_at__gt=now - older)
-    return q
-
-
-def _reasons(ids: list[int], stuck: list[StuckRow]) -> dict[str, int]:
-    """Why what is stuck waits, in the queue's words.
-
-    ``unknown`` is entered only by a lost lease (the transition table has no other way
-    in) and a stranded receipt waits for itself: both are counted already. Only
-    ``reconcile`` has reasons of several kinds, read from each one's last transition.
-    """
-    reasons = dict.fromkeys(WaitReason.values, 0)
-    reasons[WaitReason.LEASE_LOST] = sum(row.unknown for row in stuck)
-    reasons[WaitReason.STRANDED] = sum(row.stranded for row in stuck)
-    if not any(row.reconcile for row in stuck):
-        return reasons
-    last = (
-        AuditEvent.objects.filter(operation_key=OuterRef("key"), kind=AuditKind.TRANSITION)
-        .order_by("-seq")
-        .annotate(code=_REASON_OF_TRANSITION)
-        .values("code")[:1]
-    )
-    grouped = (
-        Operation.objects.filter(state=State.RECONCILE, provider__in=ids)
-        .annotate(reason=Subquery(last))
-        .values("reason")
-        .annotate(n=Count("pk"))
-        .order_by()
-    )
-    for line in grouped:
-        reasons[line["reason"] or "other"] = reasons.get(line["reason"] or "other", 0) + line["n"]
-    return reasons
-
-
-def _oldest(ids: list[int], at: datetime | None) -> Operation | None:
+def _oldest(parts: list[dict[str, Any]]) -> Operation | None:
     """The operation that has waited longest in ``unknown`` or ``reconcile``."""
-    if at is None:
+    found = [part["oldest"] for part in parts if part.get("oldest")]
+    if not found:
         return None
-    return (
-        Operation.objects.filter(
-            state__in=[State.UNKNOWN, State.RECONCILE], provider__in=ids, updated_at=at
-        )
-        .select_related("provider")
-        .order_by("pk")
-        .first()
-    )
+    _, pk = min(found)
+    return Operation.objects.filter(pk=pk).select_related("provider").first()
 
 
 def _hour_floor(at: datetime) -> datetime:
@@ -267,29 +181,13 @@ def _lookups(
     return hours, table
 
 
-def _settle(ids: list[int], now: datetime) -> tuple[dict[str, Percentiles], list[tuple[str, int]]]:
+def _settle(parts: list[dict[str, Any]]) -> tuple[dict[str, Percentiles], list[tuple[str, int]]]:
     """Lost lease to settled: median and p95 per window; the week's counts in bars."""
-    since = {name: now - length for name, length in SETTLE_WINDOWS.items()}
-    rows = (
-        DashboardRollup.objects.filter(
-            figure=DashboardRollup.Figure.SETTLE,
-            hour__gte=_hour_floor(min(since.values())),
-            provider__in=ids,
-        )
-        .values("key")
-        .annotate(
-            **{
-                name: Sum("n", filter=Q(hour__gte=_hour_floor(start)))
-                for name, start in since.items()
-            }
-        )
-        .order_by()
-    )
     histograms: dict[str, dict[int, int]] = {name: {} for name in SETTLE_WINDOWS}
-    for row in _rows(rows):
-        for name in SETTLE_WINDOWS:
-            if row[name]:
-                histograms[name][int(row["key"])] = row[name]
+    for part in parts:
+        for name, histogram in part.get("settle", {}).items():
+            for bucket, n in histogram.items():
+                histograms[name][int(bucket)] = histograms[name].get(int(bucket), 0) + n
     settle = {
         name: Percentiles(
             sum(histogram.values()),

@@ -14,7 +14,14 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from recovery.models import AuditEvent, DashboardRefresh, DashboardRollup, Evidence, State
+from recovery.models import (
+    AuditEvent,
+    DashboardRefresh,
+    DashboardRollup,
+    DashboardWaiting,
+    Evidence,
+    State,
+)
 from recovery.selectors.dashboard import percentile
 from recovery.services.dashboard import (
     HISTORY,
@@ -25,7 +32,7 @@ from recovery.services.dashboard import (
 )
 from recovery.services.reconcile import operation_reconcile, reconciliation_approve
 from recovery.transitions import TRANSITIONS
-from tests.conftest import lookup_due
+from tests.conftest import PARAMS, lookup_due
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
@@ -182,3 +189,46 @@ def test_two_refreshes_racing_count_each_event_once(stuck):
     assert sum(report.counted for report in reports) == sum(
         DashboardRollup.objects.aggregate(n=Sum("n")).values()
     )
+
+
+def _waiting() -> dict[str, tuple[str, str, bool]]:
+    rows = DashboardWaiting.objects.select_related("operation")
+    return {row.operation.key: (row.state, row.reason, row.stranded) for row in rows}
+
+
+def test_what_is_stuck_follows_the_log_and_agrees_with_a_fresh_snapshot(stuck, provider_db):
+    stuck.unknown("op-1")
+    stuck.mismatch("op-2")
+    dashboard_refresh()  # the first: a snapshot of the operations as they are
+    assert _waiting() == {
+        "op-1": ("unknown", "lease_lost", True),
+        "op-2": ("reconcile", "mismatch", True),
+    }
+    # Then the log: op-1 settles from evidence, op-3 gets stuck, op-4 settles at once.
+    sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r-1")
+    lookup_due("op-1")
+    assert stuck.flow.resume_looked_up("op-1")["state"] == "released"
+    stuck.unknown("op-3")
+    stuck.released("op-4")
+    report = dashboard_refresh()
+    assert report.waiting >= 3
+    incremental = _waiting()
+    assert incremental == {
+        "op-2": ("reconcile", "mismatch", True),
+        "op-3": ("unknown", "lease_lost", True),
+    }
+    # Read again (the margin), nothing changes; and a snapshot taken now says the same.
+    dashboard_refresh()
+    assert _waiting() == incremental
+    DashboardRefresh.objects.update(waiting_at=None)
+    dashboard_refresh()
+    assert _waiting() == incremental
+
+
+def test_a_late_report_clears_the_stranded_receipt_not_the_wait(stuck):
+    dashboard_refresh()
+    operation = stuck.conflict("op-1", host_says="failed", provider_says="committed")
+    dashboard_refresh()
+    # The host's late report completed the receipt; the contradiction waits in reconcile.
+    assert _waiting() == {"op-1": ("reconcile", "conflict", False)}
+    assert operation.state == "reconcile"

@@ -70,8 +70,8 @@ def board(stuck, other_stuck, provider, other_provider):
     aged(stuck.unknown("refund-2026-000007-with-a-rather-long-key"), minutes=12)
     stuck.released("pay-2026-000130")
     aged(other_stuck.unknown("ledger-000042"), minutes=30)
-    dashboard_refresh(now=timezone.now() + timedelta(minutes=5))
     _a_day_of_traffic(provider)
+    dashboard_refresh(now=timezone.now() + timedelta(minutes=5))
 
 
 def test_a_supervisor_reads_the_dashboard_and_filters_it(page: Page, boss, board):
