@@ -226,11 +226,15 @@ def _settled_count(
     The lease is lost once per operation at most (``dispatched`` is left once): its
     event is found along the operation's own chain.
     """
-    lost = AuditEvent.objects.filter(
-        operation_key=OuterRef("operation_key"),
-        kind=AuditKind.TRANSITION,
-        data__event=Event.LEASE_LOST,
-    ).values("at")[:1]
+    lost = (
+        AuditEvent.objects.filter(
+            operation_key=OuterRef("operation_key"),
+            kind=AuditKind.TRANSITION,
+            data__event=Event.LEASE_LOST,
+        )
+        .order_by()
+        .values("at")[:1]
+    )
     rows = (
         AuditEvent.objects.filter(
             kind=AuditKind.TRANSITION,
