@@ -12,21 +12,40 @@ from recovery.models import AuditAlarm
 from recovery.selectors import audit_supervisor
 
 
+def _supervising(request: HttpRequest) -> bool:
+    """Whether the user supervises: sees the alarm banner and the dashboard's link.
+
+    Asked once per request (the answer is kept on it), by whichever of the two the page
+    reads first: a page pays one statement for both.
+    """
+    if not hasattr(request, "_settle_supervising"):
+        user = request.user
+        supervising = bool(user.is_authenticated and audit_supervisor(user=user))
+        request._settle_supervising = supervising  # type: ignore[attr-defined]
+    return bool(request._settle_supervising)  # type: ignore[attr-defined]
+
+
 def _alarms_for(request: HttpRequest) -> list[AuditAlarm]:
     """Open audit alarms, for supervisors only: an alarm names chains of any provider.
 
-    The alarms are read first: almost always there are none, and then the supervisor
-    check costs nothing.
+    Whether the user supervises is asked first, as the navigation asks it anyway; only
+    a supervisor's page then reads the alarms.
     """
-    user = request.user
-    if not user.is_authenticated:
+    if not _supervising(request):
         return []
-    alarms = list(audit_alarms_open()[:5])
-    if not alarms or not audit_supervisor(user=user):
-        return []
-    return alarms
+    return list(audit_alarms_open()[:5])
 
 
 def audit_alarms(request: HttpRequest) -> dict[str, Any]:
     """``audit_alarms``: read only by a page that shows the banner (not by htmx partials)."""
     return {"audit_alarms": SimpleLazyObject(lambda: _alarms_for(request))}
+
+
+def supervises(request: HttpRequest) -> dict[str, Any]:
+    """``supervises``: whether the navigation offers the dashboard.
+
+    The supervisors of the audit trail are the dashboard's (the supervisor role's own
+    permission on a provider, or a superuser). The dashboard's view checks again:
+    hiding a link is not a permission.
+    """
+    return {"supervises": SimpleLazyObject(lambda: _supervising(request))}

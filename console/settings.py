@@ -172,6 +172,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "console.context_processors.audit_alarms",
+                "console.context_processors.supervises",
             ],
         },
     },
@@ -251,6 +252,10 @@ SETTLE_BULK_CHUNK = env_int("SETTLE_BULK_CHUNK", 100, minimum=1)
 SETTLE_BULK_LEASE_SECONDS = env_int("SETTLE_BULK_LEASE_SECONDS", 30, minimum=1)
 SETTLE_BULK_RESUME_SECONDS = env_int("SETTLE_BULK_RESUME_SECONDS", 10, minimum=1)
 
+# How often beat adds the audit log's new events to the dashboard's rollup (lookups,
+# settle times, operator actions); its figures trail the log by this plus two minutes.
+SETTLE_DASHBOARD_REFRESH_SECONDS = env_int("SETTLE_DASHBOARD_REFRESH_SECONDS", 60, minimum=1)
+
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still
 # needed: tasks never run inside a web request; resume and the console's "Look up now"
@@ -325,6 +330,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "recovery.tasks.bulk_resume",
         "schedule": float(SETTLE_BULK_RESUME_SECONDS),
         "options": {"expires": float(SETTLE_BULK_RESUME_SECONDS)},
+    },
+    "dashboard-refresh": {
+        "task": "recovery.tasks.dashboard_refresh",
+        "schedule": float(SETTLE_DASHBOARD_REFRESH_SECONDS),
+        "options": {"expires": float(SETTLE_DASHBOARD_REFRESH_SECONDS)},
     },
     "audit-verify": {
         "task": "recovery.tasks.audit_verify",

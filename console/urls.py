@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console.views import audit, bulk, operations, queue, reconcile, system
+from console.views import audit, bulk, dashboard, operations, queue, reconcile, system
 
 urlpatterns = [
     path("", queue.home, name="home"),
@@ -57,6 +57,7 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("dashboard/", dashboard.dashboard, name="dashboard"),
     path("audit/", audit.audit_trail, name="audit"),
     path("audit/export.csv", audit.audit_export_csv, name="audit-export-csv"),
     path("audit/export.jsonl", audit.audit_export_jsonl, name="audit-export-jsonl"),

@@ -12,6 +12,7 @@ from celery import shared_task
 
 from recovery.audit import audit_checkpoint as audit_checkpoint_make
 from recovery.audit import audit_verification_run
+from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
 from recovery.services.bulk import bulk_chunk_run
 from recovery.services.bulk import bulk_resume as bulk_resume_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
@@ -78,3 +79,9 @@ def bulk_chunk(batch_id: str, first: int, last: int) -> int:
 def bulk_resume() -> int:
     """Beat's check: publish again the running bulk batches no worker made progress on."""
     return len(bulk_resume_run())
+
+
+@shared_task
+def dashboard_refresh() -> int:
+    """Beat's refresh of the dashboard's rollup: the audit events since the last one, once."""
+    return dashboard_refresh_run().counted
