@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("recovery", "0018_audit_system_head_and_vouched_heads"),
+        ("recovery", "0019_bulk"),
     ]
 
     operations = [
