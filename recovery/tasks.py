@@ -12,9 +12,9 @@ from celery import shared_task
 
 from recovery.audit import audit_checkpoint as audit_checkpoint_make
 from recovery.audit import audit_verification_run
-from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
 from recovery.services.bulk import bulk_chunk_run
 from recovery.services.bulk import bulk_resume as bulk_resume_run
+from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
 from recovery.services.sweep import sweep as sweep_run
 
