@@ -14,6 +14,7 @@ from recovery.audit import audit_checkpoint as audit_checkpoint_make
 from recovery.audit import audit_verification_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
 from recovery.services.sweep import sweep as sweep_run
+from recovery.services.webhooks import webhooks_deliver as webhooks_deliver_run
 
 # A message that finds its attempt held by another worker's live lease waits for that
 # lease (at most a provider timeout plus a margin); after a few such waits the sweeper
@@ -64,3 +65,10 @@ def audit_checkpoint() -> int | None:
 def audit_verify() -> bool:
     """Beat's verification of the whole audit log, kept for the console's audit trail page."""
     return audit_verification_run().ok
+
+
+@shared_task
+def webhooks_deliver() -> dict[str, int]:
+    """Deliver the due webhook messages (beat, and a nudge after each commit that wrote some)."""
+    report = webhooks_deliver_run()
+    return {"delivered": report.delivered, "failed": report.failed}
