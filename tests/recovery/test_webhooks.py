@@ -331,3 +331,35 @@ def test_unknown_events_are_refused(host, receiver, allow_private):
             host_name=host.name, url=receiver.url, events=["op.exploded"], actor=COMMAND_LINE
         )
     assert refused.value.code == "invalid_webhook_events"
+
+
+def test_the_webhook_command_adds_lists_rotates_and_disables(host, receiver, allow_private):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command(
+        "webhook", "add", host.name, receiver.url, "--events", "operation.failed", stdout=out
+    )
+    secret = out.getvalue().split("shown once): ")[1].strip()
+    assert secret.startswith("whsec_")
+    endpoint = WebhookEndpoint.objects.get()
+    assert endpoint.events == ",operation.failed,"
+
+    out = StringIO()
+    call_command("webhook", "list", stdout=out)
+    assert receiver.url in out.getvalue() and "operation.failed" in out.getvalue()
+    assert secret not in out.getvalue()  # write-only
+
+    out = StringIO()
+    call_command("webhook", "rotate", str(endpoint.pk), stdout=out)
+    endpoint.refresh_from_db()
+    assert endpoint.previous_secret == secret and endpoint.secret in out.getvalue()
+
+    call_command("webhook", "disable", str(endpoint.pk), stdout=StringIO())
+    endpoint.refresh_from_db()
+    assert endpoint.status == "disabled"
+
+    with pytest.raises(CommandError, match="invalid_webhook_url"):
+        call_command("webhook", "add", host.name, "gopher://x", stdout=StringIO())
