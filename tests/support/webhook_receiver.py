@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +32,8 @@ class Receiver:
     status: int = 204
     statuses: list[int] = field(default_factory=list)
     headers_out: dict[str, str] = field(default_factory=dict)
+    # Seconds to hold each request before answering, used up one per request.
+    stalls: list[float] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: Any = None
@@ -51,6 +54,10 @@ class Receiver:
         with self.lock:
             return self.statuses.pop(0) if self.statuses else self.status
 
+    def stall(self) -> float:
+        with self.lock:
+            return self.stalls.pop(0) if self.stalls else 0.0
+
 
 def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -64,6 +71,7 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             status = receiver.answer()
             with receiver.lock:
                 receiver.received.append(item)
+            time.sleep(receiver.stall())
             self.send_response(status)
             for name, value in receiver.headers_out.items():
                 self.send_header(name, value)
