@@ -542,9 +542,10 @@ class WebhookMessage(models.Model):
     """One event for one endpoint: the outbox row, written with the change it reports.
 
     ``msg_id`` is the ``webhook-id`` of every attempt, so receivers drop duplicates. A
-    message is delivered only after every earlier one of its (endpoint, operation); a
-    worker that claims it holds it until ``lease_expires_at``, and a claim whose worker
-    died lapses there.
+    message is delivered only after every earlier one of its (endpoint, operation): one
+    written behind a pending one waits (``next_attempt_at`` null) until that one is done,
+    so the due index holds only the heads. A worker that claims a message holds it until
+    ``lease_expires_at``; a claim whose worker died lapses there.
     """
 
     class Status(models.TextChoices):
@@ -558,7 +559,7 @@ class WebhookMessage(models.Model):
     payload = models.TextField(help_text="The JSON body, exactly as signed and sent.")
     msg_id = models.CharField(max_length=60, unique=True)
     created_at = models.DateTimeField()
-    next_attempt_at = models.DateTimeField()
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
@@ -574,7 +575,11 @@ class WebhookMessage(models.Model):
                 condition=Q(status="pending"),
                 name="webhook_message_due",
             ),
-            models.Index(fields=["endpoint", "operation", "id"], name="webhook_message_order"),
+            models.Index(
+                fields=["endpoint", "operation", "id"],
+                condition=Q(status="pending"),
+                name="webhook_message_order",
+            ),
             models.Index(fields=["endpoint", "-id"], name="webhook_message_endpoint"),
         ]
 

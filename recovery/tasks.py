@@ -68,7 +68,7 @@ def audit_verify() -> bool:
 
 
 @shared_task
-def webhooks_deliver() -> dict[str, int]:
-    """Deliver the due webhook messages (beat, and a nudge after each commit that wrote some)."""
-    report = webhooks_deliver_run()
+def webhooks_deliver(promote: bool = True) -> dict[str, int]:
+    """Deliver the due webhook messages (beat; and, without ``promote``, a commit's nudge)."""
+    report = webhooks_deliver_run(promote=promote)
     return {"delivered": report.delivered, "failed": report.failed}

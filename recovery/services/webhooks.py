@@ -280,12 +280,30 @@ def webhook_events_record(events: Sequence[OutboxEvent]) -> int:
     """Write the outbox rows for ``events`` in the caller's transaction; how many.
 
     One INSERT … SELECT for the batch: a row for each enabled (or failing) endpoint of
-    the operation's host subscribed to the event, none when there is none. Each row's
-    ``msg_id`` is the event's own id and its endpoint's. A commit that wrote any nudges
-    a delivery at once; beat delivers anyway.
+    the operation's host subscribed to the event, none when there is none. A row behind
+    a pending one of its (endpoint, operation) waits (``next_attempt_at`` null) until
+    that one is done. Each row's ``msg_id`` is the event's own id and its endpoint's. A
+    commit that wrote any nudges a delivery at once; beat delivers anyway.
     """
-    if not events:
-        return 0
+    written = 0
+    # An operation changes once per statement (each row must see the ones before it);
+    # the services never report one twice in a batch, so this is one statement.
+    rounds: list[list[OutboxEvent]] = []
+    seen: dict[int, int] = {}
+    for item in events:
+        n = seen.get(item.operation.pk, 0)
+        seen[item.operation.pk] = n + 1
+        if n == len(rounds):
+            rounds.append([])
+        rounds[n].append(item)
+    for batch in rounds:
+        written += _outbox_insert(batch)
+    if written > 0:
+        transaction.on_commit(webhooks_nudge)
+    return written
+
+
+def _outbox_insert(events: list[OutboxEvent]) -> int:
     now = timezone.now()
     table = WebhookMessage._meta.db_table
     endpoints = WebhookEndpoint._meta.db_table
@@ -306,18 +324,17 @@ def webhook_events_record(events: Sequence[OutboxEvent]) -> int:
     sql = (
         f"INSERT INTO {table} (endpoint_id, operation_id, event, payload, msg_id, created_at, "
         "next_attempt_at, attempts, status, last_error) "
-        f"SELECT e.id, v.operation_id, v.event, v.payload, v.msg_prefix || CAST(e.id AS TEXT), "
-        "%s, %s, 0, %s, '' "
+        "SELECT e.id, v.operation_id, v.event, v.payload, v.msg_prefix || CAST(e.id AS TEXT), "
+        f"%s, CASE WHEN EXISTS (SELECT 1 FROM {table} p WHERE p.endpoint_id = e.id "
+        "AND p.operation_id = v.operation_id AND p.status = %s) THEN NULL ELSE %s END, "
+        "0, %s, '' "
         f"FROM ({' UNION ALL '.join(selects)}) v JOIN {endpoints} e ON e.host_id = v.host_id "
         "WHERE e.status <> %s AND (e.events = '' OR e.events LIKE '%%,' || v.event || ',%%') "
         "ORDER BY v.operation_id, e.id"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [now, now, PENDING, *params, DISABLED])
-        written = cursor.rowcount
-    if written > 0:
-        transaction.on_commit(webhooks_nudge)
-    return int(written)
+        cursor.execute(sql, [now, PENDING, now, PENDING, *params, DISABLED])
+        return int(cursor.rowcount)
 
 
 _last_nudge = 0.0
@@ -337,7 +354,9 @@ def webhooks_nudge() -> None:
     _last_nudge = now
     try:
         current_app.send_task(
-            "recovery.tasks.webhooks_deliver", queue=settings.CELERY_TASK_DEFAULT_QUEUE
+            "recovery.tasks.webhooks_deliver",
+            kwargs={"promote": False},
+            queue=settings.CELERY_TASK_DEFAULT_QUEUE,
         )
     except Exception as exc:  # the broker's errors vary by transport
         logger.warning("publishing a webhook delivery failed: %r", exc)
@@ -356,6 +375,7 @@ class Claimed:
     url: str
     signers: list[str]
     endpoint_id: int
+    operation_id: int
     created_at: datetime
     lease: datetime
 
@@ -401,7 +421,7 @@ def webhook_messages_claim(*, limit: int) -> list[Claimed]:
     rows = list(
         _due(now)
         .select_for_update(skip_locked=True, of=("self",))
-        .values_list("id", "msg_id", "payload", "endpoint_id", "created_at")[:limit]
+        .values_list("id", "msg_id", "payload", "endpoint_id", "operation_id", "created_at")[:limit]
     )
     if not rows:
         return []
@@ -416,10 +436,11 @@ def webhook_messages_claim(*, limit: int) -> list[Claimed]:
             url=endpoints[endpoint_id].url,
             signers=endpoint_signers(endpoints[endpoint_id], now),
             endpoint_id=endpoint_id,
+            operation_id=operation_id,
             created_at=created_at,
             lease=lease,
         )
-        for pk, msg_id, payload, endpoint_id, created_at in rows
+        for pk, msg_id, payload, endpoint_id, operation_id, created_at in rows
     ]
 
 
@@ -497,10 +518,12 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
     failed: dict[int, int] = {}
     gone: set[int] = set()
     by_code: dict[tuple[int, datetime], list[int]] = {}
+    done: set[tuple[int, int]] = set()
     for outcome in outcomes:
         if outcome.delivered:
             key = (int(outcome.status_code or 0), outcome.claimed.lease)
             by_code.setdefault(key, []).append(outcome.claimed.id)
+            done.add((outcome.claimed.endpoint_id, outcome.claimed.operation_id))
             succeeded.add(outcome.claimed.endpoint_id)
             continue
         claimed = outcome.claimed
@@ -521,6 +544,8 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
             last_error=outcome.error or f"HTTP {outcome.status_code}",
             last_attempt_at=now,
         )
+        if given_up:
+            done.add((claimed.endpoint_id, claimed.operation_id))
         failed[claimed.endpoint_id] = failed.get(claimed.endpoint_id, 0) + 1
         if outcome.status_code == 410:
             gone.add(claimed.endpoint_id)
@@ -534,7 +559,44 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
             last_error="",
             last_attempt_at=now,
         )
+    _next_promote(done, now)
     _endpoints_update(now, succeeded, failed, gone)
+
+
+def _next_promote(pairs: set[tuple[int, int]], now: datetime) -> None:
+    """The next waiting message of each (endpoint, operation) whose head is done is due."""
+    if not pairs:
+        return
+    table = WebhookMessage._meta.db_table
+    placeholders = ", ".join(["(%s, %s)"] * len(pairs))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET next_attempt_at = %s WHERE id IN (SELECT MIN(id) FROM {table} "
+            "WHERE status = %s AND next_attempt_at IS NULL "
+            f"AND (endpoint_id, operation_id) IN ({placeholders}) "
+            "GROUP BY endpoint_id, operation_id)",
+            [now, PENDING, *(value for pair in sorted(pairs) for value in pair)],
+        )
+
+
+def webhook_waiting_promote() -> int:
+    """Make due every waiting message with nothing pending before it; how many.
+
+    A message written while its predecessor was being delivered can miss that
+    delivery's promotion (neither transaction saw the other's row); beat's round finds
+    it here. Reads only waiting rows.
+    """
+    earlier = WebhookMessage.objects.filter(
+        endpoint=OuterRef("endpoint"),
+        operation=OuterRef("operation"),
+        status=PENDING,
+        id__lt=OuterRef("id"),
+    )
+    return (
+        WebhookMessage.objects.filter(status=PENDING, next_attempt_at__isnull=True)
+        .filter(~Exists(earlier))
+        .update(next_attempt_at=timezone.now())
+    )
 
 
 def _endpoints_update(
@@ -568,9 +630,17 @@ class DeliveryReport:
     failed: int = 0
 
 
-def webhooks_deliver(*, seconds: float = DELIVERY_TASK_SECONDS) -> DeliveryReport:
-    """Claim, send and record batches until nothing is due or ``seconds`` have passed."""
+def webhooks_deliver(
+    *, seconds: float = DELIVERY_TASK_SECONDS, promote: bool = True
+) -> DeliveryReport:
+    """Claim, send and record batches until nothing is due or ``seconds`` have passed.
+
+    ``promote``: first make due what waits behind nothing (``webhook_waiting_promote``);
+    beat's round does, a commit's nudge need not.
+    """
     report = DeliveryReport()
+    if promote:
+        webhook_waiting_promote()
     deadline = time.monotonic() + seconds
     with webhook_client() as client, ThreadPoolExecutor(DELIVERY_THREADS) as pool:
         while time.monotonic() < deadline:

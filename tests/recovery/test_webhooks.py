@@ -363,3 +363,16 @@ def test_the_webhook_command_adds_lists_rotates_and_disables(host, receiver, all
 
     with pytest.raises(CommandError, match="invalid_webhook_url"):
         call_command("webhook", "add", host.name, "gopher://x", stdout=StringIO())
+
+
+def test_a_message_written_behind_one_waits_and_beat_finds_a_missed_promotion(
+    flow, endpoint, receiver
+):
+    released(flow)  # two messages of op-1: the second waits behind the first
+    first, second = WebhookMessage.objects.order_by("id")
+    assert first.next_attempt_at is not None and second.next_attempt_at is None
+    # As if the first was delivered by a transaction that could not see the second.
+    WebhookMessage.objects.filter(pk=first.pk).update(status="delivered")
+    assert webhooks_deliver(seconds=2, promote=False).delivered == 0
+    assert webhooks_deliver(seconds=2).delivered == 1  # beat's round
+    assert json.loads(receiver.received[0].body)["type"] == "operation.released"
