@@ -259,6 +259,11 @@ SETTLE_WEBHOOK_LEASE_SECONDS = env_int("SETTLE_WEBHOOK_LEASE_SECONDS", 120, mini
 # an operator may redeliver); an endpoint is marked failing after this many errors in a row.
 SETTLE_WEBHOOK_RETRY_HOURS = env_int("SETTLE_WEBHOOK_RETRY_HOURS", 24, minimum=1)
 SETTLE_WEBHOOK_FAILING_AFTER = env_int("SETTLE_WEBHOOK_FAILING_AFTER", 5, minimum=1)
+# The Celery queue of webhook deliveries; blank: the one queue every task goes to. A
+# deployment whose receivers may be slow runs a worker of its own on a queue named here
+# (`celery -A console worker -Q NAME`), so deliveries never wait behind lookups nor
+# lookups behind deliveries.
+SETTLE_WEBHOOK_QUEUE = env_str("SETTLE_WEBHOOK_QUEUE", "")
 # After ``webhook rotate`` the old secret signs beside the new one for this long.
 SETTLE_WEBHOOK_ROTATION_GRACE_HOURS = env_int("SETTLE_WEBHOOK_ROTATION_GRACE_HOURS", 24)
 
@@ -331,10 +336,14 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(SETTLE_AUDIT_CHECKPOINT_SECONDS),
         "options": {"expires": float(SETTLE_AUDIT_CHECKPOINT_SECONDS)},
     },
+    # Due webhooks delivered, and any message left waiting behind nothing made due.
     "webhooks-deliver": {
         "task": "recovery.tasks.webhooks_deliver",
         "schedule": float(SETTLE_WEBHOOK_SECONDS),
-        "options": {"expires": float(SETTLE_WEBHOOK_SECONDS)},
+        "options": {
+            "expires": float(SETTLE_WEBHOOK_SECONDS),
+            **({"queue": SETTLE_WEBHOOK_QUEUE} if SETTLE_WEBHOOK_QUEUE else {}),
+        },
     },
     "audit-verify": {
         "task": "recovery.tasks.audit_verify",

@@ -356,7 +356,7 @@ def webhooks_nudge() -> None:
         current_app.send_task(
             "recovery.tasks.webhooks_deliver",
             kwargs={"promote": False},
-            queue=settings.CELERY_TASK_DEFAULT_QUEUE,
+            queue=settings.SETTLE_WEBHOOK_QUEUE or settings.CELERY_TASK_DEFAULT_QUEUE,
         )
     except Exception as exc:  # the broker's errors vary by transport
         logger.warning("publishing a webhook delivery failed: %r", exc)
@@ -457,31 +457,50 @@ def webhook_headers(claimed: Claimed, now: datetime) -> dict[str, str]:
     }
 
 
-def webhook_message_send(claimed: Claimed, client: httpx.Client) -> Outcome:
-    """Post one message; never raises. No DB access: runs in a delivery thread.
+@dataclass(frozen=True)
+class Target:
+    """Where a URL's messages go now: its checked address, and the name for Host and TLS."""
 
-    The host is resolved and checked again now, and the request goes to the address
-    checked (the name kept for ``Host`` and TLS), so a DNS change between the check and
-    the connection cannot point it elsewhere. Redirects are never followed.
+    url: str
+    host: str
+    sni: str
+
+
+def webhook_target(url: str) -> Target | Invalid:
+    """Resolve and check ``url`` now (``webhook_url_addresses``): once per URL per batch.
+
+    The request goes to the address checked, so a DNS change between the check and the
+    connection cannot point it elsewhere.
     """
     try:
-        parts, addresses = webhook_url_addresses(claimed.url)
+        parts, addresses = webhook_url_addresses(url)
     except Invalid as exc:
-        return Outcome(claimed, None, f"{exc.code}: {exc.message}"[:300])
+        return exc
     address = addresses[0]
     netloc = f"[{address}]" if ":" in address else address
     if parts.port:
         netloc += f":{parts.port}"
     pinned = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    now = timezone.now()
-    headers = webhook_headers(claimed, now)
-    headers["host"] = parts.netloc
+    return Target(pinned, parts.netloc, parts.hostname or "")
+
+
+def webhook_message_send(
+    claimed: Claimed, client: httpx.Client, target: Target | Invalid
+) -> Outcome:
+    """Post one message to ``target``; never raises. No DB access: a delivery thread runs it.
+
+    Redirects are never followed: a 3xx is an answer like any other that is not 2xx.
+    """
+    if isinstance(target, Invalid):
+        return Outcome(claimed, None, f"{target.code}: {target.message}"[:300])
+    headers = webhook_headers(claimed, timezone.now())
+    headers["host"] = target.host
     try:
         response = client.post(
-            pinned,
+            target.url,
             content=claimed.payload.encode(),
             headers=headers,
-            extensions={"sni_hostname": parts.hostname or ""},
+            extensions={"sni_hostname": target.sni},
         )
     except httpx.HTTPError as exc:
         return Outcome(claimed, None, f"{type(exc).__name__}: {exc}"[:300])
@@ -647,7 +666,9 @@ def webhooks_deliver(
             claimed = webhook_messages_claim(limit=settings.SETTLE_WEBHOOK_BATCH)
             if not claimed:
                 break
-            outcomes = list(pool.map(lambda item: webhook_message_send(item, client), claimed))
+            targets = {url: webhook_target(url) for url in {item.url for item in claimed}}
+            sends = [(item, client, targets[item.url]) for item in claimed]
+            outcomes = list(pool.map(lambda send: webhook_message_send(*send), sends))
             webhook_outcomes_record(outcomes)
             delivered = sum(outcome.delivered for outcome in outcomes)
             report.delivered += delivered
