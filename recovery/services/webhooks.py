@@ -252,6 +252,9 @@ def transition_event(
     if kind is None:
         return None
     extra["event"] = event
+    if kind == WebhookEvent.RECONCILE:
+        # Why it waits for an operator, in the transition's own words (``WaitReason``).
+        extra["reason"] = extra.get("reason") or extra.get("verdict") or event
     if kind == WebhookEvent.RELEASED:
         extra["recovered"] = operation.recovered
     return OutboxEvent(operation, kind, extra)

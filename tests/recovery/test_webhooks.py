@@ -376,3 +376,47 @@ def test_a_message_written_behind_one_waits_and_beat_finds_a_missed_promotion(
     assert webhooks_deliver(seconds=2, promote=False).delivered == 0
     assert webhooks_deliver(seconds=2).delivered == 1  # beat's round
     assert json.loads(receiver.received[0].body)["type"] == "operation.released"
+
+
+def test_a_recovery_reports_the_release_with_its_evidence_and_the_repaired_receipt(
+    flow, endpoint, receiver, provider_db
+):
+    from recovery.models import Dispatch
+    from tests.conftest import PARAMS
+    from tests.support.providers import sqlite_provider_commit
+
+    flow.approved()
+    flow.dispatch()
+    Dispatch.objects.update(lease_expires_at="2000-01-01T00:00:00Z")
+    sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="ord-9")
+    assert flow.resume_looked_up()["recovered"] is True
+
+    webhooks_deliver(seconds=5)
+    by_type = {body["type"]: body["data"] for body in bodies(receiver)}
+    evidence_id = flow.record()["evidence"][-1]["evidence_id"]
+    released_data = by_type["operation.released"]
+    assert released_data["recovered"] is True and released_data["evidence_id"] == evidence_id
+    assert released_data["verdict"] == "match"
+    repaired = by_type["receipt.repaired"]
+    assert repaired["receipt_status"] == "succeeded" and repaired["evidence_id"] == evidence_id
+    # Nothing for the lease's loss (unknown is not an event hosts subscribe to).
+    assert set(by_type) == {"approval.decided", "operation.released", "receipt.repaired"}
+
+
+def test_an_operation_sent_to_reconcile_is_reported_with_the_reason(
+    flow, endpoint, receiver, provider_db
+):
+    from recovery.models import Dispatch
+    from tests.support.providers import sqlite_provider_commit
+
+    flow.approved()
+    flow.dispatch()
+    Dispatch.objects.update(lease_expires_at="2000-01-01T00:00:00Z")
+    sqlite_provider_commit(provider_db, operation_key="op-1", params={"other": 1}, reference="x")
+    flow.resume_looked_up()
+    assert flow.record()["state"] == "reconcile"
+
+    webhooks_deliver(seconds=5)
+    [reconcile] = [body for body in bodies(receiver) if body["type"] == "operation.reconcile"]
+    assert reconcile["data"]["state"] == "reconcile"
+    assert reconcile["data"]["reason"] == "mismatch"
