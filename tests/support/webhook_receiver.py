@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +33,8 @@ class Receiver:
     status: int = 204
     statuses: list[int] = field(default_factory=list)
     headers_out: dict[str, str] = field(default_factory=dict)
+    # Answers for the first requests about one operation: {"op-1": [503]}.
+    by_operation: dict[str, list[int]] = field(default_factory=dict)
     # Seconds to hold each request before answering, used up one per request.
     stalls: list[float] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
@@ -50,8 +53,12 @@ class Receiver:
             return False
         return True
 
-    def answer(self) -> int:
+    def answer(self, item: Received) -> int:
         with self.lock:
+            if self.by_operation:
+                key = json.loads(item.body)["data"]["operation"]
+                if self.by_operation.get(key):
+                    return self.by_operation[key].pop(0)
             return self.statuses.pop(0) if self.statuses else self.status
 
     def stall(self) -> float:
@@ -68,7 +75,7 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             headers = {key.lower(): value for key, value in self.headers.items()}
             item = Received(headers, body, self.path, {})
             item.verified = {secret: receiver.verify(secret, item) for secret in receiver.secrets}
-            status = receiver.answer()
+            status = receiver.answer(item)
             with receiver.lock:
                 receiver.received.append(item)
             time.sleep(receiver.stall())
