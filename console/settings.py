@@ -256,6 +256,30 @@ SETTLE_BULK_RESUME_SECONDS = env_int("SETTLE_BULK_RESUME_SECONDS", 10, minimum=1
 # settle times, operator actions); its figures trail the log by this plus two minutes.
 SETTLE_DASHBOARD_REFRESH_SECONDS = env_int("SETTLE_DASHBOARD_REFRESH_SECONDS", 60, minimum=1)
 
+# Webhooks to hosts (recovery.services.webhooks). An endpoint on the machine itself or a
+# private network is refused unless SETTLE_WEBHOOKS_ALLOW_PRIVATE (a deployment that
+# delivers inside its own network); checked when added and again at every delivery.
+SETTLE_WEBHOOKS_ALLOW_PRIVATE = env_bool("SETTLE_WEBHOOKS_ALLOW_PRIVATE", False)
+# One delivery's whole request; a slow receiver costs a delivery thread this long at most.
+SETTLE_WEBHOOK_TIMEOUT_SECONDS = env_int("SETTLE_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1)
+# How often beat delivers what is due (commits also nudge a delivery at once), how many
+# messages one claim takes, and how long a claim holds them: longer than a task may live
+# (CELERY_TASK_TIME_LIMIT), so only a dead worker's claims lapse and are delivered again.
+SETTLE_WEBHOOK_SECONDS = env_int("SETTLE_WEBHOOK_SECONDS", 1, minimum=1)
+SETTLE_WEBHOOK_BATCH = env_int("SETTLE_WEBHOOK_BATCH", 50, minimum=1)
+SETTLE_WEBHOOK_LEASE_SECONDS = env_int("SETTLE_WEBHOOK_LEASE_SECONDS", 120, minimum=1)
+# Retried with exponential back-off and jitter for this long, then given up (``failed``,
+# an operator may redeliver); an endpoint is marked failing after this many errors in a row.
+SETTLE_WEBHOOK_RETRY_HOURS = env_int("SETTLE_WEBHOOK_RETRY_HOURS", 24, minimum=1)
+SETTLE_WEBHOOK_FAILING_AFTER = env_int("SETTLE_WEBHOOK_FAILING_AFTER", 5, minimum=1)
+# The Celery queue of webhook deliveries; blank: the one queue every task goes to. A
+# deployment whose receivers may be slow runs a worker of its own on a queue named here
+# (`celery -A console worker -Q NAME`), so deliveries never wait behind lookups nor
+# lookups behind deliveries.
+SETTLE_WEBHOOK_QUEUE = env_str("SETTLE_WEBHOOK_QUEUE", "")
+# After ``webhook rotate`` the old secret signs beside the new one for this long.
+SETTLE_WEBHOOK_ROTATION_GRACE_HOURS = env_int("SETTLE_WEBHOOK_ROTATION_GRACE_HOURS", 24)
+
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still
 # needed: tasks never run inside a web request; resume and the console's "Look up now"
@@ -335,6 +359,15 @@ CELERY_BEAT_SCHEDULE = {
         "task": "recovery.tasks.dashboard_refresh",
         "schedule": float(SETTLE_DASHBOARD_REFRESH_SECONDS),
         "options": {"expires": float(SETTLE_DASHBOARD_REFRESH_SECONDS)},
+    },
+    # Due webhooks delivered, and any message left waiting behind nothing made due.
+    "webhooks-deliver": {
+        "task": "recovery.tasks.webhooks_deliver",
+        "schedule": float(SETTLE_WEBHOOK_SECONDS),
+        "options": {
+            "expires": float(SETTLE_WEBHOOK_SECONDS),
+            **({"queue": SETTLE_WEBHOOK_QUEUE} if SETTLE_WEBHOOK_QUEUE else {}),
+        },
     },
     "audit-verify": {
         "task": "recovery.tasks.audit_verify",

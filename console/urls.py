@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console.views import audit, bulk, dashboard, operations, queue, reconcile, system
+from console.views import audit, bulk, dashboard, operations, queue, reconcile, system, webhooks
 
 urlpatterns = [
     path("", queue.home, name="home"),
@@ -65,6 +65,13 @@ urlpatterns = [
         "audit/alarms/<int:alarm_id>/resolve",
         audit.audit_alarm_resolve_view,
         name="audit-alarm-resolve",
+    ),
+    path("webhooks/", webhooks.webhook_endpoints, name="webhooks"),
+    path("webhooks/<int:endpoint_id>/", webhooks.webhook_endpoint, name="webhook-endpoint"),
+    path(
+        "webhooks/<int:endpoint_id>/deliveries/<int:message_id>/redeliver",
+        webhooks.webhook_redeliver,
+        name="webhook-redeliver",
     ),
     path("healthz", system.healthz, name="healthz"),
     path("admin/", admin.site.urls),

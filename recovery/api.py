@@ -47,6 +47,7 @@ STATUS_BY_CODE = {
     "unknown_approval": 404,
     "unknown_permit": 404,
     "unknown_provider": 404,
+    "unknown_webhook_message": 404,
     "forbidden": 403,
     "invalid_ttl": 422,
 }

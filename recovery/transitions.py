@@ -22,6 +22,7 @@ from recovery.audit import (
     audit_retract_many,
 )
 from recovery.models import AuditEvent, Operation, State
+from recovery.services.webhooks import OutboxEvent, transition_event, webhook_events_record
 from recovery.vocabulary import AuditKind
 
 
@@ -119,6 +120,7 @@ def operation_transition(
         audit_retract(audited)
         raise TransitionRefused(operation, event, "stale (state, version)")
     _moved(change, target, head)
+    webhook_events_record(_reported([change], target))
     return operation
 
 
@@ -166,6 +168,7 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
         audited = _audited(change, target, actor)
         by_fields.setdefault(tuple(sorted(change.fields)), []).append((change, target, audited))
     retracted = []
+    reported: list[OutboxEvent] = []
     now = timezone.now()
     for names, group in by_fields.items():
         changed = values_update(
@@ -206,13 +209,23 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
         for change, target, audited in group:
             if change.operation.pk in changed:
                 _moved(change, target, {"audit_seq": audited.seq, "audit_hash": audited.hash})
+                reported += _reported([change], target)
             else:
                 retracted.append(audited)
                 refused.append(
                     TransitionRefused(change.operation, change.event, "stale (state, version)")
                 )
     audit_retract_many(retracted)
+    webhook_events_record(reported)
     return refused
+
+
+def _reported(changes: list[Change], target: str) -> list[OutboxEvent]:
+    """The webhook events of changes that moved to ``target`` (written to the outbox)."""
+    events = (
+        transition_event(change.operation, change.event, target, change.data) for change in changes
+    )
+    return [event for event in events if event is not None]
 
 
 def _target(change: Change) -> str:

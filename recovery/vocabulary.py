@@ -54,6 +54,8 @@ class AuditKind(models.TextChoices):
     CREDENTIAL_ENABLED = "credential_enabled", "Credential enabled"
     AUDIT_EXPORTED = "audit_exported", "Audit trail exported"
     AUDIT_ALARM_RESOLVED = "audit_alarm_resolved", "Audit alarm resolved"
+    WEBHOOK_CONFIGURED = "webhook_configured", "Webhook endpoint configured"
+    WEBHOOK_REDELIVERED = "webhook_redelivered", "Webhook redelivered"
 
 
 class StaleSignal(models.TextChoices):

@@ -26,6 +26,7 @@ from recovery.models import (
     Verdict,
 )
 from recovery.services.signals import stale_signal
+from recovery.services.webhooks import receipt_repaired_event, webhook_events_record
 from recovery.transitions import (
     Change,
     Event,
@@ -336,6 +337,7 @@ def receipt_complete(
     grounds = _receipt_completed(dispatch, succeeded, evidence, request, timezone.now())
     dispatch.save(update_fields=RECEIPT_RECOVERED_FIELDS)
     _receipt_audit(operation, dispatch, grounds, actor)
+    webhook_events_record([receipt_repaired_event(operation, dispatch, grounds)])
 
 
 def _receipts_recover(recovered: list[tuple[Operation, Dispatch, Evidence]], actor: Actor) -> None:
@@ -348,6 +350,12 @@ def _receipts_recover(recovered: list[tuple[Operation, Dispatch, Evidence]], act
     bulk_save([dispatch for _, dispatch, _ in recovered], RECEIPT_RECOVERED_FIELDS)
     for (operation, dispatch, _), ground in zip(recovered, grounds, strict=True):
         _receipt_audit(operation, dispatch, ground, actor)
+    webhook_events_record(
+        [
+            receipt_repaired_event(operation, dispatch, ground)
+            for (operation, dispatch, _), ground in zip(recovered, grounds, strict=True)
+        ]
+    )
 
 
 def _receipt_completed(

@@ -193,3 +193,38 @@ def test_invalid_provider_settings_are_refused_by_the_form(
     assert message in response.content.decode()
     http_provider.refresh_from_db()
     assert http_provider.name == "payments"
+
+
+def test_adding_a_webhook_endpoint_in_the_admin_shows_its_secret_once(admin_client, settings):
+    from recovery.models import WebhookEndpoint
+    from recovery.services.credentials import host_create
+
+    settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = True
+    host, _ = host_create(name="fleet-w")
+    response = admin_client.post(
+        "/admin/recovery/webhookendpoint/add/",
+        {"host": host.pk, "url": "http://127.0.0.1:9/hook", "event_types": ["operation.failed"]},
+    )
+    assert response.status_code == 302, response.content
+    secret = _token_from_messages(response)
+    endpoint = WebhookEndpoint.objects.get()
+    assert secret.startswith("whsec_") and endpoint.secret == secret
+    assert endpoint.events == ",operation.failed,"
+    shown = admin_client.get("/admin/recovery/webhookendpoint/")  # where the message shows
+    assert secret.encode() in shown.content
+    page = admin_client.get(f"/admin/recovery/webhookendpoint/{endpoint.pk}/change/")
+    assert page.status_code == 200 and secret.encode() not in page.content
+    assert AuditEvent.objects.filter(kind="webhook_configured").exists()
+
+
+def test_a_private_webhook_url_is_refused_by_the_admin_form(admin_client):
+    from recovery.models import WebhookEndpoint
+    from recovery.services.credentials import host_create
+
+    host, _ = host_create(name="fleet-w")
+    response = admin_client.post(
+        "/admin/recovery/webhookendpoint/add/", {"host": host.pk, "url": "http://10.0.0.5/hook"}
+    )
+    assert response.status_code == 200
+    assert b"SETTLE_WEBHOOKS_ALLOW_PRIVATE" in response.content
+    assert not WebhookEndpoint.objects.exists()

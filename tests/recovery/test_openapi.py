@@ -85,6 +85,14 @@ ADMIN_ONLY = {
     "unknown_credential",
     "unknown_credential_kind",
     "empty_scope",
+    # webhook endpoints (manage.py webhook, the admin) and redelivery (the console)
+    "invalid_webhook_url",
+    "invalid_webhook_events",
+    "unresolvable_webhook_url",
+    "private_webhook_url",
+    "unknown_webhook_endpoint",
+    "unknown_webhook_message",
+    "unknown_host",
     # roles (manage.py grant)
     "unknown_role",
     "unknown_permission",

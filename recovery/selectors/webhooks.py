@@ -1,0 +1,39 @@
+"""Webhook endpoints and their deliveries, as a console user may see them.
+
+Endpoints belong to hosts, which serve every provider, so their list (host, URL, events,
+status; never a secret) is shown to any user with a role on some provider; the
+deliveries of each are only those of operations on providers the user may view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from recovery.models import WebhookEndpoint, WebhookMessage
+from recovery.selectors.access import providers_visible_to
+
+
+def webhook_endpoints_for_user(*, user: Any) -> QuerySet[WebhookEndpoint]:
+    if not providers_visible_to(user=user).exists():
+        return WebhookEndpoint.objects.none()
+    return WebhookEndpoint.objects.select_related("host").order_by("host__name", "id")
+
+
+def webhook_messages_for_user(
+    *, user: Any, endpoint: WebhookEndpoint, limit: int = 100
+) -> QuerySet[WebhookMessage]:
+    """The endpoint's newest deliveries of operations ``user`` may view."""
+    return (
+        WebhookMessage.objects.filter(
+            endpoint=endpoint, operation__provider__in=providers_visible_to(user=user)
+        )
+        .select_related("operation__provider")
+        .order_by("-id")[:limit]
+    )
+
+
+def webhook_outbox_backlog() -> int:
+    """Messages not yet delivered nor given up (pending), for metrics."""
+    return WebhookMessage.objects.filter(status=WebhookMessage.Status.PENDING).count()

@@ -1,0 +1,734 @@
+"""Webhooks to hosts: endpoints, the transactional outbox, and its delivery.
+
+endpoint
+    A host's receiver (``WebhookEndpoint``), added by an administrator with the events it
+    wants; its ``whsec_…`` secret is shown once. A rotation keeps the old secret signing
+    beside the new one for a grace period.
+outbox
+    ``WebhookMessage`` rows, written by ``webhook_events_record`` in the transaction of
+    the change they report (one INSERT … SELECT, for the enabled endpoints of the
+    operation's host subscribed to the event): a rollback leaves none, a crash after the
+    commit leaves them to be sent.
+delivery
+    Workers claim due messages under a lease (``webhook_messages_claim``), post them
+    signed per the Standard Webhooks specification (``webhook-id``, ``webhook-timestamp``,
+    ``webhook-signature``) with no DB lock held, and record each outcome in one place
+    (``webhook_outcomes_record``). At least once, in order per (endpoint, operation), the
+    same ``webhook-id`` on every attempt; retried with exponential back-off and jitter
+    for ``SETTLE_WEBHOOK_RETRY_HOURS``. A receiver answering 410 disables its endpoint.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import logging
+import random
+import secrets
+import socket
+import time
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+from celery import current_app
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.utils import timezone
+from standardwebhooks import Webhook
+
+from approvals.actors import Actor
+from recovery.audit import audit_append, audit_transaction
+from recovery.models import (
+    Host,
+    Operation,
+    WebhookEndpoint,
+    WebhookEvent,
+    WebhookMessage,
+)
+from recovery.permissions import ProviderPermission
+from recovery.services.access import provider_permission_require
+from recovery.services.errors import Invalid, NotFound
+from recovery.vocabulary import AuditKind
+
+logger = logging.getLogger(__name__)
+
+ENABLED = WebhookEndpoint.Status.ENABLED
+FAILING = WebhookEndpoint.Status.FAILING
+DISABLED = WebhookEndpoint.Status.DISABLED
+PENDING = WebhookMessage.Status.PENDING
+DELIVERED = WebhookMessage.Status.DELIVERED
+FAILED = WebhookMessage.Status.FAILED
+
+# Back-off: 5 s doubled per attempt up to an hour, each delay jittered by ±25 %.
+BACKOFF_FIRST_SECONDS = 5.0
+BACKOFF_MAX_SECONDS = 3600.0
+BACKOFF_JITTER = 0.25
+DELIVERY_THREADS = 8
+# A delivery task keeps claiming for at most this long, well inside its soft time limit.
+DELIVERY_TASK_SECONDS = 30.0
+# The transition data a payload may carry: references, never a token or a secret.
+PAYLOAD_KEYS = ("reason", "evidence_id", "request_id", "verdict", "approval_id")
+
+
+# --- Endpoints -------------------------------------------------------------------------
+
+
+def _secret_new() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def _events_stored(events: Iterable[str]) -> str:
+    chosen = sorted({event.strip() for event in events if event.strip()})
+    unknown = [event for event in chosen if event not in WebhookEvent.values]
+    if unknown:
+        raise Invalid(
+            "invalid_webhook_events",
+            f"unknown event(s) {', '.join(unknown)}; choose from {', '.join(WebhookEvent.values)}",
+        )
+    return f",{','.join(chosen)}," if chosen else ""
+
+
+def endpoint_events(endpoint: WebhookEndpoint) -> list[str]:
+    """The events ``endpoint`` receives (every one when it named none)."""
+    return [event for event in endpoint.events.split(",") if event] or list(WebhookEvent.values)
+
+
+def _address_refused(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+def webhook_url_addresses(url: str) -> tuple[urllib.parse.SplitResult, list[str]]:
+    """Check ``url`` and resolve its host: the parts and the addresses it may be sent to.
+
+    Refused (``Invalid``) unless http(s) with a host, and unless every address the host
+    resolves to is public, or ``SETTLE_WEBHOOKS_ALLOW_PRIVATE`` is on: a URL must never
+    point Settle at itself or at a private network (server-side request forgery).
+    Called when an endpoint is added and again before every delivery, as DNS changes.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise Invalid(
+            "invalid_webhook_url", "a webhook URL must be http:// or https:// with a host"
+        )
+    if parts.username or parts.password:
+        raise Invalid("invalid_webhook_url", "a webhook URL may not carry credentials")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        found = socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)
+    except (OSError, ValueError, UnicodeError) as exc:
+        raise Invalid(
+            "unresolvable_webhook_url", f"the webhook URL's host does not resolve: {exc}"
+        ) from None
+    addresses = sorted({str(info[4][0]) for info in found})
+    if not settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE and any(map(_address_refused, addresses)):
+        raise Invalid(
+            "private_webhook_url",
+            f"{parts.hostname} resolves to a loopback, private or reserved address "
+            "(set SETTLE_WEBHOOKS_ALLOW_PRIVATE=true to deliver inside your own network)",
+        )
+    return parts, addresses
+
+
+def _configured(endpoint: WebhookEndpoint, actor: Actor, change: str, **data: Any) -> None:
+    audit_append(
+        kind=AuditKind.WEBHOOK_CONFIGURED,
+        actor=actor,
+        data={
+            "endpoint_id": endpoint.pk,
+            "host": endpoint.host.name,
+            "url": endpoint.url,
+            "change": change,
+            **data,
+        },
+    )
+
+
+@audit_transaction()
+def webhook_endpoint_add(
+    *, host_name: str, url: str, events: Sequence[str] = (), actor: Actor
+) -> tuple[WebhookEndpoint, str]:
+    """Add an endpoint for ``host_name``; the endpoint and its secret (shown this once)."""
+    host = Host.objects.filter(name=host_name).first()
+    if host is None:
+        raise NotFound("unknown_host", f"no host named {host_name!r}")
+    if len(url) > 500:
+        raise Invalid("invalid_webhook_url", "a webhook URL is at most 500 characters")
+    webhook_url_addresses(url)
+    secret = _secret_new()
+    endpoint = WebhookEndpoint.objects.create(
+        host=host, url=url, events=_events_stored(events), secret=secret
+    )
+    _configured(endpoint, actor, "added", events=endpoint_events(endpoint))
+    return endpoint, secret
+
+
+def _endpoint_locked(endpoint_id: int) -> WebhookEndpoint:
+    endpoint = (
+        WebhookEndpoint.objects.select_for_update().select_related("host").filter(pk=endpoint_id)
+    ).first()
+    if endpoint is None:
+        raise NotFound("unknown_webhook_endpoint", f"no webhook endpoint {endpoint_id}")
+    return endpoint
+
+
+@audit_transaction()
+def webhook_endpoint_rotate(
+    *, endpoint_id: int, actor: Actor, grace: timedelta | None = None
+) -> str:
+    """A new secret (returned, shown once); the old one keeps signing for ``grace``."""
+    endpoint = _endpoint_locked(endpoint_id)
+    if grace is None:
+        grace = timedelta(hours=settings.SETTLE_WEBHOOK_ROTATION_GRACE_HOURS)
+    secret = _secret_new()
+    endpoint.previous_secret, endpoint.secret = endpoint.secret, secret
+    endpoint.previous_secret_expires_at = timezone.now() + grace
+    endpoint.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at"])
+    expires = endpoint.previous_secret_expires_at.isoformat()
+    _configured(endpoint, actor, "rotated", previous_expires_at=expires)
+    return secret
+
+
+@audit_transaction()
+def webhook_endpoint_disable(
+    *, endpoint_id: int, actor: Actor, reason: str = "", disabled: bool = True
+) -> WebhookEndpoint:
+    """Disable an endpoint (its pending messages wait), or enable it again."""
+    endpoint = _endpoint_locked(endpoint_id)
+    endpoint.status = DISABLED if disabled else ENABLED
+    endpoint.disabled_reason = reason[:200] if disabled else ""
+    endpoint.failures = 0
+    endpoint.save(update_fields=["status", "disabled_reason", "failures"])
+    _configured(endpoint, actor, "disabled" if disabled else "enabled", reason=reason)
+    return endpoint
+
+
+def endpoint_signers(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
+    """The secrets that sign now: the current one, and the previous one in its grace."""
+    signers = [endpoint.secret]
+    expires = endpoint.previous_secret_expires_at
+    if endpoint.previous_secret and expires is not None and expires > now:
+        signers.append(endpoint.previous_secret)
+    return signers
+
+
+# --- The outbox ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutboxEvent:
+    """One change to report, for every subscribed endpoint of its operation's host."""
+
+    operation: Operation
+    event: str
+    data: dict[str, Any]
+
+
+def transition_event(
+    operation: Operation, event: str, target: str, data: dict[str, Any] | None
+) -> OutboxEvent | None:
+    """The webhook event a transition makes (``operation`` already moved), if any."""
+    from recovery.models import State
+
+    kind = {
+        State.RELEASED: WebhookEvent.RELEASED,
+        State.FAILED: WebhookEvent.FAILED,
+        State.VOIDED: WebhookEvent.VOIDED,
+        State.RECONCILE: WebhookEvent.RECONCILE,
+    }.get(State(target))
+    extra = {key: value for key, value in (data or {}).items() if key in PAYLOAD_KEYS}
+    if event in {"approve", "deny"}:
+        kind = WebhookEvent.APPROVAL_DECIDED
+        extra["decision"] = "approved" if event == "approve" else "denied"
+    if kind is None:
+        return None
+    extra["event"] = event
+    if kind == WebhookEvent.RECONCILE:
+        # Why it waits for an operator, in the transition's own words (``WaitReason``).
+        extra["reason"] = extra.get("reason") or extra.get("verdict") or event
+    if kind == WebhookEvent.RELEASED:
+        extra["recovered"] = operation.recovered
+    return OutboxEvent(operation, kind, extra)
+
+
+def _payload(item: OutboxEvent, now: datetime) -> str:
+    operation = item.operation
+    return json.dumps(
+        {
+            "type": item.event,
+            "timestamp": now.isoformat(),
+            "data": {
+                "operation": operation.key,
+                "state": operation.state,
+                "version": operation.version,
+                "action": operation.action,
+                **item.data,
+            },
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def webhook_events_record(events: Sequence[OutboxEvent]) -> int:
+    """Write the outbox rows for ``events`` in the caller's transaction; how many.
+
+    One INSERT … SELECT for the batch: a row for each enabled (or failing) endpoint of
+    the operation's host subscribed to the event, none when there is none. A row behind
+    a pending one of its (endpoint, operation) waits (``next_attempt_at`` null) until
+    that one is done. Each row's ``msg_id`` is the event's own id and its endpoint's. A
+    commit that wrote any nudges a delivery at once; beat delivers anyway.
+    """
+    written = 0
+    # An operation changes once per statement (each row must see the ones before it);
+    # the services never report one twice in a batch, so this is one statement.
+    rounds: list[list[OutboxEvent]] = []
+    seen: dict[int, int] = {}
+    for item in events:
+        n = seen.get(item.operation.pk, 0)
+        seen[item.operation.pk] = n + 1
+        if n == len(rounds):
+            rounds.append([])
+        rounds[n].append(item)
+    for batch in rounds:
+        written += _outbox_insert(batch)
+    if written > 0:
+        transaction.on_commit(webhooks_nudge)
+    return written
+
+
+def _outbox_insert(events: list[OutboxEvent]) -> int:
+    now = timezone.now()
+    table = WebhookMessage._meta.db_table
+    endpoints = WebhookEndpoint._meta.db_table
+    selects: list[str] = []
+    params: list[Any] = []
+    for item in events:
+        selects.append(
+            "SELECT CAST(%s AS BIGINT) AS operation_id, CAST(%s AS BIGINT) AS host_id, "
+            "%s AS event, %s AS payload, %s AS msg_prefix"
+        )
+        params += [
+            item.operation.pk,
+            item.operation.host_id,
+            item.event,
+            _payload(item, now),
+            f"msg_{secrets.token_hex(12)}_",
+        ]
+    sql = (
+        f"INSERT INTO {table} (endpoint_id, operation_id, event, payload, msg_id, created_at, "
+        "next_attempt_at, attempts, status, last_error) "
+        "SELECT e.id, v.operation_id, v.event, v.payload, v.msg_prefix || CAST(e.id AS TEXT), "
+        f"%s, CASE WHEN EXISTS (SELECT 1 FROM {table} p WHERE p.endpoint_id = e.id "
+        "AND p.operation_id = v.operation_id AND p.status = %s) THEN NULL ELSE %s END, "
+        "0, %s, '' "
+        f"FROM ({' UNION ALL '.join(selects)}) v JOIN {endpoints} e ON e.host_id = v.host_id "
+        "WHERE e.status <> %s AND (e.events = '' OR e.events LIKE '%%,' || v.event || ',%%') "
+        "ORDER BY v.operation_id, e.id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, PENDING, now, PENDING, *params, DISABLED])
+        return int(cursor.rowcount)
+
+
+_last_nudge = 0.0
+NUDGE_INTERVAL_SECONDS = 0.1
+
+
+def webhooks_nudge() -> None:
+    """Publish a delivery task now (after a commit that wrote messages), at most ten a
+    second per process: beat's round every ``SETTLE_WEBHOOK_SECONDS`` covers the rest.
+
+    A broker that does not take it is logged, never raised: the rows are the record.
+    """
+    global _last_nudge
+    now = time.monotonic()
+    if now - _last_nudge < NUDGE_INTERVAL_SECONDS:
+        return
+    _last_nudge = now
+    try:
+        current_app.send_task(
+            "recovery.tasks.webhooks_deliver",
+            kwargs={"promote": False},
+            queue=settings.SETTLE_WEBHOOK_QUEUE or settings.CELERY_TASK_DEFAULT_QUEUE,
+        )
+    except Exception as exc:  # the broker's errors vary by transport
+        logger.warning("publishing a webhook delivery failed: %r", exc)
+
+
+# --- Delivery --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A message a worker holds until ``lease``, with what its delivery needs."""
+
+    id: int
+    msg_id: str
+    payload: str
+    url: str
+    signers: list[str]
+    endpoint_id: int
+    operation_id: int
+    created_at: datetime
+    lease: datetime
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt got: a status code, or an error before any answer."""
+
+    claimed: Claimed
+    status_code: int | None
+    error: str = ""
+
+    @property
+    def delivered(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+def _due(now: datetime) -> QuerySet[WebhookMessage]:
+    earlier = WebhookMessage.objects.filter(
+        endpoint=OuterRef("endpoint"),
+        operation=OuterRef("operation"),
+        status=PENDING,
+        id__lt=OuterRef("id"),
+    )
+    return (
+        WebhookMessage.objects.filter(status=PENDING, next_attempt_at__lte=now)
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
+        .exclude(endpoint__status=DISABLED)
+        .filter(~Exists(earlier))
+        .order_by("next_attempt_at", "id")
+    )
+
+
+@transaction.atomic
+def webhook_messages_claim(*, limit: int) -> list[Claimed]:
+    """Claim up to ``limit`` due messages under a lease; each is the first undelivered one
+    of its (endpoint, operation), so messages of one operation go out in order.
+
+    ``SKIP LOCKED``: workers claiming at once take different rows; a worker SIGKILLed
+    after claiming leaves its claims to lapse at ``lease`` and be delivered again.
+    """
+    now = timezone.now()
+    rows = list(
+        _due(now)
+        .select_for_update(skip_locked=True, of=("self",))
+        .values_list("id", "msg_id", "payload", "endpoint_id", "operation_id", "created_at")[:limit]
+    )
+    if not rows:
+        return []
+    lease = now + timedelta(seconds=settings.SETTLE_WEBHOOK_LEASE_SECONDS)
+    WebhookMessage.objects.filter(pk__in=[row[0] for row in rows]).update(lease_expires_at=lease)
+    endpoints = WebhookEndpoint.objects.in_bulk({row[3] for row in rows})
+    return [
+        Claimed(
+            id=pk,
+            msg_id=msg_id,
+            payload=payload,
+            url=endpoints[endpoint_id].url,
+            signers=endpoint_signers(endpoints[endpoint_id], now),
+            endpoint_id=endpoint_id,
+            operation_id=operation_id,
+            created_at=created_at,
+            lease=lease,
+        )
+        for pk, msg_id, payload, endpoint_id, operation_id, created_at in rows
+    ]
+
+
+def webhook_headers(claimed: Claimed, now: datetime) -> dict[str, str]:
+    """The specification's headers: every signer's signature, space-separated."""
+    signature = " ".join(
+        Webhook(secret).sign(claimed.msg_id, now, claimed.payload) for secret in claimed.signers
+    )
+    return {
+        "webhook-id": claimed.msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": signature,
+        "content-type": "application/json",
+    }
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a URL's messages go now: its checked address, and the name for Host and TLS."""
+
+    url: str
+    host: str
+    sni: str
+
+
+def webhook_target(url: str) -> Target | Invalid:
+    """Resolve and check ``url`` now (``webhook_url_addresses``): once per URL per batch.
+
+    The request goes to the address checked, so a DNS change between the check and the
+    connection cannot point it elsewhere.
+    """
+    try:
+        parts, addresses = webhook_url_addresses(url)
+    except Invalid as exc:
+        return exc
+    address = addresses[0]
+    netloc = f"[{address}]" if ":" in address else address
+    if parts.port:
+        netloc += f":{parts.port}"
+    pinned = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return Target(pinned, parts.netloc, parts.hostname or "")
+
+
+def webhook_message_send(
+    claimed: Claimed, client: httpx.Client, target: Target | Invalid
+) -> Outcome:
+    """Post one message to ``target``; never raises. No DB access: a delivery thread runs it.
+
+    Redirects are never followed: a 3xx is an answer like any other that is not 2xx.
+    """
+    if isinstance(target, Invalid):
+        return Outcome(claimed, None, f"{target.code}: {target.message}"[:300])
+    headers = webhook_headers(claimed, timezone.now())
+    headers["host"] = target.host
+    try:
+        response = client.post(
+            target.url,
+            content=claimed.payload.encode(),
+            headers=headers,
+            extensions={"sni_hostname": target.sni},
+        )
+    except httpx.HTTPError as exc:
+        return Outcome(claimed, None, f"{type(exc).__name__}: {exc}"[:300])
+    return Outcome(claimed, response.status_code)
+
+
+def webhook_client() -> httpx.Client:
+    return httpx.Client(
+        timeout=float(settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS),
+        follow_redirects=False,
+        trust_env=False,
+        limits=httpx.Limits(max_connections=DELIVERY_THREADS * 2),
+    )
+
+
+def backoff_seconds(attempts: int) -> float:
+    """The wait after the ``attempts``-th failed attempt: doubling, capped, jittered."""
+    base = min(BACKOFF_FIRST_SECONDS * 2.0 ** max(attempts - 1, 0), BACKOFF_MAX_SECONDS)
+    return base * random.uniform(1 - BACKOFF_JITTER, 1 + BACKOFF_JITTER)
+
+
+@transaction.atomic
+def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
+    """Record what each attempt got; the one place every delivery outcome passes.
+
+    Delivered: done. Otherwise retried after ``backoff_seconds`` until the retry window
+    closes (then ``failed``). An endpoint's errors in a row mark it failing; its next
+    success clears that and brings its waiting messages forward; 410 disables it.
+    Only a claim still held is recorded: one that lapsed belongs to another worker now.
+    """
+    now = timezone.now()
+    window = timedelta(hours=settings.SETTLE_WEBHOOK_RETRY_HOURS)
+    succeeded: set[int] = set()
+    failed: dict[int, int] = {}
+    gone: set[int] = set()
+    by_code: dict[tuple[int, datetime], list[int]] = {}
+    done: set[tuple[int, int]] = set()
+    for outcome in outcomes:
+        if outcome.delivered:
+            key = (int(outcome.status_code or 0), outcome.claimed.lease)
+            by_code.setdefault(key, []).append(outcome.claimed.id)
+            done.add((outcome.claimed.endpoint_id, outcome.claimed.operation_id))
+            succeeded.add(outcome.claimed.endpoint_id)
+            continue
+        claimed = outcome.claimed
+        message = WebhookMessage.objects.filter(
+            pk=claimed.id, status=PENDING, lease_expires_at=claimed.lease
+        )
+        attempts = message.values_list("attempts", flat=True).first()
+        if attempts is None:
+            continue
+        attempts += 1
+        given_up = now - claimed.created_at >= window
+        message.update(
+            attempts=attempts,
+            status=FAILED if given_up else PENDING,
+            next_attempt_at=now + timedelta(seconds=backoff_seconds(attempts)),
+            lease_expires_at=None,
+            last_status_code=outcome.status_code,
+            last_error=outcome.error or f"HTTP {outcome.status_code}",
+            last_attempt_at=now,
+        )
+        if given_up:
+            done.add((claimed.endpoint_id, claimed.operation_id))
+        failed[claimed.endpoint_id] = failed.get(claimed.endpoint_id, 0) + 1
+        if outcome.status_code == 410:
+            gone.add(claimed.endpoint_id)
+    for (code, lease), ids in by_code.items():
+        WebhookMessage.objects.filter(pk__in=ids, status=PENDING, lease_expires_at=lease).update(
+            attempts=F("attempts") + 1,
+            status=DELIVERED,
+            delivered_at=now,
+            lease_expires_at=None,
+            last_status_code=code,
+            last_error="",
+            last_attempt_at=now,
+        )
+    _next_promote(done, now)
+    _endpoints_update(now, succeeded, failed, gone)
+
+
+def _next_promote(pairs: set[tuple[int, int]], now: datetime) -> None:
+    """The next waiting message of each (endpoint, operation) whose head is done is due."""
+    if not pairs:
+        return
+    table = WebhookMessage._meta.db_table
+    placeholders = ", ".join(["(%s, %s)"] * len(pairs))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET next_attempt_at = %s WHERE id IN (SELECT MIN(id) FROM {table} "
+            "WHERE status = %s AND next_attempt_at IS NULL "
+            f"AND (endpoint_id, operation_id) IN ({placeholders}) "
+            "GROUP BY endpoint_id, operation_id)",
+            [now, PENDING, *(value for pair in sorted(pairs) for value in pair)],
+        )
+
+
+def webhook_waiting_promote() -> int:
+    """Make due every waiting message with nothing pending before it; how many.
+
+    A message written while its predecessor was being delivered can miss that
+    delivery's promotion (neither transaction saw the other's row); beat's round finds
+    it here. Reads only waiting rows.
+    """
+    earlier = WebhookMessage.objects.filter(
+        endpoint=OuterRef("endpoint"),
+        operation=OuterRef("operation"),
+        status=PENDING,
+        id__lt=OuterRef("id"),
+    )
+    return (
+        WebhookMessage.objects.filter(status=PENDING, next_attempt_at__isnull=True)
+        .filter(~Exists(earlier))
+        .update(next_attempt_at=timezone.now())
+    )
+
+
+def _endpoints_update(
+    now: datetime, succeeded: set[int], failed: dict[int, int], gone: set[int]
+) -> None:
+    for endpoint_id in succeeded - set(failed):
+        recovered = (
+            WebhookEndpoint.objects.filter(pk=endpoint_id, failures__gt=0)
+            .exclude(status=DISABLED)
+            .update(failures=0, status=ENABLED)
+        )
+        if recovered:
+            # The receiver is back: what waits for it need not sit out its back-off.
+            WebhookMessage.objects.filter(
+                endpoint_id=endpoint_id, status=PENDING, next_attempt_at__gt=now
+            ).update(next_attempt_at=now)
+    for endpoint_id, count in failed.items():
+        WebhookEndpoint.objects.filter(pk=endpoint_id).update(failures=F("failures") + count)
+        WebhookEndpoint.objects.filter(
+            pk=endpoint_id, status=ENABLED, failures__gte=settings.SETTLE_WEBHOOK_FAILING_AFTER
+        ).update(status=FAILING)
+    if gone:
+        WebhookEndpoint.objects.filter(pk__in=gone).update(
+            status=DISABLED, disabled_reason="the receiver answered 410 Gone"
+        )
+
+
+@dataclass
+class DeliveryReport:
+    delivered: int = 0
+    failed: int = 0
+
+
+def webhooks_deliver(
+    *, seconds: float = DELIVERY_TASK_SECONDS, promote: bool = True
+) -> DeliveryReport:
+    """Claim, send and record batches until nothing is due or ``seconds`` have passed.
+
+    ``promote``: first make due what waits behind nothing (``webhook_waiting_promote``);
+    beat's round does, a commit's nudge need not.
+    """
+    report = DeliveryReport()
+    if promote:
+        webhook_waiting_promote()
+    deadline = time.monotonic() + seconds
+    with webhook_client() as client, ThreadPoolExecutor(DELIVERY_THREADS) as pool:
+        while time.monotonic() < deadline:
+            claimed = webhook_messages_claim(limit=settings.SETTLE_WEBHOOK_BATCH)
+            if not claimed:
+                break
+            targets = {url: webhook_target(url) for url in {item.url for item in claimed}}
+            sends = [(item, client, targets[item.url]) for item in claimed]
+            outcomes = list(pool.map(lambda send: webhook_message_send(*send), sends))
+            webhook_outcomes_record(outcomes)
+            delivered = sum(outcome.delivered for outcome in outcomes)
+            report.delivered += delivered
+            report.failed += len(outcomes) - delivered
+    return report
+
+
+# --- Operators -------------------------------------------------------------------------
+
+
+@audit_transaction()
+def webhook_message_redeliver(*, message_id: int, actor: Actor) -> WebhookMessage:
+    """Send a message again, with its same ``webhook-id``: due now, its attempts kept.
+
+    Allowed to an operator (``lookup_operations``) of the message's operation's provider;
+    a user who may not view that provider is told it does not exist.
+    """
+    message = (
+        WebhookMessage.objects.select_for_update(of=("self",))
+        .select_related("operation__provider", "endpoint")
+        .filter(pk=message_id)
+        .first()
+    )
+    if message is None:
+        raise NotFound("unknown_webhook_message", "no such webhook message")
+    provider_permission_require(
+        actor=actor,
+        provider=message.operation.provider,
+        permission=ProviderPermission.LOOKUP_OPERATIONS,
+        action="redeliver webhooks of",
+        missing="unknown_webhook_message",
+    )
+    message.status = PENDING
+    message.next_attempt_at = timezone.now()
+    message.lease_expires_at = None
+    message.save(update_fields=["status", "next_attempt_at", "lease_expires_at"])
+    audit_append(
+        kind=AuditKind.WEBHOOK_REDELIVERED,
+        actor=actor,
+        data={
+            "message_id": message.pk,
+            "msg_id": message.msg_id,
+            "endpoint_id": message.endpoint_id,
+            "operation": message.operation.key,
+        },
+    )
+    transaction.on_commit(webhooks_nudge)
+    return message
+
+
+def receipt_repaired_event(
+    operation: Operation, dispatch: Any, grounds: dict[str, Any]
+) -> OutboxEvent:
+    """The webhook event of a stranded receipt completed (``receipt_complete``)."""
+    data = {key: value for key, value in grounds.items() if key in PAYLOAD_KEYS}
+    return OutboxEvent(
+        operation,
+        WebhookEvent.RECEIPT_REPAIRED,
+        {"receipt_status": dispatch.receipt_status, "recovered": True, **data},
+    )

@@ -1,0 +1,106 @@
+"""The console's webhook pages: endpoints, deliveries, and who may redeliver one."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from approvals.actors import COMMAND_LINE
+from recovery.models import AuditEvent, WebhookEndpoint, WebhookMessage
+from recovery.services.webhooks import webhook_endpoint_add
+from tests.console.conftest import console_user
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def endpoint(host, settings) -> WebhookEndpoint:
+    settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = True
+    added, _ = webhook_endpoint_add(
+        host_name=host.name, url="http://127.0.0.1:9/hooks", actor=COMMAND_LINE
+    )
+    return added
+
+
+@pytest.fixture
+def delivered(flow, endpoint) -> WebhookMessage:
+    flow.approved()
+    message = WebhookMessage.objects.get()
+    WebhookMessage.objects.filter(pk=message.pk).update(
+        status="failed", attempts=7, last_status_code=500, last_attempt_at=timezone.now()
+    )
+    return message
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)  # django-axes needs the request only a real sign-in carries
+    return client
+
+
+def redeliver_url(message: WebhookMessage) -> str:
+    return f"/webhooks/{message.endpoint_id}/deliveries/{message.pk}/redeliver"
+
+
+def test_the_endpoint_page_shows_each_delivery_with_its_attempts_and_answer(delivered, operator):
+    client = signed_in(operator)
+    listing = client.get("/webhooks/")
+    assert listing.status_code == 200 and b"http://127.0.0.1:9/hooks" in listing.content
+    page = client.get(f"/webhooks/{delivered.endpoint_id}/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert delivered.msg_id in text and "approval.decided" in text
+    assert "HTTP 500" in text and ">7<" in text and "Redeliver" in text
+    assert "whsec_" not in text
+
+
+def test_an_operator_of_the_provider_redelivers_a_delivery(delivered, operator):
+    response = signed_in(operator).post(redeliver_url(delivered))
+    assert response.status_code == 302
+    delivered.refresh_from_db()
+    assert delivered.status == "pending" and delivered.next_attempt_at <= timezone.now()
+    assert delivered.attempts == 7  # kept; the same webhook-id goes out again
+    event = AuditEvent.objects.get(kind="webhook_redelivered")
+    assert event.data["msg_id"] == delivered.msg_id
+
+
+def test_a_viewer_may_see_but_not_redeliver(delivered, viewer):
+    client = signed_in(viewer)
+    page = client.get(f"/webhooks/{delivered.endpoint_id}/")
+    assert page.status_code == 200 and b"Redeliver" not in page.content
+    assert client.post(redeliver_url(delivered)).status_code == 403
+    delivered.refresh_from_db()
+    assert delivered.status == "failed"
+
+
+def test_an_operator_of_another_provider_is_told_it_does_not_exist(delivered, other_provider):
+    outsider = console_user("oscar", "operator", other_provider)
+    client = signed_in(outsider)
+    page = client.get(f"/webhooks/{delivered.endpoint_id}/")
+    assert page.status_code == 200 and delivered.msg_id.encode() not in page.content
+    assert client.post(redeliver_url(delivered)).status_code == 404
+    delivered.refresh_from_db()
+    assert delivered.status == "failed"
+
+
+def test_a_user_without_any_role_sees_no_endpoint(delivered):
+    nobody = console_user("nina")
+    client = signed_in(nobody)
+    assert b"127.0.0.1:9" not in client.get("/webhooks/").content
+    assert client.get(f"/webhooks/{delivered.endpoint_id}/").status_code == 404
+
+
+def test_anonymous_is_sent_to_sign_in(delivered):
+    response = Client().post(redeliver_url(delivered))
+    assert response.status_code == 302 and "/login/" in response["Location"]
+    delivered.refresh_from_db()
+    assert delivered.status == "failed"
+
+
+def test_a_redeliver_without_the_csrf_token_is_refused(delivered, operator):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+    assert client.post(redeliver_url(delivered)).status_code == 403
+    delivered.refresh_from_db()
+    assert delivered.status == "failed"

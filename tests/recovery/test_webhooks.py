@@ -1,0 +1,421 @@
+"""Webhooks to hosts: the outbox written with the change, signed delivery to a real
+receiver (verifying with ``standardwebhooks``), retries, order, rotation and refusals."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from approvals.actors import COMMAND_LINE
+from recovery.audit import audit_transaction
+from recovery.models import Operation, WebhookEndpoint, WebhookMessage
+from recovery.services import webhooks
+from recovery.services.errors import Invalid
+from recovery.services.locking import operation_lock
+from recovery.services.webhooks import (
+    webhook_endpoint_add,
+    webhook_endpoint_rotate,
+    webhook_url_addresses,
+    webhooks_deliver,
+)
+from recovery.transitions import Event, TransitionRefused, operation_transition
+from tests.conftest import Flow
+from tests.support.webhook_receiver import Receiver, receiver_serve
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    yield from receiver_serve(Receiver())
+
+
+@pytest.fixture
+def allow_private(settings: Any) -> None:
+    settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = True
+
+
+@pytest.fixture
+def endpoint(host: Any, receiver: Receiver, allow_private: None) -> WebhookEndpoint:
+    added, secret = webhook_endpoint_add(host_name=host.name, url=receiver.url, actor=COMMAND_LINE)
+    receiver.secrets.append(secret)
+    return added
+
+
+def released(flow: Flow, key: str = "op-1") -> None:
+    flow.approved(key)
+    token = flow.dispatch(key).json()["fencing_token"]
+    response = flow.host_api.post(
+        f"/api/v1/operations/{key}/result", {"fencing_token": token, "outcome": "committed"}
+    )
+    assert response.status_code == 200, response.content
+
+
+def bodies(receiver: Receiver) -> list[dict[str, Any]]:
+    return [json.loads(item.body) for item in receiver.received]
+
+
+def test_a_release_is_delivered_signed_naming_key_state_and_version(flow, endpoint, receiver):
+    released(flow)
+
+    assert webhooks_deliver(seconds=5).delivered == 2
+    assert [body["type"] for body in bodies(receiver)] == [
+        "approval.decided",
+        "operation.released",
+    ]
+    item = receiver.received[1]
+    assert all(item.verified.values()) and item.verified
+    data = json.loads(item.body)["data"]
+    assert data["operation"] == "op-1" and data["state"] == "released"
+    assert data["version"] == Operation.objects.get(key="op-1").version
+    assert data["recovered"] is False
+    token_hint = ("fencing", "token", "secret", "whsec")
+    assert not any(word in item.body.decode() for word in token_hint)
+    message = WebhookMessage.objects.get(msg_id=item.id)
+    assert message.status == "delivered" and message.attempts == 1
+    assert message.last_status_code == 204
+
+
+def test_a_host_without_endpoints_gets_no_outbox_rows(flow):
+    released(flow)
+    assert not WebhookMessage.objects.exists()
+
+
+def test_only_subscribed_events_are_written(flow, host, receiver, allow_private):
+    webhook_endpoint_add(
+        host_name=host.name, url=receiver.url, events=["operation.released"], actor=COMMAND_LINE
+    )
+    released(flow)
+    assert list(WebhookMessage.objects.values_list("event", flat=True)) == ["operation.released"]
+
+
+def test_another_hosts_endpoint_gets_nothing(flow, other_host_api, receiver, allow_private):
+    webhook_endpoint_add(host_name="fleet-b", url=receiver.url, actor=COMMAND_LINE)
+    released(flow)
+    assert not WebhookMessage.objects.exists()
+
+
+def test_a_change_that_rolls_back_leaves_no_message_and_sends_nothing(flow, endpoint, receiver):
+    flow.approved()
+    flow.dispatch()
+    WebhookMessage.objects.all().delete()
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), audit_transaction():
+        operation = operation_lock(Operation.objects.get(key="op-1"))
+        operation_transition(operation=operation, event=Event.FAIL, actor=COMMAND_LINE)
+        assert WebhookMessage.objects.count() == 1
+        raise Boom
+
+    assert not WebhookMessage.objects.exists()
+    assert webhooks_deliver(seconds=2).delivered == 0
+    assert receiver.received == []
+
+
+def test_a_refused_transition_writes_no_message(flow, endpoint):
+    flow.approved()
+    flow.dispatch()
+    before = WebhookMessage.objects.count()
+    with pytest.raises(TransitionRefused), audit_transaction():
+        operation = operation_lock(Operation.objects.get(key="op-1"))
+        operation.version -= 1  # read before another change
+        operation_transition(operation=operation, event=Event.FAIL, actor=COMMAND_LINE)
+    assert WebhookMessage.objects.count() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_messages_committed_before_a_crash_of_the_publish_are_sent_later(
+    flow, endpoint, receiver, monkeypatch
+):
+    published: list[str] = []
+
+    def broker_down(*args: Any, **kwargs: Any) -> None:
+        published.append(args[0])
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(webhooks.current_app, "send_task", broker_down)
+    monkeypatch.setattr(webhooks, "_last_nudge", 0.0)
+    released(flow)
+
+    assert published  # the nudge was tried after the commit, and failed
+    assert WebhookMessage.objects.filter(status="pending").count() == 2
+    assert receiver.received == []
+    assert webhooks_deliver(seconds=5).delivered == 2  # beat's round
+    assert len(receiver.received) == 2
+
+
+def test_a_failed_attempt_is_retried_later_with_the_same_webhook_id(flow, endpoint, receiver):
+    flow.approved()
+    receiver.statuses = [503]
+    assert webhooks_deliver(seconds=2).failed == 1
+    message = WebhookMessage.objects.get()
+    assert message.status == "pending" and message.attempts == 1
+    assert message.last_status_code == 503
+    wait = (message.next_attempt_at - message.last_attempt_at).total_seconds()
+    assert 3.75 <= wait <= 6.25  # five seconds, jittered by a quarter
+    assert webhooks_deliver(seconds=2).delivered == 0  # not due yet
+
+    with time_machine.travel(timezone.now() + timedelta(seconds=10)):
+        assert webhooks_deliver(seconds=2).delivered == 1
+    first, second = receiver.received
+    assert first.id == second.id == message.msg_id
+    assert second.body == first.body
+
+
+def test_back_off_doubles_and_is_jittered():
+    waits = [webhooks.backoff_seconds(n) for n in range(1, 8)]
+    for n, wait in enumerate(waits, start=1):
+        base = 5 * 2 ** (n - 1)
+        assert base * 0.75 <= wait <= base * 1.25
+    assert webhooks.backoff_seconds(30) <= 3600 * 1.25
+
+
+def test_a_message_is_given_up_only_after_the_retry_window(flow, endpoint, receiver, settings):
+    flow.approved()
+    receiver.status = 500
+    start = timezone.now()
+    with time_machine.travel(start + timedelta(hours=23), tick=False):
+        WebhookMessage.objects.update(next_attempt_at=timezone.now())
+        webhooks_deliver(seconds=2)
+        assert WebhookMessage.objects.get().status == "pending"
+    with time_machine.travel(start + timedelta(hours=24, minutes=1), tick=False):
+        WebhookMessage.objects.update(next_attempt_at=timezone.now())
+        webhooks_deliver(seconds=2)
+        assert WebhookMessage.objects.get().status == "failed"
+
+
+def test_repeated_errors_mark_the_endpoint_failing_and_a_success_clears_it(
+    flow, endpoint, receiver, settings
+):
+    settings.SETTLE_WEBHOOK_FAILING_AFTER = 3
+    flow.approved()
+    receiver.status = 500
+    for _ in range(3):
+        WebhookMessage.objects.update(next_attempt_at=timezone.now())
+        webhooks_deliver(seconds=2)
+    endpoint.refresh_from_db()
+    assert endpoint.status == "failing" and endpoint.failures == 3
+
+    receiver.status = 200
+    WebhookMessage.objects.update(next_attempt_at=timezone.now())
+    assert webhooks_deliver(seconds=2).delivered == 1
+    endpoint.refresh_from_db()
+    assert endpoint.status == "enabled" and endpoint.failures == 0
+
+
+def test_a_receiver_answering_410_disables_its_endpoint(flow, endpoint, receiver):
+    receiver.status = 410
+    released(flow)
+    webhooks_deliver(seconds=2)
+    endpoint.refresh_from_db()
+    assert endpoint.status == "disabled" and "410" in endpoint.disabled_reason
+    WebhookMessage.objects.update(next_attempt_at=timezone.now())
+    receiver.status = 200
+    assert webhooks_deliver(seconds=2).delivered == 0  # a disabled endpoint gets nothing
+    assert len(receiver.received) == 1
+
+
+def test_a_redirect_is_not_followed(flow, endpoint, receiver):
+    receiver.statuses = [302]
+    receiver.headers_out = {"location": "http://127.0.0.1:9/elsewhere"}
+    flow.approved()
+    assert webhooks_deliver(seconds=2).failed == 1
+    assert [item.path for item in receiver.received] == ["/hooks"]
+    assert WebhookMessage.objects.get().last_status_code == 302
+
+
+def test_messages_of_one_operation_are_delivered_in_order(flow, endpoint, receiver):
+    released(flow)  # approval.decided, then operation.released
+    flow.approved("op-2")
+    receiver.by_operation = {"op-1": [503]}  # op-1's first message fails once
+    webhooks_deliver(seconds=2)
+    # op-1's second message waits behind its first; op-2's is delivered meanwhile.
+    assert WebhookMessage.objects.filter(operation__key="op-2").get().status == "delivered"
+    first = WebhookMessage.objects.filter(event="approval.decided", operation__key="op-1").get()
+    assert first.attempts == 1 and first.status == "pending"
+    assert WebhookMessage.objects.filter(event="operation.released").get().attempts == 0
+
+    WebhookMessage.objects.filter(status="pending").update(next_attempt_at=timezone.now())
+    webhooks_deliver(seconds=2)
+    op1 = [body["type"] for body in bodies(receiver) if body["data"]["operation"] == "op-1"]
+    assert op1 == ["approval.decided", "approval.decided", "operation.released"]
+    assert not WebhookMessage.objects.exclude(status="delivered").exists()
+
+
+def test_a_lapsed_claim_is_delivered_again(flow, endpoint, receiver, settings):
+    flow.approved()
+    claimed = webhooks.webhook_messages_claim(limit=10)
+    assert len(claimed) == 1
+    assert webhooks.webhook_messages_claim(limit=10) == []  # held by the claim
+    with time_machine.travel(timezone.now() + timedelta(seconds=121)):
+        assert webhooks_deliver(seconds=2).delivered == 1
+    # The first claim's worker, back from the dead, records nothing over it.
+    webhooks.webhook_outcomes_record([webhooks.Outcome(claimed[0], 500)])
+    assert WebhookMessage.objects.get().status == "delivered"
+
+
+def test_after_a_rotation_both_secrets_verify_until_the_grace_ends(flow, endpoint, receiver):
+    old = receiver.secrets[0]
+    new = webhook_endpoint_rotate(
+        endpoint_id=endpoint.pk, actor=COMMAND_LINE, grace=timedelta(hours=1)
+    )
+    receiver.secrets.append(new)
+    assert new.startswith("whsec_") and new != old
+    flow.approved()
+    webhooks_deliver(seconds=2)
+    assert receiver.received[-1].verified == {old: True, new: True}
+
+    with time_machine.travel(timezone.now() + timedelta(hours=1, seconds=5)):
+        flow.approved("op-2")
+        webhooks_deliver(seconds=2)
+    assert receiver.received[-1].verified == {old: False, new: True}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/hook",
+        "file:///etc/passwd",
+        "http:///no-host",
+        "http://user:pw@example.com/hook",
+    ],
+)
+def test_a_url_that_is_not_http_with_a_host_is_refused(url):
+    with pytest.raises(Invalid) as refused:
+        webhook_url_addresses(url)
+    assert refused.value.code == "invalid_webhook_url"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8000/hook",
+        "http://localhost/hook",
+        "http://[::1]/hook",
+        "http://10.1.2.3/hook",
+        "http://192.168.0.10/hook",
+        "http://172.16.5.4/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "http://0.0.0.0/hook",
+        "http://[::ffff:127.0.0.1]/hook",
+    ],
+)
+def test_an_address_on_this_machine_or_a_private_network_is_refused(url, host):
+    with pytest.raises(Invalid) as refused:
+        webhook_endpoint_add(host_name=host.name, url=url, actor=COMMAND_LINE)
+    assert refused.value.code == "private_webhook_url"
+    assert "SETTLE_WEBHOOKS_ALLOW_PRIVATE" in refused.value.message
+    assert not WebhookEndpoint.objects.exists()
+
+
+def test_the_address_is_checked_again_at_delivery(flow, endpoint, receiver, settings):
+    flow.approved()
+    settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = False  # as if the name now resolved inside
+    assert webhooks_deliver(seconds=2).failed == 1
+    assert receiver.received == []
+    assert WebhookMessage.objects.get().last_error.startswith("private_webhook_url")
+
+
+def test_unknown_events_are_refused(host, receiver, allow_private):
+    with pytest.raises(Invalid) as refused:
+        webhook_endpoint_add(
+            host_name=host.name, url=receiver.url, events=["op.exploded"], actor=COMMAND_LINE
+        )
+    assert refused.value.code == "invalid_webhook_events"
+
+
+def test_the_webhook_command_adds_lists_rotates_and_disables(host, receiver, allow_private):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command(
+        "webhook", "add", host.name, receiver.url, "--events", "operation.failed", stdout=out
+    )
+    secret = out.getvalue().split("shown once): ")[1].strip()
+    assert secret.startswith("whsec_")
+    endpoint = WebhookEndpoint.objects.get()
+    assert endpoint.events == ",operation.failed,"
+
+    out = StringIO()
+    call_command("webhook", "list", stdout=out)
+    assert receiver.url in out.getvalue() and "operation.failed" in out.getvalue()
+    assert secret not in out.getvalue()  # write-only
+
+    out = StringIO()
+    call_command("webhook", "rotate", str(endpoint.pk), stdout=out)
+    endpoint.refresh_from_db()
+    assert endpoint.previous_secret == secret and endpoint.secret in out.getvalue()
+
+    call_command("webhook", "disable", str(endpoint.pk), stdout=StringIO())
+    endpoint.refresh_from_db()
+    assert endpoint.status == "disabled"
+
+    with pytest.raises(CommandError, match="invalid_webhook_url"):
+        call_command("webhook", "add", host.name, "gopher://x", stdout=StringIO())
+
+
+def test_a_message_written_behind_one_waits_and_beat_finds_a_missed_promotion(
+    flow, endpoint, receiver
+):
+    released(flow)  # two messages of op-1: the second waits behind the first
+    first, second = WebhookMessage.objects.order_by("id")
+    assert first.next_attempt_at is not None and second.next_attempt_at is None
+    # As if the first was delivered by a transaction that could not see the second.
+    WebhookMessage.objects.filter(pk=first.pk).update(status="delivered")
+    assert webhooks_deliver(seconds=2, promote=False).delivered == 0
+    assert webhooks_deliver(seconds=2).delivered == 1  # beat's round
+    assert json.loads(receiver.received[0].body)["type"] == "operation.released"
+
+
+def test_a_recovery_reports_the_release_with_its_evidence_and_the_repaired_receipt(
+    flow, endpoint, receiver, provider_db
+):
+    from recovery.models import Dispatch
+    from tests.conftest import PARAMS
+    from tests.support.providers import sqlite_provider_commit
+
+    flow.approved()
+    flow.dispatch()
+    Dispatch.objects.update(lease_expires_at="2000-01-01T00:00:00Z")
+    sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="ord-9")
+    assert flow.resume_looked_up()["recovered"] is True
+
+    webhooks_deliver(seconds=5)
+    by_type = {body["type"]: body["data"] for body in bodies(receiver)}
+    evidence_id = flow.record()["evidence"][-1]["evidence_id"]
+    released_data = by_type["operation.released"]
+    assert released_data["recovered"] is True and released_data["evidence_id"] == evidence_id
+    assert released_data["verdict"] == "match"
+    repaired = by_type["receipt.repaired"]
+    assert repaired["receipt_status"] == "succeeded" and repaired["evidence_id"] == evidence_id
+    # Nothing for the lease's loss (unknown is not an event hosts subscribe to).
+    assert set(by_type) == {"approval.decided", "operation.released", "receipt.repaired"}
+
+
+def test_an_operation_sent_to_reconcile_is_reported_with_the_reason(
+    flow, endpoint, receiver, provider_db
+):
+    from recovery.models import Dispatch
+    from tests.support.providers import sqlite_provider_commit
+
+    flow.approved()
+    flow.dispatch()
+    Dispatch.objects.update(lease_expires_at="2000-01-01T00:00:00Z")
+    sqlite_provider_commit(provider_db, operation_key="op-1", params={"other": 1}, reference="x")
+    flow.resume_looked_up()
+    assert flow.record()["state"] == "reconcile"
+
+    webhooks_deliver(seconds=5)
+    [reconcile] = [body for body in bodies(receiver) if body["type"] == "operation.reconcile"]
+    assert reconcile["data"]["state"] == "reconcile"
+    assert reconcile["data"]["reason"] == "mismatch"
