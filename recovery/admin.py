@@ -139,13 +139,20 @@ class AuditEventAdmin(ReadOnlyAdmin):
     search_fields = ["operation_key"]
 
 
+class WriteOnlyTextarea(forms.Textarea):
+    """A textarea that never renders a value, not even the one just submitted."""
+
+    def format_value(self, value: Any) -> str | None:
+        return None
+
+
 class AlertRuleForm(forms.ModelForm):  # type: ignore[type-arg]
     """An alert rule; its Apprise URLs carry channel secrets: set or replaced, never shown."""
 
     new_urls = forms.CharField(
         label="Apprise URLs",
         required=False,
-        widget=forms.Textarea(attrs={"rows": 3, "autocomplete": "off"}),
+        widget=WriteOnlyTextarea(attrs={"rows": 3, "autocomplete": "off"}),
         help_text=(
             "One per line (slack://…, mailto://…, msteams://…, json://host/path, …). "
             "Write-only: leave blank to keep the current ones."

@@ -8,6 +8,8 @@ makes.
 from __future__ import annotations
 
 import hmac
+import os
+import subprocess
 from datetime import timedelta
 from typing import Any
 
@@ -156,3 +158,18 @@ def test_the_sweep_task_records_its_pulse_and_duration(db: None, client: Client,
     assert after[timed] >= before + 1
     assert after[("settle_sweep_age_seconds", ())] < 5
     assert Pulse.objects.get(name=Pulse.Name.SWEEP).seconds > 0
+
+
+def test_starting_a_process_removes_only_the_files_of_dead_processes(tmp_path, monkeypatch):
+    from recovery.metrics import metrics_dir_tidy
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    mine = tmp_path / f"counter_{os.getpid()}.db"
+    gone = tmp_path / f"histogram_{dead.pid}.db"
+    live_gauge = tmp_path / f"gauge_livesum_{os.getppid()}.db"
+    for path in (mine, gone, live_gauge):
+        path.write_bytes(b"")
+    assert metrics_dir_tidy() == 1
+    assert mine.exists() and live_gauge.exists() and not gone.exists()
