@@ -75,7 +75,11 @@ def alerts_evaluate(*, now: datetime | None = None) -> list[Message]:
     facts = health_facts(now=now)
     sent = []
     for rule in AlertRule.objects.filter(enabled=True).select_related("provider").order_by("pk"):
-        message = alert_rule_step(rule=rule, facts=facts)
+        try:
+            message = alert_rule_step(rule=rule, facts=facts)
+        except Exception:  # one broken rule must not silence the others
+            logger.exception("alerts: evaluating rule %s failed", rule.pk)
+            continue
         if message is not None:
             alert_deliver(message=message, now=now)
             sent.append(message)
