@@ -110,14 +110,14 @@ class MetricsBenchmark:
             ids.append(provider.pk)
         if connection.vendor == "postgresql":
             numbers = f"generate_series(0, {count - 1}) AS n"
-            provider = f"(ARRAY{ids})[1 + n % {providers}]"
+            provider_of = f"(ARRAY{ids})[1 + n % {providers}]"
             due = "now() - make_interval(secs => n % 600)"
         else:
             numbers = (
                 f"(WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s "
                 f"WHERE n < {count - 1}) SELECT n FROM s)"
             )
-            provider = f"json_extract('{json.dumps(ids)}', '$[' || (n % {providers}) || ']')"
+            provider_of = f"json_extract('{json.dumps(ids)}', '$[' || (n % {providers}) || ']')"
             due = "datetime('now', '-' || (n % 600) || ' seconds')"
         with connection.cursor() as cursor:
             cursor.execute(
@@ -125,7 +125,7 @@ class MetricsBenchmark:
                     params_canonical, params_digest, state, version, recovered,
                     lookups_inconclusive, next_lookup_at, audit_seq, audit_hash,
                     created_at, updated_at)
-                SELECT 'bench-' || n, {host.pk}, 'payment.send', {provider},
+                SELECT 'bench-' || n, {host.pk}, 'payment.send', {provider_of},
                     '{{"amount":1}}', 'sha256:' || n, {_STATES}, 3, false, 0,
                     CASE WHEN n % 1000 < 2 THEN {due} END, 0, '',
                     {due}, {due}
