@@ -11,7 +11,9 @@ One module per concern, every public name re-exported here:
 - ``operation_page``: one operation's timeline, permit history, lookup in flight, and
   what differs between intended action, evidence and receipt;
 - ``reconciliations``: the four-eyes proposals waiting for a second operator;
-- ``audit_trail``: the audit trail's filters, pages, export and health.
+- ``audit_trail``: the audit trail's filters, pages, export and health;
+- ``health``: the system's health facts (sweeps, lookups, operations by state, stuck
+  ages, checkpoints), the system's view, read by /metrics, the status page and alerts.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ from recovery.selectors.audit_trail import (
     audit_events_export_for_user,
     audit_events_for_user,
     audit_health_for_user,
+)
+from recovery.selectors.health import (
+    IN_FLIGHT_STATES,
+    HealthFacts,
+    ProviderFacts,
+    health_facts,
+    reconcile_entered_since,
 )
 from recovery.selectors.operation_page import (
     TIMELINE_LIMIT,
@@ -74,6 +83,7 @@ from recovery.selectors.records import (
 )
 
 __all__ = [
+    "IN_FLIGHT_STATES",
     "QUEUE_AGES",
     "QUEUE_REASONS",
     "QUEUE_STATES",
@@ -84,8 +94,10 @@ __all__ = [
     "AuditHealth",
     "AuditPage",
     "Comparison",
+    "HealthFacts",
     "PermitHistory",
     "ProposalRow",
+    "ProviderFacts",
     "QueueFilters",
     "QueuePage",
     "Timeline",
@@ -100,6 +112,7 @@ __all__ = [
     "audit_supervisor",
     "claim_cutoff",
     "evidence_record",
+    "health_facts",
     "lookup_in_flight",
     "operation_comparison",
     "operation_for_user",
@@ -116,6 +129,7 @@ __all__ = [
     "provider_permissions",
     "providers_for_user",
     "providers_visible_to",
+    "reconcile_entered_since",
     "reconciliation_request_for_user",
     "reconciliation_requests_for_user",
 ]
