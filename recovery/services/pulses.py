@@ -12,13 +12,14 @@ import time
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.db.models import Count
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from recovery.metrics import LOOKUPS
 from recovery.models import Operation, OperationCount, Provider, ProviderLookups, Pulse, Verdict
+
+_LOOKUPS_TABLE = connection.ops.quote_name(ProviderLookups._meta.db_table)
 
 
 def pulse_record(*, name: str, seconds: float, at: datetime | None = None) -> None:
@@ -39,25 +40,25 @@ def lookups_record(*, provider: Provider, verdicts: Iterable[str]) -> None:
         return
     for verdict in verdicts:
         LOOKUPS.labels(provider=provider.name, verdict=verdict).inc()
-    now = timezone.now()
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
     available = any(verdict != Verdict.UNAVAILABLE for verdict in verdicts)
-    changes: dict[str, object]
-    if available:
-        changes = {"last_lookup_at": now, "last_available_at": now, "unavailable_since": None}
-    else:
-        changes = {"last_lookup_at": now, "unavailable_since": Coalesce("unavailable_since", now)}
-    if ProviderLookups.objects.filter(provider=provider).update(**changes):
-        return
-    try:
-        with transaction.atomic():
-            ProviderLookups.objects.create(
-                provider=provider,
-                last_lookup_at=now,
-                last_available_at=now if available else None,
-                unavailable_since=None if available else now,
-            )
-    except IntegrityError:  # another worker created it meanwhile
-        ProviderLookups.objects.filter(provider=provider).update(**changes)
+    # One statement, the row created by the first batch or updated by every later one
+    # (PostgreSQL and SQLite alike): a lookup batch's statements stay the same every time.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""INSERT INTO {_LOOKUPS_TABLE}
+                (provider_id, last_lookup_at, last_available_at, unavailable_since)
+            VALUES (%s, %s, %s, %s)
+            ON CONFLICT (provider_id) DO UPDATE SET
+                last_lookup_at = excluded.last_lookup_at,
+                last_available_at = COALESCE(
+                    excluded.last_available_at, {_LOOKUPS_TABLE}.last_available_at
+                ),
+                unavailable_since = CASE WHEN excluded.last_available_at IS NULL
+                    THEN COALESCE({_LOOKUPS_TABLE}.unavailable_since, excluded.unavailable_since)
+                    END""",
+            [provider.pk, now, now if available else None, None if available else now],
+        )
 
 
 @transaction.atomic
