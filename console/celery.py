@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 from celery import Celery
-from celery.signals import task_postrun, worker_process_init
+from celery.signals import task_postrun, worker_init, worker_process_init, worker_process_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -30,3 +30,21 @@ def _statements_counted(**_: object) -> None:
 
 
 worker_process_init.connect(_statements_counted, weak=False)
+
+
+def _metrics_dir_tidied(**_: object) -> None:
+    """The worker's main process, starting: remove the metrics files of dead processes."""
+    from recovery.metrics import metrics_dir_tidy
+
+    metrics_dir_tidy()
+
+
+def _metrics_process_dead(**_: object) -> None:
+    """A pool process exiting: prometheus-client's bookkeeping for its live gauges."""
+    from recovery.metrics import metrics_process_dead
+
+    metrics_process_dead(os.getpid())
+
+
+worker_init.connect(_metrics_dir_tidied, weak=False)
+worker_process_shutdown.connect(_metrics_process_dead, weak=False)

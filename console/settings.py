@@ -143,6 +143,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "console.logs.RequestIdMiddleware",
+    "console.metrics.HostApiMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -280,6 +281,36 @@ SETTLE_WEBHOOK_QUEUE = env_str("SETTLE_WEBHOOK_QUEUE", "")
 # After ``webhook rotate`` the old secret signs beside the new one for this long.
 SETTLE_WEBHOOK_ROTATION_GRACE_HOURS = env_int("SETTLE_WEBHOOK_ROTATION_GRACE_HOURS", 24)
 
+# Alerts to operators (``recovery.services.alerts``): how often beat evaluates the rules,
+# and the console's address, which every alert links into.
+SETTLE_ALERTS_SECONDS = env_int("SETTLE_ALERTS_SECONDS", 60, minimum=1)
+SETTLE_CONSOLE_URL = env_str("SETTLE_CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
+# How often beat counts the operations in every state into ``OperationCount``: the
+# terminal states' figures on /metrics are that old at most (the others are live).
+SETTLE_OPERATION_COUNTS_SECONDS = env_int("SETTLE_OPERATION_COUNTS_SECONDS", 300, minimum=10)
+# /metrics answers only with this bearer token; without one configured it answers 404.
+SETTLE_METRICS_TOKEN = env_str("SETTLE_METRICS_TOKEN", "")
+if SETTLE_METRICS_TOKEN and len(SETTLE_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured("SETTLE_METRICS_TOKEN must be at least 16 characters long")
+# prometheus-client's multiprocess mode: every process of this machine (web, worker)
+# writes its counters here, and /metrics sums them. It must be in the environment before
+# prometheus_client is imported, which no module does before the settings are read.
+SETTLE_METRICS_DIR = Path(
+    env_str(
+        "SETTLE_METRICS_DIR", os.environ.get("PROMETHEUS_MULTIPROC_DIR") or str(VAR_DIR / "metrics")
+    )
+)
+SETTLE_METRICS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(SETTLE_METRICS_DIR)
+# The status page (and /healthz?detail=1) turns a fact red past these ages.
+SETTLE_STATUS_SWEEP_STALE_SECONDS = env_int(
+    "SETTLE_STATUS_SWEEP_STALE_SECONDS", max(60, 6 * SETTLE_SWEEP_SECONDS), minimum=1
+)
+SETTLE_STATUS_LOOKUP_LAG_SECONDS = env_int("SETTLE_STATUS_LOOKUP_LAG_SECONDS", 300, minimum=1)
+SETTLE_STATUS_CHECKPOINT_STALE_SECONDS = env_int(
+    "SETTLE_STATUS_CHECKPOINT_STALE_SECONDS", 3 * SETTLE_AUDIT_CHECKPOINT_SECONDS + 60, minimum=1
+)
+
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still
 # needed: tasks never run inside a web request; resume and the console's "Look up now"
@@ -368,6 +399,18 @@ CELERY_BEAT_SCHEDULE = {
             "expires": float(SETTLE_WEBHOOK_SECONDS),
             **({"queue": SETTLE_WEBHOOK_QUEUE} if SETTLE_WEBHOOK_QUEUE else {}),
         },
+    },
+    # Alert rules evaluated; grouped messages and "resolved" ones sent.
+    "alerts": {
+        "task": "recovery.tasks.alerts_evaluate",
+        "schedule": float(SETTLE_ALERTS_SECONDS),
+        "options": {"expires": float(SETTLE_ALERTS_SECONDS)},
+    },
+    # The snapshot of operations by state that /metrics reads for the terminal states.
+    "operation-counts": {
+        "task": "recovery.tasks.operation_counts",
+        "schedule": float(SETTLE_OPERATION_COUNTS_SECONDS),
+        "options": {"expires": float(SETTLE_OPERATION_COUNTS_SECONDS)},
     },
     "audit-verify": {
         "task": "recovery.tasks.audit_verify",

@@ -74,6 +74,8 @@ urlpatterns = [
         name="webhook-redeliver",
     ),
     path("healthz", system.healthz, name="healthz"),
+    path("status/", system.status, name="status"),
+    path("metrics", system.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/", include("recovery.urls")),
 ]

@@ -17,6 +17,8 @@ from approvals.actors import Actor
 from approvals.admin import ApproverAdmin, CredentialAdmin, ReadOnlyAdmin
 from approvals.models import Approver
 from recovery.models import (
+    AlertRule,
+    AlertState,
     AuditEvent,
     Dispatch,
     Evidence,
@@ -28,6 +30,7 @@ from recovery.models import (
     WebhookEvent,
     WebhookMessage,
 )
+from recovery.services.alerts import apprise_url_valid
 from recovery.services.credentials import credential_disable, credential_rotate, host_create
 from recovery.services.errors import Invalid, RecoveryError
 from recovery.services.providers import ProviderSettings, provider_save, provider_settings_check
@@ -248,3 +251,62 @@ class WebhookMessageAdmin(ReadOnlyAdmin):
     list_display = ["msg_id", "endpoint", "event", "status", "attempts", "last_status_code"]
     list_filter = ["status", "event"]
     exclude = ["payload"]
+
+
+class WriteOnlyTextarea(forms.Textarea):
+    """A textarea that never renders a value, not even the one just submitted."""
+
+    def format_value(self, value: Any) -> str | None:
+        return None
+
+
+class AlertRuleForm(forms.ModelForm):  # type: ignore[type-arg]
+    """An alert rule; its Apprise URLs carry channel secrets: set or replaced, never shown."""
+
+    new_urls = forms.CharField(
+        label="Apprise URLs",
+        required=False,
+        widget=WriteOnlyTextarea(attrs={"rows": 3, "autocomplete": "off"}),
+        help_text=(
+            "One per line (slack://…, mailto://…, msteams://…, json://host/path, …). "
+            "Write-only: leave blank to keep the current ones."
+        ),
+    )
+
+    class Meta:
+        model = AlertRule
+        fields = ["name", "provider", "kind", "threshold", "window_minutes", "enabled"]
+
+    def clean_new_urls(self) -> str:
+        urls = [line.strip() for line in self.cleaned_data["new_urls"].splitlines()]
+        urls = [url for url in urls if url]
+        if not urls and not (self.instance.pk and self.instance.urls):
+            raise forms.ValidationError("At least one Apprise URL is needed.", code="required")
+        for number, url in enumerate(urls, start=1):
+            if not apprise_url_valid(url):
+                # Not the URL itself: it may hold a secret, and errors are shown back.
+                raise forms.ValidationError(
+                    f"Apprise cannot send to URL {number}.", code="invalid_url"
+                )
+        return "\n".join(urls)
+
+    def save(self, commit: bool = True) -> AlertRule:
+        rule: AlertRule = super().save(commit=False)
+        if self.cleaned_data["new_urls"]:
+            rule.urls = self.cleaned_data["new_urls"]
+        if commit:
+            rule.save()
+        return rule
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = AlertRuleForm
+    list_display = ["name", "kind", "provider", "threshold", "window_minutes", "enabled"]
+    list_filter = ["kind", "enabled"]
+    fields = ["name", "provider", "kind", "threshold", "new_urls", "window_minutes", "enabled"]
+
+
+@admin.register(AlertState)
+class AlertStateAdmin(ReadOnlyAdmin):
+    list_display = ["rule", "firing_since", "last_sent_at", "resolved_at", "evaluated_at"]

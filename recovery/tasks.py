@@ -6,16 +6,21 @@ finds its work done or held by a live lease, and changes nothing.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery import shared_task
 
 from recovery.audit import audit_checkpoint as audit_checkpoint_make
 from recovery.audit import audit_verification_run
+from recovery.metrics import SWEEP_SECONDS
+from recovery.models import Pulse
+from recovery.services.alerts import alerts_evaluate as alerts_evaluate_run
 from recovery.services.bulk import bulk_chunk_run
 from recovery.services.bulk import bulk_resume as bulk_resume_run
 from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
+from recovery.services.pulses import operation_counts_refresh, pulse_record
 from recovery.services.sweep import sweep as sweep_run
 from recovery.services.webhooks import webhooks_deliver as webhooks_deliver_run
 
@@ -49,7 +54,11 @@ def lookup_batch(self: Any, attempt_ids: list[int]) -> int:
 @shared_task
 def sweep() -> dict[str, int]:
     """Beat's sweep: lapsed leases to unknown, due lookups queued and published in batches."""
+    started = time.perf_counter()
     report = sweep_run(publish_batch=lookup_batch.delay)
+    seconds = time.perf_counter() - started
+    SWEEP_SECONDS.observe(seconds)
+    pulse_record(name=Pulse.Name.SWEEP, seconds=seconds)
     return {
         "leases_lapsed": len(report.leases_lapsed),
         "lookups_queued": len(report.lookups_queued),
@@ -93,3 +102,15 @@ def webhooks_deliver(promote: bool = True) -> dict[str, int]:
     """Deliver the due webhook messages (beat; and, without ``promote``, a commit's nudge)."""
     report = webhooks_deliver_run(promote=promote)
     return {"delivered": report.delivered, "failed": report.failed}
+
+
+@shared_task
+def alerts_evaluate() -> int:
+    """Beat's evaluation of the alert rules; how many messages it sent."""
+    return len(alerts_evaluate_run())
+
+
+@shared_task
+def operation_counts() -> int:
+    """Beat's snapshot of operations by provider and state, for /metrics."""
+    return operation_counts_refresh()

@@ -130,7 +130,8 @@ def healthy(url: str) -> bool:
 def web_start(*, host: str, port: int, workers: int, log_path: Path) -> tuple[Child, str]:
     """gunicorn serving the console and the API; waits (bounded) for ``/healthz``."""
     url = f"http://{host}:{port}"
-    command = [_bin("gunicorn"), "console.wsgi", "-w", str(workers), "-b", f"{host}:{port}"]
+    command = [_bin("gunicorn"), "-c", "python:console.gunicorn_conf", "console.wsgi"]
+    command += ["-w", str(workers), "-b", f"{host}:{port}"]
     child = start_child("web", command, log_path)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and child.alive():

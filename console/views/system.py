@@ -1,21 +1,176 @@
-"""Health check and the error pages: JSON under /api/, HTML elsewhere."""
+"""Health check, the status page, /metrics and the error pages (JSON under /api/, HTML
+elsewhere)."""
 
 from __future__ import annotations
 
+import hmac
+import logging
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.db import DatabaseError, connection
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template import loader
 from django.views.decorators.http import require_safe
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from recovery.metrics import metrics_text
+from recovery.selectors.health import HealthFacts, health_facts
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the status page: green or red, what it found, and since when."""
+
+    name: str
+    ok: bool
+    detail: str
+    at: datetime | None = None
+
+
+def _database_check() -> Check:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except DatabaseError as exc:
+        return Check("database", False, f"unreachable: {type(exc).__name__}")
+    return Check("database", True, connection.vendor)
+
+
+def _broker_check() -> Check:
+    """Connect to the broker once, giving up within a few seconds."""
+    from console.celery import app
+
+    try:
+        with app.connection_for_write() as broker:
+            broker.ensure_connection(max_retries=1, interval_start=0, timeout=3)
+    except Exception as exc:  # the transports raise many types
+        return Check("broker", False, f"unreachable: {type(exc).__name__}")
+    return Check("broker", True, str(broker.transport_cls))  # never the URL: it may hold a password
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    return f"{seconds / 60:.0f} min ago"
+
+
+def _fact_checks(facts: HealthFacts) -> list[Check]:
+    """Beat, the workers and the audit checkpoints, each red past its threshold."""
+    sweep_limit = settings.SETTLE_STATUS_SWEEP_STALE_SECONDS
+    sweep_age = facts.sweep_age
+    lookup_limit = settings.SETTLE_STATUS_LOOKUP_LAG_SECONDS
+    lookup_age = facts.age(facts.last_lookup_at, facts.now)
+    checkpoint_limit = settings.SETTLE_STATUS_CHECKPOINT_STALE_SECONDS
+    checkpoint_age = facts.checkpoint_age
+    unsigned_age = facts.age(facts.oldest_unsigned_at, facts.now)
+    unsigned = "every event signed"
+    if unsigned_age is not None:
+        unsigned = f"oldest unsigned event {_ago(unsigned_age)}"
+    return [
+        Check(
+            "beat",
+            sweep_age is not None and sweep_age <= sweep_limit,
+            f"last sweep {_ago(sweep_age)} (red after {sweep_limit} s)",
+            facts.last_sweep_at,
+        ),
+        Check(
+            "workers",
+            facts.lookup_lag <= lookup_limit,
+            f"last lookup finished {_ago(lookup_age)}; the most overdue lookup has waited "
+            f"{facts.lookup_lag:.0f} s (red after {lookup_limit} s)",
+            facts.last_lookup_at,
+        ),
+        Check(
+            "audit checkpoint",
+            unsigned_age is None or unsigned_age <= checkpoint_limit,
+            f"newest signed {_ago(checkpoint_age)}; {unsigned} "
+            f"(red when an event waits {checkpoint_limit} s unsigned)",
+            facts.newest_checkpoint_at,
+        ),
+        Check(
+            "audit alarms",
+            facts.open_alarms == 0,
+            f"{facts.open_alarms} open audit_broken alarms",
+        ),
+    ]
+
+
+def status_checks() -> list[Check]:
+    """Every check of the status page, the database's first: without it the rest are red."""
+    database = _database_check()
+    checks = [database, _broker_check()]
+    if not database.ok:
+        return [*checks, Check("facts", False, "not read: the database is unreachable")]
+    try:
+        return checks + _fact_checks(health_facts())
+    except DatabaseError as exc:
+        logger.exception("status: reading the health facts failed")
+        return [*checks, Check("facts", False, f"not read: {type(exc).__name__}")]
 
 
 @require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-    return JsonResponse({"ok": True, "database": connection.vendor})
+    """``{"ok": true, "database": …}`` for the proxy; with ``?detail=1``, every check.
+
+    The detailed answer is 503 when any check is red, so that monitoring can alert on
+    the status code alone.
+    """
+    if request.GET.get("detail") != "1":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return JsonResponse({"ok": True, "database": connection.vendor})
+    checks = status_checks()
+    ok = all(check.ok for check in checks)
+    body = {
+        "ok": ok,
+        "checks": {
+            check.name: {
+                "ok": check.ok,
+                "detail": check.detail,
+                "at": check.at.isoformat() if check.at else None,
+            }
+            for check in checks
+        },
+    }
+    return JsonResponse(body, status=200 if ok else 503)
+
+
+@login_required
+@require_safe
+def status(request: HttpRequest) -> HttpResponse:
+    """The status page: every check green or red; htmx refreshes the checks."""
+    checks = status_checks()
+    context = {"checks": checks, "ok": all(check.ok for check in checks)}
+    template = "console/status.html#checks" if request.htmx else "console/status.html"  # type: ignore[attr-defined]
+    return render(request, template, context)
+
+
+@require_safe
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus's exposition, for the bearer of ``SETTLE_METRICS_TOKEN``.
+
+    Without a token configured it does not exist (404); a missing or wrong token is 401,
+    compared in constant time.
+    """
+    token = settings.SETTLE_METRICS_TOKEN
+    if not token:
+        raise Http404("no such page")
+    given = request.headers.get("Authorization", "")
+    expected = f"Bearer {token}"
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        response = HttpResponse("unauthorized\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="settle-metrics"'
+        return response
+    return HttpResponse(metrics_text(), content_type=CONTENT_TYPE_LATEST)
 
 
 def _wants_json(request: HttpRequest) -> bool:

@@ -13,6 +13,8 @@ One module per concern, every public name re-exported here:
 - ``reconciliations``: the four-eyes proposals waiting for a second operator;
 - ``audit_trail``: the audit trail's filters, pages, export and health;
 - ``bulk``: what a queue filter selects for bulk work, and the batches a user may see.
+- ``health``: the system's health facts (sweeps, lookups, operations by state, stuck
+  ages, checkpoints), the system's view, read by /metrics, the status page and alerts.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ from recovery.selectors.bulk import (
     bulk_items_for_user,
     operations_matching_count_for_user,
     operations_matching_for_user,
+)
+from recovery.selectors.health import (
+    IN_FLIGHT_STATES,
+    HealthFacts,
+    ProviderFacts,
+    health_facts,
+    reconcile_entered_since,
 )
 from recovery.selectors.operation_page import (
     TIMELINE_LIMIT,
@@ -82,6 +91,7 @@ from recovery.selectors.records import (
 )
 
 __all__ = [
+    "IN_FLIGHT_STATES",
     "QUEUE_AGES",
     "QUEUE_REASONS",
     "QUEUE_STATES",
@@ -92,8 +102,10 @@ __all__ = [
     "AuditHealth",
     "AuditPage",
     "Comparison",
+    "HealthFacts",
     "PermitHistory",
     "ProposalRow",
+    "ProviderFacts",
     "QueueFilters",
     "QueuePage",
     "Timeline",
@@ -111,6 +123,7 @@ __all__ = [
     "bulk_items_for_user",
     "claim_cutoff",
     "evidence_record",
+    "health_facts",
     "lookup_in_flight",
     "operation_comparison",
     "operation_for_user",
@@ -129,6 +142,7 @@ __all__ = [
     "provider_permissions",
     "providers_for_user",
     "providers_visible_to",
+    "reconcile_entered_since",
     "reconciliation_request_for_user",
     "reconciliation_requests_for_user",
 ]

@@ -20,6 +20,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from recovery.adapters import LookupResult, evidence_lookup_many
 from recovery.audit import audit_chain_locked, audit_transaction
+from recovery.metrics import lookup_timed
 from recovery.models import (
     LOOKUP_IN_FLIGHT,
     UNSETTLED_STATES,
@@ -38,6 +39,7 @@ from recovery.services.lookups import (
     lookup_run,
 )
 from recovery.services.providers import provider_config
+from recovery.services.pulses import lookups_record
 from recovery.services.signals import stale_signal
 from recovery.vocabulary import StaleSignal
 
@@ -152,14 +154,22 @@ def lookup_batch_run(*, attempt_ids: list[int], actor: Actor = SWEEPER_ACTOR) ->
         by_provider.setdefault(attempt.operation.provider_id, []).append(attempt)
     for attempts in by_provider.values():
         provider = attempts[0].operation.provider
-        found = evidence_lookup_many(
-            config=provider_config(provider),
-            wanted={attempt.operation.key: attempt.operation.params_digest for attempt in attempts},
-        )
+        with lookup_timed(provider.name):
+            found = evidence_lookup_many(
+                config=provider_config(provider),
+                wanted={
+                    attempt.operation.key: attempt.operation.params_digest for attempt in attempts
+                },
+            )
         for attempt in attempts:
             results[attempt.pk] = found[attempt.operation.key]
     if started:
         _batch_finish(started, results, actor)
+    for attempts in by_provider.values():
+        lookups_record(
+            provider=attempts[0].operation.provider,
+            verdicts=[results[attempt.pk].verdict for attempt in attempts],
+        )
     return BatchLookup([attempt.pk for attempt in started], retry_ids, retry_in)
 
 

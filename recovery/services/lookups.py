@@ -25,6 +25,7 @@ from approvals.actors import Actor
 from dbsql.rows import insert
 from recovery.adapters import LookupResult, evidence_lookup
 from recovery.audit import audit_append, audit_transaction
+from recovery.metrics import lookup_timed
 from recovery.models import (
     LOOKUP_IN_FLIGHT,
     Evidence,
@@ -36,6 +37,7 @@ from recovery.models import (
 from recovery.services.evidence import LOOKUP_BACKOFF_SECONDS, evidence_apply
 from recovery.services.locking import operation_lock
 from recovery.services.providers import provider_config
+from recovery.services.pulses import lookups_record
 from recovery.services.signals import (
     refusals_recorded,
     stale_signal,
@@ -254,12 +256,15 @@ def lookup_run(*, attempt: LookupAttempt, actor: Actor) -> Operation:
     The network call runs outside any transaction and holds no database lock.
     """
     operation = attempt.operation
-    result = evidence_lookup(
-        config=provider_config(operation.provider),
-        operation_key=operation.key,
-        params_digest=operation.params_digest,
-    )
-    return lookup_finish(attempt=attempt, result=result, actor=actor)
+    with lookup_timed(operation.provider.name):
+        result = evidence_lookup(
+            config=provider_config(operation.provider),
+            operation_key=operation.key,
+            params_digest=operation.params_digest,
+        )
+    finished = lookup_finish(attempt=attempt, result=result, actor=actor)
+    lookups_record(provider=operation.provider, verdicts=[result.verdict])
+    return finished
 
 
 @refusals_recorded()

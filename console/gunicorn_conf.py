@@ -1,0 +1,28 @@
+"""gunicorn's settings for Settle: ``gunicorn -c python:console.gunicorn_conf console.wsgi``.
+
+Only the metrics directory's bookkeeping (``recovery.metrics``): the master tidies the
+files of processes that are gone when it starts, and drops a worker's live gauges when
+that worker exits. Everything else stays on the command line.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def on_starting(server: Any) -> None:
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+
+    django.setup()
+    from recovery.metrics import metrics_dir_tidy
+
+    metrics_dir_tidy()
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    from recovery.metrics import metrics_process_dead
+
+    metrics_process_dead(worker.pid)

@@ -1,0 +1,202 @@
+"""What Settle tells Prometheus: counters the processes bump, gauges read at scrape time.
+
+Two kinds of figure, kept apart on purpose:
+
+events (counters, histograms)
+    Bumped by the process where the thing happened (a web process for a host-API
+    request, a worker for a lookup or a sweep), in prometheus-client's multiprocess mode:
+    each process writes its own file under ``PROMETHEUS_MULTIPROC_DIR`` (the setting
+    ``SETTLE_METRICS_DIR``) and a scrape sums the files of that machine.
+state (gauges)
+    Read from the database when scraped, by ``HealthCollector``, through the cheap
+    facts of ``recovery.selectors.health``: an in-process counter can say how many
+    operations moved, never how many are in a state now.
+
+To add a figure: an event is one line here (a ``Counter``/``Histogram``) and one call
+where it happens, e.g. for webhooks::
+
+    WEBHOOK_DELIVERIES = Counter("settle_webhook_deliveries", "…", ["outcome"])
+    WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
+
+a state is one fact in ``HealthFacts`` and one ``gauge(...)`` line in
+``HealthCollector.collect`` (e.g. the outbox's backlog).
+
+The directory is shared by the web processes and workers of one machine, so no process
+empties it: each process that starts others (gunicorn's master, the Celery worker's main
+process) removes the files of processes that are gone (``metrics_dir_tidy``), and a
+process that exits has its live gauges dropped (``metrics_process_dead``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
+
+from recovery.selectors.health import health_facts
+
+LOOKUPS = Counter(
+    "settle_lookups", "Provider lookups answered, by verdict.", ["provider", "verdict"]
+)
+LOOKUP_SECONDS = Histogram(
+    "settle_lookup_duration_seconds",
+    "Time one read of a provider took (one lookup, or one batch of one provider's).",
+    ["provider"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+HOST_API_REQUESTS = Counter(
+    "settle_host_api_requests",
+    "Host-API requests answered, by endpoint (route name), method and status.",
+    ["endpoint", "method", "status"],
+)
+HOST_API_SECONDS = Histogram(
+    "settle_host_api_request_duration_seconds",
+    "Time the host API took to answer, by endpoint.",
+    ["endpoint"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+SWEEP_SECONDS = Histogram(
+    "settle_sweep_duration_seconds",
+    "Time one sweep took (lapsed leases, due lookups queued and published).",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+
+
+@contextmanager
+def lookup_timed(provider: str) -> Iterator[None]:
+    """Observe one read of ``provider`` into ``LOOKUP_SECONDS``."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        LOOKUP_SECONDS.labels(provider=provider).observe(time.perf_counter() - started)
+
+
+class HealthCollector(Collector):
+    """The gauges, read from ``health_facts`` at scrape time."""
+
+    def collect(self) -> Iterator[Metric]:
+        facts = health_facts()
+        operations = GaugeMetricFamily(
+            "settle_operations",
+            "Operations by provider and state: in-flight states live, terminal states as "
+            "beat last counted them (settle_operation_counts_age_seconds).",
+            labels=["provider", "state"],
+        )
+        stuck_oldest = GaugeMetricFamily(
+            "settle_stuck_oldest_age_seconds",
+            "How long the longest-waiting unknown or reconcile operation has waited.",
+            labels=["provider", "state"],
+        )
+        lookup_failing = GaugeMetricFamily(
+            "settle_lookups_unavailable_seconds",
+            "How long a provider's lookups have answered only unavailable (0: they do not).",
+            labels=["provider"],
+        )
+        for provider in facts.providers:
+            for state, count in sorted(provider.states.items()):
+                operations.add_metric([provider.name, state], count)
+            for state, since in sorted(provider.oldest_stuck_at.items()):
+                stuck_oldest.add_metric([provider.name, state], facts.age(since, facts.now) or 0.0)
+            lookup_failing.add_metric(
+                [provider.name], facts.age(provider.unavailable_since, facts.now) or 0
+            )
+        yield operations
+        yield stuck_oldest
+        yield lookup_failing
+        yield gauge(
+            "settle_operation_counts_age_seconds",
+            "Age of the snapshot the terminal states' counts come from.",
+            facts.age(facts.counts_at, facts.now),
+        )
+        yield gauge(
+            "settle_sweep_age_seconds", "Seconds since the last sweep finished.", facts.sweep_age
+        )
+        yield gauge(
+            "settle_sweep_last_duration_seconds",
+            "How long the last sweep took.",
+            facts.last_sweep_seconds,
+        )
+        yield gauge(
+            "settle_lookup_lag_seconds",
+            "How long the most overdue lookup has been waiting for its answer (0: none due).",
+            facts.lookup_lag,
+        )
+        yield gauge(
+            "settle_lookup_last_age_seconds",
+            "Seconds since a worker last finished a lookup.",
+            facts.age(facts.last_lookup_at, facts.now),
+        )
+        yield gauge(
+            "settle_audit_checkpoint_age_seconds",
+            "Age of the newest signed audit checkpoint.",
+            facts.checkpoint_age,
+        )
+        yield gauge("settle_audit_alarms_open", "Open audit_broken alarms.", facts.open_alarms)
+
+
+def gauge(name: str, documentation: str, value: float | None) -> GaugeMetricFamily:
+    """One unlabelled gauge; with no value yet (never happened) the family has no sample."""
+    family = GaugeMetricFamily(name, documentation)
+    if value is not None:
+        family.add_metric([], value)
+    return family
+
+
+def metrics_text() -> bytes:
+    """The exposition: every process's counters on this machine, and the health gauges."""
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    registry.register(HealthCollector())
+    return generate_latest(registry)
+
+
+# -- the multiprocess directory ---------------------------------------------------------
+
+_PID_FILE = re.compile(r"_(\d+)\.db$")
+
+
+def metrics_dir() -> Path:
+    return Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+
+
+def metrics_dir_tidy() -> int:
+    """Remove the files of processes no longer alive; how many were removed.
+
+    Not a wipe: the web processes and workers of a machine share the directory, and one
+    of them starting must not drop the others' figures.
+    """
+    removed = 0
+    for path in metrics_dir().glob("*.db"):
+        match = _PID_FILE.search(path.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def metrics_process_dead(pid: int) -> None:
+    """prometheus-client's bookkeeping for a process that exited (its live gauges)."""
+    mark_process_dead(pid, str(metrics_dir()))  # type: ignore[no-untyped-call]

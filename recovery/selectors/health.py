@@ -1,0 +1,167 @@
+"""Health facts: the few cheap, indexed reads that /metrics, the status page, /healthz and
+the alert rules all start from.
+
+Nothing here counts a whole table. What each fact reads:
+
+last sweep
+    ``Pulse`` row ``sweep``, written once per sweep by beat's task.
+last finished lookup, lookups failing
+    ``ProviderLookups``, one row per provider, written once per lookup batch.
+operations by state
+    live for the states an operation passes through (``IN_FLIGHT_STATES``): a count per
+    (provider, state) over the ``operation_provider_state`` index, proportional to the
+    operations in those states, not to the table; the terminal states from the
+    ``OperationCount`` snapshot that beat refreshes every
+    ``SETTLE_OPERATION_COUNTS_SECONDS``, so those figures are that old at most.
+stuck
+    ``unknown`` and ``reconcile``: their count and the oldest ``updated_at`` (the moment
+    the operation entered its state) per provider, in the same query.
+overdue lookups
+    the oldest ``next_lookup_at`` of an ``unknown`` operation (``operation_lookup_due``).
+newest checkpoint, unsigned events, open audit alarms
+    the checkpoint with the highest number; the first event after its watermark (by
+    id); the open alarms (almost always none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Count, Max, Min
+from django.utils import timezone
+
+from recovery.models import (
+    TERMINAL_STATES,
+    UNSETTLED_STATES,
+    AuditAlarm,
+    AuditCheckpoint,
+    AuditEvent,
+    Operation,
+    OperationCount,
+    Provider,
+    ProviderLookups,
+    Pulse,
+    State,
+)
+
+IN_FLIGHT_STATES = tuple(state for state in State if state not in TERMINAL_STATES)
+
+
+@dataclass
+class ProviderFacts:
+    """One provider's figures."""
+
+    id: int
+    name: str
+    # Operations by state: in-flight states live, terminal ones from the snapshot.
+    states: dict[str, int] = field(default_factory=dict)
+    # Per stuck state (unknown, reconcile): when its longest-waiting operation entered it.
+    oldest_stuck_at: dict[str, datetime] = field(default_factory=dict)
+    last_lookup_at: datetime | None = None
+    unavailable_since: datetime | None = None
+
+    @property
+    def stuck(self) -> int:
+        return sum(self.states.get(state, 0) for state in UNSETTLED_STATES)
+
+    @property
+    def oldest_stuck(self) -> datetime | None:
+        return min(self.oldest_stuck_at.values(), default=None)
+
+
+@dataclass
+class HealthFacts:
+    """Everything the signals read, as of ``now``."""
+
+    now: datetime
+    last_sweep_at: datetime | None
+    last_sweep_seconds: float | None
+    counts_at: datetime | None
+    last_lookup_at: datetime | None
+    oldest_due_lookup_at: datetime | None
+    newest_checkpoint_at: datetime | None
+    # The oldest audit event no checkpoint signed yet (None: every event is signed).
+    oldest_unsigned_at: datetime | None
+    open_alarms: int
+    providers: list[ProviderFacts]
+
+    @staticmethod
+    def age(moment: datetime | None, now: datetime) -> float | None:
+        return None if moment is None else max(0.0, (now - moment).total_seconds())
+
+    @property
+    def sweep_age(self) -> float | None:
+        return self.age(self.last_sweep_at, self.now)
+
+    @property
+    def lookup_lag(self) -> float:
+        """How long the most overdue lookup has been waiting (0 when none is due)."""
+        if self.oldest_due_lookup_at is None or self.oldest_due_lookup_at > self.now:
+            return 0.0
+        return (self.now - self.oldest_due_lookup_at).total_seconds()
+
+    @property
+    def checkpoint_age(self) -> float | None:
+        return self.age(self.newest_checkpoint_at, self.now)
+
+
+def health_facts(*, now: datetime | None = None) -> HealthFacts:
+    """The facts for every provider (the system's view: metrics and alerts, not a user's)."""
+    now = now or timezone.now()
+    providers = {
+        provider.pk: ProviderFacts(provider.pk, provider.name)
+        for provider in Provider.objects.order_by("name")
+    }
+    live = (
+        Operation.objects.filter(provider_id__in=list(providers), state__in=IN_FLIGHT_STATES)
+        .values("provider_id", "state")
+        .annotate(count=Count("*"), oldest=Min("updated_at"))
+        .order_by()
+    )
+    for row in live:
+        facts = providers[row["provider_id"]]
+        facts.states[row["state"]] = row["count"]
+        if row["state"] in UNSETTLED_STATES:
+            facts.oldest_stuck_at[row["state"]] = row["oldest"]
+    for count in OperationCount.objects.filter(state__in=TERMINAL_STATES):
+        if count.provider_id in providers:
+            providers[count.provider_id].states[count.state] = count.count
+    for pulse in ProviderLookups.objects.all():
+        if pulse.provider_id in providers:
+            providers[pulse.provider_id].last_lookup_at = pulse.last_lookup_at
+            providers[pulse.provider_id].unavailable_since = pulse.unavailable_since
+    pulses = {pulse.name: pulse for pulse in Pulse.objects.all()}
+    sweep = pulses.get(Pulse.Name.SWEEP)
+    counts = pulses.get(Pulse.Name.OPERATION_COUNTS)
+    due = (
+        Operation.objects.filter(state=State.UNKNOWN, next_lookup_at__isnull=False)
+        .order_by("next_lookup_at")
+        .values_list("next_lookup_at", flat=True)
+        .first()
+    )
+    checkpoint = AuditCheckpoint.objects.order_by("-number").values("made_at", "watermark").first()
+    watermark = checkpoint["watermark"] if checkpoint else 0
+    unsigned = (
+        AuditEvent.objects.filter(id__gt=watermark).order_by("id").values_list("at", flat=True)
+    )
+    return HealthFacts(
+        now=now,
+        last_sweep_at=sweep.at if sweep else None,
+        last_sweep_seconds=sweep.seconds if sweep else None,
+        counts_at=counts.at if counts else None,
+        last_lookup_at=ProviderLookups.objects.aggregate(at=Max("last_lookup_at"))["at"],
+        oldest_due_lookup_at=due,
+        newest_checkpoint_at=checkpoint["made_at"] if checkpoint else None,
+        oldest_unsigned_at=unsigned.first(),
+        open_alarms=AuditAlarm.objects.filter(resolved_at__isnull=True).count(),
+        providers=list(providers.values()),
+    )
+
+
+def reconcile_entered_since(*, since: datetime, provider_id: int | None) -> int:
+    """Operations that entered ``reconcile`` after ``since`` (the unsettled index's range)."""
+    rows = Operation.objects.filter(state=State.RECONCILE, updated_at__gt=since)
+    if provider_id is not None:
+        rows = rows.filter(provider_id=provider_id)
+    return rows.count()

@@ -1,0 +1,130 @@
+"""The status page and /healthz?detail=1: each check green, or red past its threshold."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+
+from recovery.audit import audit_checkpoint
+from recovery.models import Operation, Pulse
+from recovery.services.pulses import pulse_record
+from tests.console.conftest import Stuck, client_for
+
+
+def fresh_sweep(seconds_ago: float = 1) -> None:
+    pulse_record(
+        name=Pulse.Name.SWEEP, seconds=0.1, at=timezone.now() - timedelta(seconds=seconds_ago)
+    )
+
+
+def detail(client: Client) -> tuple[int, dict[str, Any]]:
+    response = client.get("/healthz?detail=1")
+    return response.status_code, response.json()
+
+
+def test_plain_healthz_keeps_its_answer(db: None, client: Client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"ok": True, "database": connection.vendor}
+
+
+def test_detail_is_green_when_beat_swept_lately(db: None, client: Client):
+    fresh_sweep()
+    status, body = detail(client)
+    assert status == 200, body
+    assert body["ok"] is True
+    assert set(body["checks"]) == {
+        "database",
+        "broker",
+        "beat",
+        "workers",
+        "audit checkpoint",
+        "audit alarms",
+    }
+    assert all(check["ok"] for check in body["checks"].values())
+    assert body["checks"]["beat"]["at"] is not None
+
+
+def test_detail_is_red_and_503_when_beat_never_swept(db: None, client: Client):
+    status, body = detail(client)
+    assert status == 503
+    assert body["ok"] is False
+    assert body["checks"]["beat"] == {
+        "ok": False,
+        "detail": "last sweep never (red after 60 s)",
+        "at": None,
+    }
+
+
+def test_beat_goes_red_past_its_threshold(db: None, client: Client, settings):
+    settings.SETTLE_STATUS_SWEEP_STALE_SECONDS = 30
+    fresh_sweep(seconds_ago=29)
+    assert detail(client)[1]["checks"]["beat"]["ok"] is True
+    fresh_sweep(seconds_ago=31)
+    status, body = detail(client)
+    assert status == 503 and body["checks"]["beat"]["ok"] is False
+
+
+def test_workers_go_red_when_a_due_lookup_waits_too_long(stuck: Stuck, client: Client, settings):
+    settings.SETTLE_STATUS_LOOKUP_LAG_SECONDS = 120
+    fresh_sweep()
+    stuck.unknown("op-1")
+    assert detail(client)[1]["checks"]["workers"]["ok"] is True
+    Operation.objects.filter(key="op-1").update(
+        next_lookup_at=timezone.now() - timedelta(minutes=3)
+    )
+    status, body = detail(client)
+    assert status == 503
+    assert body["checks"]["workers"]["ok"] is False
+    assert "has waited 18" in body["checks"]["workers"]["detail"]
+
+
+def test_checkpoint_goes_red_when_events_wait_unsigned_too_long(
+    stuck: Stuck, client: Client, settings
+):
+    fresh_sweep()
+    stuck.unknown("op-1")  # audit events, and no checkpoint yet
+    settings.SETTLE_STATUS_CHECKPOINT_STALE_SECONDS = 60
+    assert detail(client)[1]["checks"]["audit checkpoint"]["ok"] is True
+    with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
+        status, body = detail(client)
+    assert status == 503
+    assert body["checks"]["audit checkpoint"]["ok"] is False
+    audit_checkpoint()
+    assert detail(client)[1]["checks"]["audit checkpoint"]["ok"] is True
+
+
+def test_the_status_page_needs_a_signed_in_user(db: None, client: Client):
+    response = client.get("/status/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
+
+
+@pytest.mark.parametrize("user", ["viewer", "operator", "outsider"])
+def test_the_status_page_shows_every_check_to_any_signed_in_user(user: str, request):
+    signed_in = client_for(request.getfixturevalue(user))
+    fresh_sweep()
+    page = signed_in.get("/status/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'data-check="beat" data-ok="true"' in html
+    assert "All checks green." in html
+    assert 'aria-current="page">Status</a>' in html
+
+
+def test_the_status_page_turns_red_and_htmx_gets_only_the_checks(viewer, settings):
+    settings.SETTLE_STATUS_SWEEP_STALE_SECONDS = 10
+    fresh_sweep(seconds_ago=11)
+    client = client_for(viewer)
+    html = client.get("/status/").content.decode()
+    assert 'data-check="beat" data-ok="false"' in html
+    assert "Something needs attention." in html
+    partial = client.get("/status/", HTTP_HX_REQUEST="true").content.decode()
+    assert partial.lstrip().startswith('<section id="status-checks"')
+    assert 'data-check="beat" data-ok="false"' in partial
