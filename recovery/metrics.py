@@ -13,13 +13,9 @@ state (gauges)
     operations moved, never how many are in a state now.
 
 To add a figure: an event is one line here (a ``Counter``/``Histogram``) and one call
-where it happens, e.g. for webhooks::
-
-    WEBHOOK_DELIVERIES = Counter("settle_webhook_deliveries", "…", ["outcome"])
-    WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
-
-a state is one fact in ``HealthFacts`` and one ``gauge(...)`` line in
-``HealthCollector.collect`` (e.g. the outbox's backlog).
+where it happens (as ``WEBHOOK_DELIVERIES`` in ``webhook_outcomes_record``); a state is
+one fact in ``HealthFacts`` and one ``gauge(...)`` line in ``HealthCollector.collect``
+(as the outbox's backlog).
 
 The directory is shared by the web processes and workers of one machine, so no process
 empties it: each process that starts others (gunicorn's master, the Celery worker's main
@@ -62,6 +58,12 @@ HOST_API_SECONDS = Histogram(
     "Time the host API took to answer, by endpoint.",
     ["endpoint"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+WEBHOOK_DELIVERIES = Counter(
+    "settle_webhook_deliveries",
+    "Webhook delivery attempts by outcome: delivered, retrying (an error; tried again "
+    "later) or given_up (its retry window closed).",
+    ["outcome"],
 )
 SWEEP_SECONDS = Histogram(
     "settle_sweep_duration_seconds",
@@ -141,6 +143,11 @@ class HealthCollector(Collector):
             facts.checkpoint_age,
         )
         yield gauge("settle_audit_alarms_open", "Open audit_broken alarms.", facts.open_alarms)
+        yield gauge(
+            "settle_webhook_outbox_backlog",
+            "Webhook messages waiting to be delivered (pending, retries included).",
+            facts.webhook_backlog,
+        )
 
 
 def gauge(name: str, documentation: str, value: float | None) -> GaugeMetricFamily:

@@ -44,6 +44,7 @@ from recovery.models import (
     Pulse,
     State,
 )
+from recovery.selectors.webhooks import webhook_outbox_backlog
 
 IN_FLIGHT_STATES = tuple(state for state in State if state not in TERMINAL_STATES)
 
@@ -84,6 +85,7 @@ class HealthFacts:
     # The oldest audit event no checkpoint signed yet (None: every event is signed).
     oldest_unsigned_at: datetime | None
     open_alarms: int
+    webhook_backlog: int
     providers: list[ProviderFacts]
 
     @staticmethod
@@ -155,6 +157,7 @@ def health_facts(*, now: datetime | None = None) -> HealthFacts:
         newest_checkpoint_at=checkpoint["made_at"] if checkpoint else None,
         oldest_unsigned_at=unsigned.first(),
         open_alarms=AuditAlarm.objects.filter(resolved_at__isnull=True).count(),
+        webhook_backlog=webhook_outbox_backlog(),
         providers=list(providers.values()),
     )
 

@@ -45,6 +45,7 @@ from standardwebhooks import Webhook
 
 from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction
+from recovery.metrics import WEBHOOK_DELIVERIES
 from recovery.models import (
     Host,
     Operation,
@@ -541,8 +542,10 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
     gone: set[int] = set()
     by_code: dict[tuple[int, datetime], list[int]] = {}
     done: set[tuple[int, int]] = set()
+    tally: dict[str, int] = {}
     for outcome in outcomes:
         if outcome.delivered:
+            tally["delivered"] = tally.get("delivered", 0) + 1
             key = (int(outcome.status_code or 0), outcome.claimed.lease)
             by_code.setdefault(key, []).append(outcome.claimed.id)
             done.add((outcome.claimed.endpoint_id, outcome.claimed.operation_id))
@@ -566,6 +569,8 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
             last_error=outcome.error or f"HTTP {outcome.status_code}",
             last_attempt_at=now,
         )
+        label = "given_up" if given_up else "retrying"
+        tally[label] = tally.get(label, 0) + 1
         if given_up:
             done.add((claimed.endpoint_id, claimed.operation_id))
         failed[claimed.endpoint_id] = failed.get(claimed.endpoint_id, 0) + 1
@@ -583,6 +588,12 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
         )
     _next_promote(done, now)
     _endpoints_update(now, succeeded, failed, gone)
+    transaction.on_commit(lambda: _deliveries_count(tally))
+
+
+def _deliveries_count(tally: dict[str, int]) -> None:
+    for outcome, count in tally.items():
+        WEBHOOK_DELIVERIES.labels(outcome=outcome).inc(count)
 
 
 def _next_promote(pairs: set[tuple[int, int]], now: datetime) -> None:

@@ -419,3 +419,30 @@ def test_an_operation_sent_to_reconcile_is_reported_with_the_reason(
     [reconcile] = [body for body in bodies(receiver) if body["type"] == "operation.reconcile"]
     assert reconcile["data"]["state"] == "reconcile"
     assert reconcile["data"]["reason"] == "mismatch"
+
+
+def test_delivery_outcomes_are_counted_and_the_backlog_is_scraped(
+    flow, endpoint, receiver, client, settings, django_capture_on_commit_callbacks
+):
+    from tests.console.test_metrics import TOKEN, samples
+
+    settings.SETTLE_METRICS_TOKEN = TOKEN
+    flow.approved()
+
+    def scraped(name: str, **labels: str) -> float:
+        return samples(client).get((name, tuple(sorted(labels.items()))), 0.0)
+
+    assert scraped("settle_webhook_outbox_backlog") == 1
+    retrying = scraped("settle_webhook_deliveries_total", outcome="retrying")
+    delivered = scraped("settle_webhook_deliveries_total", outcome="delivered")
+    receiver.statuses = [503]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert webhooks_deliver(seconds=2).failed == 1
+    assert scraped("settle_webhook_deliveries_total", outcome="retrying") >= retrying + 1
+    assert scraped("settle_webhook_outbox_backlog") == 1  # a retry still waits
+
+    with time_machine.travel(timezone.now() + timedelta(seconds=10)):
+        with django_capture_on_commit_callbacks(execute=True):
+            assert webhooks_deliver(seconds=2).delivered == 1
+    assert scraped("settle_webhook_deliveries_total", outcome="delivered") >= delivered + 1
+    assert scraped("settle_webhook_outbox_backlog") == 0
