@@ -441,8 +441,8 @@ def test_delivery_outcomes_are_counted_and_the_backlog_is_scraped(
     assert scraped("settle_webhook_deliveries_total", outcome="retrying") >= retrying + 1
     assert scraped("settle_webhook_outbox_backlog") == 1  # a retry still waits
 
-    with time_machine.travel(timezone.now() + timedelta(seconds=10)):
-        with django_capture_on_commit_callbacks(execute=True):
-            assert webhooks_deliver(seconds=2).delivered == 1
+    later = timezone.now() + timedelta(seconds=10)
+    with time_machine.travel(later), django_capture_on_commit_callbacks(execute=True):
+        assert webhooks_deliver(seconds=2).delivered == 1
     assert scraped("settle_webhook_deliveries_total", outcome="delivered") >= delivered + 1
     assert scraped("settle_webhook_outbox_backlog") == 0
