@@ -313,6 +313,7 @@ def seed_operations(n: int, *, progress: Callable[[str], None] = lambda _: None)
                     None,
                     chain.seq,
                     chain.hash,
+                    receipt == "running",
                     _db_time(created),
                     _db_time(updated),
                 )
