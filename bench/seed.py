@@ -154,15 +154,22 @@ def _transition(event: str, old: str, new: str, version: int, **extra: Any) -> d
     return {"event": event, "from": old, "to": new, "version": version, **extra}
 
 
-def seed_operations(n: int, *, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """Insert ``n`` operations shaped as the module says; what was made, by table."""
+def seed_operations(
+    n: int, *, first: int = 0, progress: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
+    """Insert ``n`` operations shaped as the module says, numbered from ``first`` (a
+    second call adds to the first's); what was made, by table."""
     now = timezone.now()
     start = now - SPAN
     step = SPAN / max(n, 1)
-    host = Host.objects.create(name=HOST, token_hash="sha256:" + uuid.uuid4().hex * 2)
+    host, _ = Host.objects.get_or_create(
+        name=HOST, defaults={"token_hash": "sha256:" + uuid.uuid4().hex * 2}
+    )
     host_actor = Actor.of("host", host).stored
     providers = [
-        Provider.objects.create(name=name, adapter=Provider.Adapter.JOURNAL, path="/nonexistent")
+        Provider.objects.get_or_create(
+            name=name, defaults={"adapter": Provider.Adapter.JOURNAL, "path": "/nonexistent"}
+        )[0]
         for name in PROVIDERS
     ]
     first_op = _next_id(Operation)
@@ -179,12 +186,12 @@ def seed_operations(n: int, *, progress: Callable[[str], None] = lambda _: None)
 
     def audit_rows() -> Iterator[tuple[Any, ...]]:
         evidence_id = first_evidence
-        for i in range(n):
+        for i in range(first, first + n):
             kind = kind_of(i)
             key = operation_key(i)
-            op_id = first_op + i
+            op_id = first_op + i - first
             provider = providers[1 if i % 10 == 9 else 0]
-            updated = start + step * i
+            updated = start + step * (i - first)
             created = updated - timedelta(minutes=5)
             params = {"amount": i % 10000, "currency": "EUR", "order": key}
             canonical = _json(params)
@@ -321,7 +328,7 @@ def seed_operations(n: int, *, progress: Callable[[str], None] = lambda _: None)
             permit_id = uuid.UUID(int=i + 1)
             dispatches.append(
                 (
-                    first_dispatch + i,
+                    first_dispatch + i - first,
                     op_id,
                     str(permit_id),
                     hashlib.md5(key.encode()).hexdigest(),
@@ -432,9 +439,10 @@ def seed_audit(n: int, *, chain_length: int = 4) -> int:
     start = now - SPAN
     step = SPAN / max(n, 1)
 
+    base = AuditEvent.objects.count()  # not inside the COPY: its connection is busy then
+
     def rows() -> Iterator[tuple[Any, ...]]:
         chain: Chain | None = None
-        base = AuditEvent.objects.count()
         for i in range(n):
             if chain is None or chain.seq >= chain_length:
                 chain = Chain(f"audit-{base + i:09d}")
