@@ -46,26 +46,40 @@ from recovery.models import AuditCheckpoint, AuditEvent
 MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
 
 
+# Runs manage.py and prints its own peak resident memory last. Not the rusage the parent
+# gets from wait4: Linux carries a process's high-water mark across fork and exec, so
+# a child of this (large, seeding) process would report this process's peak.
+_PEAK_REPORTING = (
+    "import atexit, runpy, sys\n"
+    "def peak():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            print('PEAK_KB', line.split()[1], flush=True)\n"
+    "atexit.register(peak)\n"
+    "sys.argv = sys.argv[1:]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+
+
 def _measured(args: list[str], env: dict[str, str]) -> dict[str, Any]:
-    """Run ``manage.py *args`` to its end: seconds, peak resident memory (MB), its output."""
+    """Run ``manage.py *args`` to its end: seconds, its peak resident memory (MB), its output."""
     began = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, str(MANAGE), *args],
+    finished = subprocess.run(
+        [sys.executable, "-c", _PEAK_REPORTING, str(MANAGE), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        check=False,
     )
-    assert process.stdout is not None
-    output = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - began
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise CommandError(f"manage.py {' '.join(args)} failed:\n{output}")
+    lines = finished.stdout.strip().splitlines()
+    if finished.returncode != 0 or not lines or not lines[-1].startswith("PEAK_KB "):
+        raise CommandError(f"manage.py {' '.join(args)} failed:\n{finished.stdout}")
     return {
         "seconds": round(seconds, 2),
-        "peak_mb": round(usage.ru_maxrss / 1024, 1),  # Linux: kilobytes
-        "output": output.strip().splitlines()[-1] if output.strip() else "",
+        "peak_mb": round(int(lines[-1].split()[1]) / 1024, 1),
+        "output": lines[-2] if len(lines) > 1 else "",
     }
 
 
