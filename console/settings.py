@@ -92,6 +92,11 @@ def _database() -> dict[str, object]:
             # (PgBouncer in transaction mode before 1.21).
             options.setdefault("server_side_binding", True)
             options.setdefault("prepare_threshold", 5)
+        # No JIT compilation: it pays off for long analytical queries only, and the
+        # planner starts it by estimated cost, so a page whose LIMIT stops a scan early
+        # but whose estimate is large (the queue's counts) paid 0.5-1 s of compiling per
+        # request (docs/benchmarks.md). A URL's own ``?options=`` wins.
+        options.setdefault("options", "-c jit=off")
     else:
         raise ImproperlyConfigured(f"DATABASE_URL engine {engine!r} is not supported")
     return config

@@ -121,6 +121,13 @@ class Operation(models.Model):
     # lock, written with the change it describes. Checkpoints, not this, vouch for it.
     audit_seq = models.BigIntegerField(default=0)
     audit_hash = models.CharField(max_length=71, blank=True)
+    # Whether the dispatch's receipt was still running when the operation last changed
+    # state (set by ``recovery.transitions``; False when that change completes the
+    # receipt too). Never False while a receipt is stranded, sometimes True after it
+    # was completed without a transition: only ``operation_stranded``'s index reads
+    # it, to find the few settled operations whose receipt may be stranded without
+    # reading every running receipt. The receipt itself says whether it is.
+    receipt_running = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -131,6 +138,13 @@ class Operation(models.Model):
                 fields=["state", "updated_at", "id"],
                 condition=Q(state__in=["unknown", "reconcile"]),
                 name="operation_unsettled",
+            ),
+            # The queue's stranded receipts of settled operations, oldest first.
+            models.Index(
+                fields=["updated_at", "id"],
+                condition=Q(receipt_running=True)
+                & ~Q(state__in=["dispatched", "unknown", "reconcile"]),
+                name="operation_stranded",
             ),
             models.Index(
                 fields=["next_lookup_at"],
@@ -204,8 +218,8 @@ class Dispatch(Leased, models.Model):
     receipt_reported_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        # One dispatch per operation, ever: the one-to-one field's own unique index.
         constraints = [
-            models.UniqueConstraint(fields=["operation"], name="dispatch_one_per_operation"),
             # A recovery receipt points at what it was built from.
             models.CheckConstraint(
                 condition=Q(receipt_recovered=False)
@@ -216,6 +230,12 @@ class Dispatch(Leased, models.Model):
         ]
         indexes = [
             models.Index(fields=["lease_expires_at"], name="dispatch_lease"),
+            # A search by the provider's reference (``operation_jump_for_user``).
+            models.Index(
+                fields=["receipt_reference"],
+                condition=~Q(receipt_reference=""),
+                name="receipt_reference",
+            ),
             models.Index(
                 fields=["operation"],
                 condition=Q(receipt_status="running"),
@@ -281,7 +301,15 @@ class Evidence(models.Model):
 
     class Meta:
         ordering = ["captured_at", "id"]
-        indexes = [models.Index(fields=["operation", "captured_at"], name="evidence_operation")]
+        indexes = [
+            models.Index(fields=["operation", "captured_at"], name="evidence_operation"),
+            # A search by the provider's reference (``operation_jump_for_user``).
+            models.Index(
+                fields=["provider_reference"],
+                condition=~Q(provider_reference=""),
+                name="evidence_provider_reference",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.verdict} for {self.operation_id}"

@@ -88,6 +88,15 @@ class TransitionRefused(Exception):
         self.reason = reason
 
 
+# ``Operation.receipt_running`` as the row's own UPDATE finds it, for a change whose
+# fields do not set it: whether the operation's receipt is running (any write to it
+# earlier in this transaction included).
+_RECEIPT_RUNNING = (
+    "EXISTS (SELECT 1 FROM recovery_dispatch d WHERE d.operation_id = {row}.id"
+    " AND d.receipt_status = 'running')"
+)
+
+
 def next_state(state: str, event: str) -> str | None:
     return TRANSITIONS.get((state, event))
 
@@ -114,7 +123,14 @@ def operation_transition(
         Operation,
         where={"pk": operation.pk, "state": operation.state, "version": operation.version},
         values={"state": target, "updated_at": timezone.now(), **head, **fields},
-        expressions={"version": '"version" + 1'},
+        expressions={
+            "version": '"version" + 1',
+            **(
+                {}
+                if "receipt_running" in fields
+                else {"receipt_running": _RECEIPT_RUNNING.format(row="recovery_operation")}
+            ),
+        },
     )
     if changed != 1:
         audit_retract(audited)
@@ -202,6 +218,11 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
                 "updated_at": "v.updated_at",
                 "audit_seq": "v.audit_seq",
                 "audit_hash": "v.audit_hash",
+                **(
+                    {}
+                    if "receipt_running" in names
+                    else {"receipt_running": _RECEIPT_RUNNING.format(row="t")}
+                ),
                 **{name: f"v.{name}" for name in names},
             },
             expect={"state": "state", "version": "version"},

@@ -12,7 +12,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from recovery.selectors import QUEUE_REASONS
+from recovery.selectors import QUEUE_COUNT_CAP, QUEUE_REASONS
 
 register = template.Library()
 
@@ -52,6 +52,14 @@ def queue_reason(operation: Any) -> str:
     """Why an operation waits: the reason the queue's selector annotated, in words."""
     code = getattr(operation, "reason", None) or ""
     return QUEUE_REASONS.get(code) or code.replace("_", " ").capitalize() or "—"
+
+
+@register.filter
+def queue_count(value: int) -> str:
+    """A queue count as the selector capped it: "1,000+" once past the cap."""
+    if value > QUEUE_COUNT_CAP:
+        return f"{QUEUE_COUNT_CAP:,}+"
+    return str(value)
 
 
 @register.filter

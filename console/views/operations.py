@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
@@ -18,13 +18,7 @@ from console.views.access import (
 from console.views.reconcile import actions_context
 from recovery.models import LookupAttempt
 from recovery.permissions import ProviderPermission
-from recovery.selectors import (
-    lookup_in_flight,
-    operation_comparison,
-    operation_permit_history,
-    operation_record,
-    operation_timeline,
-)
+from recovery.selectors import operation_comparison, operation_page, operation_viewed_for_user
 from recovery.services.errors import RecoveryError
 from recovery.services.operator import operator_lookup
 
@@ -44,26 +38,25 @@ def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
     204, which htmx leaves on screen; any other answer is the region, redrawn, and once
     no lookup is in flight it carries no trigger, so the polling stops there.
     """
-    operation = operation_for_viewer(request, key)
+    # The lookup in flight is read before the operation (operation_viewed_for_user).
+    viewed = operation_viewed_for_user(user=request.user, key=key)
+    if viewed is None:
+        raise Http404("no such operation")
     polled = bool(request.htmx) and request.htmx.target == "live"  # type: ignore[attr-defined]
-    in_flight = lookup_in_flight(operation=operation)
+    in_flight = viewed.in_flight
     if polled and in_flight is not None and request.GET.get("seen") == _seen(in_flight):
         return HttpResponse(status=204)
-    if in_flight is None:
-        # Read again now: a lookup that ended since the first read is then in the state
-        # shown, and the page never stops polling on a state that predates its answer.
-        operation.refresh_from_db()
-    record = operation_record(operation=operation)
+    page = operation_page(viewed=viewed)
     context = {
-        "operation": operation,
-        "record": record,
-        "comparison": operation_comparison(record=record),
-        "timeline": operation_timeline(operation=operation),
-        "permits": operation_permit_history(operation=operation),
+        "operation": page.operation,
+        "record": page.record,
+        "comparison": operation_comparison(record=page.record),
+        "timeline": page.timeline,
+        "permits": page.permits,
         "in_flight": in_flight,
         "finished": polled and in_flight is None,
         "oob": polled,
-        **actions_context(request, operation),
+        **actions_context(request, page),
         "seen": _seen(in_flight) if in_flight is not None else "",
     }
     template = "console/operation.html#live" if polled else "console/operation.html"

@@ -22,12 +22,12 @@ from console.views.access import (
 from recovery.models import Dispatch, Operation, State
 from recovery.permissions import ProviderPermission
 from recovery.selectors import (
+    OperationPage,
     provider_permissions,
     providers_for_user,
     reconciliation_request_for_user,
     reconciliation_requests_for_user,
 )
-from recovery.services.claims import claim_live
 from recovery.services.errors import RecoveryError
 from recovery.services.operator import operation_claim, operation_claim_release
 from recovery.services.reconcile import (
@@ -48,15 +48,14 @@ def _actor(request: HttpRequest) -> Actor:
     return Actor.of("user", request.user)
 
 
-def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any]:
+def actions_context(request: HttpRequest, page: OperationPage) -> dict[str, Any]:
     """What the operation page offers this user: each decision, its claim, its proposal.
 
     A decision is listed only if the user holds its permission and the operation allows
     it now, with whether it is taken at once (the evidence backs it) or proposed.
     """
+    operation, evidence, dispatch = page.operation, page.evidence_latest, page.dispatch
     held = provider_permissions(user=request.user, provider=operation.provider)
-    evidence = evidence_latest(operation)
-    dispatch = Dispatch.of(operation)
     decisions = []
     for action, permission in DECISIONS.items():
         if permission not in held:
@@ -70,16 +69,14 @@ def actions_context(request: HttpRequest, operation: Operation) -> dict[str, Any
         direct = backing is not None
         if direct or ProviderPermission.PROPOSE_RECONCILIATIONS in held:
             decisions.append({"action": action, "direct": direct})
-    pending = ReconciliationRequest.objects.filter(
-        operation_key=operation.key, status=ReconciliationRequest.Status.PENDING
-    ).first()
+    pending = page.pending_request
     if pending is not None:  # one proposal at a time: it is decided first
         decisions = []
     may_lookup = ProviderPermission.LOOKUP_OPERATIONS in held
     return {
         "may_lookup": may_lookup,
         "decisions": decisions,
-        "claim": claim_live(operation),
+        "claim": page.claim,
         "may_claim": may_lookup,
         "me": _actor(request),
         "pending_request": pending,

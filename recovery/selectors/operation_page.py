@@ -11,13 +11,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import TextChoices
+from django.core.exceptions import ObjectDoesNotExist
+from django.db.models import OuterRef, QuerySet, Subquery, TextChoices
 from django.utils import timezone
 
-from approvals.models import Permit
+from approvals.models import Permit, ReconciliationRequest
 from approvals.selectors import permit_history
 from recovery import contract
-from recovery.models import LOOKUP_IN_FLIGHT, AuditEvent, LookupAttempt, Operation
+from recovery.models import (
+    LOOKUP_IN_FLIGHT,
+    AuditEvent,
+    Dispatch,
+    Evidence,
+    LookupAttempt,
+    Operation,
+    OperationClaim,
+)
 from recovery.params_diff import (
     ParamDifference,
     ParamRow,
@@ -26,7 +35,9 @@ from recovery.params_diff import (
     provider_digest,
     provider_params,
 )
-from recovery.selectors.records import _iso, _who
+from recovery.selectors.access import providers_visible_to
+from recovery.selectors.queue import claim_cutoff
+from recovery.selectors.records import _iso, _who, operation_record_of
 from recovery.vocabulary import AuditKind, StaleSignal
 
 TIMELINE_LIMIT = 200
@@ -121,19 +132,26 @@ def _lookup_entry(attempt: LookupAttempt) -> TimelineEntry:
     )
 
 
-def operation_timeline(*, operation: Operation, limit: int = TIMELINE_LIMIT) -> Timeline:
+def _attempts_newest(attempts: QuerySet[LookupAttempt], limit: int) -> list[LookupAttempt]:
+    return list(attempts.select_related("evidence").order_by("-started_at", "-id")[: limit + 1])
+
+
+def operation_timeline(
+    *,
+    operation: Operation,
+    limit: int = TIMELINE_LIMIT,
+    attempts: list[LookupAttempt] | None = None,
+) -> Timeline:
     """The operation's audit chain and its lookup attempts, merged, newest first.
 
     Both are read newest first and at most ``limit + 1`` of each (the chain along its
     (operation_key, seq) index): a long-stuck operation's page costs the same as a new
-    one's, and the extra row says whether older entries were left out.
+    one's, and the extra row says whether older entries were left out. ``attempts``:
+    those, if the caller read them already (``operation_page_for_user``).
     """
     events = AuditEvent.objects.filter(operation_key=operation.key).order_by("-seq")[: limit + 1]
-    attempts = (
-        LookupAttempt.objects.filter(operation=operation)
-        .select_related("evidence")
-        .order_by("-started_at", "-id")[: limit + 1]
-    )
+    if attempts is None:
+        attempts = _attempts_newest(LookupAttempt.objects.filter(operation=operation), limit)
     entries = []
     for event in events:
         # The chain accepts any JSON; a kind written later may not hold an object.
@@ -162,18 +180,27 @@ class PermitHistory:
     lines: list[dict[str, Any]]  # oldest first: kind, reason, actor, at, detail
 
 
-def operation_permit_history(*, operation: Operation) -> list[PermitHistory]:
+def operation_permits(*, operation_key: str) -> list[Permit]:
+    """The operation's permits, oldest first, each with its approval and its events."""
+    return list(
+        Permit.objects.filter(operation_key=operation_key)
+        .select_related("approval")
+        .prefetch_related("events")
+        .order_by("issued_at", "id")
+    )
+
+
+def operation_permit_history(
+    *, operation: Operation, permits: list[Permit] | None = None
+) -> list[PermitHistory]:
     """Every permit issued for the operation with its whole history, oldest permit first.
 
     Issue, each consumption attempt and refusal with its reason, revocation and expiry
     (``approvals.selectors.permit_history``). Bound to the key by value, as permits are.
+    ``permits``: ``operation_permits``, if the caller read them already.
     """
-    permits = (
-        Permit.objects.filter(operation_key=operation.key)
-        .select_related("approval")
-        .prefetch_related("events")
-        .order_by("issued_at")
-    )
+    if permits is None:
+        permits = operation_permits(operation_key=operation.key)
     return [
         PermitHistory(
             permit_id=str(permit.id),
@@ -241,3 +268,104 @@ def operation_comparison(*, record: contract.OperationRecord) -> Comparison:
         digest_differs=digest is not None and digest != record.params_digest,
         receipt_differs=frozenset(receipt_differs),
     )
+
+
+@dataclass(frozen=True)
+class OperationViewed:
+    """An operation as its page first reads it: the row and its newest lookups."""
+
+    operation: Operation  # with its provider, host, dispatch and claim
+    attempts: list[LookupAttempt]  # newest first, at most TIMELINE_LIMIT + 1
+    in_flight: LookupAttempt | None
+
+
+def operation_viewed_for_user(*, user: Any, key: str) -> OperationViewed | None:
+    """The operation ``key`` and its lookups, or None when there is none or ``user`` may
+    not view it: what a poll of its page needs, in two statements.
+
+    The lookups are read before the operation: when none is in flight, the operation
+    shown is then at least as new as that answer, and a page never stops polling on a
+    state that predates its lookup's outcome.
+    """
+    visible = providers_visible_to(user=user)
+    attempts = _attempts_newest(
+        LookupAttempt.objects.filter(operation__key=key, operation__provider__in=visible),
+        TIMELINE_LIMIT,
+    )
+    pending = ReconciliationRequest.objects.filter(
+        operation_key=OuterRef("key"), status=ReconciliationRequest.Status.PENDING
+    ).values("pk")[:1]
+    operation = (
+        Operation.objects.filter(key=key, provider__in=visible)
+        .select_related("provider", "host", "dispatch", "claim")
+        .annotate(pending_request_id=Subquery(pending))
+        .first()
+    )
+    if operation is None:
+        return None
+    now = timezone.now()
+    in_flight = next(
+        (a for a in attempts if a.status in LOOKUP_IN_FLIGHT and a.lease_alive(now)), None
+    )
+    return OperationViewed(operation, attempts, in_flight)
+
+
+@dataclass(frozen=True)
+class OperationPage:
+    """Everything the operation page shows, read in a fixed number of statements.
+
+    One statement per kind of thing, whatever the history's length: the lookups and the
+    operation (``operation_viewed_for_user``; its provider, host, dispatch and claim with
+    it), its permits, their events, its evidence, its audit chain; the pending
+    four-eyes proposal only when there is one.
+    """
+
+    operation: Operation
+    in_flight: LookupAttempt | None
+    record: contract.OperationRecord
+    timeline: Timeline
+    permits: list[PermitHistory]
+    dispatch: Dispatch | None
+    claim: OperationClaim | None  # a live one: a lapsed claim is as good as none
+    evidence_latest: Evidence | None
+    pending_request: ReconciliationRequest | None
+
+
+def operation_page(*, viewed: OperationViewed) -> OperationPage:
+    """The rest of the operation page, for an operation its user may view."""
+    operation = viewed.operation
+    dispatch = _related(operation, "dispatch")
+    claim = _related(operation, "claim")
+    if claim is not None and claim.touched_at <= claim_cutoff():
+        claim = None
+    permits = operation_permits(operation_key=operation.key)
+    evidence = list(operation.evidence.order_by("captured_at", "id"))
+    pending_id = getattr(operation, "pending_request_id", None)
+    return OperationPage(
+        operation=operation,
+        in_flight=viewed.in_flight,
+        record=operation_record_of(
+            operation=operation,
+            permit=permits[-1] if permits else None,
+            dispatch=dispatch,
+            evidence=evidence,
+        ),
+        timeline=operation_timeline(operation=operation, attempts=viewed.attempts),
+        permits=operation_permit_history(operation=operation, permits=permits),
+        dispatch=dispatch,
+        claim=claim,
+        evidence_latest=evidence[-1] if evidence else None,
+        pending_request=(
+            ReconciliationRequest.objects.filter(pk=pending_id).first()
+            if pending_id is not None
+            else None
+        ),
+    )
+
+
+def _related(operation: Operation, name: str) -> Any:
+    """A reverse one-to-one read with the operation (``select_related``), or None."""
+    try:
+        return getattr(operation, name)
+    except ObjectDoesNotExist:
+        return None

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import (
     Case,
     CharField,
@@ -43,6 +44,12 @@ from recovery.vocabulary import AuditKind, WaitReason
 
 QUEUE_STRANDED = WaitReason.STRANDED
 QUEUE_STATES = (State.UNKNOWN, State.RECONCILE)
+# The queue's counts stop here. Exact below it, where a number tells an operator
+# something ("3 waiting"); past it "1,000+" says as much, and a count that read every
+# stuck row on every page view would cost more the worse things get. Not a counts
+# table: that would be one hot row written by every transition, and a number an
+# operator would have to trust the age of.
+QUEUE_COUNT_CAP = 1000
 
 # Why an operation waits, read from its last transition (what the services write in
 # its data); a stranded receipt of a settled operation waits for the receipt alone.
@@ -89,6 +96,19 @@ _REASON_OF_TRANSITION = Case(
     default=KT("data__event"),
     output_field=CharField(),
 )
+
+
+def _receipt_running(rows: QuerySet[Operation]) -> QuerySet[Operation]:
+    """``rows`` whose dispatch's receipt is still running.
+
+    Asked row by row, from the ``receipt_running`` index alone, not by a join: the
+    planner cannot know that nearly every stuck operation's receipt is running, and for
+    a join it hashes every running receipt before returning the first row.
+    """
+    running = Dispatch.objects.filter(
+        operation=OuterRef("pk"), receipt_status=Dispatch.ReceiptStatus.RUNNING
+    ).values("operation")[:1]
+    return rows.alias(running=Subquery(running)).filter(running=F("pk"))
 
 
 def claim_cutoff(now: datetime | None = None) -> datetime:
@@ -157,11 +177,11 @@ def operations_queue_for_user(
 
     Every operation in ``unknown`` or ``reconcile`` and every stranded receipt (still
     ``running`` on an operation no longer ``dispatched``), of the providers ``user`` may
-    view. Each state and the stranded receipts are read by a query of their own, each
-    along a partial index (``operation_unsettled``, ``receipt_running``), and merged
-    here: one OR across the join would use neither. Keyset pagination on
-    (``updated_at``, id), the time the operation entered its state: no OFFSET, no
-    COUNT, the same cost on every page.
+    view. Each state and the stranded receipts of settled operations are read by a
+    query of their own, each along a partial index (``operation_unsettled``,
+    ``operation_stranded``), and merged here: one OR across them would use neither.
+    Keyset pagination on (``updated_at``, id), the time the operation entered its
+    state: no OFFSET, no COUNT, the same cost on every page.
     """
     visible = providers_visible_to(user=user)
     states = [filters.state] if filters.state in QUEUE_STATES else list(QUEUE_STATES)
@@ -173,16 +193,22 @@ def operations_queue_for_user(
         # already in (updated_at, id) order and the LIMIT stops the scan; ``state IN``
         # would sort the whole queue first.
         branches += [Operation.objects.filter(state=s, provider__in=visible) for s in states]
-    settled_only = not filters.state  # the stranded branch holds no unsettled row then
-    if filters.state in ("", QUEUE_STRANDED) and not (
-        settled_only and filters.reason not in ("", QUEUE_STRANDED)
-    ):
-        stranded = Operation.objects.filter(
-            provider__in=visible, dispatch__receipt_status=Dispatch.ReceiptStatus.RUNNING
-        ).exclude(state=State.DISPATCHED)
-        if settled_only:  # the unsettled ones are in the first branches
-            stranded = stranded.exclude(state__in=QUEUE_STATES)
-        branches.append(stranded)
+    elif filters.state == QUEUE_STRANDED:
+        # The stranded receipts of unsettled operations, along the same index.
+        branches += [
+            _receipt_running(Operation.objects.filter(state=s, provider__in=visible))
+            for s in QUEUE_STATES
+        ]
+    if filters.state in ("", QUEUE_STRANDED) and filters.reason in ("", QUEUE_STRANDED):
+        # Settled operations with a running receipt, along ``operation_stranded``
+        # (``receipt_running`` marks the few that may have one; the receipt decides).
+        branches.append(
+            _receipt_running(
+                Operation.objects.filter(provider__in=visible, receipt_running=True).exclude(
+                    state__in=[State.DISPATCHED, *QUEUE_STATES]
+                )
+            )
+        )
     rows: list[Operation] = []
     for branch in branches:
         rows.extend(_queue_branch(branch, filters, after)[: limit + 1])
@@ -196,28 +222,45 @@ def operations_queue_for_user(
 def operations_queue_counts_for_user(*, user: Any) -> dict[str, int]:
     """How many operations wait in each queue state, and how many receipts are stranded.
 
-    One grouped query over the unsettled rows of the visible providers (from the
-    ``operation_provider_state`` index alone), one count over the running receipts.
+    Counted up to ``QUEUE_COUNT_CAP``: past it the count is ``QUEUE_COUNT_CAP + 1``,
+    which the console shows as "1,000+". Each count reads at most that many index
+    entries (a LIMITed subquery), so the page costs the same with a hundred thousand
+    stuck operations as with a thousand; all three in one statement.
     """
-    # The ids first: given them as values, the planner knows how few providers it is
-    # counting for and reads only the index (a subquery made it read the whole queue).
-    visible = list(providers_visible_to(user=user).values_list("pk", flat=True))
-    counts = {str(state): 0 for state in QUEUE_STATES}
-    grouped = (
-        Operation.objects.filter(state__in=QUEUE_STATES, provider__in=visible)
-        .values("state")
-        .annotate(n=Count("state"))
-        .order_by()
-    )
-    for line in grouped:
-        counts[line["state"]] = line["n"]
-    counts[QUEUE_STRANDED] = (
-        Dispatch.objects.filter(
-            receipt_status=Dispatch.ReceiptStatus.RUNNING, operation__provider__in=visible
+    visible = providers_visible_to(user=user)
+    # (what it counts toward, rows): each part read along the index its branch of the
+    # queue reads, the stranded receipts in three (those of each unsettled state, and
+    # of the settled operations ``operation_stranded`` marks).
+    parts: list[tuple[str, QuerySet[Any]]] = [
+        (str(state), Operation.objects.filter(state=state, provider__in=visible))
+        for state in QUEUE_STATES
+    ]
+    parts += [
+        (
+            QUEUE_STRANDED,
+            _receipt_running(Operation.objects.filter(state=state, provider__in=visible)),
         )
-        .exclude(operation__state=State.DISPATCHED)
-        .count()
+        for state in QUEUE_STATES
+    ]
+    settled = Operation.objects.filter(provider__in=visible, receipt_running=True)
+    parts.append(
+        (
+            QUEUE_STRANDED,
+            _receipt_running(settled.exclude(state__in=[State.DISPATCHED, *QUEUE_STATES])),
+        )
     )
+    selects: list[str] = []
+    params: list[Any] = []
+    for number, (_, rows) in enumerate(parts):
+        sql, part_params = rows.values("pk")[: QUEUE_COUNT_CAP + 1].query.sql_with_params()
+        selects.append(f"(SELECT COUNT(*) FROM ({sql}) capped_{number})")
+        params.extend(part_params)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(selects), params)
+        row = cursor.fetchone()
+    counts = {str(state): 0 for state in QUEUE_STATES} | {QUEUE_STRANDED: 0}
+    for (name, _), n in zip(parts, row, strict=True):
+        counts[name] = min(counts[name] + int(n), QUEUE_COUNT_CAP + 1)
     return counts
 
 
@@ -247,9 +290,14 @@ def operation_jump_for_user(*, user: Any, text: str) -> str | None:
             if visible.filter(key=key).exists():
                 return str(key)
         return None
-    named = visible.filter(
-        Q(pk__in=Evidence.objects.filter(provider_reference=text).values("operation"))
-        | Q(dispatch__receipt_reference=text)
-    ).values_list("key", flat=True)[:2]
-    keys = list(named)
-    return keys[0] if len(keys) == 1 else None
+    # Two reads, each along its partial index (``evidence_provider_reference``,
+    # ``receipt_reference``): one OR across them would read every operation.
+    by_evidence = visible.filter(
+        pk__in=Evidence.objects.filter(provider_reference=text).values("operation")
+    )
+    by_receipt = visible.filter(dispatch__receipt_reference=text)
+    named = {
+        *by_evidence.values_list("key", flat=True)[:2],
+        *by_receipt.values_list("key", flat=True)[:2],
+    }
+    return named.pop() if len(named) == 1 else None

@@ -92,7 +92,23 @@ def operation_record(*, operation: Operation) -> contract.OperationRecord:
         .order_by("-issued_at")
         .first()
     )
-    dispatch = Dispatch.of(operation)
+    return operation_record_of(
+        operation=operation,
+        permit=permit,
+        dispatch=Dispatch.of(operation),
+        evidence=list(operation.evidence.order_by("captured_at", "id")),
+    )
+
+
+def operation_record_of(
+    *,
+    operation: Operation,
+    permit: Permit | None,
+    dispatch: Dispatch | None,
+    evidence: list[Evidence],
+) -> contract.OperationRecord:
+    """``operation_record`` from rows already read: its newest permit (with its events),
+    its dispatch and its evidence, oldest first."""
     return contract.OperationRecord(
         key=operation.key,
         action=operation.action,
@@ -127,5 +143,5 @@ def operation_record(*, operation: Operation) -> contract.OperationRecord:
             if dispatch
             else None
         ),
-        evidence=[evidence_record(e) for e in operation.evidence.order_by("captured_at", "id")],
+        evidence=[evidence_record(e) for e in evidence],
     )

@@ -244,7 +244,13 @@ def _evidence_judge(
             return _Judgement(Change(operation, Event.CONFLICT, ref))
         event = Event.EVIDENCE_MATCH if committed else Event.EVIDENCE_NOT_PERFORMED
         return _Judgement(
-            Change(operation, event, ref, {"recovered": True, "next_lookup_at": None}),
+            # The receipt is complete after this change (recovered now if running).
+            Change(
+                operation,
+                event,
+                ref,
+                {"recovered": True, "next_lookup_at": None, "receipt_running": False},
+            ),
             recover=receipt.receipt_status == Dispatch.ReceiptStatus.RUNNING,
         )
     if verdict in (Verdict.MISMATCH, Verdict.CORRUPT):

@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
+from dbsql.rows import update
 from recovery.audit import audit_append, audit_chain_locked, audit_transaction
 from recovery.models import Dispatch, Evidence, Operation, State, Verdict
 from recovery.permissions import ProviderPermission
@@ -167,10 +168,13 @@ def _apply(
             actor=actor,
             data={"reason": reason, **grounds},
             next_lookup_at=None,
+            receipt_running=False,  # completed below if it is still running
         )
     dispatch = Dispatch.of(operation)
     if _stranded(dispatch):
         assert dispatch is not None
+        if action == Action.REPAIR:  # no transition to say the receipt is complete
+            update(Operation, where={"pk": operation.pk}, values={"receipt_running": False})
         receipt_complete(
             operation=operation,
             dispatch=dispatch,

@@ -14,7 +14,7 @@ from approvals.models import Permit
 from recovery.models import Dispatch, Evidence, Operation, Provider
 from recovery.selectors import QueueFilters, operations_queue_for_user
 from recovery.services.roles import role_grant
-from tests.conftest import PARAMS
+from tests.conftest import PARAMS, digest_of
 from tests.console.conftest import aged, console_user
 from tests.support.providers import sqlite_provider_commit, sqlite_provider_tamper
 
@@ -438,3 +438,43 @@ def test_the_queue_shows_who_claimed_an_operation_until_the_claim_lapses(
         re.findall(r'>(op-[a-z]+)</a></td>.*?data-label="Claimed by">(.*?)</td>', html, re.S)
     )
     assert "—" in rows["op-claimed"]
+
+
+# -- the stranded mark (Operation.receipt_running) that the stranded branch reads -------
+
+
+def test_an_operation_whose_worker_died_is_marked_as_holding_a_running_receipt(stuck):
+    assert stuck.unknown("op-1").receipt_running is True
+
+
+def test_a_release_from_matching_evidence_completes_the_receipt_and_clears_the_mark(stuck):
+    # The receipt is completed after the transition, in the same transaction: the
+    # transition itself says so, or every recovered operation would stay marked.
+    operation = stuck.released("op-1")
+    assert operation.dispatch.receipt_status == "succeeded"
+    assert operation.receipt_running is False
+
+
+def test_a_worker_that_reports_in_time_leaves_no_mark(flow):
+    flow.approved("op-1", PARAMS)
+    token = flow.dispatch("op-1", digest_of(PARAMS), worker="w-1").json()["fencing_token"]
+    report = {"fencing_token": token, "outcome": "committed"}
+    assert flow.host_api.post("/api/v1/operations/op-1/result", report).status_code == 200
+    operation = Operation.objects.get(key="op-1")
+    assert (operation.state, operation.receipt_running) == ("released", False)
+
+
+def test_a_repaired_receipt_clears_the_mark(signed_in, operator, stuck):
+    operation = stuck.released("op-1")
+    # Stranded as a settlement without its receipt leaves it (the transition marked it).
+    Dispatch.objects.filter(operation=operation).update(
+        receipt_status="running", receipt_recovered=False, receipt_evidence=None
+    )
+    Operation.objects.filter(pk=operation.pk).update(receipt_running=True)
+    assert _keys(signed_in(operator).get("/")) == ["op-1"]
+    answer = signed_in(operator).post(
+        "/operations/op-1/repair", {"version": operation.version, "reason": "provider says so"}
+    )
+    assert answer.status_code == 302
+    assert Operation.objects.get(pk=operation.pk).receipt_running is False
+    assert _keys(signed_in(operator).get("/")) == []

@@ -123,6 +123,21 @@ def test_prepared_statements_are_on_for_postgresql_and_can_be_turned_off(monkeyp
 
     monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle")
     monkeypatch.delenv("SETTLE_DB_PREPARED_STATEMENTS", raising=False)
-    assert _database()["OPTIONS"] == {"server_side_binding": True, "prepare_threshold": 5}
+    jit_off = {"options": "-c jit=off"}
+    assert _database()["OPTIONS"] == {
+        "server_side_binding": True,
+        "prepare_threshold": 5,
+        **jit_off,
+    }
     monkeypatch.setenv("SETTLE_DB_PREPARED_STATEMENTS", "off")
-    assert _database()["OPTIONS"] == {}
+    assert _database()["OPTIONS"] == jit_off
+
+
+def test_postgresql_connections_compile_nothing_unless_the_url_says(monkeypatch):
+    """No JIT: the queue's counts spent up to a second compiling (docs/benchmarks.md)."""
+    from console.settings import _database
+
+    monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle")
+    assert _database()["OPTIONS"]["options"] == "-c jit=off"
+    monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle?options=-c%20jit%3Don")
+    assert _database()["OPTIONS"]["options"] == "-c jit=on"

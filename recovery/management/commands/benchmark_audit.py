@@ -1,0 +1,46 @@
+"""``manage.py benchmark_audit``: verifying and checkpointing an audit log of N events.
+
+The measurement is ``bench/audit.py``, a development tool that a runtime install need not
+have; this command only takes the options and passes them on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+class Command(BaseCommand):
+    help = (
+        "Seed N audit events into an empty database, then time a routine checkpoint and a "
+        "full verify_audit, with their peak memory; the last line is JSON."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--events", type=int, default=100_000)
+        parser.add_argument(
+            "--new", type=int, default=10_000, help="events new since the last checkpoint"
+        )
+        parser.add_argument(
+            "--reuse",
+            action="store_true",
+            help="measure the events an earlier seed left here instead of seeding",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            from bench.audit import AuditBenchmark
+        except ModuleNotFoundError as exc:
+            if exc.name not in {"bench", "bench.audit", "bench.seed", "time_machine"}:
+                raise
+            raise CommandError(
+                "benchmark_audit needs bench/ and the development install (a development "
+                "tool, not part of a runtime install): run it from a checkout of the "
+                "repository, in its top directory"
+            ) from None
+        if options["events"] < 1 or options["new"] < 1:
+            raise CommandError("--events and --new must be at least 1")
+        AuditBenchmark(self.stdout).run(
+            events=options["events"], new=options["new"], reuse=options["reuse"]
+        )
