@@ -374,7 +374,7 @@ def operations_confirm_many(
                 operation,
                 Event.CONFIRM,
                 data={"reason": reason, **receipt_grounds(backing, None)},
-                fields={"next_lookup_at": None},
+                fields={"next_lookup_at": None, "receipt_running": False},  # as _apply
             )
         )
     refused = operation_transition_many(changes=changes, actor=actor)

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from recovery.models import AuditEvent, BulkBatch, BulkItem, Operation
+from recovery.models import AuditEvent, BulkBatch, BulkItem, Dispatch, Operation
 from recovery.services.bulk import (
     Pick,
     bulk_chunk_run,
@@ -324,3 +324,19 @@ def test_an_item_of_a_provider_the_submitter_only_views_is_refused_and_recorded(
     [refusal] = AuditEvent.objects.filter(operation_key="t-1", kind="operator_refused")
     assert (refusal.data["code"], refusal.data["batch"]) == ("forbidden", str(batch.pk))
     assert refusal.actor == _actor(operator)
+
+
+def test_a_bulk_confirm_completes_a_stranded_receipt_and_leaves_no_stranded_mark(operator, stuck):
+    # Confirmed one by one or in bulk, a release whose receipt was still running is not
+    # left marked as stranded (the queue's stranded branch reads the mark's index).
+    operation = stuck.conflict("m-1", host_says="failed", provider_says="committed")
+    Dispatch.objects.filter(operation=operation).update(receipt_status="running")
+    Operation.objects.filter(pk=operation.pk).update(receipt_running=True)
+    operation.refresh_from_db()
+
+    run_batch(_submit(operator, "confirm", [operation]))
+
+    operation.refresh_from_db()
+    assert operation.state == "released"
+    assert Dispatch.objects.get(operation=operation).receipt_status == "succeeded"
+    assert operation.receipt_running is False
