@@ -137,6 +137,9 @@ class Operation(models.Model):
             models.Index(
                 fields=["state", "updated_at", "id"],
                 condition=Q(state__in=["unknown", "reconcile"]),
+                # Bulk work counts every matching operation of the providers a user may
+                # view: from the index alone (PostgreSQL), not a heap read per row.
+                include=["provider_id"],
                 name="operation_unsettled",
             ),
             # The queue's stranded receipts of settled operations, oldest first.

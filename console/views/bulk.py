@@ -41,10 +41,10 @@ from recovery.selectors import (
 )
 from recovery.services.bulk import (
     Pick,
+    bulk_actions_permitted,
     bulk_approvable,
     bulk_counts,
     bulk_decide,
-    bulk_permitted,
     bulk_submit,
 )
 from recovery.services.errors import RecoveryError
@@ -114,21 +114,26 @@ def _selection(request: HttpRequest, query: QueryDict) -> dict[str, Any]:
     }
 
 
+def _offered(actor: Actor) -> list[dict[str, str]]:
+    """The actions the preview offers: those ``actor`` may take somewhere."""
+    permitted = bulk_actions_permitted(actor=actor)
+    return [
+        {"value": value, "label": label, "does": does}
+        for value, label, does in ACTIONS
+        if value in permitted
+    ]
+
+
 @login_required
 @require_safe
 def bulk_preview(request: HttpRequest) -> HttpResponse:
     """How many operations the selection holds, exactly, and the actions that apply."""
     selection = _selection(request, request.GET)
     actor = _actor(request)
-    offered = [
-        {"value": value, "label": label, "does": does}
-        for value, label, does in ACTIONS
-        if bulk_permitted(action=value, actor=actor)
-    ]
     context = {
         **selection,
         "limit": settings.SETTLE_BULK_MAX_ITEMS,
-        "actions": offered,
+        "actions": _offered(actor),
         "submit_form": BulkSubmitForm(),
     }
     return render(request, "console/bulk_preview.html", context)
@@ -183,11 +188,7 @@ def bulk_submit_view(request: HttpRequest) -> HttpResponse:
         **selection,
         "problem": problem,
         "limit": settings.SETTLE_BULK_MAX_ITEMS,
-        "actions": [
-            {"value": value, "label": label, "does": does}
-            for value, label, does in ACTIONS
-            if bulk_permitted(action=value, actor=actor)
-        ],
+        "actions": _offered(actor),
         "submit_form": form,
     }
     return render(request, "console/bulk_preview.html", context, status=400)

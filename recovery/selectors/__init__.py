@@ -29,6 +29,7 @@ from recovery.selectors.access import (
     operations_for_host,
     provider_for_callback,
     provider_permissions,
+    provider_permissions_all,
     providers_for_user,
     providers_visible_to,
 )
@@ -150,6 +151,7 @@ __all__ = [
     "permit_record",
     "provider_for_callback",
     "provider_permissions",
+    "provider_permissions_all",
     "providers_for_user",
     "providers_visible_to",
     "reconcile_entered_since",

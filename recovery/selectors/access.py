@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.contenttypes.models import ContentType
 from django.db.models import QuerySet
 from guardian.core import ObjectPermissionChecker
+from guardian.models import GroupObjectPermission, UserObjectPermission
 from guardian.shortcuts import get_objects_for_user, get_perms
 
 from approvals.models import Approval, Approver
@@ -65,6 +67,31 @@ def provider_permissions(*, user: Any, provider: Provider) -> frozenset[str]:
     groups = checker.get_group_perms(provider).order_by()
     # django-stubs types union() for model querysets only; these are value lists.
     return frozenset(mine.union(groups))  # type: ignore[arg-type]
+
+
+def provider_permissions_all(*, user: Any) -> dict[int, frozenset[str]]:
+    """The permissions ``user`` holds on each provider (codenames), by provider id.
+
+    ``provider_permissions`` for every provider at once, in one statement (guardian's
+    user and group object permissions as one UNION): a page that asks what the user may
+    do anywhere. A provider with none is absent.
+    """
+    if not user.is_active:
+        return {}
+    if user.is_superuser:
+        everything = frozenset(permission.value for permission in ProviderPermission)
+        return {pk: everything for pk in Provider.objects.values_list("pk", flat=True)}
+    kind = ContentType.objects.get_for_model(Provider)
+    mine = UserObjectPermission.objects.filter(user=user, content_type=kind).values_list(
+        "object_pk", "permission__codename"
+    )
+    groups = GroupObjectPermission.objects.filter(
+        group__in=user.groups.all(), content_type=kind
+    ).values_list("object_pk", "permission__codename")
+    held: dict[int, set[str]] = {}
+    for pk, codename in mine.order_by().union(groups.order_by()):
+        held.setdefault(int(pk), set()).add(codename)
+    return {pk: frozenset(codenames) for pk, codenames in held.items()}
 
 
 def approvals_for_approver(*, approver: Approver) -> QuerySet[Approval]:

@@ -12,12 +12,13 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from approvals.actors import Actor
-from recovery.models import BulkBatch, BulkItem, Dispatch, Operation, State
+from recovery.models import BulkBatch, BulkItem, Operation
 from recovery.selectors.access import providers_visible_to
-from recovery.selectors.queue import QUEUE_STATES, QUEUE_STRANDED, QueueFilters, _queue_branch
+from recovery.selectors.queue import QueueFilters, _queue_branch, queue_branches_for_user
 
 
 def _matching_branches(
@@ -28,18 +29,7 @@ def _matching_branches(
     ``until``: only what entered its state by then (the moment the count was shown),
     so that what arrives later is not swept in.
     """
-    visible = providers_visible_to(user=user)
-    states = [filters.state] if filters.state in QUEUE_STATES else list(QUEUE_STATES)
-    branches: list[QuerySet[Operation]] = []
-    if filters.state != QUEUE_STRANDED and filters.reason != QUEUE_STRANDED:
-        branches += [Operation.objects.filter(state=s, provider__in=visible) for s in states]
-    if filters.state in ("", QUEUE_STRANDED) and filters.reason in ("", QUEUE_STRANDED):
-        stranded = Operation.objects.filter(
-            provider__in=visible, dispatch__receipt_status=Dispatch.ReceiptStatus.RUNNING
-        ).exclude(state=State.DISPATCHED)
-        if not filters.state:  # the unsettled ones are in the first branches
-            stranded = stranded.exclude(state__in=QUEUE_STATES)
-        branches.append(stranded)
+    branches = queue_branches_for_user(user=user, filters=filters)
     if until is not None:
         branches = [branch.filter(updated_at__lte=until) for branch in branches]
     return [_queue_branch(branch, filters, None).order_by() for branch in branches]
@@ -48,10 +38,20 @@ def _matching_branches(
 def operations_matching_count_for_user(
     *, user: Any, filters: QueueFilters, until: datetime | None = None
 ) -> int:
-    """How many operations of the queue ``filters`` match for ``user``: counts only."""
-    return sum(
-        branch.count() for branch in _matching_branches(user=user, filters=filters, until=until)
-    )
+    """How many operations of the queue ``filters`` match for ``user``, exactly; one
+    statement (each branch counted along its own index, the counts summed)."""
+    selects: list[str] = []
+    params: list[Any] = []
+    for branch in _matching_branches(user=user, filters=filters, until=until):
+        sql, branch_params = branch.values("pk").query.sql_with_params()
+        selects.append(f"(SELECT COUNT(*) FROM ({sql}) branch_{len(selects)})")
+        params.extend(branch_params)
+    if not selects:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + " + ".join(selects), params)
+        row = cursor.fetchone()
+    return int(row[0])
 
 
 def operations_matching_for_user(

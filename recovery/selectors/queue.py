@@ -170,18 +170,12 @@ def _queue_branch(
     return rows.select_related("provider").order_by("updated_at", "pk")
 
 
-def operations_queue_for_user(
-    *, user: Any, filters: QueueFilters, after: tuple[datetime, int] | None, limit: int
-) -> QueuePage:
-    """The console's queue: what waits for an operator, oldest first, one page of it.
+def queue_branches_for_user(*, user: Any, filters: QueueFilters) -> list[QuerySet[Operation]]:
+    """The queue's disjoint parts that can hold what ``filters`` asks for, unfiltered.
 
-    Every operation in ``unknown`` or ``reconcile`` and every stranded receipt (still
-    ``running`` on an operation no longer ``dispatched``), of the providers ``user`` may
-    view. Each state and the stranded receipts of settled operations are read by a
-    query of their own, each along a partial index (``operation_unsettled``,
-    ``operation_stranded``), and merged here: one OR across them would use neither.
-    Keyset pagination on (``updated_at``, id), the time the operation entered its
-    state: no OFFSET, no COUNT, the same cost on every page.
+    Each state, and the stranded receipts of settled operations, is a query of its own
+    along a partial index (``operation_unsettled``, ``operation_stranded``): one OR
+    across them would use neither. The queue pages through them; bulk work counts them.
     """
     visible = providers_visible_to(user=user)
     states = [filters.state] if filters.state in QUEUE_STATES else list(QUEUE_STATES)
@@ -209,8 +203,24 @@ def operations_queue_for_user(
                 )
             )
         )
+    return branches
+
+
+def operations_queue_for_user(
+    *, user: Any, filters: QueueFilters, after: tuple[datetime, int] | None, limit: int
+) -> QueuePage:
+    """The console's queue: what waits for an operator, oldest first, one page of it.
+
+    Every operation in ``unknown`` or ``reconcile`` and every stranded receipt (still
+    ``running`` on an operation no longer ``dispatched``), of the providers ``user`` may
+    view. Each state and the stranded receipts of settled operations are read by a
+    query of their own, each along a partial index (``operation_unsettled``,
+    ``operation_stranded``), and merged here: one OR across them would use neither.
+    Keyset pagination on (``updated_at``, id), the time the operation entered its
+    state: no OFFSET, no COUNT, the same cost on every page.
+    """
     rows: list[Operation] = []
-    for branch in branches:
+    for branch in queue_branches_for_user(user=user, filters=filters):
         rows.extend(_queue_branch(branch, filters, after)[: limit + 1])
     rows.sort(key=lambda row: (row.updated_at, row.pk))
     if len(rows) <= limit:

@@ -50,7 +50,7 @@ from dbsql.rows import values_update
 from recovery.audit import audit_append, audit_tagged, audit_transaction
 from recovery.models import BulkBatch, BulkItem, Operation
 from recovery.permissions import ProviderPermission
-from recovery.selectors import providers_for_user
+from recovery.selectors import provider_permissions_all, providers_for_user
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound, RecoveryError
 from recovery.services.operator import operator_lookup, operator_permitted
@@ -102,7 +102,7 @@ def bulk_submit(
     """
     if action not in Action.values:
         raise Invalid("unknown_action", f"no bulk action {action!r}")
-    if not bulk_permitted(action=action, actor=actor):
+    if action not in bulk_actions_permitted(actor=actor):
         raise Forbidden(f"you may not {action} the operations of any provider")
     reason = reason.strip()
     if not reason:
@@ -156,20 +156,21 @@ def bulk_submit(
     return batch
 
 
-def bulk_permitted(*, action: str, actor: Actor) -> bool:
-    """Whether ``actor`` may take ``action`` on some provider's operations at all.
+def bulk_actions_permitted(*, actor: Actor) -> set[str]:
+    """The actions ``actor`` may take on some provider's operations at all.
 
     Only the outer gate, so that a batch nobody could run is not made: each item is
-    checked on its own provider when it runs.
+    checked on its own provider when it runs. One read of the user's permissions.
     """
     user = actor_user(actor)
     if user is None:
-        return False
-    held = [
-        providers_for_user(user=user, permissions=(permission,)).values_list("pk", flat=True)
-        for permission in ACTION_PERMISSIONS[action]
-    ]
-    return bool(set.intersection(*(set(pks) for pks in held)))
+        return set()
+    held = provider_permissions_all(user=user).values()
+    return {
+        action
+        for action, needed in ACTION_PERMISSIONS.items()
+        if any(all(permission.value in codenames for permission in needed) for codenames in held)
+    }
 
 
 def _item(batch: BulkBatch, pick: Pick, exists: bool, now: datetime) -> BulkItem:
