@@ -268,10 +268,11 @@ SETTLE_DASHBOARD_REFRESH_SECONDS = env_int("SETTLE_DASHBOARD_REFRESH_SECONDS", 6
 SETTLE_WEBHOOKS_ALLOW_PRIVATE = env_bool("SETTLE_WEBHOOKS_ALLOW_PRIVATE", False)
 # One delivery's whole request; a slow receiver costs a delivery thread this long at most.
 SETTLE_WEBHOOK_TIMEOUT_SECONDS = env_int("SETTLE_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1)
-# How often beat delivers what is due (commits also nudge a delivery at once), how many
+# How often beat delivers what is due (commits also nudge a delivery at once, so this is
+# for retries and missed nudges: each round is a task every worker queue carries), how many
 # messages one claim takes, and how long a claim holds them: longer than a task may live
 # (CELERY_TASK_TIME_LIMIT), so only a dead worker's claims lapse and are delivered again.
-SETTLE_WEBHOOK_SECONDS = env_int("SETTLE_WEBHOOK_SECONDS", 1, minimum=1)
+SETTLE_WEBHOOK_SECONDS = env_int("SETTLE_WEBHOOK_SECONDS", 10, minimum=1)
 SETTLE_WEBHOOK_BATCH = env_int("SETTLE_WEBHOOK_BATCH", 50, minimum=1)
 SETTLE_WEBHOOK_LEASE_SECONDS = env_int("SETTLE_WEBHOOK_LEASE_SECONDS", 120, minimum=1)
 # Retried with exponential back-off and jitter for this long, then given up (``failed``,

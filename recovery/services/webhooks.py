@@ -675,11 +675,11 @@ def webhooks_deliver(
     if promote:
         webhook_waiting_promote()
     deadline = time.monotonic() + seconds
+    claimed = webhook_messages_claim(limit=settings.SETTLE_WEBHOOK_BATCH)
+    if not claimed:  # beat's usual round: no client, no threads
+        return report
     with webhook_client() as client, ThreadPoolExecutor(DELIVERY_THREADS) as pool:
-        while time.monotonic() < deadline:
-            claimed = webhook_messages_claim(limit=settings.SETTLE_WEBHOOK_BATCH)
-            if not claimed:
-                break
+        while claimed:
             targets = {url: webhook_target(url) for url in {item.url for item in claimed}}
             sends = [(item, client, targets[item.url]) for item in claimed]
             outcomes = list(pool.map(lambda send: webhook_message_send(*send), sends))
@@ -687,6 +687,9 @@ def webhooks_deliver(
             delivered = sum(outcome.delivered for outcome in outcomes)
             report.delivered += delivered
             report.failed += len(outcomes) - delivered
+            if time.monotonic() >= deadline:
+                break
+            claimed = webhook_messages_claim(limit=settings.SETTLE_WEBHOOK_BATCH)
     return report
 
 
