@@ -6,8 +6,10 @@ typed exception. ``Host`` drives it with blocking calls and a heartbeat thread,
 ``AsyncHost`` with ``await`` and a heartbeat task, so the rules below exist once:
 
 - Register (idempotent), check that Settle computed the digest this client did.
-- Awaiting approval: open it (idempotent), tell ``on_approval``, wait for the decision
-  within ``approval_timeout`` (``ApprovalTimeout``; ``ApprovalDenied`` / ``ApprovalExpired``).
+- Awaiting approval: open it (idempotent), tell ``on_approval`` (if that returns the
+  decision it made, ``Approver.approve``'s ``Decided``, that is the answer), else wait for
+  the decision within ``approval_timeout`` (``ApprovalTimeout``; ``ApprovalDenied`` /
+  ``ApprovalExpired``).
 - Approved: dispatch with the digest. A dispatch is never sent twice: if its answer is
   lost, or another worker won the permit, resume says what happened.
 - Holding the dispatch: run the effect, report ``committed`` (the effect's reference) or
@@ -102,7 +104,7 @@ class Run:
     approval_timeout: float
     settle_timeout: float
     poll_interval: float
-    on_approval: Callable[[str], None] | None = None
+    on_approval: Callable[[str], object] | None = None
 
     def path(self, endpoint: str = "") -> str:
         return operation_path(self.key, endpoint)
@@ -207,7 +209,11 @@ def _decision(run: Run) -> Generator[Step, Any, str]:
     else:
         approval_id = _field(opened, "approval_id", str, "open approval")
         if run.on_approval is not None:
-            run.on_approval(approval_id)
+            decided = run.on_approval(approval_id)
+            # It decided itself (an Approver's Decided): no need to ask how it went.
+            status = getattr(decided, "status", None)
+            if status in ("approved", "denied"):
+                return str(status)
     waited_until = time.monotonic() + run.approval_timeout
     while True:
         record = yield Call("GET", run.path())

@@ -112,6 +112,18 @@ class Approver:
         """Read the approval, then approve exactly that."""
         return self.decide(self.approval(approval_id), approve=True, ttl_seconds=ttl_seconds)
 
+    def approve_digest(
+        self, approval_id: str, *, params_digest: str, ttl_seconds: int = 300
+    ) -> Decided:
+        """Approve without reading the approval first, naming a digest computed elsewhere.
+
+        For an approver shown the params by other means (``settle_client.params_digest``
+        of them): Settle refuses the decision (``DigestMismatch``) unless it is this
+        approval's digest.
+        """
+        body = {"decision": "approve", "ttl_seconds": ttl_seconds, "params_digest": params_digest}
+        return _decided(self.http.call(Call("POST", _path(approval_id, "/decision"), body)))
+
     def deny(self, approval_id: str) -> Decided:
         return self.decide(self.approval(approval_id), approve=False)
 

@@ -83,7 +83,7 @@ class _Options:
         action: str,
         provider: str,
         params: dict[str, Any],
-        on_approval: Callable[[str], None] | None,
+        on_approval: Callable[[str], object] | None,
     ) -> Run:
         return Run(
             key=key,
@@ -149,7 +149,7 @@ class Host:
         provider: str,
         params: dict[str, Any],
         effect: Callable[[str], Any],
-        on_approval: Callable[[str], None] | None = None,
+        on_approval: Callable[[str], object] | None = None,
     ) -> Outcome:
         """Run ``effect(fencing_token)`` at most once ever for ``key``; how it ended.
 
@@ -175,7 +175,7 @@ class Host:
         action: str,
         provider: str,
         params: dict[str, Any],
-        on_approval: Callable[[str], None] | None = None,
+        on_approval: Callable[[str], object] | None = None,
     ) -> Attempt:
         """The context-manager form of ``run``: the body is the effect.
 
@@ -333,7 +333,7 @@ class AsyncHost:
         provider: str,
         params: dict[str, Any],
         effect: Callable[[str], Awaitable[Any]] | Callable[[str], Any],
-        on_approval: Callable[[str], None] | None = None,
+        on_approval: Callable[[str], object] | None = None,
     ) -> Outcome:
         """As ``Host.run``."""
         async with self.action(
@@ -360,7 +360,7 @@ class AsyncHost:
         action: str,
         provider: str,
         params: dict[str, Any],
-        on_approval: Callable[[str], None] | None = None,
+        on_approval: Callable[[str], object] | None = None,
     ) -> AsyncAttempt:
         """As ``Host.action``, with ``async with``."""
         spec = self.options.spec(key, action, provider, params, on_approval)
