@@ -12,10 +12,13 @@ PYTEST_ARGS ?=
 
 .PHONY: run test lint install install-dev
 
-$(VENV)/.runtime: pyproject.toml
+# The demo's workers and the host test processes use the client library, installed beside
+# Settle: it is not a dependency of the server (a production `pip install .` runs without).
+$(VENV)/.runtime: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet -e ./clients/python
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.runtime pyproject.toml

@@ -272,11 +272,20 @@ def _fleet_run(
 ) -> FleetReport:
     report = FleetReport()
     workers = started
+    # What each key's worker was started with: its replacement runs the same call.
+    launched: dict[str, dict[str, str]] = {}
     for number, scenario in enumerate(FLEET):
         key = f"demo-b{batch}-{scenario.name}"
         adapter, path = providers[scenario.provider]
         params = {"amount": 1000 + 25 * number, "currency": "EUR", "batch": batch}
         action = {"sqlite": "order.place", "journal": "ledger.post"}.get(adapter, "payment.send")
+        launched[key] = {
+            "action": action,
+            "provider": scenario.provider,
+            "adapter": adapter,
+            "provider_path": path,
+            "params": json.dumps(params),
+        }
         workers.append(
             worker_start(
                 url=url,
@@ -284,11 +293,7 @@ def _fleet_run(
                 scenario=scenario.scenario,
                 worker=f"demo-worker-{number}",
                 tokens=tokens,
-                action=action,
-                provider=scenario.provider,
-                adapter=adapter,
-                provider_path=path,
-                params=json.dumps(params),
+                **launched[key],
             )
         )
     for worker in workers:
@@ -311,6 +316,7 @@ def _fleet_run(
             scenario="resume",
             worker="demo-replacement",
             tokens=tokens,
+            **launched[f"demo-b{batch}-{scenario.name}"],
         )
         for scenario in FLEET
         if scenario.resume

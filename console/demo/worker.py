@@ -2,10 +2,10 @@
 
 Run by ``manage.py demo`` as ``python -m console.demo.worker --scenario ...`` with the
 host and approver tokens in ``SETTLE_HOST_TOKEN`` and ``SETTLE_APPROVER_TOKEN``. It needs
-no Django: the standard library and ``recovery.canonical`` (to compute the digest the
-provider stores). Every step is one JSON line on stdout, flushed, so that the demo can
-SIGKILL it exactly at ``holding``: the worker then sleeps (bounded), holding a dispatch
-it will never report.
+no Django: ``settle_client`` runs the host protocol (``Host.run``), and
+``recovery.canonical`` computes the digest the provider stores. Every step is one JSON
+line on stdout, flushed, so that the demo can SIGKILL it exactly at ``holding``: the
+worker then sleeps (bounded), holding a dispatch it will never report.
 
 Scenarios (the effect is written at the provider's file, as the provider's tool would):
 
@@ -29,10 +29,10 @@ import os
 import sqlite3
 import sys
 import time
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 from typing import Any
+
+import settle_client
 
 from recovery.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
 
@@ -46,10 +46,8 @@ SCENARIOS = (
     "awaiting",
     "resume",
 )
-# How many times a replacement worker asks resume while its lookup is under way.
-RESUME_POLLS = 30
-# A local server: never through a proxy from the environment.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# How long a replacement worker waits for the lookup it queued to settle what it can.
+RESUME_SECONDS = 8.0
 
 
 class ProviderDown(Exception):
@@ -58,27 +56,6 @@ class ProviderDown(Exception):
 
 def emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, "pid": os.getpid(), **fields}), flush=True)
-
-
-def call(url: str, token: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    """One API call; an HTTP error status is an answer, returned like any other."""
-    request = urllib.request.Request(
-        url.rstrip("/") + "/api/v1" + path,
-        data=None if body is None else json.dumps(body).encode("utf-8"),
-        method="GET" if body is None else "POST",
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-    )
-    try:
-        with _DIRECT.open(request, timeout=30) as response:
-            status, raw = int(response.status), response.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = int(exc.code), exc.read()
-        exc.close()
-    answer = json.loads(raw)
-    emit("answer", path=path, status=status, body=answer)
-    if not 200 <= status < 300:
-        raise SystemExit(2)
-    return answer
 
 
 # -- the providers' own tools: what writes the records Settle's adapters read ----------
@@ -147,64 +124,71 @@ def hold(stage: str, seconds: float) -> int:
     emit("holding", stage=stage)
     time.sleep(seconds)
     emit("hold_expired", stage=stage)
-    return 4
+    raise SystemExit(4)
 
 
-def run(args: argparse.Namespace, host: str, approver: str) -> int:
-    url, key = args.url, args.key
-    if args.scenario == "resume":
-        # As a host's replacement worker does: while a lookup of the operation is under
-        # way (in_progress), ask again after the wait resume names; bounded.
-        for _ in range(RESUME_POLLS):
-            answer = call(url, host, f"/operations/{key}/resume", {"worker": args.worker})
-            if answer["decision"] != "in_progress":
-                break
-            time.sleep(min(float(answer.get("retry_after", 1)), 2.0))
-        emit("done")
-        return 0
+def run(args: argparse.Namespace, host_token: str, approver_token: str) -> int:
+    """One ``settle_client.Host.run``: the protocol is the client library's, not this file's.
+
+    The approver's phone (``on_approval``) reads the exact action and approves the digest
+    it saw; the effect is the provider's tool, stopped where the scenario says.
+    """
     params = json.loads(args.params)
-    call(
-        url,
-        host,
-        "/operations",
-        {"key": key, "action": args.action, "provider": args.provider, "params": params},
+    reference = f"ref-{args.key}"
+
+    def approve(approval_id: str) -> None:
+        emit("approval", approval_id=approval_id)
+        if args.scenario == "awaiting":
+            return
+        with settle_client.Approver(args.url, approver_token, timeout=30) as phone:
+            approval = phone.approval(approval_id)
+            phone.decide(approval, approve=True)
+
+    def effect(fencing_token: str) -> str:
+        if args.scenario == "resume":
+            emit("effect_called")  # a replacement never runs it: Settle must not allow it
+            raise RuntimeError("a replacement worker was handed a dispatch")
+        emit("dispatched")
+        if args.scenario == "before_commit":
+            hold("before_commit", args.hold_seconds)
+        try:
+            commit_at_provider(args, params, reference)
+        except ProviderDown as exc:
+            emit("provider_down", error=str(exc))
+            raise
+        emit("effect_committed", reference=reference)
+        if args.scenario != "normal":
+            hold("after_commit", args.hold_seconds)
+        return reference
+
+    host = settle_client.Host(
+        args.url,
+        host_token,
+        worker=args.worker,
+        approval_timeout=0.0 if args.scenario == "awaiting" else 60.0,
+        settle_timeout=RESUME_SECONDS,
+        poll_interval=0.2,
     )
-    opened = call(url, host, f"/operations/{key}/approvals", {})
-    if args.scenario == "awaiting":
-        emit("done")
-        return 0
-    # The approver's phone: it reads the exact action and approves the digest it saw.
-    approval = call(url, approver, f"/approvals/{opened['approval_id']}")
-    digest = approval["params_digest"]
-    call(
-        url,
-        approver,
-        f"/approvals/{opened['approval_id']}/decision",
-        {"decision": "approve", "ttl_seconds": 300, "params_digest": digest},
-    )
-    dispatched = call(
-        url, host, f"/operations/{key}/dispatch", {"worker": args.worker, "params_digest": digest}
-    )
-    token = dispatched["fencing_token"]
-    if args.scenario == "before_commit":
-        return hold("before_commit", args.hold_seconds)
-    reference = f"ref-{key}"
-    try:
-        commit_at_provider(args, params, reference)
-    except ProviderDown as exc:
-        emit("provider_down", error=str(exc))
-        call(url, host, f"/operations/{key}/result", {"fencing_token": token, "outcome": "failed"})
-        emit("done")
-        return 0
-    emit("effect_committed", reference=reference)
-    if args.scenario != "normal":
-        return hold("after_commit", args.hold_seconds)
-    call(
-        url,
-        host,
-        f"/operations/{key}/result",
-        {"fencing_token": token, "outcome": "committed", "provider_reference": reference},
-    )
+    with host:
+        try:
+            outcome = host.run(
+                args.key,
+                action=args.action,
+                provider=args.provider,
+                params=params,
+                effect=effect,
+                on_approval=approve,
+            )
+        except settle_client.ApprovalTimeout:
+            decision = "wait"
+        except settle_client.NeedsOperator as exc:
+            decision = exc.reason
+        except settle_client.OperationClosed:
+            decision = "closed"
+        else:
+            decision = "released" if outcome.released else "closed"
+    # What became of it, as resume would name it (the demo's report lists it).
+    emit("answer", body={"decision": decision})
     emit("done")
     return 0
 
@@ -226,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     approver = os.environ.get("SETTLE_APPROVER_TOKEN", "")
     try:
         return run(args, host, approver)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (settle_client.SettleError, OSError, ValueError) as exc:
         emit("error", error=f"{type(exc).__name__}: {exc}")
         return 2
 

@@ -464,6 +464,10 @@ class Procs:
             *(provider.worker_args() if provider else []),
             *(extra or []),
         ]
+        return self.spawn(command, name)
+
+    def spawn(self, command: list[str], name: str) -> Worker:
+        """Start ``command`` (a script printing JSON lines) as worker ``name``."""
         env = {
             **os.environ,
             "SETTLE_HOST_TOKEN": self.settle.host_token,

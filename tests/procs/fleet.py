@@ -19,6 +19,9 @@ Roles (``--providers`` is a JSON list of ``{kind, name, path, url, secret, lease
 ``lifecycle``
     register → open approval → approve → dispatch → report committed, unique keys, on
     the first provider, no effect performed: the benchmark's loop.
+``library``
+    The same lifecycle through ``settle_client.Host.run`` (``bench/client.py`` sets it
+    against ``lifecycle`` in one run).
 ``steady``
     The same on each provider in turn, performing the effect at the provider, with a
     heartbeat; some report ``failed``, some are revoked before dispatch (which is then
@@ -299,6 +302,7 @@ class Client:
     deadline: float = 0.0
     t0: float = 0.0
     lifecycles: int = 0
+    requests: int = 0  # HTTP requests the library made (role library)
     tokens: Counter[str] = field(default_factory=Counter)
     keys: dict[str, dict[str, str]] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
@@ -549,6 +553,59 @@ def role_lifecycle(client: Client) -> None:
             client.lifecycles += 1
 
 
+def role_library(client: Client) -> None:
+    """``lifecycle`` through ``settle_client.Host.run``: the benchmark's library loop.
+
+    The same five requests as ``lifecycle`` (register, open approval, approve with the
+    digest, dispatch, report committed), made by the library over ``httpx``; the effect
+    does nothing, as there. Each run is one ``calls`` entry (``library run``); the HTTP
+    requests it made are counted in ``requests``.
+    """
+    import httpx
+    import settle_client
+
+    class Counting(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            client.requests += 1
+            return super().handle_request(request)
+
+    url = f"http://{client.api.host}:{client.api.port}"
+    transport = Counting()
+    host = settle_client.Host(
+        url, client.api.tokens["host"], worker=client.name, transport=transport
+    )
+    approver = settle_client.Approver(url, client.api.tokens["approver"], transport=transport)
+    digest = settle_client.params_digest(PARAMS)
+    provider = client.providers[0]
+    for i in _iterations(client):
+        key = f"{client.name}-{i}"
+        started = time.perf_counter()
+        try:
+            outcome = host.run(
+                key,
+                action="payment.send",
+                provider=provider.name,
+                params=PARAMS,
+                effect=lambda token: None,
+                on_approval=lambda approval: approver.approve_digest(
+                    approval, params_digest=digest
+                ),
+            )
+        except settle_client.SettleError as exc:
+            client.api.unexpected.append(
+                {"endpoint": "library run", "key": key, "error": repr(exc)}
+            )
+            continue
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        client.api.calls.append(["library run", 200, "", elapsed_ms, None, None])
+        if outcome.released and outcome.ran_effect:
+            client.lifecycles += 1
+        else:
+            client.api.unexpected.append(
+                {"endpoint": "library run", "key": key, "outcome": str(outcome)}
+            )
+
+
 def role_steady(client: Client) -> None:
     for i in _iterations(client):
         provider = client.providers[i % len(client.providers)]
@@ -785,6 +842,7 @@ def _iterations(client: Client) -> Iterable[int]:
 
 ROLES = {
     "lifecycle": role_lifecycle,
+    "library": role_library,
     "steady": role_steady,
     "racer": role_racer,
     "crasher": role_crasher,
@@ -838,6 +896,7 @@ def main(argv: list[str] | None = None) -> int:
         "finished": time.time(),
         "cpu": time.process_time() - cpu,  # this client's own CPU seconds in its loop
         "lifecycles": client.lifecycles,
+        "requests": client.requests,
         "calls": api.calls,
         "unexpected": api.unexpected,
         "tokens": dict(client.tokens),

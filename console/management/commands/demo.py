@@ -10,6 +10,7 @@ seeding waits for those lookups, so the summary shows what their evidence settle
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import sqlite3
@@ -77,6 +78,13 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=None, help="default $PORT or 8000")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if importlib.util.find_spec("settle_client") is None:
+            # The demo is not production: its workers need the client library, which a
+            # production install (`pip install .`) leaves out.
+            raise CommandError(
+                "the demo's workers use the client library: pip install ./clients/python "
+                "(make run installs it)"
+            )
         port = options["port"] or int(os.environ.get("PORT", "8000"))
         serve = not options["no_serve"]
         var = Path(settings.VAR_DIR)

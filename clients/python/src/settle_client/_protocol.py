@@ -1,0 +1,287 @@
+"""The host protocol, written once, without I/O.
+
+``lifecycle`` is a generator: it yields what to do next (``Call`` an endpoint, ``Sleep``,
+run the ``Effect``) and is sent what came of it; an error answer is thrown into it as the
+typed exception. ``Host`` drives it with blocking calls and a heartbeat thread,
+``AsyncHost`` with ``await`` and a heartbeat task, so the rules below exist once:
+
+- Register (idempotent), check that Settle computed the digest this client did.
+- Awaiting approval: open it (idempotent), tell ``on_approval`` (if that returns the
+  decision it made, ``Approver.approve``'s ``Decided``, that is the answer), else wait for
+  the decision within ``approval_timeout`` (``ApprovalTimeout``; ``ApprovalDenied`` /
+  ``ApprovalExpired``).
+- Approved: dispatch with the digest. A dispatch is never sent twice: if its answer is
+  lost, or another worker won the permit, resume says what happened.
+- Holding the dispatch: run the effect, report ``committed`` (the effect's reference) or
+  ``failed`` (it raised). A report refused for a lapsed lease, or lost, goes to resume.
+- Everything else is resume: ``released`` and ``closed`` end it, ``reconcile`` raises
+  ``NeedsOperator``; ``in_progress``, ``unknown`` and ``wait`` are asked again after
+  ``retry_after`` until ``settle_timeout``. Resume never hands out a second dispatch, so a
+  process re-running ``run`` after a crash never calls the effect again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from settle_client import errors
+
+OPERATIONS = "/api/v1/operations"
+DECISIONS = frozenset(
+    {"wait", "dispatch", "in_progress", "released", "unknown", "reconcile", "closed"}
+)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request; ``retry``: it may be sent again if the connection failed."""
+
+    method: str
+    path: str
+    body: dict[str, Any] | None = None
+    retry: bool = True
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Effect:
+    """Run the effect under ``fencing_token``; ``lease_seconds`` if the answer said (else 0)."""
+
+    fencing_token: str
+    lease_seconds: float
+
+
+@dataclass(frozen=True)
+class EffectResult:
+    reference: str | None
+    error: BaseException | None
+
+
+Step = Call | Sleep | Effect
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How ``run`` ended.
+
+    ``state`` is the operation's state (``released`` or ``failed``); ``recovered`` says
+    evidence from the provider settled it, not a worker's report. ``ran_effect`` says
+    this call ran the effect; ``reference`` is what the effect returned (``None`` when it
+    did not run here); ``error`` is the exception the effect raised, reported ``failed``.
+    """
+
+    key: str
+    state: str
+    recovered: bool
+    ran_effect: bool = False
+    reference: str | None = None
+    error: BaseException | None = None
+
+    @property
+    def released(self) -> bool:
+        return self.state == "released"
+
+
+@dataclass(frozen=True)
+class Run:
+    """What ``run`` was asked to do, and its bounds."""
+
+    key: str
+    action: str
+    provider: str
+    params: dict[str, Any]
+    digest: str
+    worker: str
+    approval_timeout: float
+    settle_timeout: float
+    poll_interval: float
+    on_approval: Callable[[str], object] | None = None
+
+    def path(self, endpoint: str = "") -> str:
+        return operation_path(self.key, endpoint)
+
+
+def operation_path(key: str, endpoint: str = "") -> str:
+    return f"{OPERATIONS}/{quote(key, safe='')}{endpoint}"
+
+
+def lease_seconds(lease_expires_at: Any) -> float:
+    """Seconds of lease left by this machine's clock (0 if the time cannot be read)."""
+    try:
+        expires = datetime.fromisoformat(str(lease_expires_at))
+    except ValueError:
+        return 0.0
+    if expires.tzinfo is None:
+        expires = expires.replace(tzinfo=UTC)
+    return max(0.0, (expires - datetime.now(UTC)).total_seconds())
+
+
+def _field(body: dict[str, Any], name: str, kind: type, endpoint: str) -> Any:
+    value = body.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise errors.ProtocolError(f"{endpoint} answered without a valid {name!r}: {body}")
+    return value
+
+
+def lifecycle(run: Run) -> Generator[Step, Any, Outcome]:
+    summary = yield Call(
+        "POST",
+        OPERATIONS,
+        {"key": run.key, "action": run.action, "provider": run.provider, "params": run.params},
+    )
+    if _field(summary, "params_digest", str, "register") != run.digest:
+        raise errors.ProtocolError(
+            f"Settle digests these params as {summary['params_digest']}, this client as "
+            f"{run.digest}: not dispatching"
+        )
+    state = _field(summary, "state", str, "register")
+    dispatch_sent = False
+    ran: EffectResult | None = None  # set once this call ran the effect
+    deadline = time.monotonic() + run.settle_timeout
+    while True:
+        if state == "awaiting_approval":
+            state = yield from _decision(run)
+            deadline = time.monotonic() + run.settle_timeout
+            continue
+        if state == "approved" and not dispatch_sent:
+            dispatch_sent = True
+            held = yield from _dispatch(run)
+            if held is not None:
+                lease = lease_seconds(held["lease_expires_at"])
+                ran, outcome = yield from _execute(run, held["fencing_token"], lease)
+                if outcome is not None:
+                    return outcome
+        answer = yield Call("POST", run.path("/resume"), {"worker": run.worker})
+        decision = _field(answer, "decision", str, "resume")
+        state = _field(answer, "state", str, "resume")
+        if decision not in DECISIONS:
+            raise errors.ProtocolError(f"resume answered an unknown decision: {answer}")
+        if decision == "dispatch":
+            token = _field(answer, "fencing_token", str, "resume")
+            ran, outcome = yield from _execute(run, token, 0.0)
+            if outcome is not None:
+                return outcome
+            continue
+        if decision == "released":
+            return _ended(run, state, bool(answer.get("recovered")), ran)
+        if decision == "closed":
+            if state != "failed":
+                _closed(run, state)
+            return _ended(run, state, bool(answer.get("recovered")), ran)
+        if decision == "reconcile":
+            raise errors.NeedsOperator(
+                f"operation {run.key!r} needs an operator's decision (reconcile)",
+                key=run.key,
+                state=state,
+                reason="reconcile",
+            )
+        if decision == "wait" and state == "awaiting_approval":
+            continue
+        # in_progress, unknown, or approved but not this worker's to run: ask again later.
+        wait = float(answer.get("retry_after") or run.poll_interval)
+        if time.monotonic() + wait > deadline:
+            raise errors.NeedsOperator(
+                f"operation {run.key!r} is still {state} ({decision}) after "
+                f"{run.settle_timeout:g} s; its effect will not be run again",
+                key=run.key,
+                state=state,
+                reason=decision,
+            )
+        yield Sleep(wait)
+
+
+def _decision(run: Run) -> Generator[Step, Any, str]:
+    """Open the approval and wait for its decision; the operation's state after it."""
+    approval_id = ""
+    try:
+        opened = yield Call("POST", run.path("/approvals"), {})
+    except errors.InvalidState:
+        pass  # decided meanwhile: the record says how
+    else:
+        approval_id = _field(opened, "approval_id", str, "open approval")
+        if run.on_approval is not None:
+            decided = run.on_approval(approval_id)
+            # It decided itself (an Approver's Decided): no need to ask how it went.
+            status = getattr(decided, "status", None)
+            if status in ("approved", "denied"):
+                return str(status)
+    waited_until = time.monotonic() + run.approval_timeout
+    while True:
+        record = yield Call("GET", run.path())
+        state = str(_field(record, "state", str, "operation"))
+        if state != "awaiting_approval":
+            return state
+        remaining = waited_until - time.monotonic()
+        if remaining <= 0:
+            raise errors.ApprovalTimeout(
+                f"operation {run.key!r} is still awaiting approval after "
+                f"{run.approval_timeout:g} s",
+                key=run.key,
+                approval_id=approval_id,
+            )
+        yield Sleep(min(run.poll_interval, remaining))
+
+
+def _dispatch(run: Run) -> Generator[Step, Any, dict[str, Any] | None]:
+    """The dispatch's answer if this call won the permit; ``None``: resume decides."""
+    try:
+        held = yield Call(
+            "POST",
+            run.path("/dispatch"),
+            {"worker": run.worker, "params_digest": run.digest},
+            retry=False,
+        )
+    except (errors.PermitRefused, errors.StaleState, errors.TransportError):
+        # Another worker won, the permit ended, or the answer was lost: never sent again.
+        return None
+    _field(held, "fencing_token", str, "dispatch")
+    return dict(held)
+
+
+def _execute(
+    run: Run, token: str, lease: float
+) -> Generator[Step, Any, tuple[EffectResult, Outcome | None]]:
+    """Run the effect under the dispatch and report it; no outcome: resume must settle it."""
+    result: EffectResult = yield Effect(token, lease)
+    body: dict[str, Any] = {"fencing_token": token, "outcome": "committed"}
+    if result.error is not None:
+        body["outcome"] = "failed"
+    elif result.reference:
+        body["provider_reference"] = result.reference
+    try:
+        reported = yield Call("POST", run.path("/result"), body)
+    except (errors.FencingError, errors.StaleState, errors.TransportError):
+        return result, None  # the lease lapsed or the answer was lost: evidence settles it
+    state = _field(reported, "state", str, "result")
+    if state not in ("released", "failed"):
+        return result, None
+    return result, _ended(run, state, False, result)
+
+
+def _ended(run: Run, state: str, recovered: bool, ran: EffectResult | None) -> Outcome:
+    if ran is None:
+        return Outcome(run.key, state, recovered)
+    return Outcome(
+        run.key, state, recovered, ran_effect=True, reference=ran.reference, error=ran.error
+    )
+
+
+def _closed(run: Run, state: str) -> None:
+    kinds: dict[str, type[errors.OperationClosed]] = {
+        "denied": errors.ApprovalDenied,
+        "expired": errors.ApprovalExpired,
+        "revoked": errors.OperationRevoked,
+        "voided": errors.OperationVoided,
+    }
+    raise kinds.get(state, errors.OperationClosed)(
+        f"operation {run.key!r} is {state}; its effect was not run", key=run.key, state=state
+    )

@@ -1,0 +1,431 @@
+"""Every refusal as a typed exception.
+
+``SettleError`` is the root. ``ApiError`` and its subclasses are the server's answers:
+one class per stable error code (``ERRORS_BY_CODE``), grouped by what a caller can do
+about them. The rest are what ``Host.run`` concludes: the approval was denied or expired,
+nobody decided in time, an operator must decide, or Settle could not be reached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SettleError(Exception):
+    """Anything the client raises; ``code`` is stable."""
+
+    code = "settle_error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+# -- the server's answers -------------------------------------------------------------
+
+
+class ApiError(SettleError):
+    """Settle refused the request: ``status`` is the HTTP status, ``code`` its error code."""
+
+    def __init__(self, message: str, *, status: int = 0, code: str = "", **details: Any) -> None:
+        super().__init__(message, **details)
+        self.status = status
+        if code:
+            self.code = code
+
+
+class InvalidRequest(ApiError):
+    """The request itself is wrong; sending it again changes nothing."""
+
+
+class AuthError(ApiError):
+    """The credential is missing, unknown, revoked or not allowed to do this."""
+
+
+class NotFoundError(ApiError):
+    """What was named does not exist, or not for this caller."""
+
+
+class ConflictError(ApiError):
+    """The request meets the operation in a state where it cannot apply."""
+
+
+class PermitRefused(ConflictError):
+    """Dispatch refused: the permit was not consumed (and the refusal is recorded)."""
+
+
+class FencingError(ConflictError):
+    """The fencing token no longer holds the dispatch (heartbeat or report)."""
+
+
+class ServerError(ApiError):
+    """Settle failed to answer; nothing was changed."""
+
+
+class MalformedJson(InvalidRequest):
+    """Not JSON."""
+
+    code = "malformed_json"
+
+
+class DuplicateKey(InvalidRequest):
+    """A key twice."""
+
+    code = "duplicate_key"
+
+
+class NonFiniteNumber(InvalidRequest):
+    """NaN/Inf."""
+
+    code = "non_finite_number"
+
+
+class TooDeep(InvalidRequest):
+    """Nested too deep."""
+
+    code = "too_deep"
+
+
+class InvalidBody(InvalidRequest):
+    """Not a JSON object."""
+
+    code = "invalid_body"
+
+
+class UnknownField(InvalidRequest):
+    """An unknown field."""
+
+    code = "unknown_field"
+
+
+class MissingField(InvalidRequest):
+    """A field is missing."""
+
+    code = "missing_field"
+
+
+class InvalidField(InvalidRequest):
+    """A field is invalid."""
+
+    code = "invalid_field"
+
+
+class InvalidParams(InvalidRequest):
+    """Params refused."""
+
+    code = "invalid_params"
+
+
+class ParamsTooLarge(InvalidRequest):
+    """Over 64 KiB."""
+
+    code = "params_too_large"
+
+
+class BodyTooLarge(InvalidRequest):
+    """Body too large."""
+
+    code = "body_too_large"
+
+
+class UnsupportedMediaType(InvalidRequest):
+    """Not JSON."""
+
+    code = "unsupported_media_type"
+
+
+class InvalidTtl(InvalidRequest):
+    """A ttl out of range."""
+
+    code = "invalid_ttl"
+
+
+class MethodNotAllowed(InvalidRequest):
+    """Bad verb."""
+
+    code = "method_not_allowed"
+
+
+class Unauthorized(AuthError):
+    """No valid bearer token."""
+
+    code = "unauthorized"
+
+
+class Forbidden(AuthError):
+    """This credential may not do this."""
+
+    code = "forbidden"
+
+
+class CsrfFailed(AuthError):
+    """A session without CSRF."""
+
+    code = "csrf_failed"
+
+
+class BadSignature(AuthError):
+    """A wrong callback signature."""
+
+    code = "bad_signature"
+
+
+class UnknownOperation(NotFoundError):
+    """No such key."""
+
+    code = "unknown_operation"
+
+
+class UnknownProvider(NotFoundError):
+    """No provider."""
+
+    code = "unknown_provider"
+
+
+class UnknownApproval(NotFoundError):
+    """No approval."""
+
+    code = "unknown_approval"
+
+
+class UnknownPermit(NotFoundError):
+    """No such permit."""
+
+    code = "unknown_permit"
+
+
+class NotFound(NotFoundError):
+    """No such path."""
+
+    code = "not_found"
+
+
+class KeyConflict(ConflictError):
+    """The key names a different action."""
+
+    code = "key_conflict"
+
+
+class InvalidState(ConflictError):
+    """Not in that state."""
+
+    code = "invalid_state"
+
+
+class StaleState(ConflictError):
+    """The operation moved on."""
+
+    code = "stale_state"
+
+
+class AlreadyDecided(ConflictError):
+    """Decided before."""
+
+    code = "already_decided"
+
+
+class DigestMismatch(ConflictError):
+    """Not the digest under review."""
+
+    code = "digest_mismatch"
+
+
+class NotAuthorized(PermitRefused):
+    """No permit."""
+
+    code = "not_authorized"
+
+
+class ActionMismatch(PermitRefused):
+    """Not the approved action."""
+
+    code = "action_mismatch"
+
+
+class PermitExpired(PermitRefused):
+    """The permit expired."""
+
+    code = "expired"
+
+
+class PermitRevoked(PermitRefused):
+    """The permit was revoked."""
+
+    code = "revoked"
+
+
+class AlreadyConsumed(PermitRefused):
+    """Dispatched before (execution_state)."""
+
+    code = "already_consumed"
+
+
+class StaleFencingToken(FencingError):
+    """Not the dispatch's token."""
+
+    code = "stale_fencing_token"
+
+
+class LeaseLost(FencingError):
+    """The lease lapsed."""
+
+    code = "lease_lost"
+
+
+class DatabaseUnavailable(ServerError):
+    """Retry later."""
+
+    code = "database_unavailable"
+
+
+class InternalError(ServerError):
+    """A server bug."""
+
+    code = "internal_error"
+
+
+# Every error code of the API (its OpenAPI document's Error.error enum) and its class.
+ERRORS_BY_CODE: dict[str, type[ApiError]] = {
+    cls.code: cls
+    for cls in (
+        MalformedJson,
+        DuplicateKey,
+        NonFiniteNumber,
+        TooDeep,
+        InvalidBody,
+        UnknownField,
+        MissingField,
+        InvalidField,
+        InvalidParams,
+        ParamsTooLarge,
+        BodyTooLarge,
+        UnsupportedMediaType,
+        InvalidTtl,
+        MethodNotAllowed,
+        Unauthorized,
+        Forbidden,
+        CsrfFailed,
+        BadSignature,
+        UnknownOperation,
+        UnknownProvider,
+        UnknownApproval,
+        UnknownPermit,
+        NotFound,
+        KeyConflict,
+        InvalidState,
+        StaleState,
+        AlreadyDecided,
+        DigestMismatch,
+        NotAuthorized,
+        ActionMismatch,
+        PermitExpired,
+        PermitRevoked,
+        AlreadyConsumed,
+        StaleFencingToken,
+        LeaseLost,
+        DatabaseUnavailable,
+        InternalError,
+    )
+}
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: InvalidRequest,
+    401: AuthError,
+    403: AuthError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: InvalidRequest,
+    415: InvalidRequest,
+    422: InvalidRequest,
+}
+
+
+def api_error(status: int, body: dict[str, Any]) -> ApiError:
+    """The exception for an error answer; a code this client does not know keeps its group."""
+    code = str(body.get("error", ""))
+    message = str(body.get("message", "")) or f"HTTP {status}"
+    details = {name: value for name, value in body.items() if name not in ("error", "message")}
+    cls = (
+        ERRORS_BY_CODE.get(code)
+        or _BY_STATUS.get(status)
+        or (ServerError if status >= 500 else ApiError)
+    )
+    return cls(message, status=status, code=code, **details)
+
+
+# -- what the client concludes --------------------------------------------------------
+
+
+class TransportError(SettleError):
+    """Settle could not be reached, or its answer was lost (after the retries allowed)."""
+
+    code = "transport"
+
+
+class ProtocolError(SettleError):
+    """An answer that is not what the API document promises."""
+
+    code = "protocol"
+
+
+class OperationClosed(SettleError):
+    """The operation ended without its effect: ``state`` says how."""
+
+    code = "closed"
+
+    def __init__(self, message: str, *, key: str, state: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.key = key
+        self.state = state
+
+
+class ApprovalDenied(OperationClosed):
+    """The approver denied the exact action."""
+
+    code = "approval_denied"
+
+
+class ApprovalExpired(OperationClosed):
+    """Nobody decided before the approval expired, or the permit expired unused."""
+
+    code = "approval_expired"
+
+
+class OperationRevoked(OperationClosed):
+    """The permit was revoked before it was spent."""
+
+    code = "operation_revoked"
+
+
+class OperationVoided(OperationClosed):
+    """An operator voided the operation."""
+
+    code = "operation_voided"
+
+
+class ApprovalTimeout(SettleError):
+    """The approval is still pending after the wait ``run`` was allowed; ask again later."""
+
+    code = "approval_timeout"
+
+    def __init__(self, message: str, *, key: str, approval_id: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.key = key
+        self.approval_id = approval_id
+
+
+class NeedsOperator(SettleError):
+    """Settle cannot settle this by itself: an operator decides (``state``, ``reason``).
+
+    ``reason`` is ``reconcile`` (evidence contradicts or is missing after the lookup
+    budget) or ``unknown`` (still unknown when ``run`` stopped waiting). The effect is
+    never run again for this key.
+    """
+
+    code = "needs_operator"
+
+    def __init__(self, message: str, *, key: str, state: str, reason: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.key = key
+        self.state = state
+        self.reason = reason

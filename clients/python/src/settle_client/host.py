@@ -1,0 +1,455 @@
+"""Hosts: run an action crash-safely, blocking (``Host``) or with asyncio (``AsyncHost``).
+
+Both drive the one protocol in ``settle_client._protocol``; they differ only in how they
+wait, call and heartbeat (a thread, or a task, while the effect runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Generator
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from settle_client import errors
+from settle_client._http import AsyncTransport, SyncTransport
+from settle_client._protocol import (
+    Call,
+    Effect,
+    EffectResult,
+    Outcome,
+    Run,
+    Sleep,
+    Step,
+    lease_seconds,
+    lifecycle,
+    operation_path,
+)
+from settle_client.canonical import CanonicalError, params_digest
+
+Lifecycle = Generator[Step, Any, Outcome]
+# Heartbeats while the lease's length is not known yet, or after one failed to arrive.
+RETRY_HEARTBEAT_SECONDS = 0.5
+
+
+def default_worker() -> str:
+    """``<hostname>-<pid>``, spelled as Settle accepts a worker's name."""
+    name = re.sub(r"[^A-Za-z0-9._:@~-]", "-", f"{socket.gethostname()}-{os.getpid()}")
+    return ("w" + name if not name[:1].isalnum() else name)[:200]
+
+
+def _digest(params: dict[str, Any]) -> str:
+    try:
+        return params_digest(params)
+    except CanonicalError as exc:
+        cls = errors.ParamsTooLarge if exc.reason == "params_too_large" else errors.InvalidParams
+        raise cls(str(exc), code=cls.code, reason=exc.reason) from None
+
+
+def _reference(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+class _Options:
+    """What ``Host`` and ``AsyncHost`` share: their bounds, and building a ``Run``."""
+
+    def __init__(
+        self,
+        *,
+        worker: str | None,
+        approval_timeout: float,
+        settle_timeout: float,
+        poll_interval: float,
+        heartbeat_interval: float | None,
+    ) -> None:
+        self.worker = worker or default_worker()
+        self.approval_timeout = approval_timeout
+        self.settle_timeout = settle_timeout
+        self.poll_interval = poll_interval
+        self.heartbeat_interval = heartbeat_interval
+
+    def spec(
+        self,
+        key: str,
+        action: str,
+        provider: str,
+        params: dict[str, Any],
+        on_approval: Callable[[str], object] | None,
+    ) -> Run:
+        return Run(
+            key=key,
+            action=action,
+            provider=provider,
+            params=params,
+            digest=_digest(params),
+            worker=self.worker,
+            approval_timeout=self.approval_timeout,
+            settle_timeout=self.settle_timeout,
+            poll_interval=self.poll_interval,
+            on_approval=on_approval,
+        )
+
+    def beat_after(self, lease: float) -> float:
+        """Seconds to the next heartbeat, a third of the lease left (or as configured)."""
+        if self.heartbeat_interval is not None:
+            return self.heartbeat_interval
+        return max(0.05, lease / 3) if lease > 0 else RETRY_HEARTBEAT_SECONDS
+
+
+# -- blocking ----------------------------------------------------------------------------
+
+
+class Host:
+    """A host's connection to Settle, with its token; reuse one for many runs.
+
+    ``approval_timeout`` bounds the wait for an approver's decision; ``settle_timeout``
+    the wait for an operation another worker holds or a lookup is settling;
+    ``heartbeat_interval`` defaults to a third of the lease.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        worker: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 3,
+        approval_timeout: float = 300.0,
+        settle_timeout: float = 120.0,
+        poll_interval: float = 0.5,
+        heartbeat_interval: float | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.options = _Options(
+            worker=worker,
+            approval_timeout=approval_timeout,
+            settle_timeout=settle_timeout,
+            poll_interval=poll_interval,
+            heartbeat_interval=heartbeat_interval,
+        )
+        self.http = SyncTransport(
+            base_url, token, timeout=timeout, retries=retries, transport=transport
+        )
+
+    def run(
+        self,
+        key: str,
+        *,
+        action: str,
+        provider: str,
+        params: dict[str, Any],
+        effect: Callable[[str], Any],
+        on_approval: Callable[[str], object] | None = None,
+    ) -> Outcome:
+        """Run ``effect(fencing_token)`` at most once ever for ``key``; how it ended.
+
+        The effect returns the provider's reference (or ``None``), or raises: the run is
+        reported ``failed`` and the exception is the outcome's ``error``. Run again after
+        a crash, the effect is not called again: the outcome is what Settle settled.
+        """
+        with self.action(
+            key, action=action, provider=provider, params=params, on_approval=on_approval
+        ) as attempt:
+            if attempt.fencing_token is not None:
+                try:
+                    attempt.reference = _reference(effect(attempt.fencing_token))
+                except Exception as exc:  # reported as failed; the outcome carries it
+                    attempt.error = exc
+        assert attempt.outcome is not None
+        return attempt.outcome
+
+    def action(
+        self,
+        key: str,
+        *,
+        action: str,
+        provider: str,
+        params: dict[str, Any],
+        on_approval: Callable[[str], object] | None = None,
+    ) -> Attempt:
+        """The context-manager form of ``run``: the body is the effect.
+
+        ``attempt.fencing_token`` is ``None`` when the effect must not run here (it ran
+        before, or the operation is settled); set ``attempt.reference`` in the body. An
+        exception leaving the body is reported ``failed`` and raised again.
+        """
+        spec = self.options.spec(key, action, provider, params, on_approval)
+        return Attempt(self, lifecycle(spec), spec)
+
+    def operation(self, key: str) -> dict[str, Any]:
+        """The whole record of operation ``key`` (permit, dispatch, receipt, evidence)."""
+        return self.http.call(Call("GET", operation_path(key)))
+
+    def drive(self, steps: Lifecycle, value: Any = None) -> Effect | Outcome:
+        """Advance the protocol until it asks for the effect or ends."""
+        failure: errors.SettleError | None = None
+        while True:
+            try:
+                step = steps.send(value) if failure is None else steps.throw(failure)
+            except StopIteration as stop:
+                outcome: Outcome = stop.value
+                return outcome
+            value, failure = None, None
+            if isinstance(step, Effect):
+                return step
+            if isinstance(step, Sleep):
+                time.sleep(step.seconds)
+                continue
+            try:
+                value = self.http.call(step)
+            except errors.SettleError as exc:
+                failure = exc
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Attempt:
+    """One ``run`` in the context-manager form (``Host.action``)."""
+
+    def __init__(self, host: Host, steps: Lifecycle, spec: Run) -> None:
+        self.host = host
+        self.steps = steps
+        self.spec = spec
+        self.fencing_token: str | None = None
+        self.reference: str | None = None
+        self.error: BaseException | None = None
+        self.outcome: Outcome | None = None
+        self._heartbeat: _Heartbeat | None = None
+
+    def __enter__(self) -> Attempt:
+        step = self.host.drive(self.steps)
+        if isinstance(step, Outcome):
+            self.outcome = step
+            return self
+        self.fencing_token = step.fencing_token
+        self._heartbeat = _Heartbeat(self.host, self.spec, step)
+        self._heartbeat.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._heartbeat is None:
+            return
+        self._heartbeat.stop()
+        error = exc if exc is not None else self.error
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            return  # leave the dispatch as a crash would: resume settles it
+        step = self.host.drive(self.steps, EffectResult(self.reference, error))
+        if isinstance(step, Effect):
+            raise errors.ProtocolError("Settle handed out a second dispatch")
+        self.outcome = step
+
+
+class _Heartbeat(threading.Thread):
+    """Extends the lease while the effect runs; stops when told or when the lease is lost."""
+
+    def __init__(self, host: Host, spec: Run, effect: Effect) -> None:
+        super().__init__(name=f"settle-heartbeat-{spec.key}", daemon=True)
+        self.host = host
+        self.call = Call("POST", spec.path("/heartbeat"), {"fencing_token": effect.fencing_token})
+        self.lease = effect.lease_seconds
+        self.stopped = threading.Event()
+        self.lost: errors.SettleError | None = None
+
+    def run(self) -> None:
+        wait = self.host.options.beat_after(self.lease) if self.lease else 0.0
+        while not self.stopped.wait(wait):
+            try:
+                answer = self.host.http.call(self.call)
+            except errors.FencingError as exc:
+                self.lost = exc  # the report will be refused too; resume settles it
+                return
+            except errors.SettleError:
+                wait = RETRY_HEARTBEAT_SECONDS
+                continue
+            wait = self.host.options.beat_after(lease_seconds(answer.get("lease_expires_at")))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
+
+
+# -- asyncio -----------------------------------------------------------------------------
+
+
+class AsyncHost:
+    """``Host`` for asyncio: ``await host.run(...)``, ``async with host.action(...)``.
+
+    The effect may be a coroutine function, or a plain one (run in a thread, so the
+    heartbeat keeps going).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        worker: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 3,
+        approval_timeout: float = 300.0,
+        settle_timeout: float = 120.0,
+        poll_interval: float = 0.5,
+        heartbeat_interval: float | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.options = _Options(
+            worker=worker,
+            approval_timeout=approval_timeout,
+            settle_timeout=settle_timeout,
+            poll_interval=poll_interval,
+            heartbeat_interval=heartbeat_interval,
+        )
+        self.http = AsyncTransport(
+            base_url, token, timeout=timeout, retries=retries, transport=transport
+        )
+
+    async def run(
+        self,
+        key: str,
+        *,
+        action: str,
+        provider: str,
+        params: dict[str, Any],
+        effect: Callable[[str], Awaitable[Any]] | Callable[[str], Any],
+        on_approval: Callable[[str], object] | None = None,
+    ) -> Outcome:
+        """As ``Host.run``."""
+        async with self.action(
+            key, action=action, provider=provider, params=params, on_approval=on_approval
+        ) as attempt:
+            if attempt.fencing_token is not None:
+                try:
+                    if inspect.iscoroutinefunction(effect):
+                        value = await effect(attempt.fencing_token)
+                    else:
+                        value = await asyncio.to_thread(effect, attempt.fencing_token)
+                        if inspect.isawaitable(value):
+                            value = await value
+                    attempt.reference = _reference(value)
+                except Exception as exc:
+                    attempt.error = exc
+        assert attempt.outcome is not None
+        return attempt.outcome
+
+    def action(
+        self,
+        key: str,
+        *,
+        action: str,
+        provider: str,
+        params: dict[str, Any],
+        on_approval: Callable[[str], object] | None = None,
+    ) -> AsyncAttempt:
+        """As ``Host.action``, with ``async with``."""
+        spec = self.options.spec(key, action, provider, params, on_approval)
+        return AsyncAttempt(self, lifecycle(spec), spec)
+
+    async def operation(self, key: str) -> dict[str, Any]:
+        return await self.http.call(Call("GET", operation_path(key)))
+
+    async def drive(self, steps: Lifecycle, value: Any = None) -> Effect | Outcome:
+        failure: errors.SettleError | None = None
+        while True:
+            try:
+                step = steps.send(value) if failure is None else steps.throw(failure)
+            except StopIteration as stop:
+                outcome: Outcome = stop.value
+                return outcome
+            value, failure = None, None
+            if isinstance(step, Effect):
+                return step
+            if isinstance(step, Sleep):
+                await asyncio.sleep(step.seconds)
+                continue
+            try:
+                value = await self.http.call(step)
+            except errors.SettleError as exc:
+                failure = exc
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def __aenter__(self) -> AsyncHost:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class AsyncAttempt:
+    """One ``AsyncHost.run`` in the context-manager form."""
+
+    def __init__(self, host: AsyncHost, steps: Lifecycle, spec: Run) -> None:
+        self.host = host
+        self.steps = steps
+        self.spec = spec
+        self.fencing_token: str | None = None
+        self.reference: str | None = None
+        self.error: BaseException | None = None
+        self.outcome: Outcome | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> AsyncAttempt:
+        step = await self.host.drive(self.steps)
+        if isinstance(step, Outcome):
+            self.outcome = step
+            return self
+        self.fencing_token = step.fencing_token
+        self._heartbeat = asyncio.create_task(self._beat(step))
+        return self
+
+    async def _beat(self, effect: Effect) -> None:
+        call = Call("POST", self.spec.path("/heartbeat"), {"fencing_token": effect.fencing_token})
+        options = self.host.options
+        wait = options.beat_after(effect.lease_seconds) if effect.lease_seconds else 0.0
+        while True:
+            await asyncio.sleep(wait)
+            try:
+                answer = await self.host.http.call(call)
+            except errors.FencingError:
+                return
+            except errors.SettleError:
+                wait = RETRY_HEARTBEAT_SECONDS
+                continue
+            wait = options.beat_after(lease_seconds(answer.get("lease_expires_at")))
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._heartbeat is None:
+            return
+        self._heartbeat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._heartbeat
+        if isinstance(exc, KeyboardInterrupt | SystemExit | asyncio.CancelledError):
+            return
+        error = exc if exc is not None else self.error
+        step = await self.host.drive(self.steps, EffectResult(self.reference, error))
+        if isinstance(step, Effect):
+            raise errors.ProtocolError("Settle handed out a second dispatch")
+        self.outcome = step

@@ -1,0 +1,374 @@
+"""Host.run, its context-manager form and AsyncHost against a live Settle.
+
+Each request and answer is checked against the server's API document (conftest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from typing import Any
+
+import httpx
+import pytest
+import settle_client
+from conftest import AsyncContractTransport, Contract, ContractTransport
+from settle_client import errors
+
+PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7", "rate": 1.5}
+
+
+def make_host(server: dict[str, str], transport: httpx.BaseTransport, **kw: Any) -> Any:
+    return settle_client.Host(server["url"], server["host_token"], transport=transport, **kw)
+
+
+def make_approver(server: dict[str, str], contract: Contract) -> settle_client.Approver:
+    return settle_client.Approver(
+        server["url"], server["approver_token"], transport=ContractTransport(contract)
+    )
+
+
+def test_run_waits_for_the_approval_runs_the_effect_once_and_is_released(
+    server: dict[str, str], contract: Contract, transport: ContractTransport, key: str
+) -> None:
+    calls: list[str] = []
+    approver = make_approver(server, contract)
+    with make_host(server, transport) as host:
+        outcome = host.run(
+            key,
+            action="payment.send",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: calls.append(token) or f"pay-{key}",
+            on_approval=approver.approve,
+        )
+        again = host.run(
+            key,
+            action="payment.send",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: calls.append(token),
+        )
+        record = host.operation(key)
+
+    assert (outcome.state, outcome.recovered, outcome.ran_effect) == ("released", False, True)
+    assert outcome.reference == f"pay-{key}"
+    assert (again.state, again.ran_effect) == ("released", False)
+    assert len(calls) == 1
+    assert record["receipt"]["provider_reference"] == f"pay-{key}"
+    assert record["params_digest"] == settle_client.params_digest(PARAMS)
+
+
+def test_an_effect_that_raises_is_reported_failed_and_carried_by_the_outcome(
+    server: dict[str, str], contract: Contract, transport: ContractTransport, key: str
+) -> None:
+    def effect(token: str) -> str:
+        raise RuntimeError("card declined")
+
+    with make_host(server, transport) as host:
+        outcome = host.run(
+            key,
+            action="payment.send",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=effect,
+            on_approval=make_approver(server, contract).approve,
+        )
+    assert outcome.state == "failed" and outcome.ran_effect
+    assert isinstance(outcome.error, RuntimeError)
+
+
+def test_the_context_manager_form_runs_its_body_once(
+    server: dict[str, str], contract: Contract, transport: ContractTransport, key: str
+) -> None:
+    approver = make_approver(server, contract)
+    bodies = 0
+    with make_host(server, transport) as host:
+        for _ in range(2):
+            with host.action(
+                key,
+                action="payment.send",
+                provider=server["provider"],
+                params=PARAMS,
+                on_approval=approver.approve,
+            ) as attempt:
+                if attempt.fencing_token is not None:
+                    bodies += 1
+                    attempt.reference = "ref-cm"
+            assert attempt.outcome is not None and attempt.outcome.state == "released"
+    assert bodies == 1
+
+
+def test_a_denied_approval_raises_approval_denied(
+    server: dict[str, str], contract: Contract, transport: ContractTransport, key: str
+) -> None:
+    approver = make_approver(server, contract)
+    with make_host(server, transport) as host, pytest.raises(errors.ApprovalDenied) as denied:
+        host.run(
+            key,
+            action="payment.send",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: pytest.fail("a denied action ran"),
+            on_approval=approver.deny,
+        )
+    assert denied.value.state == "denied"
+
+
+def test_nobody_deciding_in_time_raises_approval_timeout(
+    server: dict[str, str], transport: ContractTransport, key: str
+) -> None:
+    host = make_host(server, transport, approval_timeout=0.3, poll_interval=0.1)
+    with host, pytest.raises(errors.ApprovalTimeout) as waited:
+        host.run(
+            key,
+            action="payment.send",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: pytest.fail("ran without approval"),
+        )
+    assert waited.value.approval_id
+
+
+def test_the_same_key_for_other_params_is_a_typed_key_conflict(
+    server: dict[str, str], transport: ContractTransport, key: str
+) -> None:
+    with make_host(server, transport, approval_timeout=0.1) as host:
+        with pytest.raises(errors.ApprovalTimeout):
+            host.run(key, action="a", provider=server["provider"], params={"n": 1}, effect=str)
+        with pytest.raises(errors.KeyConflict) as conflict:
+            host.run(key, action="a", provider=server["provider"], params={"n": 2}, effect=str)
+    assert conflict.value.status == 409 and conflict.value.code == "key_conflict"
+
+
+def test_params_settle_would_refuse_are_refused_before_any_request(
+    server: dict[str, str], contract: Contract, transport: ContractTransport, key: str
+) -> None:
+    before = len(contract.checked)
+    with make_host(server, transport) as host, pytest.raises(errors.InvalidParams) as refused:
+        host.run(key, action="a", provider=server["provider"], params={"n": 2**53}, effect=str)
+    assert refused.value.details["reason"] == "integer_out_of_range"
+    assert len(contract.checked) == before
+
+
+def test_every_error_code_of_the_api_document_has_its_exception(contract: Contract) -> None:
+    codes = contract.document["components"]["schemas"]["Error"]["properties"]["error"]["enum"]
+    assert sorted(errors.ERRORS_BY_CODE) == sorted(codes)
+    for code in codes:
+        error = errors.api_error(409, {"error": code, "message": "m"})
+        assert type(error) is errors.ERRORS_BY_CODE[code] and error.code == code
+
+
+def test_an_approver_decides_with_the_digest_it_saw(
+    server: dict[str, str], contract: Contract, transport: ContractTransport, key: str
+) -> None:
+    seen: list[settle_client.Approval] = []
+    approver = make_approver(server, contract)
+
+    def review(approval_id: str) -> None:
+        approval = approver.approval(approval_id)
+        seen.append(approval)
+        other = dataclasses.replace(approval, params_digest="sha256:" + "0" * 64)
+        with pytest.raises(errors.DigestMismatch):
+            approver.decide(other, approve=True)
+        approver.decide(approval, approve=True)
+
+    with make_host(server, transport) as host:
+        outcome = host.run(
+            key,
+            action="payment.send",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: None,
+            on_approval=review,
+        )
+    assert outcome.state == "released"
+    assert seen[0].params == PARAMS and seen[0].action == "payment.send"
+    assert seen[0].digest_verified
+
+
+class DroppingTransport(ContractTransport):
+    """Breaks the connection once for each request whose path ends with a given suffix.
+
+    ``after_sending``: the server receives and applies the request, its answer is lost.
+    """
+
+    def __init__(self, contract: Contract, suffixes: tuple[str, ...], after_sending: bool):
+        super().__init__(contract)
+        self.pending = set(suffixes)
+        self.after_sending = after_sending
+        self.sent: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request.url.path)
+        suffix = next((s for s in self.pending if request.url.path.endswith(s)), None)
+        if suffix is None:
+            return super().handle_request(request)
+        self.pending.discard(suffix)
+        if self.after_sending:
+            super().handle_request(request).close()
+            raise httpx.ReadError("connection reset after the request was sent")
+        raise httpx.ConnectError("connection refused")
+
+
+def test_idempotent_calls_are_sent_again_after_a_broken_connection(
+    server: dict[str, str], contract: Contract, key: str
+) -> None:
+    transport = DroppingTransport(contract, ("/operations", "/result"), after_sending=True)
+    with make_host(server, transport) as host:
+        outcome = host.run(
+            key,
+            action="payment.send",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: "ref",
+            on_approval=make_approver(server, contract).approve,
+        )
+    assert outcome.state == "released" and outcome.ran_effect
+    assert sum(path == "/api/v1/operations" for path in transport.sent) == 2
+    assert sum(path.endswith("/result") for path in transport.sent) == 2
+
+
+def test_a_dispatch_is_never_sent_again_resume_settles_it(
+    server: dict[str, str], contract: Contract, key: str
+) -> None:
+    calls: list[str] = []
+    transport = DroppingTransport(contract, ("/dispatch",), after_sending=False)
+    with make_host(server, transport) as host:
+        outcome = host.run(
+            key,
+            action="payment.send",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: calls.append(token) or "ref",
+            on_approval=make_approver(server, contract).approve,
+        )
+    assert sum(path.endswith("/dispatch") for path in transport.sent) == 1
+    # Resume found the operation approved and handed this worker its one dispatch.
+    assert outcome.state == "released" and len(calls) == 1
+
+
+def test_settle_out_of_reach_is_a_transport_error_after_the_retries(key: str) -> None:
+    with (
+        socket_closed_port() as url,
+        settle_client.Host(url, "t", retries=2) as host,
+        pytest.raises(errors.TransportError),
+    ):
+        host.run(key, action="a", provider="p", params={}, effect=str)
+
+
+def socket_closed_port() -> Any:
+    import contextlib
+    import socket
+
+    @contextlib.contextmanager
+    def closed() -> Any:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+
+    return closed()
+
+
+def test_async_host_runs_an_async_effect_once(
+    server: dict[str, str], contract: Contract, key: str
+) -> None:
+    calls: list[str] = []
+
+    async def effect(token: str) -> str:
+        await asyncio.sleep(0.01)
+        calls.append(token)
+        return "async-ref"
+
+    async def main() -> tuple[settle_client.Outcome, settle_client.Outcome]:
+        approver = settle_client.AsyncApprover(
+            server["url"], server["approver_token"], transport=AsyncContractTransport(contract)
+        )
+        approvals: list[str] = []
+        async with settle_client.AsyncHost(
+            server["url"],
+            server["host_token"],
+            transport=AsyncContractTransport(contract),
+            poll_interval=0.1,
+        ) as host:
+            task = asyncio.create_task(
+                host.run(
+                    key,
+                    action="payment.send",
+                    provider=server["provider"],
+                    params=PARAMS,
+                    effect=effect,
+                    on_approval=approvals.append,
+                )
+            )
+            while not approvals:
+                await asyncio.sleep(0.05)
+            await approver.approve(approvals[0])
+            first = await task
+            second = await host.run(
+                key,
+                action="payment.send",
+                provider=server["provider"],
+                params=PARAMS,
+                effect=effect,
+            )
+        await approver.aclose()
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert (first.state, first.ran_effect, first.reference) == ("released", True, "async-ref")
+    assert (second.state, second.ran_effect) == ("released", False)
+    assert len(calls) == 1
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SETTLE_CALLBACK_PROVIDER"), reason="SETTLE_CALLBACK_PROVIDER is not set"
+)
+def test_a_provider_callback_signed_by_the_helper_is_applied(
+    server: dict[str, str], contract: Contract, transport: ContractTransport, key: str
+) -> None:
+    provider = os.environ["SETTLE_CALLBACK_PROVIDER"]
+    answers: list[dict[str, Any]] = []
+    callbacks = settle_client.Callbacks(
+        server["url"],
+        provider,
+        os.environ["SETTLE_CALLBACK_SECRET"],
+        transport=ContractTransport(contract),
+    )
+    forged = settle_client.Callbacks(
+        server["url"], provider, "not-the-secret", transport=ContractTransport(contract)
+    )
+
+    def effect(token: str) -> str:
+        with pytest.raises(errors.BadSignature):
+            forged.notify(
+                operation_key=key,
+                status="committed",
+                params_digest=settle_client.params_digest(PARAMS),
+                reference="cb-ref",
+                sequence=1,
+            )
+        answers.append(
+            callbacks.notify(
+                operation_key=key,
+                status="committed",
+                params_digest=settle_client.params_digest(PARAMS),
+                reference="cb-ref",
+                sequence=1,
+            )
+        )
+        return "cb-ref"
+
+    with make_host(server, transport) as host:
+        outcome = host.run(
+            key,
+            action="payment.send",
+            provider=provider,
+            params=PARAMS,
+            effect=effect,
+            on_approval=make_approver(server, contract).approve,
+        )
+    assert answers == [{"applied": True, "state": "released"}]
+    assert outcome.state == "released"
