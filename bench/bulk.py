@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -38,7 +37,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from approvals.actors import Actor
-from bench.recovery import DEFAULT_BROKER, RecoveryBenchmark, _cpu_seconds
+from bench.recovery import DEFAULT_BROKER, RecoveryBenchmark, _cpu_seconds, celery_start
 from recovery.canonical import canonical_params, params_digest, sha256_digest
 from recovery.models import (
     BulkBatch,
@@ -219,30 +218,11 @@ class BulkBenchmark(RecoveryBenchmark):
             "SETTLE_CELERY_QUEUE": queue,
             "SETTLE_AUDIT_CHECKPOINT_FILE": str(scratch / "checkpoints.jsonl"),
         }
-        celery = str(Path(sys.executable).with_name("celery"))
-        if not Path(celery).exists():
-            celery = shutil.which("celery") or "celery"
         procs = []
         logs = []
         for n in range(workers):
             log = scratch / f"worker-{n}.log"
             logs.append(log)
-            with open(log, "wb") as handle:
-                procs.append(
-                    subprocess.Popen(
-                        [
-                            celery,
-                            *("-A", "console", "worker", "-l", "warning", "-P", "prefork"),
-                            *("-c", "1", "-n", f"benchbulk{n}-{uuid.uuid4().hex[:6]}@%h"),
-                            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-                        ],
-                        cwd=settings.BASE_DIR,
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=handle,
-                        stderr=handle,
-                        start_new_session=True,
-                    )
-                )
+            procs.append(celery_start("worker", name=f"benchbulk{n}", log=log, env=env))
         self._workers_ready(procs, logs)
         return procs

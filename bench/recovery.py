@@ -251,32 +251,13 @@ class RecoveryBenchmark:
             "SETTLE_SQL_COUNT_DIR": str(counts),
             "SETTLE_AUDIT_CHECKPOINT_FILE": str(scratch / "checkpoints.jsonl"),
         }
-        celery = str(Path(sys.executable).with_name("celery"))
-        if not Path(celery).exists():
-            celery = shutil.which("celery") or "celery"
         procs = []
         logs = []
         try:
             for n in range(workers):
                 log = scratch / f"worker-{n}.log"
                 logs.append(log)
-                with open(log, "wb") as handle:
-                    procs.append(
-                        subprocess.Popen(
-                            [
-                                celery,
-                                *("-A", "console", "worker", "-l", "warning", "-P", "prefork"),
-                                *("-c", "1", "-n", f"bench{n}-{uuid.uuid4().hex[:6]}@%h"),
-                                *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-                            ],
-                            cwd=settings.BASE_DIR,
-                            env=env,
-                            stdin=subprocess.DEVNULL,
-                            stdout=handle,
-                            stderr=handle,
-                            start_new_session=True,
-                        )
-                    )
+                procs.append(celery_start("worker", name=f"bench{n}", log=log, env=env))
             self._workers_ready(procs, logs)
             sweeps = StatementCount()
             self._leases_lapse(provider)
@@ -462,3 +443,32 @@ class _Counting:
         self.count.begin += sink.begin - self.before.begin
         self.count.commit += sink.commit - self.before.commit
         self.count.rollback += sink.rollback - self.before.rollback
+
+
+def celery_start(
+    kind: str, *, name: str, log: Path, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """A Celery ``worker`` (one prefork process, named ``name``) or ``beat`` of the
+    benchmarks, in a session of its own, writing to ``log``."""
+    celery = str(Path(sys.executable).with_name("celery"))
+    if not Path(celery).exists():
+        celery = shutil.which("celery") or "celery"
+    if kind == "beat":
+        schedule = str(log.with_name("celerybeat-schedule"))
+        command = [celery, "-A", "console", "beat", "-l", "warning", "-s", schedule]
+    else:
+        command = [
+            *(celery, "-A", "console", "worker", "-l", "warning", "-P", "prefork"),
+            *("-c", "1", "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h"),
+            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+        ]
+    with open(log, "wb") as handle:
+        return subprocess.Popen(
+            command,
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=handle,
+            start_new_session=True,
+        )

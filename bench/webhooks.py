@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -43,7 +42,7 @@ from django.db import connections, transaction
 from standardwebhooks import Webhook
 
 from approvals.actors import Actor
-from bench.recovery import RecoveryBenchmark, _percentile
+from bench.recovery import RecoveryBenchmark, _percentile, celery_start
 from recovery.models import Host, Operation, Provider, State, WebhookEvent, WebhookMessage
 from recovery.services.webhooks import OutboxEvent, webhook_endpoint_add, webhook_events_record
 
@@ -202,34 +201,11 @@ class WebhookBenchmark(RecoveryBenchmark):
             "SETTLE_WEBHOOK_SECONDS": "1",
             "SETTLE_AUDIT_CHECKPOINT_FILE": str(scratch / "checkpoints.jsonl"),
         }
-        celery = str(Path(sys.executable).with_name("celery"))
-        if not Path(celery).exists():
-            celery = shutil.which("celery") or "celery"
         procs, logs = [], []
         for n in range(workers + 1):
             kind = "beat" if n == workers else "worker"
             log = scratch / f"{kind}-{n}.log"
-            if kind == "beat":
-                schedule = str(scratch / "celerybeat-schedule")
-                command = [celery, "-A", "console", "beat", "-l", "warning", "-s", schedule]
-            else:
-                command = [
-                    *(celery, "-A", "console", "worker", "-l", "warning", "-P", "prefork"),
-                    *("-c", "1", "-n", f"hooks{n}-{uuid.uuid4().hex[:6]}@%h"),
-                    *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-                ]
-            with open(log, "wb") as handle:
-                procs.append(
-                    subprocess.Popen(
-                        command,
-                        cwd=settings.BASE_DIR,
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=handle,
-                        stderr=handle,
-                        start_new_session=True,
-                    )
-                )
+            procs.append(celery_start(kind, name=f"hooks{n}", log=log, env=env))
             logs.append(log)
         self._workers_ready(procs[:workers], logs[:workers])
         return procs
