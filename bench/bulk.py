@@ -37,7 +37,13 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from approvals.actors import Actor
-from bench.recovery import DEFAULT_BROKER, RecoveryBenchmark, _cpu_seconds, celery_start
+from bench.recovery import (
+    DEFAULT_BROKER,
+    RecoveryBenchmark,
+    _cpu_seconds,
+    celery_start,
+    celery_stop,
+)
 from recovery.canonical import canonical_params, params_digest, sha256_digest
 from recovery.models import (
     BulkBatch,
@@ -171,14 +177,7 @@ class BulkBenchmark(RecoveryBenchmark):
             released = Operation.objects.filter(provider=provider, state=State.RELEASED).count()
             report = BulkItem.objects.filter(batch=batch).exclude(status="pending").count()
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, 9)
-                    proc.wait()
+            celery_stop(procs)
             connections.close_all()
             with celery_app.connection_for_write() as channel_owner:
                 channel_owner.default_channel.queue_delete(queue)

@@ -285,14 +285,7 @@ class RecoveryBenchmark:
             time.sleep(1.0)  # the last task's count file is written after it returns
             in_workers = count_files_total(counts)
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, 9)
-                    proc.wait()
+            celery_stop(procs)
         figures = self._latencies(provider, count, elapsed)
         figures["sql"] = (sweeps.total + in_workers.total) / count
         figures["sql_sweep"] = sweeps.total / count
@@ -472,3 +465,16 @@ def celery_start(
             stderr=handle,
             start_new_session=True,
         )
+
+
+def celery_stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop what ``celery_start`` started: TERM to all, then KILL the session of any
+    that has not exited in 20 s."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()

@@ -42,7 +42,7 @@ from django.db import connections, transaction
 from standardwebhooks import Webhook
 
 from approvals.actors import Actor
-from bench.recovery import RecoveryBenchmark, _percentile, celery_start
+from bench.recovery import RecoveryBenchmark, _percentile, celery_start, celery_stop
 from recovery.models import Host, Operation, Provider, State, WebhookEvent, WebhookMessage
 from recovery.services.webhooks import OutboxEvent, webhook_endpoint_add, webhook_events_record
 
@@ -153,14 +153,7 @@ class WebhookBenchmark(RecoveryBenchmark):
                 )
             )
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, 9)
-                    proc.wait()
+            celery_stop(procs)
             receiver.stop()
             connections.close_all()
             with celery_app.connection_for_write() as owner:
