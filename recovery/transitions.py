@@ -136,7 +136,7 @@ def operation_transition(
         audit_retract(audited)
         raise TransitionRefused(operation, event, "stale (state, version)")
     _moved(change, target, head)
-    webhook_events_record(_reported([change], target))
+    webhook_events_record(_reported(change, target))
     return operation
 
 
@@ -230,7 +230,7 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
         for change, target, audited in group:
             if change.operation.pk in changed:
                 _moved(change, target, {"audit_seq": audited.seq, "audit_hash": audited.hash})
-                reported += _reported([change], target)
+                reported += _reported(change, target)
             else:
                 retracted.append(audited)
                 refused.append(
@@ -241,12 +241,10 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
     return refused
 
 
-def _reported(changes: list[Change], target: str) -> list[OutboxEvent]:
-    """The webhook events of changes that moved to ``target`` (written to the outbox)."""
-    events = (
-        transition_event(change.operation, change.event, target, change.data) for change in changes
-    )
-    return [event for event in events if event is not None]
+def _reported(change: Change, target: str) -> list[OutboxEvent]:
+    """The webhook event of a change that moved to ``target``, if hosts hear of it."""
+    event = transition_event(change.operation, change.event, target, change.data)
+    return [] if event is None else [event]
 
 
 def _target(change: Change) -> str:
