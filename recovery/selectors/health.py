@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Min
 from django.utils import timezone
 
 from recovery.models import (
@@ -129,7 +129,8 @@ def health_facts(*, now: datetime | None = None) -> HealthFacts:
     for count in OperationCount.objects.filter(state__in=TERMINAL_STATES):
         if count.provider_id in providers:
             providers[count.provider_id].states[count.state] = count.count
-    for pulse in ProviderLookups.objects.all():
+    lookups = list(ProviderLookups.objects.all())
+    for pulse in lookups:
         if pulse.provider_id in providers:
             providers[pulse.provider_id].last_lookup_at = pulse.last_lookup_at
             providers[pulse.provider_id].unavailable_since = pulse.unavailable_since
@@ -152,7 +153,7 @@ def health_facts(*, now: datetime | None = None) -> HealthFacts:
         last_sweep_at=sweep.at if sweep else None,
         last_sweep_seconds=sweep.seconds if sweep else None,
         counts_at=counts.at if counts else None,
-        last_lookup_at=ProviderLookups.objects.aggregate(at=Max("last_lookup_at"))["at"],
+        last_lookup_at=max((pulse.last_lookup_at for pulse in lookups), default=None),
         oldest_due_lookup_at=due,
         newest_checkpoint_at=checkpoint["made_at"] if checkpoint else None,
         oldest_unsigned_at=unsigned.first(),
