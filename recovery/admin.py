@@ -30,7 +30,7 @@ from recovery.models import (
     WebhookEvent,
     WebhookMessage,
 )
-from recovery.services.alerts import apprise_url_valid
+from recovery.services.alerts import alert_rule_delete, alert_rule_save, apprise_url_valid
 from recovery.services.credentials import credential_disable, credential_rotate, host_create
 from recovery.services.errors import Invalid, RecoveryError
 from recovery.services.providers import ProviderSettings, provider_save, provider_settings_check
@@ -305,6 +305,22 @@ class AlertRuleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["name", "kind", "provider", "threshold", "window_minutes", "enabled"]
     list_filter = ["kind", "enabled"]
     fields = ["name", "provider", "kind", "threshold", "new_urls", "window_minutes", "enabled"]
+
+    # Rules change only through their services: who silenced or redirected an alert is
+    # on the audit log.
+    def save_model(self, request: HttpRequest, obj: AlertRule, form: Any, change: bool) -> None:
+        alert_rule_save(
+            rule=obj,
+            urls_replaced=bool(form.cleaned_data.get("new_urls")),
+            actor=Actor.of("user", request.user),
+        )
+
+    def delete_model(self, request: HttpRequest, obj: AlertRule) -> None:
+        alert_rule_delete(rule_id=obj.pk, actor=Actor.of("user", request.user))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[AlertRule]) -> None:
+        for rule_id in queryset.values_list("pk", flat=True):
+            alert_rule_delete(rule_id=rule_id, actor=Actor.of("user", request.user))
 
 
 @admin.register(AlertState)

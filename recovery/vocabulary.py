@@ -56,6 +56,7 @@ class AuditKind(models.TextChoices):
     AUDIT_ALARM_RESOLVED = "audit_alarm_resolved", "Audit alarm resolved"
     WEBHOOK_CONFIGURED = "webhook_configured", "Webhook endpoint configured"
     WEBHOOK_REDELIVERED = "webhook_redelivered", "Webhook redelivered"
+    ALERT_RULE_CONFIGURED = "alert_rule_configured", "Alert rule configured"
 
 
 class StaleSignal(models.TextChoices):

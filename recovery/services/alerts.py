@@ -37,13 +37,74 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from approvals.actors import Actor
+from recovery.audit import audit_append, audit_transaction
 from recovery.models import AlertRule, AlertState, State
 from recovery.selectors.health import HealthFacts, ProviderFacts, health_facts
 from recovery.selectors.health import reconcile_entered_since as entered_since
+from recovery.vocabulary import AuditKind
 
 logger = logging.getLogger(__name__)
 
 Kind = AlertRule.Kind
+
+
+def _rule_record(rule: AlertRule) -> dict[str, object]:
+    """What the audit log says of a rule: never its URLs, which carry channel secrets."""
+    return {
+        "name": rule.name,
+        "provider": rule.provider.name if rule.provider is not None else None,
+        "kind": rule.kind,
+        "threshold": rule.threshold,
+        "window_minutes": rule.window_minutes,
+        "enabled": rule.enabled,
+    }
+
+
+def _rule_configured(rule_id: int, name: str, actor: Actor, change: str, **data: object) -> None:
+    audit_append(
+        kind=AuditKind.ALERT_RULE_CONFIGURED,
+        actor=actor,
+        data={"rule_id": rule_id, "rule": name, "change": change, **data},
+    )
+
+
+@audit_transaction()
+def alert_rule_save(*, rule: AlertRule, urls_replaced: bool, actor: Actor) -> AlertRule:
+    """Save ``rule`` as an operator set it (new or changed); audited, its URLs never.
+
+    Who silenced an alert, or sent it elsewhere, is on the record: the fields that
+    changed, old and new, and whether the URLs were replaced.
+    """
+    stored = AlertRule.objects.select_for_update().filter(pk=rule.pk).first() if rule.pk else None
+    before = _rule_record(stored) if stored is not None else None
+    rule.save()
+    after = _rule_record(rule)
+    changes = {
+        field: [None if before is None else before[field], value]
+        for field, value in after.items()
+        if before is None or before[field] != value
+    }
+    _rule_configured(
+        rule.pk,
+        rule.name,
+        actor,
+        "added" if before is None else "changed",
+        changes=changes,
+        urls_replaced=urls_replaced,
+    )
+    return rule
+
+
+@audit_transaction()
+def alert_rule_delete(*, rule_id: int, actor: Actor) -> None:
+    """Delete a rule (its state goes with it); audited with what it was."""
+    rule = AlertRule.objects.select_for_update().filter(pk=rule_id).first()
+    if rule is None:
+        return
+    record = _rule_record(rule)
+    rule.delete()
+    _rule_configured(rule_id, str(record["name"]), actor, "deleted", rule_was=record)
 
 
 @dataclass(frozen=True)

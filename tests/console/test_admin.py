@@ -273,3 +273,36 @@ def test_an_alert_rule_needs_urls_apprise_understands(admin_client):
     assert b"Apprise cannot send to URL 2." in response.content
     assert b"secret-token-4567" not in response.content
     assert not AlertRule.objects.exists()
+
+
+def test_alert_rule_changes_are_audited_without_their_urls(admin_client):
+    secret_url = "json://127.0.0.1:9/hooks?token=audit-secret-8910"
+    assert (
+        admin_client.post(
+            "/admin/recovery/alertrule/add/", _rule_form(new_urls=secret_url)
+        ).status_code
+        == 302
+    )
+    rule = AlertRule.objects.get()
+    change = f"/admin/recovery/alertrule/{rule.pk}/change/"
+    form = _rule_form(threshold="5")
+    del form["enabled"]  # unticked: the alert is silenced
+    assert admin_client.post(change, form).status_code == 302
+    assert (
+        admin_client.post(
+            f"/admin/recovery/alertrule/{rule.pk}/delete/", {"post": "yes"}
+        ).status_code
+        == 302
+    )
+    assert not AlertRule.objects.exists()
+
+    events = list(AuditEvent.objects.filter(kind="alert_rule_configured").order_by("id"))
+    assert [event.data["change"] for event in events] == ["added", "changed", "deleted"]
+    root = User.objects.get(username="root")
+    assert all(event.actor == Actor("user", str(root.pk)) for event in events)
+    added, changed, deleted = (event.data for event in events)
+    assert added["changes"]["kind"] == [None, "reconcile_entered"] and added["urls_replaced"]
+    assert changed["changes"] == {"threshold": [1, 5], "enabled": [True, False]}
+    assert changed["urls_replaced"] is False
+    assert deleted["rule_was"]["threshold"] == 5 and deleted["rule"] == "reconcile at night"
+    assert not any("audit-secret" in str(event.data) for event in events)
