@@ -336,8 +336,11 @@ def _outbox_insert(events: list[OutboxEvent]) -> int:
         "WHERE e.status <> %s AND (e.events = '' OR e.events LIKE '%%,' || v.event || ',%%') "
         "ORDER BY v.operation_id, e.id"
     )
+    # As the ORM writes it: SQLite keeps datetimes as text, and a value in another form
+    # (with its offset) would compare wrongly with the ORM's "due by now".
+    stamp = connection.ops.adapt_datetimefield_value(now)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [now, PENDING, now, PENDING, *params, DISABLED])
+        cursor.execute(sql, [stamp, PENDING, stamp, PENDING, *params, DISABLED])
         return int(cursor.rowcount)
 
 

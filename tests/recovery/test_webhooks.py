@@ -446,3 +446,14 @@ def test_delivery_outcomes_are_counted_and_the_backlog_is_scraped(
         assert webhooks_deliver(seconds=2).delivered == 1
     assert scraped("settle_webhook_deliveries_total", outcome="delivered") >= delivered + 1
     assert scraped("settle_webhook_outbox_backlog") == 0
+
+
+def test_a_message_is_due_at_the_instant_it_was_written(flow, endpoint):
+    # The outbox is written by hand-written SQL: its timestamps must compare with the
+    # ORM's, to the microsecond, on every database (SQLite stores them as text).
+    with time_machine.travel(timezone.now(), tick=False):
+        released(flow)
+        claimed = webhooks.webhook_messages_claim(limit=10)
+    # The operation's first message; the others wait behind it, in order.
+    first = WebhookMessage.objects.order_by("id").values_list("msg_id", flat=True)[0]
+    assert [item.msg_id for item in claimed] == [first]
