@@ -269,7 +269,7 @@ SETTLE_WEBHOOKS_ALLOW_PRIVATE = env_bool("SETTLE_WEBHOOKS_ALLOW_PRIVATE", False)
 # One delivery's whole request; a slow receiver costs a delivery thread this long at most.
 SETTLE_WEBHOOK_TIMEOUT_SECONDS = env_int("SETTLE_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1)
 # How often beat delivers what is due (commits also nudge a delivery at once, so this is
-# for retries and missed nudges: each round is a task every worker queue carries), how many
+# for retries and missed nudges: each round is a task on SETTLE_WEBHOOK_QUEUE), how many
 # messages one claim takes, and how long a claim holds them: longer than a task may live
 # (CELERY_TASK_TIME_LIMIT), so only a dead worker's claims lapse and are delivered again.
 SETTLE_WEBHOOK_SECONDS = env_int("SETTLE_WEBHOOK_SECONDS", 10, minimum=1)
@@ -279,11 +279,6 @@ SETTLE_WEBHOOK_LEASE_SECONDS = env_int("SETTLE_WEBHOOK_LEASE_SECONDS", 120, mini
 # an operator may redeliver); an endpoint is marked failing after this many errors in a row.
 SETTLE_WEBHOOK_RETRY_HOURS = env_int("SETTLE_WEBHOOK_RETRY_HOURS", 24, minimum=1)
 SETTLE_WEBHOOK_FAILING_AFTER = env_int("SETTLE_WEBHOOK_FAILING_AFTER", 5, minimum=1)
-# The Celery queue of webhook deliveries; blank: the one queue every task goes to. A
-# deployment whose receivers may be slow runs a worker of its own on a queue named here
-# (`celery -A console worker -Q NAME`), so deliveries never wait behind lookups nor
-# lookups behind deliveries.
-SETTLE_WEBHOOK_QUEUE = env_str("SETTLE_WEBHOOK_QUEUE", "")
 # After ``webhook rotate`` the old secret signs beside the new one for this long.
 SETTLE_WEBHOOK_ROTATION_GRACE_HOURS = env_int("SETTLE_WEBHOOK_ROTATION_GRACE_HOURS", 24)
 
@@ -346,6 +341,14 @@ elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     }
 # One queue name per deployment (and per test run, so parallel runs never collide).
 CELERY_TASK_DEFAULT_QUEUE = env_str("SETTLE_CELERY_QUEUE", "settle")
+# Webhook deliveries have a queue of their own, consumed by a worker of its own
+# (`celery -A console worker -Q settle-webhooks`): a receiver that accepts and never
+# answers holds only that worker, never the ones the sweep and the lookups need.
+# Set it to SETTLE_CELERY_QUEUE (or blank) to deliver on the one queue, unprotected.
+SETTLE_WEBHOOK_QUEUE = (
+    env_str("SETTLE_WEBHOOK_QUEUE", f"{CELERY_TASK_DEFAULT_QUEUE}-webhooks")
+    or CELERY_TASK_DEFAULT_QUEUE
+)
 # Acknowledge after the task ran, not on receipt: a worker that dies mid-task leaves its
 # message to be delivered again; every task is safe to run twice.
 CELERY_TASK_ACKS_LATE = True
@@ -403,7 +406,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(SETTLE_WEBHOOK_SECONDS),
         "options": {
             "expires": float(SETTLE_WEBHOOK_SECONDS),
-            **({"queue": SETTLE_WEBHOOK_QUEUE} if SETTLE_WEBHOOK_QUEUE else {}),
+            "queue": SETTLE_WEBHOOK_QUEUE,
         },
     },
     # Alert rules evaluated; grouped messages and "resolved" ones sent.

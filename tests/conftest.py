@@ -94,17 +94,19 @@ def _responses_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
 def _lookups_published_to_this_runs_queue() -> Iterator[None]:
     """Resume and the console publish the lookups they queue. In-process tests run those
     lookups themselves (``queued_lookups_run``), so the messages go to a queue of this
-    run's own, deleted at the end, never to a deployment's; a test with a real worker
-    points the setting at that worker's queue."""
+    run's own, deleted at the end, never to a deployment's (and a commit's webhook nudge
+    to this run's webhook queue); a test with a real worker points the setting at that
+    worker's queue."""
     from django.test import override_settings
 
     from tests.support.celery_fixtures import queue_delete
     from tests.support.celery_procs import queue_name
 
     name = queue_name()
-    with override_settings(CELERY_TASK_DEFAULT_QUEUE=name):
+    with override_settings(CELERY_TASK_DEFAULT_QUEUE=name, SETTLE_WEBHOOK_QUEUE=f"{name}-webhooks"):
         yield
     queue_delete(name)
+    queue_delete(f"{name}-webhooks")
 
 
 @pytest.fixture(autouse=True)

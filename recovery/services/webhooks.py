@@ -363,7 +363,7 @@ def webhooks_nudge() -> None:
         current_app.send_task(
             "recovery.tasks.webhooks_deliver",
             kwargs={"promote": False},
-            queue=settings.SETTLE_WEBHOOK_QUEUE or settings.CELERY_TASK_DEFAULT_QUEUE,
+            queue=settings.SETTLE_WEBHOOK_QUEUE,
         )
     except Exception as exc:  # the broker's errors vary by transport
         logger.warning("publishing a webhook delivery failed: %r", exc)

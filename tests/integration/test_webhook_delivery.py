@@ -1,5 +1,6 @@
-"""Webhooks delivered by real Celery workers to a real receiver; a worker SIGKILLed while
-a delivery is in flight leaves it to be delivered again, with the same webhook-id."""
+"""Webhooks delivered by real Celery workers of the webhook queue to a real receiver; a
+worker SIGKILLed while a delivery is in flight leaves it to be delivered again, with the
+same webhook-id."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def receiver() -> Iterator[Receiver]:
 @pytest.fixture
 def hooks_env(celery_env: dict[str, str | None], settings: Any, celery_queue: str) -> Any:
     settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = True
-    settings.CELERY_TASK_DEFAULT_QUEUE = celery_queue  # where the commit's nudge goes
+    settings.CELERY_TASK_DEFAULT_QUEUE = celery_queue
+    settings.SETTLE_WEBHOOK_QUEUE = celery_env["SETTLE_WEBHOOK_QUEUE"]  # the commit's nudge
     return {
         **celery_env,
         "SETTLE_WEBHOOKS_ALLOW_PRIVATE": "true",
@@ -57,7 +59,7 @@ def test_a_worker_delivers_signed_messages_in_order(
 ) -> None:
     _, secret = webhook_endpoint_add(host_name=host.name, url=receiver.url, actor=COMMAND_LINE)
     receiver.secrets.append(secret)
-    celery_procs("worker", hooks_env)
+    celery_procs("webhooks", hooks_env)
     started = time.monotonic()
     _released(flow)
 
@@ -81,7 +83,7 @@ def test_a_delivery_cut_by_a_sigkilled_worker_is_delivered_again_with_the_same_i
     _, secret = webhook_endpoint_add(host_name=host.name, url=receiver.url, actor=COMMAND_LINE)
     receiver.secrets.append(secret)
     receiver.stalls = [30.0]  # the first request hangs while its worker is killed
-    worker = celery_procs("worker", hooks_env)
+    worker = celery_procs("webhooks", hooks_env)
     flow.approved()
 
     _wait(lambda: len(receiver.received) == 1, 20, "the first attempt reaching the receiver")
@@ -90,7 +92,7 @@ def test_a_delivery_cut_by_a_sigkilled_worker_is_delivered_again_with_the_same_i
     assert message.status == "pending" and message.attempts == 0
     assert message.lease_expires_at is not None
 
-    celery_procs("worker", hooks_env)
+    celery_procs("webhooks", hooks_env)
     celery_procs("beat", hooks_env)
     _wait(lambda: len(receiver.received) == 2, 30, "the delivery again after the lease")
     first, second = receiver.received

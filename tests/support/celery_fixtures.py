@@ -15,7 +15,14 @@ import pytest
 import redis
 from django.db import connection
 
-from tests.support.celery_procs import REPO_ROOT, Proc, beat_start, queue_name, worker_start
+from tests.support.celery_procs import (
+    REPO_ROOT,
+    Proc,
+    beat_start,
+    queue_name,
+    webhook_queue,
+    worker_start,
+)
 from tests.support.gunicorn import database_url
 
 BROKER = os.environ.get("CELERY_BROKER_URL", "")
@@ -31,10 +38,11 @@ def queue_delete(name: str) -> None:
 
 @pytest.fixture
 def celery_queue() -> Iterator[str]:
-    """A queue of this test's own; its routing key is deleted afterwards."""
+    """A queue of this test's own; it and its webhook queue are deleted afterwards."""
     name = queue_name()
     yield name
     queue_delete(name)
+    queue_delete(f"{name}-webhooks")
 
 
 def test_database_url() -> str:
@@ -56,6 +64,7 @@ def celery_env(celery_queue: str, tmp_path: Path) -> dict[str, str | None]:
         "DATABASE_URL": test_database_url(),
         "CELERY_BROKER_URL": BROKER,
         "SETTLE_CELERY_QUEUE": celery_queue,
+        "SETTLE_WEBHOOK_QUEUE": f"{celery_queue}-webhooks",
         "SETTLE_SWEEP_SECONDS": "1",
         "SETTLE_AUDIT_CHECKPOINT_FILE": str(tmp_path / "worker-checkpoints.jsonl"),
     }
@@ -65,6 +74,8 @@ def celery_env(celery_queue: str, tmp_path: Path) -> dict[str, str | None]:
 def celery_procs(tmp_path: Path) -> Iterator[object]:
     """Start workers and beat with ``start(kind, env)``; all are stopped at the end.
 
+    ``kind``: ``worker`` (the default queue: sweep, lookups, beat's tasks), ``webhooks``
+    (a worker of the webhook queue, ``-Q``, as production runs one) or ``beat``.
     ``start(kind, env, celery=…, cwd=…)`` runs another install's ``celery`` from ``cwd``.
     """
     started: list[Proc] = []
@@ -83,9 +94,16 @@ def celery_procs(tmp_path: Path) -> Iterator[object]:
             directory.mkdir()
             proc = beat_start(directory=directory, env=env, celery=celery, cwd=cwd)
         else:
-            name = f"worker{count[kind]}"
-            log_path = tmp_path / f"{name}.log"
-            proc = worker_start(log_path=log_path, env=env, name=name, celery=celery, cwd=cwd)
+            name = f"{kind}{count[kind]}"
+            queues = webhook_queue(env) if kind == "webhooks" else None
+            proc = worker_start(
+                log_path=tmp_path / f"{name}.log",
+                env=env,
+                name=name,
+                celery=celery,
+                cwd=cwd,
+                queues=queues,
+            )
         started.append(proc)
         return proc
 

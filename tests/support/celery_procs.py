@@ -43,6 +43,12 @@ def queue_name() -> str:
     return f"settle-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def webhook_queue(env: Mapping[str, str | None]) -> str:
+    """The webhook queue processes given ``env`` use (the settings' rule, from outside)."""
+    default = env.get("SETTLE_CELERY_QUEUE") or "settle"
+    return env.get("SETTLE_WEBHOOK_QUEUE", f"{default}-webhooks") or default
+
+
 @dataclass
 class Proc:
     """One process (and its session), with its output in ``log_path``."""
@@ -137,8 +143,12 @@ def worker_start(
     name: str = "worker",
     celery: str | None = None,
     cwd: Path = REPO_ROOT,
+    queues: str | None = None,
 ) -> Proc:
-    """``celery -A console worker`` (prefork); returns once it says it is ready."""
+    """``celery -A console worker`` (prefork); returns once it says it is ready.
+
+    ``queues``: ``-Q`` (a webhook worker's queue); without, the default queue alone.
+    """
     command = [
         celery or celery_executable(),
         "-A",
@@ -155,6 +165,7 @@ def worker_start(
         "--without-gossip",
         "--without-mingle",
         "--without-heartbeat",
+        *(["-Q", queues] if queues else []),
     ]
     proc = _start(command, name=name, log_path=log_path, env=env, cwd=cwd)
     try:
