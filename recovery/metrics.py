@@ -148,6 +148,12 @@ class HealthCollector(Collector):
             "Webhook messages waiting to be delivered (pending, retries included).",
             facts.webhook_backlog,
         )
+        yield gauge(
+            "settle_webhook_delivery_lag_seconds",
+            "How long the longest-waiting due webhook message has waited for a worker of "
+            "the webhook queue (0: none waits).",
+            facts.webhook_lag,
+        )
 
 
 def gauge(name: str, documentation: str, value: float | None) -> GaugeMetricFamily:

@@ -64,11 +64,13 @@ def _ago(seconds: float | None) -> str:
 
 
 def _fact_checks(facts: HealthFacts) -> list[Check]:
-    """Beat, the workers and the audit checkpoints, each red past its threshold."""
+    """Beat, the workers, webhook deliveries and the audit checkpoints, each red past its
+    threshold."""
     sweep_limit = settings.SETTLE_STATUS_SWEEP_STALE_SECONDS
     sweep_age = facts.sweep_age
     lookup_limit = settings.SETTLE_STATUS_LOOKUP_LAG_SECONDS
     lookup_age = facts.age(facts.last_lookup_at, facts.now)
+    webhook_limit = settings.SETTLE_STATUS_WEBHOOK_LAG_SECONDS
     checkpoint_limit = settings.SETTLE_STATUS_CHECKPOINT_STALE_SECONDS
     checkpoint_age = facts.checkpoint_age
     unsigned_age = facts.age(facts.oldest_unsigned_at, facts.now)
@@ -88,6 +90,14 @@ def _fact_checks(facts: HealthFacts) -> list[Check]:
             f"last lookup finished {_ago(lookup_age)}; the most overdue lookup has waited "
             f"{facts.lookup_lag:.0f} s (red after {lookup_limit} s)",
             facts.last_lookup_at,
+        ),
+        Check(
+            "webhook deliveries",
+            facts.webhook_lag <= webhook_limit,
+            f"{facts.webhook_backlog} pending; the longest-waiting due message has waited "
+            f"{facts.webhook_lag:.0f} s for a worker of queue {settings.SETTLE_WEBHOOK_QUEUE} "
+            f"(red after {webhook_limit} s)",
+            facts.oldest_due_webhook_at,
         ),
         Check(
             "audit checkpoint",

@@ -21,6 +21,10 @@ overdue lookups
 newest checkpoint, unsigned events, open audit alarms
     the checkpoint with the highest number; the first event after its watermark (by
     id); the open alarms (almost always none).
+webhook backlog, webhook lag
+    the pending outbox messages (a count); the oldest ``next_attempt_at`` of a due
+    message no worker holds (``webhook_oldest_due_at``): how long deliveries have waited
+    for a worker of the webhook queue.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from recovery.models import (
     Pulse,
     State,
 )
-from recovery.selectors.webhooks import webhook_outbox_backlog
+from recovery.selectors.webhooks import webhook_oldest_due_at, webhook_outbox_backlog
 
 IN_FLIGHT_STATES = tuple(state for state in State if state not in TERMINAL_STATES)
 
@@ -86,6 +90,7 @@ class HealthFacts:
     oldest_unsigned_at: datetime | None
     open_alarms: int
     webhook_backlog: int
+    oldest_due_webhook_at: datetime | None
     providers: list[ProviderFacts]
 
     @staticmethod
@@ -102,6 +107,11 @@ class HealthFacts:
         if self.oldest_due_lookup_at is None or self.oldest_due_lookup_at > self.now:
             return 0.0
         return (self.now - self.oldest_due_lookup_at).total_seconds()
+
+    @property
+    def webhook_lag(self) -> float:
+        """How long the longest-waiting due webhook message has waited (0 when none is)."""
+        return self.age(self.oldest_due_webhook_at, self.now) or 0.0
 
     @property
     def checkpoint_age(self) -> float | None:
@@ -159,6 +169,7 @@ def health_facts(*, now: datetime | None = None) -> HealthFacts:
         oldest_unsigned_at=unsigned.first(),
         open_alarms=AuditAlarm.objects.filter(resolved_at__isnull=True).count(),
         webhook_backlog=webhook_outbox_backlog(),
+        oldest_due_webhook_at=webhook_oldest_due_at(now=now),
         providers=list(providers.values()),
     )
 

@@ -7,9 +7,10 @@ deliveries of each are only those of operations on providers the user may view.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from recovery.models import WebhookEndpoint, WebhookMessage
 from recovery.selectors.access import providers_visible_to
@@ -37,3 +38,22 @@ def webhook_messages_for_user(
 def webhook_outbox_backlog() -> int:
     """Messages not yet delivered nor given up (pending), for metrics."""
     return WebhookMessage.objects.filter(status=WebhookMessage.Status.PENDING).count()
+
+
+def webhook_oldest_due_at(*, now: datetime) -> datetime | None:
+    """When the longest-waiting due message became due: pending, due, held by no live
+    claim, its endpoint not disabled (a disabled endpoint's messages wait by design).
+
+    No worker consuming ``SETTLE_WEBHOOK_QUEUE`` makes this age grow without bound; a
+    receiver that is down does not (its messages wait for their back-off, not yet due).
+    Read from the ``webhook_message_due`` index, oldest first.
+    """
+    return (
+        WebhookMessage.objects.filter(status=WebhookMessage.Status.PENDING)
+        .filter(next_attempt_at__lte=now)
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
+        .exclude(endpoint__status=WebhookEndpoint.Status.DISABLED)
+        .order_by("next_attempt_at")
+        .values_list("next_attempt_at", flat=True)
+        .first()
+    )

@@ -11,9 +11,11 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from approvals.actors import COMMAND_LINE
 from recovery.audit import audit_checkpoint
-from recovery.models import Operation, Pulse
+from recovery.models import Operation, Pulse, WebhookMessage
 from recovery.services.pulses import pulse_record
+from recovery.services.webhooks import webhook_endpoint_add, webhook_endpoint_disable
 from tests.console.conftest import Stuck, client_for
 
 
@@ -44,6 +46,7 @@ def test_detail_is_green_when_beat_swept_lately(db: None, client: Client):
         "broker",
         "beat",
         "workers",
+        "webhook deliveries",
         "audit checkpoint",
         "audit alarms",
     }
@@ -83,6 +86,43 @@ def test_workers_go_red_when_a_due_lookup_waits_too_long(stuck: Stuck, client: C
     assert status == 503
     assert body["checks"]["workers"]["ok"] is False
     assert "has waited 18" in body["checks"]["workers"]["detail"]
+
+
+def test_webhook_deliveries_go_red_when_a_due_message_waits_for_no_worker(
+    flow: Any, host: Any, client: Client, settings
+):
+    settings.SETTLE_STATUS_WEBHOOK_LAG_SECONDS = 120
+    settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = True
+    fresh_sweep()
+    endpoint, _ = webhook_endpoint_add(
+        host_name=host.name, url="http://127.0.0.1:9/hooks", actor=COMMAND_LINE
+    )
+    flow.approved()  # one message, due now: nobody runs the webhook queue's worker here
+    check = detail(client)[1]["checks"]["webhook deliveries"]
+    assert check["ok"] is True and check["detail"].startswith("1 pending;")
+    message = WebhookMessage.objects.filter(pk=WebhookMessage.objects.get().pk)
+    three_minutes_ago = timezone.now() - timedelta(minutes=3)
+    message.update(next_attempt_at=three_minutes_ago)
+    status, body = detail(client)
+    assert status == 503
+    check = body["checks"]["webhook deliveries"]
+    assert check["ok"] is False
+    assert "has waited 18" in check["detail"]
+    assert settings.SETTLE_WEBHOOK_QUEUE in check["detail"]
+
+    # A worker holds it (a live claim): it is being delivered, not waiting.
+    message.update(lease_expires_at=timezone.now() + timedelta(minutes=1))
+    assert detail(client)[1]["checks"]["webhook deliveries"]["ok"] is True
+    # Its claim lapsed: waiting again.
+    message.update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert detail(client)[1]["checks"]["webhook deliveries"]["ok"] is False
+    # Retried later after an error (back-off): not due, not waiting for a worker.
+    message.update(next_attempt_at=timezone.now() + timedelta(minutes=5))
+    assert detail(client)[1]["checks"]["webhook deliveries"]["ok"] is True
+    # A disabled endpoint's messages wait by design.
+    message.update(next_attempt_at=three_minutes_ago)
+    webhook_endpoint_disable(endpoint_id=endpoint.pk, actor=COMMAND_LINE)
+    assert detail(client)[1]["checks"]["webhook deliveries"]["ok"] is True
 
 
 def test_checkpoint_goes_red_when_events_wait_unsigned_too_long(

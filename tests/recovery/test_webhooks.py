@@ -433,6 +433,10 @@ def test_delivery_outcomes_are_counted_and_the_backlog_is_scraped(
         return samples(client).get((name, tuple(sorted(labels.items()))), 0.0)
 
     assert scraped("settle_webhook_outbox_backlog") == 1
+    waiting = WebhookMessage.objects.filter(status="pending")
+    waiting.update(next_attempt_at=timezone.now() - timedelta(minutes=10))
+    assert 600 <= scraped("settle_webhook_delivery_lag_seconds") < 660  # no worker took it
+    waiting.update(next_attempt_at=timezone.now())
     retrying = scraped("settle_webhook_deliveries_total", outcome="retrying")
     delivered = scraped("settle_webhook_deliveries_total", outcome="delivered")
     receiver.statuses = [503]
@@ -446,6 +450,7 @@ def test_delivery_outcomes_are_counted_and_the_backlog_is_scraped(
         assert webhooks_deliver(seconds=2).delivered == 1
     assert scraped("settle_webhook_deliveries_total", outcome="delivered") >= delivered + 1
     assert scraped("settle_webhook_outbox_backlog") == 0
+    assert scraped("settle_webhook_delivery_lag_seconds") == 0
 
 
 def test_a_message_is_due_at_the_instant_it_was_written(flow, endpoint):
