@@ -62,7 +62,8 @@ HOST_API_SECONDS = Histogram(
 WEBHOOK_DELIVERIES = Counter(
     "settle_webhook_deliveries",
     "Webhook delivery attempts by outcome: delivered, retrying (an error; tried again "
-    "later) or given_up (its retry window closed).",
+    "later), given_up (its retry window closed) or deferred (not sent: its endpoint timed "
+    "out earlier in the same round).",
     ["outcome"],
 )
 SWEEP_SECONDS = Histogram(

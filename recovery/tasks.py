@@ -101,7 +101,7 @@ def dashboard_refresh() -> int:
 def webhooks_deliver(promote: bool = True) -> dict[str, int]:
     """Deliver the due webhook messages (beat; and, without ``promote``, a commit's nudge)."""
     report = webhooks_deliver_run(promote=promote)
-    return {"delivered": report.delivered, "failed": report.failed}
+    return {"delivered": report.delivered, "failed": report.failed, "deferred": report.deferred}
 
 
 @shared_task

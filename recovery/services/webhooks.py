@@ -16,6 +16,15 @@ delivery
     (``webhook_outcomes_record``). At least once, in order per (endpoint, operation), the
     same ``webhook-id`` on every attempt; retried with exponential back-off and jitter
     for ``SETTLE_WEBHOOK_RETRY_HOURS``. A receiver answering 410 disables its endpoint.
+    Deliveries run on a Celery queue of their own (``SETTLE_WEBHOOK_QUEUE``), so a slow
+    receiver holds only the workers of that queue.
+deferred
+    A message of an endpoint that timed out earlier in the same round is not sent: its
+    claim is released and it waits as long as its endpoint's errors in a row call for,
+    without an attempt counted. A receiver that accepts and never answers costs each
+    round one timeout (on at most ``DELIVERY_THREADS`` threads at once), not one per
+    message, and the other endpoints' messages of the round go out meanwhile; its first
+    success brings everything it was owed forward again.
 """
 
 from __future__ import annotations
@@ -389,11 +398,15 @@ class Claimed:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one attempt got: a status code, or an error before any answer."""
+    """What one attempt got: a status code, or an error before any answer (``timed_out``:
+    the receiver did not answer in time); ``deferred``: not sent (see the module's
+    docstring)."""
 
     claimed: Claimed
     status_code: int | None
     error: str = ""
+    timed_out: bool = False
+    deferred: bool = False
 
     @property
     def delivered(self) -> bool:
@@ -509,6 +522,8 @@ def webhook_message_send(
             headers=headers,
             extensions={"sni_hostname": target.sni},
         )
+    except httpx.TimeoutException as exc:
+        return Outcome(claimed, None, f"{type(exc).__name__}: {exc}"[:300], timed_out=True)
     except httpx.HTTPError as exc:
         return Outcome(claimed, None, f"{type(exc).__name__}: {exc}"[:300])
     return Outcome(claimed, response.status_code)
@@ -536,6 +551,7 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
     Delivered: done. Otherwise retried after ``backoff_seconds`` until the retry window
     closes (then ``failed``). An endpoint's errors in a row mark it failing; its next
     success clears that and brings its waiting messages forward; 410 disables it.
+    Deferred (not sent): the claim released, due after its endpoint's back-off.
     Only a claim still held is recorded: one that lapsed belongs to another worker now.
     """
     now = timezone.now()
@@ -546,7 +562,12 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
     by_code: dict[tuple[int, datetime], list[int]] = {}
     done: set[tuple[int, int]] = set()
     tally: dict[str, int] = {}
+    deferred: dict[int, list[Claimed]] = {}
     for outcome in outcomes:
+        if outcome.deferred:
+            tally["deferred"] = tally.get("deferred", 0) + 1
+            deferred.setdefault(outcome.claimed.endpoint_id, []).append(outcome.claimed)
+            continue
         if outcome.delivered:
             tally["delivered"] = tally.get("delivered", 0) + 1
             key = (int(outcome.status_code or 0), outcome.claimed.lease)
@@ -591,7 +612,29 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
         )
     _next_promote(done, now)
     _endpoints_update(now, succeeded, failed, gone)
+    _deferred_release(now, deferred)
     transaction.on_commit(lambda: _deliveries_count(tally))
+
+
+def _deferred_release(now: datetime, deferred: dict[int, list[Claimed]]) -> None:
+    """Release the claims of messages not sent, due again after their endpoint's back-off
+    (its errors in a row, counted already): a dead receiver's backlog waits together
+    while the messages that timed out probe it on their own back-off."""
+    failures = dict(
+        WebhookEndpoint.objects.filter(pk__in=list(deferred)).values_list("id", "failures")
+    )
+    for endpoint_id, claims in deferred.items():
+        wait = timedelta(seconds=backoff_seconds(max(failures.get(endpoint_id, 0), 1)))
+        for lease in {claim.lease for claim in claims}:
+            WebhookMessage.objects.filter(
+                pk__in=[claim.id for claim in claims if claim.lease == lease],
+                status=PENDING,
+                lease_expires_at=lease,
+            ).update(
+                next_attempt_at=now + wait,
+                lease_expires_at=None,
+                last_error="not sent: the endpoint timed out earlier in this round",
+            )
 
 
 def _deliveries_count(tally: dict[str, int]) -> None:
@@ -664,6 +707,26 @@ def _endpoints_update(
 class DeliveryReport:
     delivered: int = 0
     failed: int = 0
+    deferred: int = 0
+
+
+def _round_send(
+    claimed: list[Claimed], client: httpx.Client, pool: ThreadPoolExecutor
+) -> list[Outcome]:
+    """Send one claim's messages on the pool's threads; an endpoint that timed out in this
+    round is not sent its remaining messages (``deferred``)."""
+    targets = {url: webhook_target(url) for url in {item.url for item in claimed}}
+    timed_out: set[int] = set()  # endpoint ids; threads only add to it
+
+    def send(item: Claimed) -> Outcome:
+        if item.endpoint_id in timed_out:
+            return Outcome(item, None, deferred=True)
+        outcome = webhook_message_send(item, client, targets[item.url])
+        if outcome.timed_out:
+            timed_out.add(item.endpoint_id)
+        return outcome
+
+    return list(pool.map(send, claimed))
 
 
 def webhooks_deliver(
@@ -683,13 +746,13 @@ def webhooks_deliver(
         return report
     with webhook_client() as client, ThreadPoolExecutor(DELIVERY_THREADS) as pool:
         while claimed:
-            targets = {url: webhook_target(url) for url in {item.url for item in claimed}}
-            sends = [(item, client, targets[item.url]) for item in claimed]
-            outcomes = list(pool.map(lambda send: webhook_message_send(*send), sends))
+            outcomes = _round_send(claimed, client, pool)
             webhook_outcomes_record(outcomes)
             delivered = sum(outcome.delivered for outcome in outcomes)
+            deferred = sum(outcome.deferred for outcome in outcomes)
             report.delivered += delivered
-            report.failed += len(outcomes) - delivered
+            report.deferred += deferred
+            report.failed += len(outcomes) - delivered - deferred
             if time.monotonic() >= deadline:
                 break
             claimed = webhook_messages_claim(limit=settings.SETTLE_WEBHOOK_BATCH)

@@ -26,7 +26,7 @@ from recovery.services.webhooks import (
 )
 from recovery.transitions import Event, TransitionRefused, operation_transition
 from tests.conftest import Flow
-from tests.support.webhook_receiver import Receiver, receiver_serve
+from tests.support.webhook_receiver import Receiver, Silent, receiver_serve, silent_serve
 
 pytestmark = pytest.mark.django_db
 
@@ -34,6 +34,11 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     yield from receiver_serve(Receiver())
+
+
+@pytest.fixture
+def silent() -> Iterator[Silent]:
+    yield from silent_serve()
 
 
 @pytest.fixture
@@ -168,6 +173,38 @@ def test_a_failed_attempt_is_retried_later_with_the_same_webhook_id(flow, endpoi
     first, second = receiver.received
     assert first.id == second.id == message.msg_id
     assert second.body == first.body
+
+
+def test_an_endpoint_that_times_out_is_sent_nothing_more_that_round_and_the_others_are(
+    flow, host, endpoint, receiver, silent, settings
+):
+    settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS = 1
+    hanging, _ = webhook_endpoint_add(host_name=host.name, url=silent.url, actor=COMMAND_LINE)
+    for n in range(20):
+        flow.approved(f"op-{n}")  # approval.decided, to both endpoints
+    to_hanging = WebhookMessage.objects.filter(endpoint=hanging)
+
+    report = webhooks_deliver(seconds=30)
+    # Only the requests under way when the first timed out reached the silent receiver;
+    # the good endpoint's twenty went out in the same round.
+    assert silent.accepted <= webhooks.DELIVERY_THREADS < 20
+    assert report.delivered == 20 and len(receiver.received) == 20
+    assert report.failed == silent.accepted and report.deferred == 20 - silent.accepted
+    timed_out = list(to_hanging.filter(attempts=1))
+    deferred = list(to_hanging.filter(attempts=0))
+    assert len(timed_out) == silent.accepted and len(deferred) == report.deferred
+    assert all("Timeout" in message.last_error for message in timed_out)
+    assert all(message.lease_expires_at is None for message in timed_out + deferred)
+    # The timed-out ones probe the receiver on their own back-off; the rest wait for the
+    # endpoint's errors in a row (longer), not due in the next rounds.
+    hanging.refresh_from_db()
+    assert hanging.failures == silent.accepted
+    assert min(m.next_attempt_at for m in deferred) > max(m.next_attempt_at for m in timed_out)
+    with time_machine.travel(timezone.now() + timedelta(seconds=30)):
+        accepted = silent.accepted
+        webhooks_deliver(seconds=30)
+        assert silent.accepted - accepted <= len(timed_out)  # the probes, nothing deferred
+    assert to_hanging.filter(attempts=0).count() == len(deferred)
 
 
 def test_back_off_doubles_and_is_jittered():

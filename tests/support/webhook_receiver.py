@@ -1,8 +1,11 @@
-"""A real HTTP receiver of webhooks that verifies signatures with ``standardwebhooks``."""
+"""Real HTTP receivers of webhooks: one that verifies signatures with ``standardwebhooks``,
+and one that accepts connections and never answers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -102,3 +105,46 @@ def receiver_serve(receiver: Receiver) -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@dataclass
+class Silent:
+    """A receiver that accepts every connection and never answers: a real listening
+    socket whose connections are held open, unread, until it stops. ``accepted`` counts
+    them (each is one delivery attempt that can only time out)."""
+
+    accepted: int = 0
+    listener: socket.socket | None = None
+    held: list[socket.socket] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        assert self.listener is not None
+        host, port = self.listener.getsockname()[:2]
+        return f"http://{host}:{port}/hooks"
+
+    def serve(self) -> None:
+        assert self.listener is not None
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed: the receiver stopped
+                return
+            self.held.append(connection)
+            self.accepted += 1
+
+
+def silent_serve() -> Iterator[Silent]:
+    silent = Silent(listener=socket.create_server(("127.0.0.1", 0), backlog=512))
+    thread = threading.Thread(target=silent.serve, daemon=True)
+    thread.start()
+    try:
+        yield silent
+    finally:
+        assert silent.listener is not None
+        with contextlib.suppress(OSError):
+            silent.listener.shutdown(socket.SHUT_RDWR)
+        silent.listener.close()
+        for connection in silent.held:
+            connection.close()
+        thread.join(timeout=5)
