@@ -144,7 +144,13 @@ def web_start(*, host: str, port: int, workers: int, log_path: Path) -> tuple[Ch
 
 
 def celery_start(role: str, log_path: Path) -> Child:
-    """``celery -A console worker`` or ``celery -A console beat`` on the configured broker."""
+    """``celery -A console worker`` (the default queue: sweep, lookups), its ``webhooks``
+    twin (``-Q`` the webhook queue, as production runs one) or ``celery -A console beat``,
+    on the configured broker."""
+    if role == "webhooks":
+        command = [_bin("celery"), "-A", "console", "worker", "-l", "info", "-c", "1"]
+        command += ["-Q", settings.SETTLE_WEBHOOK_QUEUE, "-n", "webhooks@%h"]
+        return start_child(role, command, log_path)
     command = [_bin("celery"), "-A", "console", role, "-l", "info"]
     if role == "worker":
         command += ["-c", "2"]

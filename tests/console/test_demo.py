@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -156,7 +157,7 @@ def _processes_gone(marker: str, timeout: float = 5.0) -> bool:
     return _processes_with(marker) == []
 
 
-def test_ctrl_c_stops_the_web_server_the_worker_and_beat_with_nothing_left_behind(
+def test_ctrl_c_stops_the_web_server_the_workers_and_beat_with_nothing_left_behind(
     tmp_path: Path,
 ) -> None:
     port = _free_port()
@@ -181,8 +182,13 @@ def test_ctrl_c_stops_the_web_server_the_worker_and_beat_with_nothing_left_behin
         with opener.open(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
             assert response.status == 200
         children = _processes_with(str(tmp_path))
-        # gunicorn (master and workers), the Celery worker (and its pool), beat.
-        assert len([pid for pid in children if pid != demo.pid]) >= 5, children
+        # gunicorn (master and workers), the Celery worker (and its pool), the webhook
+        # worker (and its pool), beat.
+        assert len([pid for pid in children if pid != demo.pid]) >= 7, children
+        # The webhook worker consumes the webhook queue alone.
+        [webhooks] = re.findall(r"webhooks (\d+)", output)
+        argv = Path(f"/proc/{webhooks}/cmdline").read_text().split("\0")
+        assert argv[argv.index("-Q") + 1].endswith("-webhooks"), argv
 
         demo.send_signal(signal.SIGINT)
 

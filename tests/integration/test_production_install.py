@@ -5,30 +5,41 @@ runtime dependency that only a dev tool brings along: kombu's Redis transport ne
 ``packaging``, which only ``celery[redis]`` declares. CI (``.ci/run``) therefore builds a
 second venv with ``pip install .`` (no extras, not editable) and names it in
 ``SETTLE_RUNTIME_VENV``; this test runs that venv's ``celery`` from outside the checkout,
-so the worker and beat import the installed package, and lets them settle a stranded
-operation with nobody calling resume; and that venv's gunicorn serves the console's pages
-and static files, which must ship inside the package.
+so the workers and beat import the installed package, and lets them settle a stranded
+operation with nobody calling resume and deliver its webhooks (a worker of the webhook
+queue, as the README's deployment runs one); and that venv's gunicorn serves the
+console's pages and static files, which must ship inside the package.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from approvals.actors import COMMAND_LINE
+from recovery.services.webhooks import webhook_endpoint_add
 from tests.conftest import STRICT
 from tests.integration.conftest import Procs, Settle, assert_audit_intact
 from tests.integration.test_background_recovery import _nobody_resumed, _state, _wait
 from tests.integration.test_crash_recovery import assert_recovered_receipt, crash
 from tests.support.celery_procs import REPO_ROOT, child_environment
 from tests.support.gunicorn import _LOCAL, database_url, gunicorn_running
+from tests.support.webhook_receiver import Receiver, receiver_serve
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 IN_CI = STRICT or os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    yield from receiver_serve(Receiver())
 
 
 @pytest.fixture
@@ -74,18 +85,21 @@ def _outside_the_checkout(tmp_path: Path, settings: Any) -> tuple[Path, dict[str
     return outside, env
 
 
-def test_a_runtime_only_install_runs_worker_and_beat_on_redis_and_releases_a_stranded_operation(
+def test_a_runtime_only_install_releases_a_stranded_operation_and_delivers_its_webhook(
     runtime_celery: Path,  # first: without the venv, skip (or fail) before anything starts
     settle: Settle,
     procs: Procs,
     make_provider: Any,
+    receiver: Receiver,
     celery_env: dict[str, str | None],
     celery_procs: Any,
     tmp_path: Path,
     settings: Any,
 ) -> None:
     outside, installed = _outside_the_checkout(tmp_path, settings)
-    env = {**celery_env, **installed}
+    env = {**celery_env, **installed, "SETTLE_WEBHOOKS_ALLOW_PRIVATE": "true"}
+    settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = True
+    settings.SETTLE_WEBHOOK_QUEUE = celery_env["SETTLE_WEBHOOK_QUEUE"]  # the live server's nudges
     venv = runtime_celery.parent.parent
     where = _imported_from(runtime_celery.with_name("python"), outside, env)
     for package, path in where.items():
@@ -93,9 +107,12 @@ def test_a_runtime_only_install_runs_worker_and_beat_on_redis_and_releases_a_str
         assert not Path(path).is_relative_to(REPO_ROOT), (package, path)
 
     provider = make_provider("sqlite", lease_seconds=1)
+    _, secret = webhook_endpoint_add(host_name="fleet-a", url=receiver.url, actor=COMMAND_LINE)
+    receiver.secrets.append(secret)
     worker = celery_procs("worker", env, celery=str(runtime_celery), cwd=outside)
+    webhooks = celery_procs("webhooks", env, celery=str(runtime_celery), cwd=outside)
     beat = celery_procs("beat", env, celery=str(runtime_celery), cwd=outside)
-    for proc in (worker, beat):
+    for proc in (worker, webhooks, beat):
         assert os.readlink(f"/proc/{proc.pid}/cwd") == str(outside)
         assert str(runtime_celery) in Path(f"/proc/{proc.pid}/cmdline").read_text()
     assert "transport:   redis://" in worker.log()
@@ -109,7 +126,16 @@ def test_a_runtime_only_install_runs_worker_and_beat_on_redis_and_releases_a_str
     assert_recovered_receipt(key)
     _nobody_resumed(key)
     assert_audit_intact()
-    assert "Traceback" not in worker.log() + beat.log()
+
+    def released_received() -> bool:
+        types = [json.loads(item.body)["type"] for item in receiver.received]
+        return "operation.released" in types
+
+    _wait(released_received, 30, "the release delivered by the installed webhook worker")
+    assert all(item.verified[secret] for item in receiver.received)
+    assert "Task recovery.tasks.webhooks_deliver[" in webhooks.log()
+    assert "Task recovery.tasks.webhooks_deliver[" not in worker.log()
+    assert "Traceback" not in worker.log() + webhooks.log() + beat.log()
 
 
 def test_a_runtime_only_install_serves_the_console_pages_and_static_files(

@@ -69,7 +69,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 class Command(BaseCommand):
     help = (
         "Seed a demo from real worker processes (some killed with SIGKILL mid-operation), "
-        "then serve the console with a Celery worker and beat until Ctrl-C."
+        "then serve the console with Celery workers (lookups, webhooks) and beat until Ctrl-C."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -126,6 +126,9 @@ class Command(BaseCommand):
                     child.stop()
                 children.clear()
                 return
+            # Webhook deliveries have a queue and a worker of their own (an endpoint
+            # added with `manage.py webhook add` while the demo runs is delivered to).
+            children.append(fleet.celery_start("webhooks", var / "log" / "celery-webhooks.log"))
             children.append(fleet.celery_start("beat", var / "log" / "celery-beat.log"))
             self._served(url, var, children)
             while all(child.alive() for child in children):
@@ -133,7 +136,7 @@ class Command(BaseCommand):
             dead = [child.name for child in children if not child.alive()]
             self.stderr.write(f"{', '.join(dead)} exited; stopping the demo (logs in {var}/log)")
         except Stop as why:
-            self.stdout.write(f"\n{why}: stopping the web server, the worker and beat …")
+            self.stdout.write(f"\n{why}: stopping the web server, the workers and beat …")
         finally:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
