@@ -439,10 +439,11 @@ class _Counting:
 
 
 def celery_start(
-    kind: str, *, name: str, log: Path, env: dict[str, str]
+    kind: str, *, name: str, log: Path, env: dict[str, str], queues: str = ""
 ) -> subprocess.Popen[bytes]:
-    """A Celery ``worker`` (one prefork process, named ``name``) or ``beat`` of the
-    benchmarks, in a session of its own, writing to ``log``."""
+    """A Celery ``worker`` (one prefork process, named ``name``; ``queues``: its ``-Q``, the
+    default queue without) or ``beat`` of the benchmarks, in a session of its own,
+    writing to ``log``."""
     celery = str(Path(sys.executable).with_name("celery"))
     if not Path(celery).exists():
         celery = shutil.which("celery") or "celery"
@@ -454,6 +455,7 @@ def celery_start(
             *(celery, "-A", "console", "worker", "-l", "warning", "-P", "prefork"),
             *("-c", "1", "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h"),
             *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+            *(("-Q", queues) if queues else ()),
         ]
     with open(log, "wb") as handle:
         return subprocess.Popen(

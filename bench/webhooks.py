@@ -1,10 +1,11 @@
 """How fast webhooks reach a receiver (``manage.py benchmark_webhooks``).
 
-    python manage.py benchmark_webhooks [--events N] [--rate R] [--down-seconds S]
+    python manage.py benchmark_webhooks [--events N] [--rate R] [--down-seconds S] [--hanging H]
 
 Figures, not a test; a development tool. Everything happens in a scratch database (as
-``benchmark_recovery``'s) with W real ``celery -A console worker`` processes and beat,
-delivering to a receiver in this process (a threaded ``http.server`` on 127.0.0.1 that
+``benchmark_recovery``'s) with W real ``celery -A console worker -Q <webhook queue>``
+processes (deliveries have a queue of their own, as in production) and beat, delivering
+to a receiver in this process (a threaded ``http.server`` on 127.0.0.1 that
 verifies one signature in twenty with ``standardwebhooks``).
 
 burst
@@ -18,13 +19,21 @@ receiver down
     The receiver stops for S seconds while changes go on at 2 a second, then comes back
     (changes go on): every message must arrive; a duplicate may arrive only with the
     same ``webhook-id``, so ``lost`` counts ids never received.
+hanging endpoint
+    A second endpoint of the same host on a socket that accepts and never answers; H
+    changes committed in transactions of 100, each a message to both endpoints: how fast
+    the good receiver still gets its H (deliveries per second, first commit to last
+    arrival), and how many requests the silent one accepted (each costs a delivery
+    thread ``SETTLE_WEBHOOK_TIMEOUT_SECONDS``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -44,7 +53,12 @@ from standardwebhooks import Webhook
 from approvals.actors import Actor
 from bench.recovery import RecoveryBenchmark, _percentile, celery_start, celery_stop
 from recovery.models import Host, Operation, Provider, State, WebhookEvent, WebhookMessage
-from recovery.services.webhooks import OutboxEvent, webhook_endpoint_add, webhook_events_record
+from recovery.services.webhooks import (
+    OutboxEvent,
+    webhook_endpoint_add,
+    webhook_endpoint_disable,
+    webhook_events_record,
+)
 
 BENCH = Actor.system("benchmark")
 
@@ -123,7 +137,8 @@ class WebhookBenchmark(RecoveryBenchmark):
         queue = f"settle-benchhooks-{uuid.uuid4().hex[:8]}"
         celery_app.conf.broker_url = broker
         celery_app.conf.task_default_queue = queue
-        settings.CELERY_TASK_DEFAULT_QUEUE = queue  # where commits nudge a delivery
+        settings.CELERY_TASK_DEFAULT_QUEUE = queue
+        settings.SETTLE_WEBHOOK_QUEUE = f"{queue}-webhooks"  # where commits nudge a delivery
         settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = True
         receiver = _Receiver()
         procs: list[subprocess.Popen[bytes]] = []
@@ -141,6 +156,8 @@ class WebhookBenchmark(RecoveryBenchmark):
             self.stdout.write(f"steady: {json.dumps(steady)}")
             down = self._down(receiver, operations, options["down_seconds"], options["timeout"])
             self.stdout.write(f"receiver down: {json.dumps(down)}")
+            hanging = self._hanging(receiver, operations, options["hanging"], options["timeout"])
+            self.stdout.write(f"hanging endpoint: {json.dumps(hanging)}")
             self.stdout.write(
                 json.dumps(
                     {
@@ -148,6 +165,7 @@ class WebhookBenchmark(RecoveryBenchmark):
                         "p95_s": steady["p95_s"],
                         "down_lost": down["lost"],
                         "down_duplicates_same_id": down["duplicates"],
+                        "hanging_good_per_s": hanging["good_per_s"],
                         "bad_signatures": receiver.bad_signatures,
                     }
                 )
@@ -157,7 +175,8 @@ class WebhookBenchmark(RecoveryBenchmark):
             receiver.stop()
             connections.close_all()
             with celery_app.connection_for_write() as owner:
-                owner.default_channel.queue_delete(queue)
+                owner.default_channel.queue_delete(queue)  # beat's other tasks: no worker here
+                owner.default_channel.queue_delete(f"{queue}-webhooks")
             if not options["keep"]:
                 shutil.rmtree(scratch, ignore_errors=True)
 
@@ -190,6 +209,7 @@ class WebhookBenchmark(RecoveryBenchmark):
             "DATABASE_URL": database_url,
             "CELERY_BROKER_URL": broker,
             "SETTLE_CELERY_QUEUE": queue,
+            "SETTLE_WEBHOOK_QUEUE": f"{queue}-webhooks",
             "SETTLE_WEBHOOKS_ALLOW_PRIVATE": "true",
             "SETTLE_WEBHOOK_SECONDS": "1",
             "SETTLE_AUDIT_CHECKPOINT_FILE": str(scratch / "checkpoints.jsonl"),
@@ -198,7 +218,8 @@ class WebhookBenchmark(RecoveryBenchmark):
         for n in range(workers + 1):
             kind = "beat" if n == workers else "worker"
             log = scratch / f"{kind}-{n}.log"
-            procs.append(celery_start(kind, name=f"hooks{n}", log=log, env=env))
+            hooks = "" if kind == "beat" else f"{queue}-webhooks"
+            procs.append(celery_start(kind, name=f"hooks{n}", log=log, env=env, queues=hooks))
             logs.append(log)
         self._workers_ready(procs[:workers], logs[:workers])
         return procs
@@ -299,4 +320,47 @@ class WebhookBenchmark(RecoveryBenchmark):
             "lost": total - len(receiver.arrivals),
             "duplicates": arrivals - len(receiver.arrivals),
             "all_delivered_s_after_back": round(receiver.last_at - back_wall, 1),
+        }
+
+    def _hanging(
+        self, receiver: _Receiver, operations: list[Operation], count: int, timeout: float
+    ) -> dict[str, float]:
+        listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        held: list[socket.socket] = []
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):  # the listener closed: done
+                while True:
+                    held.append(listener.accept()[0])
+
+        threading.Thread(target=accept, daemon=True).start()
+        endpoint, _ = webhook_endpoint_add(
+            host_name="bench-hooks",
+            url=f"http://127.0.0.1:{listener.getsockname()[1]}/hooks",
+            actor=BENCH,
+        )
+        expected = len(receiver.arrivals) + count
+        try:
+            started = time.time()
+            for start in range(0, count, 100):
+                self._write(operations, min(100, count - start), 30_000_000 + start)
+            try:
+                self._wait_all(receiver, expected, timeout)
+            except CommandError as exc:
+                self.stdout.write(str(exc))
+            arrived = count - (expected - len(receiver.arrivals))
+            elapsed = receiver.last_at - started
+        finally:
+            webhook_endpoint_disable(endpoint_id=endpoint.pk, actor=BENCH)
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+            for connection in held:
+                connection.close()
+        return {
+            "messages": count,
+            "good_received": arrived,
+            "elapsed_s": round(elapsed, 2),
+            "good_per_s": round(arrived / elapsed, 1),
+            "hanging_requests": len(held),
         }

@@ -16,6 +16,9 @@ class Command(BaseCommand):
         parser.add_argument("--events", type=int, default=5000, help="messages in the burst")
         parser.add_argument("--rate", type=int, default=200, help="changes a second, steady")
         parser.add_argument("--down-seconds", type=float, default=300.0)
+        parser.add_argument(
+            "--hanging", type=int, default=500, help="changes while an endpoint hangs"
+        )
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--timeout", type=float, default=900.0)
         parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
