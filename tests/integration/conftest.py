@@ -300,6 +300,7 @@ def _lookup_worker_session(
     finally:
         proc.stop()
         queue_delete(queue)
+        queue_delete(f"{queue}-webhooks")  # where its processes' commits nudge deliveries
 
 
 @pytest.fixture
