@@ -44,6 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import redis
 from celery import current_app as celery_app
 from django.conf import settings
 from django.core.management.base import CommandError, OutputWrapper
@@ -174,9 +175,12 @@ class WebhookBenchmark(RecoveryBenchmark):
             celery_stop(procs)
             receiver.stop()
             connections.close_all()
-            with celery_app.connection_for_write() as owner:
-                owner.default_channel.queue_delete(queue)  # beat's other tasks: no worker here
-                owner.default_channel.queue_delete(f"{queue}-webhooks")
+            # By name, with their bindings: kombu's queue_delete forgets a queue this process
+            # never declared, as the default one here (beat's other tasks, no worker).
+            owner = redis.Redis.from_url(broker)
+            for name in (queue, f"{queue}-webhooks"):
+                owner.delete(name, f"_kombu.binding.{name}", f"_kombu.binding_permanent.{name}")
+            owner.close()
             if not options["keep"]:
                 shutil.rmtree(scratch, ignore_errors=True)
 
