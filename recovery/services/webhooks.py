@@ -30,6 +30,7 @@ deferred
 from __future__ import annotations
 
 import base64
+import contextlib
 import ipaddress
 import json
 import logging
@@ -515,18 +516,29 @@ def webhook_message_send(
         return Outcome(claimed, None, f"{target.code}: {target.message}"[:300])
     headers = webhook_headers(claimed, timezone.now())
     headers["host"] = target.host
+    # httpx's timeout bounds each wait (connect, each read), not the whole request. The
+    # answer's status is all that counts: its body is read only while the request is
+    # young (so the connection can serve the next message), never to its end.
+    deadline = time.monotonic() + float(settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS)
     try:
-        response = client.post(
+        with client.stream(
+            "POST",
             target.url,
             content=claimed.payload.encode(),
             headers=headers,
             extensions={"sni_hostname": target.sni},
-        )
+        ) as response:
+            status = response.status_code
+            # The answer is in: a body that stalls or breaks off changes nothing of it.
+            with contextlib.suppress(httpx.HTTPError):
+                for _ in response.iter_raw():  # as it arrives (a size would wait to fill it)
+                    if time.monotonic() >= deadline:
+                        break
     except httpx.TimeoutException as exc:
         return Outcome(claimed, None, f"{type(exc).__name__}: {exc}"[:300], timed_out=True)
     except httpx.HTTPError as exc:
         return Outcome(claimed, None, f"{type(exc).__name__}: {exc}"[:300])
-    return Outcome(claimed, response.status_code)
+    return Outcome(claimed, status)
 
 
 def webhook_client() -> httpx.Client:

@@ -4,6 +4,7 @@ receiver (verifying with ``standardwebhooks``), retries, order, rotation and ref
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -26,7 +27,13 @@ from recovery.services.webhooks import (
 )
 from recovery.transitions import Event, TransitionRefused, operation_transition
 from tests.conftest import Flow
-from tests.support.webhook_receiver import Receiver, Silent, receiver_serve, silent_serve
+from tests.support.webhook_receiver import (
+    Receiver,
+    Silent,
+    receiver_serve,
+    silent_serve,
+    trickling_serve,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -499,3 +506,19 @@ def test_a_message_is_due_at_the_instant_it_was_written(flow, endpoint):
     # The operation's first message; the others wait behind it, in order.
     first = WebhookMessage.objects.order_by("id").values_list("msg_id", flat=True)[0]
     assert [item.msg_id for item in claimed] == [first]
+
+
+def test_a_receiver_that_trickles_its_answer_holds_a_delivery_no_longer_than_the_timeout(
+    flow, host, allow_private, settings
+):
+    # Each byte comes well within httpx's read timeout; only the whole-request bound
+    # (SETTLE_WEBHOOK_TIMEOUT_SECONDS) stops the wait. Its status is the outcome.
+    settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS = 1
+    with trickling_serve(every=0.2) as url:
+        webhook_endpoint_add(host_name=host.name, url=url, actor=COMMAND_LINE)
+        flow.approved("op-1")
+        began = time.monotonic()
+        report = webhooks_deliver(seconds=30)
+        took = time.monotonic() - began
+    assert report.delivered == 1
+    assert took < 5, took

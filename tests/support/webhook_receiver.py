@@ -148,3 +148,42 @@ def silent_serve() -> Iterator[Silent]:
         for connection in silent.held:
             connection.close()
         thread.join(timeout=5)
+
+
+@contextlib.contextmanager
+def trickling_serve(every: float = 0.2) -> Iterator[str]:
+    """A receiver that answers 200 at once, then sends its (long) body a byte every
+    ``every`` seconds until it stops: each read is quick, the whole answer endless.
+    Yields its URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle(connection: socket.socket) -> None:
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+            while not stop.wait(every):
+                try:
+                    connection.sendall(b".")
+                except OSError:  # the client went away
+                    return
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:  # closed: the receiver stopped
+                return
+            threading.Thread(target=trickle, args=(connection,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    host, port = listener.getsockname()[:2]
+    try:
+        yield f"http://{host}:{port}/hooks"
+    finally:
+        stop.set()
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        thread.join(timeout=5)
