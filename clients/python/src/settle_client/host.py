@@ -140,6 +140,7 @@ class Host:
         self.http = SyncTransport(
             base_url, token, timeout=timeout, retries=retries, transport=transport
         )
+        self.watch = _Watch()
 
     def run(
         self,
@@ -211,6 +212,7 @@ class Host:
                 failure = exc
 
     def close(self) -> None:
+        self.watch.close()
         self.http.close()
 
     def __enter__(self) -> Host:
@@ -240,7 +242,7 @@ class Attempt:
             return self
         self.fencing_token = step.fencing_token
         self._heartbeat = _Heartbeat(self.host, self.spec, step)
-        self._heartbeat.start()
+        self.host.watch.add(self._heartbeat)
         return self
 
     def __exit__(
@@ -262,7 +264,11 @@ class Attempt:
 
 
 class _Heartbeat(threading.Thread):
-    """Extends the lease while the effect runs; stops when told or when the lease is lost."""
+    """Extends the lease while the effect runs; stops when told or when the lease is lost.
+
+    Started by ``_Watch`` only once the effect has run until its first heartbeat is due:
+    most effects end well before a third of the lease, and then no thread is started.
+    """
 
     def __init__(self, host: Host, spec: Run, effect: Effect) -> None:
         super().__init__(name=f"settle-heartbeat-{spec.key}", daemon=True)
@@ -272,8 +278,12 @@ class _Heartbeat(threading.Thread):
         self.stopped = threading.Event()
         self.lost: errors.SettleError | None = None
 
+    def first_beat_after(self) -> float:
+        """Seconds from the dispatch to the first heartbeat (0: the lease is not known)."""
+        return self.host.options.beat_after(self.lease) if self.lease else 0.0
+
     def run(self) -> None:
-        wait = self.host.options.beat_after(self.lease) if self.lease else 0.0
+        wait = 0.0  # the first one is due when the thread starts
         while not self.stopped.wait(wait):
             try:
                 answer = self.host.http.call(self.call)
@@ -286,8 +296,61 @@ class _Heartbeat(threading.Thread):
             wait = self.host.options.beat_after(lease_seconds(answer.get("lease_expires_at")))
 
     def stop(self) -> None:
+        """Stop it; once this returns, no heartbeat request of this run is in flight."""
+        self.host.watch.forget(self)
         self.stopped.set()
-        self.join()
+        if self.ident is not None:
+            self.join()
+
+
+class _Watch(threading.Thread):
+    """One per ``Host``: starts a run's heartbeat thread when its first beat is due.
+
+    Holding a dispatch costs a dictionary entry, not a thread; the heartbeat's own
+    requests still run in a thread per run, so one slow heartbeat never delays another
+    run's. Started with the first dispatch a ``Host`` holds.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(name="settle-heartbeat-watch", daemon=True)
+        self.due: dict[_Heartbeat, float] = {}
+        self.changed = threading.Condition()
+        self.started_once = False
+        self.closed = False
+
+    def add(self, beat: _Heartbeat) -> None:
+        first = beat.first_beat_after()
+        if first <= 0:
+            beat.start()
+            return
+        with self.changed:
+            self.due[beat] = time.monotonic() + first
+            if not self.started_once:
+                self.started_once = True
+                self.start()
+            self.changed.notify()
+
+    def forget(self, beat: _Heartbeat) -> None:
+        with self.changed:
+            self.due.pop(beat, None)
+
+    def close(self) -> None:
+        with self.changed:
+            self.closed = True
+            self.changed.notify()
+
+    def run(self) -> None:
+        while True:
+            with self.changed:
+                if self.closed:
+                    return
+                now = time.monotonic()
+                ready = [beat for beat, at in self.due.items() if at <= now]
+                for beat in ready:
+                    del self.due[beat]
+                    beat.start()  # under the lock: ``forget`` then ``stop`` sees it started
+                if not ready:
+                    self.changed.wait(min(self.due.values(), default=now + 3600) - now)
 
 
 # -- asyncio -----------------------------------------------------------------------------
