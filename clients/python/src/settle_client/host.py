@@ -317,18 +317,21 @@ class _Watch(threading.Thread):
         self.changed = threading.Condition()
         self.started_once = False
         self.closed = False
+        self.wakes_at = 0.0  # when the watch wakes next, unless notified
 
     def add(self, beat: _Heartbeat) -> None:
         first = beat.first_beat_after()
         if first <= 0:
             beat.start()
             return
+        at = time.monotonic() + first
         with self.changed:
-            self.due[beat] = time.monotonic() + first
+            self.due[beat] = at
             if not self.started_once:
                 self.started_once = True
                 self.start()
-            self.changed.notify()
+            elif at < self.wakes_at:
+                self.changed.notify()  # else it wakes in time anyway: no thread switch
 
     def forget(self, beat: _Heartbeat) -> None:
         with self.changed:
@@ -350,7 +353,8 @@ class _Watch(threading.Thread):
                     del self.due[beat]
                     beat.start()  # under the lock: ``forget`` then ``stop`` sees it started
                 if not ready:
-                    self.changed.wait(min(self.due.values(), default=now + 3600) - now)
+                    self.wakes_at = min(self.due.values(), default=now + 3600)
+                    self.changed.wait(self.wakes_at - now)
 
 
 # -- asyncio -----------------------------------------------------------------------------
