@@ -227,10 +227,12 @@ class HeartbeatCounting(ContractTransport):
 
 
 def test_heartbeats_run_only_while_an_effect_outlasts_the_interval(
-    server: dict[str, str], contract: Contract, key: str
+    server: dict[str, str], contract: Contract, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(settle_client.host, "WATCH_IDLE_SECONDS", 0.2)
     transport = HeartbeatCounting(contract)
     approver = make_approver(server, contract)
+    watched: list[bool] = []  # whether the watch ran while the slow effect began
 
     def heartbeat_threads(token: str) -> str:
         return ",".join(t.name for t in threading.enumerate() if "heartbeat-client" in t.name)
@@ -251,11 +253,13 @@ def test_heartbeats_run_only_while_an_effect_outlasts_the_interval(
             action="payment.send",
             provider=server["provider"],
             params=PARAMS,
-            effect=lambda token: time.sleep(1.0),
+            effect=lambda token: watched.append(host.watch.thread is not None) or time.sleep(1),
             on_approval=approver.approve,
         )
         beats_at_the_end = len(transport.beats)
         time.sleep(0.5)  # none after the run: its heartbeat stopped with the report
+        # With no first beat to wait for during WATCH_IDLE_SECONDS, the watch ended too.
+        assert watched == [True] and host.watch.thread is None
     assert slow.released and slow.ran_effect
     assert 2 <= beats_at_the_end <= 4 and set(transport.beats) == {200}, transport.beats
     assert len(transport.beats) == beats_at_the_end

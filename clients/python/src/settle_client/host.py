@@ -39,6 +39,8 @@ from settle_client.canonical import CanonicalError, params_digest
 Lifecycle = Generator[Step, Any, Outcome]
 # Heartbeats while the lease's length is not known yet, or after one failed to arrive.
 RETRY_HEARTBEAT_SECONDS = 0.5
+# How long a Host's heartbeat watch thread outlives the last dispatch it held.
+WATCH_IDLE_SECONDS = 60.0
 
 
 def default_worker() -> str:
@@ -303,21 +305,21 @@ class _Heartbeat(threading.Thread):
             self.join()
 
 
-class _Watch(threading.Thread):
+class _Watch:
     """One per ``Host``: starts a run's heartbeat thread when its first beat is due.
 
     Holding a dispatch costs a dictionary entry, not a thread; the heartbeat's own
     requests still run in a thread per run, so one slow heartbeat never delays another
-    run's. Started with the first dispatch a ``Host`` holds.
+    run's. Its thread starts with a dispatch and ends after ``WATCH_IDLE_SECONDS`` with
+    none held, so a ``Host`` nobody closes leaves no thread behind for long.
     """
 
     def __init__(self) -> None:
-        super().__init__(name="settle-heartbeat-watch", daemon=True)
         self.due: dict[_Heartbeat, float] = {}
         self.changed = threading.Condition()
-        self.started_once = False
+        self.thread: threading.Thread | None = None
         self.closed = False
-        self.wakes_at = 0.0  # when the watch wakes next, unless notified
+        self.wakes_at = 0.0  # when the thread wakes next, unless notified
 
     def add(self, beat: _Heartbeat) -> None:
         first = beat.first_beat_after()
@@ -327,9 +329,11 @@ class _Watch(threading.Thread):
         at = time.monotonic() + first
         with self.changed:
             self.due[beat] = at
-            if not self.started_once:
-                self.started_once = True
-                self.start()
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run, name="settle-heartbeat-watch", daemon=True
+                )
+                self.thread.start()
             elif at < self.wakes_at:
                 self.changed.notify()  # else it wakes in time anyway: no thread switch
 
@@ -342,19 +346,24 @@ class _Watch(threading.Thread):
             self.closed = True
             self.changed.notify()
 
-    def run(self) -> None:
-        while True:
-            with self.changed:
-                if self.closed:
-                    return
+    def _run(self) -> None:
+        idle_since: float | None = None
+        with self.changed:
+            while not self.closed:
                 now = time.monotonic()
-                ready = [beat for beat, at in self.due.items() if at <= now]
-                for beat in ready:
+                for beat in [beat for beat, at in self.due.items() if at <= now]:
                     del self.due[beat]
                     beat.start()  # under the lock: ``forget`` then ``stop`` sees it started
-                if not ready:
-                    self.wakes_at = min(self.due.values(), default=now + 3600)
-                    self.changed.wait(self.wakes_at - now)
+                if self.due:
+                    idle_since = None
+                    self.wakes_at = min(self.due.values())
+                elif idle_since is None:
+                    idle_since = now
+                    self.wakes_at = now + WATCH_IDLE_SECONDS
+                elif now >= idle_since + WATCH_IDLE_SECONDS:
+                    break
+                self.changed.wait(max(0.0, self.wakes_at - now))
+            self.thread = None
 
 
 # -- asyncio -----------------------------------------------------------------------------
