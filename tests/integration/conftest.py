@@ -23,12 +23,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import settle_client
 from django.core.servers.basehttp import ThreadedWSGIServer
 from pytest_django.live_server_helper import LiveServer
 
@@ -165,8 +167,8 @@ class Settle:
         return body
 
     def resume_polled(self, key: str, worker: str = "test") -> list[dict[str, Any]]:
-        """Resume until it is no longer ``in_progress`` (``resume_polled``); every answer."""
-        return resume_polled(lambda: self.resume(key, worker))
+        """Settle it through the library (``resume_polled``); every resume answer."""
+        return resume_polled(self.base_url, self.host_token, key, worker)
 
     def record(self, key: str) -> dict[str, Any]:
         status, body = self.host.get(f"/api/v1/operations/{key}")
@@ -313,20 +315,53 @@ def lookup_worker(_lookup_worker_session: LookupWorker, settings: Any) -> Lookup
     return worker
 
 
-def resume_polled(ask: Callable[[], dict[str, Any]], timeout: float = WAIT) -> list[dict[str, Any]]:
-    """Ask ``ask()`` (a resume) again after its ``retry_after`` while it is ``in_progress``.
+class Answers(httpx.HTTPTransport):
+    """The real transport, keeping every answer ``settle_client`` received, in order."""
 
-    What a host does while a background worker looks its operation up. Returns every
-    answer, the settled one last; fails once ``timeout`` seconds would be exceeded.
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: list[tuple[str, int, dict[str, Any]]] = []  # (path, status, body)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        response.read()
+        self.answers.append((request.url.path, response.status_code, response.json()))
+        return response
+
+    def resumes(self) -> list[dict[str, Any]]:
+        return [body for path, _, body in self.answers if path.endswith("/resume")]
+
+
+def resume_polled(
+    base_url: str, host_token: str, key: str, worker: str = "test", timeout: float = WAIT
+) -> list[dict[str, Any]]:
+    """Settle ``key`` as a host does after a crash: ``settle_client.Host.run`` again.
+
+    The library asks resume again after its ``retry_after`` while it is ``in_progress``,
+    and must not be handed a dispatch (the effect fails the test). Returns every resume
+    answer, the settled one last; fails if the library did not settle it in ``timeout``.
     """
-    answers = [ask()]
-    deadline = time.monotonic() + timeout
-    while answers[-1]["decision"] == "in_progress":
-        wait = answers[-1]["retry_after"]
-        assert time.monotonic() + wait <= deadline, f"in progress after {timeout} s: {answers}"
-        time.sleep(wait)
-        answers.append(ask())
-    return answers
+    op = Operation.objects.select_related("provider").get(key=key)
+    transport = Answers()
+
+    def effect(fencing_token: str) -> None:
+        raise AssertionError(f"resume handed out a second dispatch for {key}")
+
+    with settle_client.Host(
+        base_url, host_token, worker=worker, settle_timeout=timeout, transport=transport
+    ) as host:
+        try:
+            outcome = host.run(
+                key,
+                action=op.action,
+                provider=op.provider.name,
+                params=json.loads(op.params_canonical),
+                effect=effect,
+            )
+        except settle_client.SettleError as exc:
+            raise AssertionError(f"{key}: {exc!r} after {transport.answers}") from exc
+    assert not outcome.ran_effect, (outcome, transport.answers)
+    return transport.resumes()
 
 
 # -- worker processes ---------------------------------------------------------------------

@@ -246,8 +246,10 @@ def test_settle_runs_as_a_role_that_can_only_append_to_the_audit_log(
             orders, operation_key="lp-crashed", params=PARAMS, reference="ref-lp-crashed"
         )
         wait_lease_lapsed("lp-crashed")
-        path = "/api/v1/operations/lp-crashed/resume"
-        answers = resume_polled(lambda: _ok(host.post(path, {"worker": "w2"}), server, "resume"))
+        try:
+            answers = resume_polled(server.url, host_token, "lp-crashed", worker="w2")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{server.log_tail()}") from exc
         assert answers[0]["decision"] == "in_progress", answers
         assert answers[-1] == {"decision": "released", "state": "released", "recovered": True}
         record = _ok(host.get("/api/v1/operations/lp-crashed"), server, "record")

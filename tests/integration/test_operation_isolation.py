@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from recovery.services.dispatch import operation_dispatch, operation_heartbeat
 from recovery.services.locking import operation_lock
 from recovery.services.providers import provider_configure
 from tests.conftest import Api
-from tests.integration.conftest import LookupWorker, resume_polled, wait_lease_lapsed
+from tests.integration.conftest import WAIT, LookupWorker, wait_lease_lapsed
 from tests.support.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}
@@ -158,6 +158,23 @@ class Steps:
         body = {"worker": "w1", "params_digest": digest_of(PARAMS)}
         answer = self.call(f"{key} dispatch", self.host, f"/api/v1/operations/{key}/dispatch", body)
         return str(answer["fencing_token"])
+
+
+def resume_polled(ask: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ask ``ask()`` (a resume) again after its ``retry_after`` while it is ``in_progress``.
+
+    Not ``settle_client``: every request here goes through Django's test client in this
+    thread, on the connection that must not wait for op-a's lock, and each is timed
+    (``Steps.call``); the library speaks HTTP to a server. Returns every answer.
+    """
+    answers = [ask()]
+    deadline = time.monotonic() + WAIT
+    while answers[-1]["decision"] == "in_progress":
+        wait = answers[-1]["retry_after"]
+        assert time.monotonic() + wait <= deadline, f"in progress after {WAIT} s: {answers}"
+        time.sleep(wait)
+        answers.append(ask())
+    return answers
 
 
 def _chain(key: str) -> list[tuple[int, str]]:

@@ -12,16 +12,21 @@ with the host token in ``SETTLE_HOST_TOKEN`` and the approver token in
 waits for the go file, then loops until ``--seconds`` after the go file appeared, with a
 fresh connection per request (gunicorn's sync workers close every connection anyway) and
 standard library only, apart from the provider "outside tools" in
-``tests/support/providers.py``.
+``tests/support/providers.py`` and ``httpx`` for roles ``httpx`` and ``library``. Its CPU
+is counted from the first iteration of its loop (``cpu`` in the ``--out`` file), so that
+a role's set-up is not charged to its requests.
 
 Roles (``--providers`` is a JSON list of ``{kind, name, path, url, secret, lease_seconds}``):
 
 ``lifecycle``
     register → open approval → approve → dispatch → report committed, unique keys, on
     the first provider, no effect performed: the benchmark's loop.
+``httpx``
+    The same lifecycle written by hand on ``httpx.Client``, as a host engineer would
+    without the library: the baseline ``bench/client.py`` holds the library to.
 ``library``
     The same lifecycle through ``settle_client.Host.run`` (``bench/client.py`` sets it
-    against ``lifecycle`` in one run).
+    against ``httpx`` and ``lifecycle`` in one run).
 ``steady``
     The same on each provider in turn, performing the effect at the provider, with a
     heartbeat; some report ``failed``, some are revoked before dispatch (which is then
@@ -44,6 +49,11 @@ Roles (``--providers`` is a JSON list of ``{kind, name, path, url, secret, lease
     Resumes the keys the crashers and callbackers published, once their lease has
     lapsed, and polls each while Settle answers ``in_progress`` (a background worker
     runs the lookup that resume queued), then resumes a released one once more.
+
+Only ``library`` uses ``settle_client``: the other roles are the soak test's judges of
+the server, one request at a time (each answer checked against what the role expects
+there, forged tokens, lapsed leases on purpose), with resumes of many keys interleaved
+in one process (``run_due``), which a blocking ``Host.run`` per key cannot do.
 
 Resume never looks a provider up inside the request: after a lapsed lease it queues a
 lookup for a Celery worker and answers ``in_progress`` with ``retry_after``. A client
@@ -302,12 +312,13 @@ class Client:
     deadline: float = 0.0
     t0: float = 0.0
     lifecycles: int = 0
-    requests: int = 0  # HTTP requests the library made (role library)
+    requests: int = 0  # HTTP requests made through httpx (roles httpx, library)
     tokens: Counter[str] = field(default_factory=Counter)
     keys: dict[str, dict[str, str]] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     resumes: Counter[str] = field(default_factory=Counter)  # decision: answers
     later: list[tuple[float, str, Any]] = field(default_factory=list)
+    cpu_started: float = 0.0  # process_time() when the role's loop began
 
     # endpoints ---------------------------------------------------------------------
 
@@ -551,6 +562,75 @@ def role_lifecycle(client: Client) -> None:
         token = client.dispatch(key)
         if token and client.report(key, token).ok:
             client.lifecycles += 1
+
+
+def role_httpx(client: Client) -> None:
+    """``lifecycle`` written by hand on ``httpx``, as a host engineer would without the library.
+
+    The baseline ``bench/client.py`` holds the library to: the same five requests on the
+    same HTTP client the library uses (one ``httpx.Client`` per credential, its
+    connections reused when the server keeps them), the digest computed per run, every
+    answer's status checked and the fields the next request needs read from it. No
+    heartbeat: the effect does nothing, as in ``library``.
+    """
+    import httpx
+
+    url = f"http://{client.api.host}:{client.api.port}"
+    host = httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {client.api.tokens['host']}"}
+    )
+    approver = httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {client.api.tokens['approver']}"}
+    )
+    provider = client.providers[0]
+
+    def post(http: httpx.Client, path: str, body: dict[str, Any], status: int) -> dict[str, Any]:
+        client.requests += 1
+        response = http.post(path, json=body)
+        answer: dict[str, Any] = response.json()
+        if response.status_code != status:
+            raise RuntimeError(f"{path}: HTTP {response.status_code} {answer}")
+        return answer
+
+    for i in _iterations(client):
+        key = f"{client.name}-{i}"
+        operation = f"/api/v1/operations/{key}"
+        started = time.perf_counter()
+        try:
+            digest = providers.digest_of(PARAMS)
+            registered = post(
+                host,
+                "/api/v1/operations",
+                {"key": key, "action": "payment.send", "provider": provider.name, "params": PARAMS},
+                201,
+            )
+            if registered["params_digest"] != digest:
+                raise RuntimeError(f"Settle digests the params as {registered['params_digest']}")
+            opened = post(host, f"{operation}/approvals", {}, 201)
+            post(
+                approver,
+                f"/api/v1/approvals/{opened['approval_id']}/decision",
+                {"decision": "approve", "ttl_seconds": 300, "params_digest": digest},
+                200,
+            )
+            held = post(
+                host, f"{operation}/dispatch", {"worker": client.name, "params_digest": digest}, 200
+            )
+            reported = post(
+                host,
+                f"{operation}/result",
+                {"fencing_token": held["fencing_token"], "outcome": "committed"},
+                200,
+            )
+        except (RuntimeError, KeyError, ValueError, httpx.HTTPError) as exc:
+            client.api.unexpected.append({"endpoint": "httpx run", "key": key, "error": repr(exc)})
+            continue
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        client.api.calls.append(["httpx run", 200, "", elapsed_ms, None, None])
+        if reported.get("state") == "released":
+            client.lifecycles += 1
+        else:
+            client.api.unexpected.append({"endpoint": "httpx run", "key": key, "body": reported})
 
 
 def role_library(client: Client) -> None:
@@ -834,6 +914,9 @@ def _published(directory: Path) -> list[tuple[float, str]]:
 
 
 def _iterations(client: Client) -> Iterable[int]:
+    # The loop's CPU is counted from here: a role's set-up (an httpx client builds its
+    # TLS context) is paid once per process, not per request.
+    client.cpu_started = time.process_time()
     i = 0
     while time.time() < client.deadline:
         yield i
@@ -842,6 +925,7 @@ def _iterations(client: Client) -> Iterable[int]:
 
 ROLES = {
     "lifecycle": role_lifecycle,
+    "httpx": role_httpx,
     "library": role_library,
     "steady": role_steady,
     "racer": role_racer,
@@ -887,14 +971,15 @@ def main(argv: list[str] | None = None) -> int:
     wait_for_file(args.go_file, args.gate_timeout, "go")
     client.t0 = os.stat(args.go_file).st_mtime
     client.deadline = client.t0 + args.seconds
-    started, cpu = time.time(), time.process_time()
+    started = time.time()
+    client.cpu_started = time.process_time()
     ROLES[args.role](client)
     result = {
         "name": args.name,
         "role": args.role,
         "started": started,
         "finished": time.time(),
-        "cpu": time.process_time() - cpu,  # this client's own CPU seconds in its loop
+        "cpu": time.process_time() - client.cpu_started,  # this client's own, in its loop
         "lifecycles": client.lifecycles,
         "requests": client.requests,
         "calls": api.calls,

@@ -15,6 +15,15 @@ With ``--poll-seconds`` a resuming worker polls as a host does: while the answer
 line each time), then prints ``settled`` with the last answer; it gives up (``timeout``)
 once ``--poll-seconds`` have passed.
 
+Why this worker speaks HTTP by hand and not through ``settle_client`` (whose own crash
+tests run ``tests/procs/host_run.py``, ``Host.run`` killed at each point): its tests test
+the server's answers, one request at a time. ``--mode dispatch`` sends exactly one
+dispatch, so fifty racers get fifty answers to judge (the library would resume after a
+refusal); ``--mode resume`` stops at the first answer that is not ``in_progress`` (an
+``unknown`` with its ``retry_after``, counted against the lookup budget one resume at a
+time), where the library asks again until ``settle_timeout``; and every answer's shape is
+checked here more strictly than a host needs to (``Malformed``).
+
 Exit codes: 0 a well-formed answer was received (whatever its HTTP status: the parent
 judges the status); 2 transport error or malformed answer; 3 a barrier/gate or the poll
 timed out; 4 held for ``--hold-seconds`` without being killed.

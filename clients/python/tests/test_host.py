@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import threading
+import time
 from typing import Any
 
 import httpx
@@ -210,6 +212,57 @@ class DroppingTransport(ContractTransport):
             super().handle_request(request).close()
             raise httpx.ReadError("connection reset after the request was sent")
         raise httpx.ConnectError("connection refused")
+
+
+class HeartbeatCounting(ContractTransport):
+    def __init__(self, contract: Contract) -> None:
+        super().__init__(contract)
+        self.beats: list[int] = []  # the status of each heartbeat
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.url.path.endswith("/heartbeat"):
+            self.beats.append(response.status_code)
+        return response
+
+
+def test_heartbeats_run_only_while_an_effect_outlasts_the_interval(
+    server: dict[str, str], contract: Contract, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(settle_client.host, "WATCH_IDLE_SECONDS", 0.2)
+    transport = HeartbeatCounting(contract)
+    approver = make_approver(server, contract)
+    watched: list[bool] = []  # whether the watch ran while the slow effect began
+
+    def heartbeat_threads(token: str) -> str:
+        return ",".join(t.name for t in threading.enumerate() if "heartbeat-client" in t.name)
+
+    with make_host(server, transport, heartbeat_interval=0.3) as host:
+        quick = host.run(
+            f"{key}-quick",
+            action="payment.send",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=heartbeat_threads,
+            on_approval=approver.approve,
+        )
+        # Over before the first heartbeat was due: no thread was started for it.
+        assert quick.released and quick.reference == "" and transport.beats == []
+        slow = host.run(
+            key,
+            action="payment.send",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: watched.append(host.watch.thread is not None) or time.sleep(1),
+            on_approval=approver.approve,
+        )
+        beats_at_the_end = len(transport.beats)
+        time.sleep(0.5)  # none after the run: its heartbeat stopped with the report
+        # With no first beat to wait for during WATCH_IDLE_SECONDS, the watch ended too.
+        assert watched == [True] and host.watch.thread is None
+    assert slow.released and slow.ran_effect
+    assert 2 <= beats_at_the_end <= 4 and set(transport.beats) == {200}, transport.beats
+    assert len(transport.beats) == beats_at_the_end
 
 
 def test_idempotent_calls_are_sent_again_after_a_broken_connection(

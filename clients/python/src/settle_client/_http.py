@@ -10,6 +10,7 @@ an answer, and a timeout may mean the request was applied. A dispatch is never m
 from __future__ import annotations
 
 import asyncio
+import http.cookiejar
 import json
 import time
 from typing import Any
@@ -31,13 +32,38 @@ CONNECTION_ERRORS = (
 BACKOFF_SECONDS = 0.05
 
 
-def _request(call: Call, token: str) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-    request: dict[str, Any] = {"method": call.method, "url": call.path, "headers": headers}
-    if call.body is not None:
-        headers["Content-Type"] = "application/json"
-        request["content"] = json.dumps(call.body, separators=(",", ":"), allow_nan=False)
-    return request
+class _NoCookies(http.cookiejar.CookieJar):
+    """Keeps no cookies: the API authenticates by bearer token, never by a cookie.
+
+    ``httpx.Client`` reads every response's ``Set-Cookie`` into its jar and writes the jar
+    into every request; the API sets none, so this is only time spent (and a cookie a
+    proxy or a misconfigured server set would otherwise be sent back with the token).
+    """
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+    def add_cookie_header(self, request: Any) -> None:
+        return None
+
+
+def _client_options(base_url: str, token: str, timeout: float) -> dict[str, Any]:
+    """What both clients are built with: the headers every request carries, set once."""
+    headers = {"Accept": "application/json"}
+    if token:  # a provider's callbacks are signed instead
+        headers["Authorization"] = f"Bearer {token}"
+    return {"base_url": base_url, "timeout": timeout, "headers": headers, "cookies": _NoCookies()}
+
+
+def _request(client: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Request:
+    """The request for ``call``, built once and sent again as is on a retry."""
+    if call.body is None:
+        return client.build_request(call.method, call.path)
+    content = json.dumps(call.body, separators=(",", ":"), allow_nan=False)
+    return client.build_request(call.method, call.path, content=content, headers=_JSON)
+
+
+_JSON = {"Content-Type": "application/json"}
 
 
 def _answer(response: httpx.Response) -> dict[str, Any]:
@@ -72,15 +98,15 @@ class SyncTransport:
         retries: int,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.token = token
         self.retries = retries
-        self.client = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
+        self.client = httpx.Client(**_client_options(base_url, token, timeout), transport=transport)
 
     def call(self, call: Call) -> dict[str, Any]:
+        request = _request(self.client, call)
         attempt = 0
         while True:
             try:
-                response = self.client.request(**_request(call, self.token))
+                response = self.client.send(request)
             except CONNECTION_ERRORS as exc:
                 if not call.retry or attempt >= self.retries:
                     raise _transport_error(call, exc) from exc
@@ -105,15 +131,17 @@ class AsyncTransport:
         retries: int,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.token = token
         self.retries = retries
-        self.client = httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport)
+        self.client = httpx.AsyncClient(
+            **_client_options(base_url, token, timeout), transport=transport
+        )
 
     async def call(self, call: Call) -> dict[str, Any]:
+        request = _request(self.client, call)
         attempt = 0
         while True:
             try:
-                response = await self.client.request(**_request(call, self.token))
+                response = await self.client.send(request)
             except CONNECTION_ERRORS as exc:
                 if not call.retry or attempt >= self.retries:
                     raise _transport_error(call, exc) from exc

@@ -39,6 +39,8 @@ from settle_client.canonical import CanonicalError, params_digest
 Lifecycle = Generator[Step, Any, Outcome]
 # Heartbeats while the lease's length is not known yet, or after one failed to arrive.
 RETRY_HEARTBEAT_SECONDS = 0.5
+# How long a Host's heartbeat watch thread outlives the last dispatch it held.
+WATCH_IDLE_SECONDS = 60.0
 
 
 def default_worker() -> str:
@@ -140,6 +142,7 @@ class Host:
         self.http = SyncTransport(
             base_url, token, timeout=timeout, retries=retries, transport=transport
         )
+        self.watch = _Watch()
 
     def run(
         self,
@@ -211,6 +214,7 @@ class Host:
                 failure = exc
 
     def close(self) -> None:
+        self.watch.close()
         self.http.close()
 
     def __enter__(self) -> Host:
@@ -240,7 +244,7 @@ class Attempt:
             return self
         self.fencing_token = step.fencing_token
         self._heartbeat = _Heartbeat(self.host, self.spec, step)
-        self._heartbeat.start()
+        self.host.watch.add(self._heartbeat)
         return self
 
     def __exit__(
@@ -262,7 +266,11 @@ class Attempt:
 
 
 class _Heartbeat(threading.Thread):
-    """Extends the lease while the effect runs; stops when told or when the lease is lost."""
+    """Extends the lease while the effect runs; stops when told or when the lease is lost.
+
+    Started by ``_Watch`` only once the effect has run until its first heartbeat is due:
+    most effects end well before a third of the lease, and then no thread is started.
+    """
 
     def __init__(self, host: Host, spec: Run, effect: Effect) -> None:
         super().__init__(name=f"settle-heartbeat-{spec.key}", daemon=True)
@@ -272,8 +280,12 @@ class _Heartbeat(threading.Thread):
         self.stopped = threading.Event()
         self.lost: errors.SettleError | None = None
 
+    def first_beat_after(self) -> float:
+        """Seconds from the dispatch to the first heartbeat (0: the lease is not known)."""
+        return self.host.options.beat_after(self.lease) if self.lease else 0.0
+
     def run(self) -> None:
-        wait = self.host.options.beat_after(self.lease) if self.lease else 0.0
+        wait = 0.0  # the first one is due when the thread starts
         while not self.stopped.wait(wait):
             try:
                 answer = self.host.http.call(self.call)
@@ -286,8 +298,72 @@ class _Heartbeat(threading.Thread):
             wait = self.host.options.beat_after(lease_seconds(answer.get("lease_expires_at")))
 
     def stop(self) -> None:
+        """Stop it; once this returns, no heartbeat request of this run is in flight."""
+        self.host.watch.forget(self)
         self.stopped.set()
-        self.join()
+        if self.ident is not None:
+            self.join()
+
+
+class _Watch:
+    """One per ``Host``: starts a run's heartbeat thread when its first beat is due.
+
+    Holding a dispatch costs a dictionary entry, not a thread; the heartbeat's own
+    requests still run in a thread per run, so one slow heartbeat never delays another
+    run's. Its thread starts with a dispatch and ends after ``WATCH_IDLE_SECONDS`` with
+    none held, so a ``Host`` nobody closes leaves no thread behind for long.
+    """
+
+    def __init__(self) -> None:
+        self.due: dict[_Heartbeat, float] = {}
+        self.changed = threading.Condition()
+        self.thread: threading.Thread | None = None
+        self.closed = False
+        self.wakes_at = 0.0  # when the thread wakes next, unless notified
+
+    def add(self, beat: _Heartbeat) -> None:
+        first = beat.first_beat_after()
+        if first <= 0:
+            beat.start()
+            return
+        at = time.monotonic() + first
+        with self.changed:
+            self.due[beat] = at
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run, name="settle-heartbeat-watch", daemon=True
+                )
+                self.thread.start()
+            elif at < self.wakes_at:
+                self.changed.notify()  # else it wakes in time anyway: no thread switch
+
+    def forget(self, beat: _Heartbeat) -> None:
+        with self.changed:
+            self.due.pop(beat, None)
+
+    def close(self) -> None:
+        with self.changed:
+            self.closed = True
+            self.changed.notify()
+
+    def _run(self) -> None:
+        idle_since: float | None = None
+        with self.changed:
+            while not self.closed:
+                now = time.monotonic()
+                for beat in [beat for beat, at in self.due.items() if at <= now]:
+                    del self.due[beat]
+                    beat.start()  # under the lock: ``forget`` then ``stop`` sees it started
+                if self.due:
+                    idle_since = None
+                    self.wakes_at = min(self.due.values())
+                elif idle_since is None:
+                    idle_since = now
+                    self.wakes_at = now + WATCH_IDLE_SECONDS
+                elif now >= idle_since + WATCH_IDLE_SECONDS:
+                    break
+                self.changed.wait(max(0.0, self.wakes_at - now))
+            self.thread = None
 
 
 # -- asyncio -----------------------------------------------------------------------------
