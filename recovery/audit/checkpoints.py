@@ -40,7 +40,15 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from recovery.audit.alarms import audit_alarms_raise
-from recovery.audit.chain import GENESIS_HASH, ChainBreak, event_break, timestamp
+from recovery.audit.chain import (
+    GENESIS_HASH,
+    ChainBreak,
+    EventRow,
+    event_columns,
+    event_row_break,
+    event_rows,
+    timestamp,
+)
 from recovery.audit.keys import sign, signed_by_key
 from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
@@ -89,10 +97,18 @@ def vouched_digest(*, chain: str, seq: int, hash: str, checkpoint: int) -> str:
 
 
 def vouched_signed(vouched: AuditVouchedHead) -> bool:
-    digest = vouched_digest(
-        chain=vouched.chain, seq=vouched.seq, hash=vouched.hash, checkpoint=vouched.checkpoint
+    return vouched_row_signed(
+        chain=vouched.chain,
+        seq=vouched.seq,
+        hash=vouched.hash,
+        checkpoint=vouched.checkpoint,
+        signature=vouched.signature,
     )
-    return signed_by_key(digest, vouched.signature)
+
+
+def vouched_row_signed(*, chain: str, seq: int, hash: str, checkpoint: int, signature: str) -> bool:
+    digest = vouched_digest(chain=chain, seq=seq, hash=hash, checkpoint=checkpoint)
+    return signed_by_key(digest, signature)
 
 
 def _scan_heads(after_id: int) -> tuple[dict[str, int], int]:
@@ -122,27 +138,32 @@ def _vouched_for(chains: list[str]) -> dict[str, AuditVouchedHead]:
     return found
 
 
-def _events_since(spans: dict[str, tuple[int, int]]) -> dict[str, list[AuditEvent]]:
-    """Each chain's events from seq ``lo`` to ``hi``, in order: one statement per batch."""
-    found: dict[str, list[AuditEvent]] = {chain: [] for chain in spans}
+def _events_since(spans: dict[str, tuple[int, int]]) -> dict[str, list[EventRow]]:
+    """Each chain's events from seq ``lo`` to ``hi``, in order: one statement per batch.
+
+    As column tuples, not models: a first checkpoint reads the whole log this way.
+    """
+    found: dict[str, list[EventRow]] = {chain: [] for chain in spans}
+    columns = event_columns("e.")
     for batch in _batches(list(spans)):
         rows = ", ".join(["(%s, %s, %s)"] * len(batch))
         params: list[Any] = []
         for chain in batch:
             params.extend([chain, *spans[chain]])
-        events = AuditEvent.objects.raw(
-            f"WITH v(chain, lo, hi) AS (VALUES {rows})"
-            " SELECT e.* FROM recovery_auditevent e JOIN v ON e.operation_key = v.chain"
-            " AND e.seq >= v.lo AND e.seq <= v.hi ORDER BY e.operation_key, e.seq",
-            params,
-        )
-        for event in events:
-            found[event.operation_key].append(event)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH v(chain, lo, hi) AS (VALUES {rows})"
+                f" SELECT {columns} FROM recovery_auditevent e JOIN v ON e.operation_key = v.chain"
+                " AND e.seq >= v.lo AND e.seq <= v.hi ORDER BY e.operation_key, e.seq",
+                params,
+            )
+            for row in event_rows(cursor.fetchall()):
+                found[row.chain].append(row)
     return found
 
 
 def extension_break(
-    chain: str, vouched: AuditVouchedHead | None, head_seq: int, events: list[AuditEvent]
+    chain: str, vouched: AuditVouchedHead | None, head_seq: int, events: list[EventRow]
 ) -> ChainBreak | None:
     """Why ``events`` (seq ``vouched.seq`` … ``head_seq``) do not extend ``vouched``, if so.
 
@@ -176,7 +197,7 @@ def extension_break(
                 event.seq,
                 f"differs from what checkpoint #{vouched.checkpoint} signed (rewritten)",
             )
-        found = event_break(event, seq=expected, prev_hash=prev_hash)
+        found = event_row_break(event, seq=expected, prev_hash=prev_hash)
         if found is not None:
             return found
         prev_hash = event.hash
@@ -195,7 +216,8 @@ def audit_checkpoint() -> AuditCheckpoint | None:
     """
     with transaction.atomic():
         advisory_xact_lock(_CHECKPOINT_LOCK)
-        previous = AuditCheckpoint.objects.order_by("-number").first()
+        # Not their heads: the first checkpoint's names every chain it saw.
+        previous = AuditCheckpoint.objects.defer("heads", "broken").order_by("-number").first()
         if previous is not None:
             if not AuditEvent.objects.filter(id__gt=previous.watermark).exists():
                 return None  # nothing new since the last checkpoint
@@ -204,6 +226,7 @@ def audit_checkpoint() -> AuditCheckpoint | None:
         now = timezone.now()
         older = (
             AuditCheckpoint.objects.filter(made_at__lte=now - CHECKPOINT_RESCAN)
+            .defer("heads", "broken")
             .order_by("-number")
             .first()
         )

@@ -5,6 +5,13 @@ predecessor, its own hash and every checkpoint that signed its seq — not only 
 newest, so that a head signed again after a rewrite cannot hide what was signed
 before. Then the stored heads (operations', the system chain's), the vouched heads and
 the alarms. It names the first problem found.
+
+The events are read as column tuples (``EventRow``), a page of ``chunk_size`` at a time
+along the (chain, seq) index, each page starting after the last (chain, seq) read: no
+cursor stays open between pages, memory holds one page, and a verification could
+resume from (or be split at) any chain. What stays in memory for the whole run is the
+index of what the checkpoints signed (``Vouches``): one entry per chain a checkpoint
+named, since a checkpoint's signed ``heads`` is one JSON object.
 """
 
 from __future__ import annotations
@@ -14,14 +21,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
 from recovery.audit.alarms import alarm_signed
-from recovery.audit.chain import _TIMESTAMP, GENESIS_HASH, SYSTEM_CHAIN, ChainBreak, event_break
-from recovery.audit.checkpoints import checkpoint_digest, vouched_signed
+from recovery.audit.chain import (
+    _TIMESTAMP,
+    GENESIS_HASH,
+    SYSTEM_CHAIN,
+    ChainBreak,
+    EventRow,
+    event_columns,
+    event_row_break,
+    event_rows,
+)
+from recovery.audit.checkpoints import checkpoint_digest, vouched_row_signed
 from recovery.audit.keys import signed_by_key
 from recovery.models import (
     AuditAlarm,
@@ -60,10 +77,20 @@ def _checkpoints_verified() -> tuple[list[AuditCheckpoint], str | None]:
         if stored:
             return stored, f"the checkpoint file {path} is missing"
         return stored, None
-    by_number = {checkpoint.number: checkpoint for checkpoint in stored}
-    from_file: list[AuditCheckpoint] = []
+    by_number = {checkpoint.number: checkpoint.digest for checkpoint in stored}
+    with path.open(encoding="utf-8") as lines:
+        problem = _file_problem(lines, by_number)
+    return stored, problem
+
+
+def _file_problem(lines: Iterator[str], by_number: dict[int, str]) -> str | None:
+    """The checkpoint file's first problem: a bad line, or a checkpoint the database lacks.
+
+    Read line by line, each checkpoint let go once checked: the first one's ``heads``
+    names every chain it saw.
+    """
     expected_prev = GENESIS_HASH
-    for line_number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
+    for line_number, line in enumerate(lines, start=1):
         try:
             record = json.loads(line)
             made_at = datetime.strptime(record["made_at"], _TIMESTAMP)
@@ -79,21 +106,20 @@ def _checkpoints_verified() -> tuple[list[AuditCheckpoint], str | None]:
                 signature=str(record["signature"]),
             )
         except (ValueError, KeyError, TypeError):
-            return stored, f"line {line_number} of the checkpoint file is unreadable"
+            return f"line {line_number} of the checkpoint file is unreadable"
         problem = _checkpoint_problem(checkpoint, expected_prev)
         if problem:
-            return stored, f"{problem} (checkpoint file, line {line_number})"
+            return f"{problem} (checkpoint file, line {line_number})"
         expected_prev = checkpoint.digest
         in_database = by_number.get(checkpoint.number)
         if in_database is None:
-            return stored, (
+            return (
                 f"checkpoint #{checkpoint.number} of the checkpoint file is missing from "
                 "the database"
             )
-        if in_database.digest != checkpoint.digest:
-            return stored, f"checkpoint #{checkpoint.number} differs from the checkpoint file"
-        from_file.append(checkpoint)
-    return (stored if len(stored) >= len(from_file) else from_file), None
+        if in_database != checkpoint.digest:
+            return f"checkpoint #{checkpoint.number} differs from the checkpoint file"
+    return None
 
 
 # chain → seq → [(hash, checkpoint number)]: every head every checkpoint signed.
@@ -130,6 +156,22 @@ class VerifyTally:
     events: int = 0
 
 
+def _event_rows(*, chunk_size: int, after: tuple[str, int] = ("", 0)) -> Iterator[EventRow]:
+    """Every event after (chain, seq) ``after``, in chain order: one statement per page."""
+    sql = (
+        f"SELECT {event_columns()} FROM recovery_auditevent"
+        " WHERE (operation_key, seq) > (%s, %s) ORDER BY operation_key, seq LIMIT %s"
+    )
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*after, chunk_size])
+            page = cursor.fetchall()
+        yield from event_rows(page)
+        if len(page) < chunk_size:
+            return
+        after = (page[-1][0], page[-1][1])
+
+
 def audit_verify(
     *, chunk_size: int = 5000, tally: VerifyTally | None = None
 ) -> Iterator[ChainBreak]:
@@ -140,32 +182,35 @@ def audit_verify(
         yield ChainBreak("", 0, problem)
         return
     vouches = _vouches(checkpoints)
+    found_broken = [(checkpoint.number, checkpoint.broken) for checkpoint in checkpoints]
+    del checkpoints  # their heads are in ``vouches`` now; the first names every chain
     unseen = set(vouches)
     chain: str | None = None
     length = 0
     prev_hash = GENESIS_HASH
-    events = AuditEvent.objects.order_by("operation_key", "seq").iterator(chunk_size=chunk_size)
-    for event in events:
+    signed: dict[int, list[tuple[str, int]]] = {}
+    for row in _event_rows(chunk_size=chunk_size):
         tally.events += 1
-        if event.operation_key != chain:
+        if row.chain != chain:
             if chain is not None:
-                cut = _cut_problem(length, vouches.get(chain))
+                cut = _cut_problem(length, signed)
                 if cut:
                     yield ChainBreak(chain, length + 1, cut)
                     return
-            chain, length, prev_hash = event.operation_key, 0, GENESIS_HASH
+            chain, length, prev_hash = row.chain, 0, GENESIS_HASH
+            signed = vouches.get(chain, {})
             unseen.discard(chain)
-        found = event_break(event, seq=length + 1, prev_hash=prev_hash)
+        found = event_row_break(row, seq=length + 1, prev_hash=prev_hash)
         if found is not None:
             yield found
             return
-        for signed_hash, number in vouches.get(chain, {}).get(event.seq, ()):
-            if signed_hash != event.hash:
+        for signed_hash, number in signed.get(row.seq, ()):
+            if signed_hash != row.hash:
                 yield ChainBreak(
-                    chain, event.seq, f"differs from what checkpoint #{number} signed (rewritten)"
+                    chain, row.seq, f"differs from what checkpoint #{number} signed (rewritten)"
                 )
                 return
-        length, prev_hash = event.seq, event.hash
+        length, prev_hash = row.seq, row.hash
     if chain is not None:
         cut = _cut_problem(length, vouches.get(chain))
         if cut:
@@ -177,8 +222,8 @@ def audit_verify(
             yield ChainBreak(missing, 1, cut)
             return
     yield from _stored_heads_disagree()
-    yield from _vouched_heads_disagree(vouches)
-    yield from _alarms_disagree(checkpoints)
+    yield from _vouched_heads_disagree(vouches, chunk_size=chunk_size)
+    yield from _alarms_disagree(found_broken)
 
 
 def _stored_heads_disagree() -> Iterator[ChainBreak]:
@@ -218,31 +263,41 @@ def _stored_heads_disagree() -> Iterator[ChainBreak]:
         )
 
 
-def _vouched_heads_disagree(vouches: Vouches) -> Iterator[ChainBreak]:
+def _newest(signed: dict[int, list[tuple[str, int]]]) -> tuple[int, str, int]:
+    """A chain's newest signed head: the highest seq, by the latest checkpoint to sign it."""
+    seq = max(signed)
+    digest, number = max(signed[seq], key=lambda entry: entry[1])
+    return (seq, digest, number)
+
+
+def _vouched_heads_disagree(vouches: Vouches, *, chunk_size: int) -> Iterator[ChainBreak]:
     """Vouched heads must be signed and be each chain's newest signed head, no other."""
-    newest: dict[str, tuple[int, str, int]] = {}
-    for chain, signed in vouches.items():
-        seq = max(signed)
-        digest, number = max(signed[seq], key=lambda entry: entry[1])
-        newest[chain] = (seq, digest, number)
-    for row in AuditVouchedHead.objects.order_by("chain").iterator(chunk_size=5000):
-        expected = newest.pop(row.chain, None)
-        if not vouched_signed(row):
-            yield ChainBreak(row.chain, row.seq, "its vouched head is not signed by the audit key")
+    matched = 0
+    rows = AuditVouchedHead.objects.order_by("chain").values_list(
+        "chain", "seq", "hash", "checkpoint", "signature"
+    )
+    for chain, seq, digest, number, signature in rows.iterator(chunk_size=chunk_size):
+        signed = vouches.get(chain)
+        if not vouched_row_signed(
+            chain=chain, seq=seq, hash=digest, checkpoint=number, signature=signature
+        ):
+            yield ChainBreak(chain, seq, "its vouched head is not signed by the audit key")
             return
-        if expected != (row.seq, row.hash, row.checkpoint):
+        if signed is None or _newest(signed) != (seq, digest, number):
             yield ChainBreak(
-                row.chain,
-                row.seq,
+                chain,
+                seq,
                 "its vouched head is not the newest head the checkpoints signed (rolled back)",
             )
             return
-    for chain in sorted(newest):
-        yield ChainBreak(chain, 0, "its vouched head is missing (deleted)")
-        return
+        matched += 1
+    if matched < len(vouches):  # one row per chain (unique): some chain has none
+        present = set(AuditVouchedHead.objects.values_list("chain", flat=True))
+        missing = min(chain for chain in vouches if chain not in present)
+        yield ChainBreak(missing, 0, "its vouched head is missing (deleted)")
 
 
-def _alarms_disagree(checkpoints: list[AuditCheckpoint]) -> Iterator[ChainBreak]:
+def _alarms_disagree(found_broken: list[tuple[int, list[Any]]]) -> Iterator[ChainBreak]:
     """Every alarm signed; every chain a checkpoint found broken has its alarm; every
     resolution on the record."""
     alarms = list(AuditAlarm.objects.order_by("id"))
@@ -256,14 +311,14 @@ def _alarms_disagree(checkpoints: list[AuditCheckpoint]) -> Iterator[ChainBreak]
         first_raised[alarm.chain] = min(
             alarm.checkpoint, first_raised.get(alarm.chain, alarm.checkpoint)
         )
-    for checkpoint in checkpoints:
-        for item in checkpoint.broken:
+    for number, broken in found_broken:
+        for item in broken:
             chain = str(item["chain"])
-            if chain not in first_raised or first_raised[chain] > checkpoint.number:
+            if chain not in first_raised or first_raised[chain] > number:
                 yield ChainBreak(
                     "",
                     0,
-                    f"checkpoint #{checkpoint.number} found chain {chain!r} broken, but its "
+                    f"checkpoint #{number} found chain {chain!r} broken, but its "
                     "alarm is missing (deleted)",
                 )
                 return
@@ -293,7 +348,7 @@ class AuditStatus:
 
 
 def audit_status() -> AuditStatus:
-    latest = AuditCheckpoint.objects.order_by("-number").first()
+    latest = AuditCheckpoint.objects.defer("heads", "broken").order_by("-number").first()
     events = AuditEvent.objects.count()
     chains = AuditEvent.objects.values("operation_key").distinct().count()
     return AuditStatus(events=events, chains=chains, checkpoint=latest)

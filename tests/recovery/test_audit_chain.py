@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime
 
 import pytest
+import time_machine
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
@@ -24,6 +26,7 @@ from recovery.audit import (
     event_digest,
 )
 from recovery.audit.alarms import alarm_signed
+from recovery.audit.chain import event_columns, event_row_digest, event_rows
 from recovery.audit.checkpoints import checkpoint_digest, vouched_digest
 from recovery.audit.keys import sign
 from recovery.models import (
@@ -466,7 +469,7 @@ def test_a_checkpoint_reads_only_the_events_since_the_signed_head(operations, mo
     real = checkpoints.extension_break
 
     def spy(chain, vouched, head_seq, events):
-        read[chain] = [event.seq for event in events]
+        read[chain] = [row.seq for row in events]
         return real(chain, vouched, head_seq, events)
 
     monkeypatch.setattr(checkpoints, "extension_break", spy)
@@ -626,7 +629,8 @@ def _alarm_problems() -> list[str]:
 
     checkpoints, problem = _checkpoints_verified()
     assert problem is None
-    return [str(found) for found in _alarms_disagree(checkpoints)]
+    found_broken = [(checkpoint.number, checkpoint.broken) for checkpoint in checkpoints]
+    return [str(found) for found in _alarms_disagree(found_broken)]
 
 
 def test_a_supervisor_resolves_an_alarm_on_the_record(alarm, django_user_model, provider):
@@ -687,3 +691,49 @@ def test_the_migration_gives_existing_checkpoints_their_vouched_heads(operations
     head = AuditChainHead.objects.get(chain="")
     assert (head.seq, head.hash) == (system.seq, system.hash)
     assert list(audit_verify()) == []
+
+
+def test_an_event_read_as_columns_hashes_as_the_model_does(operations):
+    """``verify_audit`` and checkpoints read events as column tuples: every field must be
+    read back to the text the model hashes (the timestamp's, the actor's, the data's)."""
+    datas = [
+        {"amount": 12.5, "ratio": 1e-7, "whole": 3.0},
+        {"name": "Zoë ☃ 𝄞", "ctl": "\x01\n\t\u2028", "é": [1, {"b": None, "a": True}]},
+        {"big": 2**53 - 1, "bigger": str(2**64), "neg": -(2**53 - 1)},
+        {},
+    ]
+    actors = [Actor.system("worker"), Actor("host", "7", "fleet:east"), None]
+    # A whole second (microsecond 0) and one with a fraction: both spelled with six digits.
+    for moment in (
+        datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC),
+        datetime(2026, 3, 4, 5, 6, 7, 89, tzinfo=UTC),
+    ):
+        with time_machine.travel(moment, tick=False):
+            for n, data in enumerate(datas):
+                with audit_transaction():
+                    audit_append(
+                        kind="test",
+                        operation=operation_lock(operations[0]),
+                        actor=actors[n % len(actors)],
+                        data=data,
+                    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {event_columns()} FROM recovery_auditevent ORDER BY operation_key, seq"
+        )
+        rows = list(event_rows(cursor.fetchall()))
+    events = list(AuditEvent.objects.order_by("operation_key", "seq"))
+    assert len(rows) == len(events) >= 2 * len(datas)
+    for row, event in zip(rows, events, strict=True):
+        assert (row.chain, row.seq) == (event.operation_key, event.seq)
+        assert event_row_digest(row) == event_digest(event) == event.hash
+    # And an edit of any one column changes the row's digest.
+    row = max((row for row in rows if row.chain == "op-0"), key=lambda row: row.seq)
+    assert row.at == "2026-03-04T05:06:07.000089Z"
+    for edited in (
+        row._replace(at=row.at.replace(".000089", ".000090")),
+        row._replace(actor="host:7:fleet:west"),
+        row._replace(data='{"extra": 1}'),
+        row._replace(kind="other"),
+    ):
+        assert event_row_digest(edited) != row.hash
