@@ -151,10 +151,10 @@ def canonical_dumps(value: Any) -> bytes:
     """Canonical JSON bytes of any JSON value (audit content, journal lines).
 
     Every audit event is hashed over these bytes, so they are made often: a value that
-    ``json.dumps`` spells exactly as RFC 8785 does (``_plain``, and ASCII once written)
+    ``json.dumps`` spells exactly as RFC 8785 does (``canonical_plain``, and ASCII once written)
     is written by the standard library's C encoder; anything else by ``rfc8785``.
     """
-    if _plain(value):
+    if canonical_plain(value):
         return canonical_plain_dumps(value)
     return rfc8785.dumps(value)
 
@@ -164,7 +164,7 @@ _PLAIN_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_
 
 
 def canonical_plain_dumps(value: Any) -> bytes:
-    """``canonical_dumps`` of a value the caller knows to be ``_plain`` (see ``plain_loads``).
+    """``canonical_dumps`` of a value known to be ``canonical_plain`` (see ``plain_loads``).
 
     Skips the walk over the value that ``canonical_dumps`` makes to decide.
     """
@@ -195,7 +195,7 @@ _PLAIN_DECODER = json.JSONDecoder(parse_float=_no_float, parse_int=_safe_int)
 
 
 def plain_loads(text: str) -> tuple[Any, bool]:
-    """``json.loads(text)``, and whether that value is ``_plain``, learnt while parsing.
+    """``json.loads(text)``, and whether that value is ``canonical_plain``, learnt while parsing.
 
     JSON text parses only to dicts with string keys, lists, strings, integers, floats,
     booleans and null: it is plain unless it holds a float or an integer outside
@@ -208,7 +208,7 @@ def plain_loads(text: str) -> tuple[Any, bool]:
         return json.loads(text), False
 
 
-def _plain(value: Any) -> bool:
+def canonical_plain(value: Any) -> bool:
     """Strings, safe integers, booleans, null, and dicts (string keys) and lists of them.
 
     Floats are spelled differently by the two encoders, and out-of-range integers and

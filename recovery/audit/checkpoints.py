@@ -50,7 +50,13 @@ from recovery.audit.chain import (
     timestamp,
 )
 from recovery.audit.keys import sign, signed_by_key
-from recovery.canonical import canonical_dumps, sha256_digest
+from recovery.canonical import (
+    canonical_dumps,
+    canonical_plain,
+    canonical_plain_dumps,
+    safe_integer,
+    sha256_digest,
+)
 from recovery.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
 
 # Advisory lock key (PostgreSQL): one checkpoint is made at a time.
@@ -87,12 +93,19 @@ def checkpoint_content(checkpoint: AuditCheckpoint) -> dict[str, Any]:
     return content
 
 
-def checkpoint_digest(checkpoint: AuditCheckpoint) -> str:
-    return sha256_digest(canonical_dumps(checkpoint_content(checkpoint)))
+def checkpoint_digest(checkpoint: AuditCheckpoint, *, heads_plain: bool = False) -> str:
+    """The digest a checkpoint signs; ``heads_plain``: its heads are known plain JSON
+    (``plain_loads``), so the one large part of it is not walked again."""
+    content = checkpoint_content(checkpoint)
+    if heads_plain and canonical_plain({**content, "heads": {}}):
+        return sha256_digest(canonical_plain_dumps(content))
+    return sha256_digest(canonical_dumps(content))
 
 
 def vouched_digest(*, chain: str, seq: int, hash: str, checkpoint: int) -> str:
     content = {"chain": chain, "seq": seq, "hash": hash, "checkpoint": checkpoint}
+    if safe_integer(seq) and safe_integer(checkpoint):  # and two texts: plain
+        return sha256_digest(canonical_plain_dumps(content))
     return sha256_digest(canonical_dumps(content))
 
 
@@ -287,13 +300,18 @@ def _vouched_write(heads: dict[str, list[Any]], number: int) -> None:
     )
 
 
-def _checkpoint_file_append(checkpoint: AuditCheckpoint) -> None:
-    path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def checkpoint_file_line(checkpoint: AuditCheckpoint) -> str:
+    """The checkpoint's line in ``SETTLE_AUDIT_CHECKPOINT_FILE`` (without its newline)."""
     line = {
         **checkpoint_content(checkpoint),
         "digest": checkpoint.digest,
         "signature": checkpoint.signature,
     }
+    return json.dumps(line, sort_keys=True)
+
+
+def _checkpoint_file_append(checkpoint: AuditCheckpoint) -> None:
+    path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(line, sort_keys=True) + "\n")
+        handle.write(checkpoint_file_line(checkpoint) + "\n")

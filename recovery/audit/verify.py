@@ -16,15 +16,17 @@ named, since a checkpoint's signed ``heads`` is one JSON object.
 
 from __future__ import annotations
 
-import json
+import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from recovery.audit.alarms import alarm_signed
@@ -38,8 +40,9 @@ from recovery.audit.chain import (
     event_row_break,
     event_rows,
 )
-from recovery.audit.checkpoints import checkpoint_digest, vouched_row_signed
+from recovery.audit.checkpoints import checkpoint_digest, checkpoint_file_line, vouched_row_signed
 from recovery.audit.keys import signed_by_key
+from recovery.canonical import plain_loads
 from recovery.models import (
     AuditAlarm,
     AuditChainHead,
@@ -51,48 +54,90 @@ from recovery.models import (
 from recovery.vocabulary import AuditKind
 
 
-def _checkpoint_problem(checkpoint: AuditCheckpoint, expected_prev: str) -> str | None:
+def _checkpoint_problem(
+    checkpoint: AuditCheckpoint, expected_prev: str, *, heads_plain: bool = False
+) -> str | None:
     if checkpoint.prev_digest != expected_prev:
         return f"checkpoint #{checkpoint.number} does not follow its predecessor"
-    if checkpoint_digest(checkpoint) != checkpoint.digest:
+    if checkpoint_digest(checkpoint, heads_plain=heads_plain) != checkpoint.digest:
         return f"checkpoint #{checkpoint.number} was edited (its digest does not match)"
     if not signed_by_key(checkpoint.digest, checkpoint.signature):
         return f"checkpoint #{checkpoint.number} is not signed by the audit key"
     return None
 
 
-def _checkpoints_verified() -> tuple[list[AuditCheckpoint], str | None]:
-    """The checkpoints of the database, cross-checked with the file; or the problem."""
-    stored = list(AuditCheckpoint.objects.order_by("number"))
+# chain → ((seq, hash, checkpoint number), …) in checkpoint order: every head every
+# checkpoint signed. Tuples, not a dict per chain: one entry per chain of the log.
+Signed = tuple[tuple[int, str, int], ...]
+Vouches = dict[str, Signed]
+
+
+@dataclass
+class Checkpointed:
+    """What the verified checkpoints vouch for, kept once each checkpoint is let go."""
+
+    vouches: Vouches = field(default_factory=dict)
+    # (number, broken) of every checkpoint, in order.
+    broken: list[tuple[int, list[Any]]] = field(default_factory=list)
+    digests: dict[int, str] = field(default_factory=dict)
+    # The sha256 of each checkpoint's line as the checkpoint file holds it.
+    lines: dict[int, bytes] = field(default_factory=dict)
+
+
+def _checkpoints_verified() -> tuple[Checkpointed, str | None]:
+    """The checkpoints of the database, cross-checked with the file; or the problem.
+
+    One checkpoint at a time, its heads read as JSON text (``plain_loads``) and let go
+    once indexed: a first checkpoint's heads name every chain of the log.
+    """
+    found = Checkpointed()
+    stored = (
+        AuditCheckpoint.objects.order_by("number")
+        .defer("heads")
+        .annotate(heads_text=Cast("heads", TextField()))
+    )
     expected_prev = GENESIS_HASH
-    for number, checkpoint in enumerate(stored, start=1):
+    for number, checkpoint in enumerate(stored.iterator(chunk_size=100), start=1):
         if checkpoint.number != number:
-            return stored, f"checkpoint #{number} is missing from the database"
-        problem = _checkpoint_problem(checkpoint, expected_prev)
+            return found, f"checkpoint #{number} is missing from the database"
+        checkpoint.heads, heads_plain = plain_loads(getattr(checkpoint, "heads_text"))  # noqa: B009
+        delattr(checkpoint, "heads_text")
+        problem = _checkpoint_problem(checkpoint, expected_prev, heads_plain=heads_plain)
         if problem:
-            return stored, problem
+            return found, problem
         expected_prev = checkpoint.digest
+        _vouches_add(found.vouches, checkpoint)
+        found.broken.append((checkpoint.number, checkpoint.broken))
+        found.digests[checkpoint.number] = checkpoint.digest
+        found.lines[checkpoint.number] = _line_sha(checkpoint_file_line(checkpoint))
     path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
     if not path.exists():
-        if stored:
-            return stored, f"the checkpoint file {path} is missing"
-        return stored, None
-    by_number = {checkpoint.number: checkpoint.digest for checkpoint in stored}
+        if found.digests:
+            return found, f"the checkpoint file {path} is missing"
+        return found, None
     with path.open(encoding="utf-8") as lines:
-        problem = _file_problem(lines, by_number)
-    return stored, problem
+        return found, _file_problem(lines, found)
 
 
-def _file_problem(lines: Iterator[str], by_number: dict[int, str]) -> str | None:
+def _line_sha(line: str) -> bytes:
+    return hashlib.sha256(line.encode("utf-8")).digest()
+
+
+def _file_problem(lines: Iterator[str], checkpointed: Checkpointed) -> str | None:
     """The checkpoint file's first problem: a bad line, or a checkpoint the database lacks.
 
-    Read line by line, each checkpoint let go once checked: the first one's ``heads``
-    names every chain it saw.
+    Read line by line. A line that is byte for byte the one its database checkpoint
+    (already verified) makes is that checkpoint: it is not parsed again, since the first
+    one's ``heads`` names every chain it saw. Any other line is checked on its own.
     """
+    by_number = checkpointed.digests
     expected_prev = GENESIS_HASH
     for line_number, line in enumerate(lines, start=1):
+        if _line_sha(line.rstrip("\n")) == checkpointed.lines.get(line_number):
+            expected_prev = by_number[line_number]
+            continue
         try:
-            record = json.loads(line)
+            record, plain = plain_loads(line)
             made_at = datetime.strptime(record["made_at"], _TIMESTAMP)
             checkpoint = AuditCheckpoint(
                 number=int(record["number"]),
@@ -107,7 +152,7 @@ def _file_problem(lines: Iterator[str], by_number: dict[int, str]) -> str | None
             )
         except (ValueError, KeyError, TypeError):
             return f"line {line_number} of the checkpoint file is unreadable"
-        problem = _checkpoint_problem(checkpoint, expected_prev)
+        problem = _checkpoint_problem(checkpoint, expected_prev, heads_plain=plain)
         if problem:
             return f"{problem} (checkpoint file, line {line_number})"
         expected_prev = checkpoint.digest
@@ -122,28 +167,23 @@ def _file_problem(lines: Iterator[str], by_number: dict[int, str]) -> str | None
     return None
 
 
-# chain → seq → [(hash, checkpoint number)]: every head every checkpoint signed.
-Vouches = dict[str, dict[int, list[tuple[str, int]]]]
+def _vouches_add(vouches: Vouches, checkpoint: AuditCheckpoint) -> None:
+    for chain, (seq, digest) in checkpoint.heads.items():
+        vouches[chain] = (*vouches.get(chain, ()), (int(seq), str(digest), checkpoint.number))
 
 
-def _vouches(checkpoints: list[AuditCheckpoint]) -> Vouches:
-    vouches: Vouches = {}
-    for checkpoint in checkpoints:
-        for chain, (seq, digest) in checkpoint.heads.items():
-            vouches.setdefault(chain, {}).setdefault(int(seq), []).append(
-                (str(digest), checkpoint.number)
-            )
-    return vouches
+def _newest(signed: Signed) -> tuple[int, str, int]:
+    """A chain's newest signed head: the highest seq, by the latest checkpoint to sign it."""
+    return max(signed, key=lambda entry: (entry[0], entry[2]))
 
 
-def _cut_problem(length: int, signed: dict[int, list[tuple[str, int]]] | None) -> str | None:
+def _cut_problem(length: int, signed: Signed | None) -> str | None:
     """Events a checkpoint signed beyond the chain's ``length``: cut from its tail."""
     if not signed:
         return None
-    seq = max(signed)
+    seq, _, number = _newest(signed)
     if seq <= length:
         return None
-    number = max(number for _, number in signed[seq])
     if length == 0:
         return f"every event of this chain is missing; checkpoint #{number} names {seq}"
     return f"events after #{length} are missing; checkpoint #{number} names #{seq} (cut)"
@@ -151,9 +191,10 @@ def _cut_problem(length: int, signed: dict[int, list[tuple[str, int]]] | None) -
 
 @dataclass
 class VerifyTally:
-    """How far a verification got: the events whose hashes it checked."""
+    """How far a verification got: the events whose hashes it checked, and their chains."""
 
     events: int = 0
+    chains: int = 0
 
 
 def _event_rows(*, chunk_size: int, after: tuple[str, int] = ("", 0)) -> Iterator[EventRow]:
@@ -177,18 +218,16 @@ def audit_verify(
 ) -> Iterator[ChainBreak]:
     """Check every checkpoint and every chain; yield the first problem found (if any)."""
     tally = tally if tally is not None else VerifyTally()
-    checkpoints, problem = _checkpoints_verified()
+    checkpointed, problem = _checkpoints_verified()
     if problem:
         yield ChainBreak("", 0, problem)
         return
-    vouches = _vouches(checkpoints)
-    found_broken = [(checkpoint.number, checkpoint.broken) for checkpoint in checkpoints]
-    del checkpoints  # their heads are in ``vouches`` now; the first names every chain
+    vouches = checkpointed.vouches
     unseen = set(vouches)
     chain: str | None = None
     length = 0
     prev_hash = GENESIS_HASH
-    signed: dict[int, list[tuple[str, int]]] = {}
+    signed: Signed = ()
     for row in _event_rows(chunk_size=chunk_size):
         tally.events += 1
         if row.chain != chain:
@@ -198,14 +237,15 @@ def audit_verify(
                     yield ChainBreak(chain, length + 1, cut)
                     return
             chain, length, prev_hash = row.chain, 0, GENESIS_HASH
-            signed = vouches.get(chain, {})
+            tally.chains += 1
+            signed = vouches.get(chain, ())
             unseen.discard(chain)
         found = event_row_break(row, seq=length + 1, prev_hash=prev_hash)
         if found is not None:
             yield found
             return
-        for signed_hash, number in signed.get(row.seq, ()):
-            if signed_hash != row.hash:
+        for seq, signed_hash, number in signed:
+            if seq == row.seq and signed_hash != row.hash:
                 yield ChainBreak(
                     chain, row.seq, f"differs from what checkpoint #{number} signed (rewritten)"
                 )
@@ -223,7 +263,7 @@ def audit_verify(
             return
     yield from _stored_heads_disagree()
     yield from _vouched_heads_disagree(vouches, chunk_size=chunk_size)
-    yield from _alarms_disagree(found_broken)
+    yield from _alarms_disagree(checkpointed.broken)
 
 
 def _stored_heads_disagree() -> Iterator[ChainBreak]:
@@ -261,13 +301,6 @@ def _stored_heads_disagree() -> Iterator[ChainBreak]:
         yield ChainBreak(
             SYSTEM_CHAIN, int(head[0]), "the system chain's head row names a different head"
         )
-
-
-def _newest(signed: dict[int, list[tuple[str, int]]]) -> tuple[int, str, int]:
-    """A chain's newest signed head: the highest seq, by the latest checkpoint to sign it."""
-    seq = max(signed)
-    digest, number = max(signed[seq], key=lambda entry: entry[1])
-    return (seq, digest, number)
 
 
 def _vouched_heads_disagree(vouches: Vouches, *, chunk_size: int) -> Iterator[ChainBreak]:
@@ -347,21 +380,28 @@ class AuditStatus:
     checkpoint: AuditCheckpoint | None
 
 
+def audit_checkpoint_newest() -> AuditCheckpoint | None:
+    """The newest checkpoint, without its heads (a first checkpoint's name every chain)."""
+    return AuditCheckpoint.objects.defer("heads", "broken").order_by("-number").first()
+
+
 def audit_status() -> AuditStatus:
-    latest = AuditCheckpoint.objects.defer("heads", "broken").order_by("-number").first()
+    latest = audit_checkpoint_newest()
     events = AuditEvent.objects.count()
     chains = AuditEvent.objects.values("operation_key").distinct().count()
     return AuditStatus(events=events, chains=chains, checkpoint=latest)
 
 
-def audit_verification_run(*, chunk_size: int = 5000) -> AuditVerification:
+def audit_verification_run(
+    *, chunk_size: int = 5000, tally: VerifyTally | None = None
+) -> AuditVerification:
     """Verify the whole log (``audit_verify``) and keep the outcome, for the console.
 
     The record is written whether or not a problem was found: a broken log must show
     as broken, not as "last verified" at an earlier, intact moment.
     """
     started = timezone.now()
-    tally = VerifyTally()
+    tally = tally if tally is not None else VerifyTally()
     problem = next(iter(audit_verify(chunk_size=chunk_size, tally=tally)), None)
     return AuditVerification.objects.create(
         at=started,

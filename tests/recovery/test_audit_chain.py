@@ -627,10 +627,9 @@ def test_a_forged_alarm_is_named_by_verify(alarm):
 def _alarm_problems() -> list[str]:
     from recovery.audit.verify import _alarms_disagree, _checkpoints_verified
 
-    checkpoints, problem = _checkpoints_verified()
+    checkpointed, problem = _checkpoints_verified()
     assert problem is None
-    found_broken = [(checkpoint.number, checkpoint.broken) for checkpoint in checkpoints]
-    return [str(found) for found in _alarms_disagree(found_broken)]
+    return [str(found) for found in _alarms_disagree(checkpointed.broken)]
 
 
 def test_a_supervisor_resolves_an_alarm_on_the_record(alarm, django_user_model, provider):

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from recovery.canonical import (
     MAX_PARAMS_BYTES,
     CanonicalError,
-    _plain,
     canonical_dumps,
     canonical_params,
+    canonical_plain,
     canonical_plain_dumps,
     params_digest,
     plain_loads,
@@ -164,12 +164,12 @@ def test_an_enum_member_is_written_as_its_text() -> None:
 def test_plain_loads_parses_as_json_loads_and_knows_whether_the_value_is_plain(
     value: Any,
 ) -> None:
-    """What the audit verification relies on to skip ``_plain``'s walk: the same value,
+    """What the audit verification relies on to skip ``canonical_plain``'s walk: the same value,
     the same verdict, and so the same bytes as RFC 8785 wherever it says plain."""
     text = json.dumps(value, ensure_ascii=False)
     loaded, plain = plain_loads(text)
     assert loaded == json.loads(text)
-    assert plain is _plain(json.loads(text))
+    assert plain is canonical_plain(json.loads(text))
     if plain:
         assert canonical_plain_dumps(loaded) == rfc8785.dumps(loaded)
 
