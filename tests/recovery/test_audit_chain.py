@@ -226,6 +226,28 @@ def test_a_deleted_newest_checkpoint_is_found_by_the_checkpoint_file(operations)
     assert _only_problem() == ("checkpoint #2 of the checkpoint file is missing from the database")
 
 
+def test_checkpoint_file_lines_spelled_otherwise_are_read_and_still_verify(operations, settings):
+    """Lines not byte for byte what this version writes (an older writer's spacing and
+    key order) are parsed and checked on their own, as before."""
+    audit_checkpoint()
+    _append(operations[0], 1)
+    audit_checkpoint()
+    path = settings.SETTLE_AUDIT_CHECKPOINT_FILE
+    written = path.read_text("utf-8")
+    lines = [json.loads(line) for line in written.splitlines()]
+    respelled = "".join(
+        json.dumps(dict(reversed(line.items())), separators=(",", ":")) + "\n" for line in lines
+    )
+    assert respelled != written
+    path.write_text(respelled)
+    assert list(audit_verify()) == []
+    lines[1]["watermark"] += 1
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert _only_problem() == (
+        "checkpoint #2 was edited (its digest does not match) (checkpoint file, line 2)"
+    )
+
+
 def _rewrite_chain(key: str, edit_seq: int) -> None:
     """Edit one event and recompute every hash after it, as anyone can without the key."""
     prev = GENESIS_HASH
