@@ -224,6 +224,7 @@ def audit_verify(
         return
     vouches = checkpointed.vouches
     unseen = set(vouches)
+    heads = _HeadsCompared(unseen)
     chain: str | None = None
     length = 0
     prev_hash = GENESIS_HASH
@@ -235,6 +236,10 @@ def audit_verify(
                 cut = _cut_problem(length, signed)
                 if cut:
                     yield ChainBreak(chain, length + 1, cut)
+                    return
+                found = heads.chain_read(chain, length, prev_hash, chunk_size=chunk_size)
+                if found is not None:
+                    yield found
                     return
             chain, length, prev_hash = row.chain, 0, GENESIS_HASH
             tally.chains += 1
@@ -256,36 +261,92 @@ def audit_verify(
         if cut:
             yield ChainBreak(chain, length + 1, cut)
             return
+        heads.ends[chain] = (length, prev_hash)
     for missing in sorted(unseen):
         cut = _cut_problem(0, vouches[missing])
         if cut:
             yield ChainBreak(missing, 1, cut)
             return
+    found = heads.compare(upto=None, chunk_size=chunk_size)
+    if found is not None:
+        yield found
+        return
     yield from _stored_heads_disagree()
     yield from _vouched_heads_disagree(vouches, chunk_size=chunk_size)
     yield from _alarms_disagree(checkpointed.broken)
 
 
-def _stored_heads_disagree() -> Iterator[ChainBreak]:
-    """Chains whose stored head (operation row, system head) is not their last event.
+class _HeadsCompared:
+    """Each operation's stored head (``audit_seq``, ``audit_hash``) against its chain as read.
 
-    Catches a cut or rewrite of the newest events that left the stored head alone,
-    even where no checkpoint covers them yet.
+    Catches a cut or rewrite of the newest events that left the stored head alone, even
+    where no checkpoint covers them yet. The operations are read along their key, in
+    ranges that follow the chains already read (the same column type and collation as
+    the events' order): no lookup per operation, and no more than a page in memory.
+    An operation whose chain has no event is compared with an empty chain; one whose
+    chain a checkpoint signed and that has no event is left to the cut check, which
+    names it.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT o.key, o.audit_seq FROM recovery_operation o"
-            " LEFT JOIN recovery_auditevent e ON e.operation_key = o.key AND e.seq = o.audit_seq"
-            " WHERE (o.audit_seq > 0 AND (e.id IS NULL OR e.hash <> o.audit_hash))"
-            " OR EXISTS (SELECT 1 FROM recovery_auditevent n"
-            "  WHERE n.operation_key = o.key AND n.seq = o.audit_seq + 1)"
-            " ORDER BY o.key LIMIT 1"
-        )
-        row = cursor.fetchone()
-    if row is not None:
-        key, seq = str(row[0]), int(row[1])
-        yield ChainBreak(key, seq, "the operation's row names a different head for its chain")
-        return
+
+    def __init__(self, unseen: set[str]) -> None:
+        self.ends: dict[str, tuple[int, str]] = {}  # chains read since the last compare
+        self.after: str | None = None  # operations up to this key are compared
+        self.unseen = unseen
+
+    def chain_read(
+        self, chain: str, length: int, last_hash: str, *, chunk_size: int
+    ) -> ChainBreak | None:
+        self.ends[chain] = (length, last_hash)
+        if len(self.ends) < chunk_size:
+            return None
+        return self.compare(upto=chain, chunk_size=chunk_size)
+
+    def compare(self, *, upto: str | None, chunk_size: int) -> ChainBreak | None:
+        """Compare the operations with keys after ``self.after`` and up to ``upto``."""
+        for key, seq, digest in _operation_heads(self.after, upto, chunk_size=chunk_size):
+            if key in self.unseen:
+                continue
+            length, last_hash = self.ends.get(key, (0, GENESIS_HASH))
+            if seq != length or (seq > 0 and digest != last_hash):
+                return ChainBreak(
+                    key, seq, "the operation's row names a different head for its chain"
+                )
+        self.ends.clear()
+        self.after = upto
+        return None
+
+
+def _operation_heads(
+    after: str | None, upto: str | None, *, chunk_size: int
+) -> Iterator[tuple[str, int, str]]:
+    """(key, audit_seq, audit_hash) of the operations with keys in (``after``, ``upto``]."""
+    while True:
+        where = []
+        params: list[Any] = []
+        if after is not None:
+            where.append("key > %s")
+            params.append(after)
+        if upto is not None:
+            where.append("key <= %s")
+            params.append(upto)
+        sql = "SELECT key, audit_seq, audit_hash FROM recovery_operation"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with connection.cursor() as cursor:
+            cursor.execute(sql + " ORDER BY key LIMIT %s", [*params, chunk_size])
+            page = cursor.fetchall()
+        for key, seq, digest in page:
+            yield str(key), int(seq), str(digest)
+        if len(page) < chunk_size:
+            return
+        after = page[-1][0]
+
+
+def _stored_heads_disagree() -> Iterator[ChainBreak]:
+    """The system chain's stored head (``AuditChainHead``) must be its last event.
+
+    The operations' stored heads are compared as their chains are read (``_HeadsCompared``).
+    """
     last = (
         AuditEvent.objects.filter(operation_key=SYSTEM_CHAIN)
         .order_by("-seq")

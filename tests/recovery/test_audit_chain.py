@@ -356,6 +356,49 @@ def test_a_cut_inside_the_window_is_found_by_the_operations_own_head(operations)
     )
 
 
+@pytest.mark.parametrize("chunk_size", [1, 2, 5000])
+def test_stored_heads_are_compared_in_ranges_that_follow_the_chains(host, provider, chunk_size):
+    """Operations are compared page by page along their keys: those between pages, those
+    with no event and the last ones are compared too, and an intact log passes."""
+    keys = [f"op-{n}" for n in range(7)]
+    for key in keys:
+        operation_register(
+            host=host, key=key, action="payment.send", provider_name="orders", params=PARAMS
+        )
+    for key in keys[::2]:
+        _append(Operation.objects.get(key=key), 2)
+    assert list(audit_verify(chunk_size=chunk_size)) == []
+    # Each problem alone: a cut tail (op-3, between appended chains), a chain wholly
+    # deleted (op-5: no event left, its row still names #1), the last operation's head
+    # moved past its chain (op-6).
+    for key, sql, params, seq in (
+        ("op-3", "DELETE FROM recovery_auditevent WHERE operation_key = %s", ["op-3"], 1),
+        ("op-5", "DELETE FROM recovery_auditevent WHERE operation_key = %s", ["op-5"], 1),
+        (
+            "op-6",
+            "DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq = 3",
+            ["op-6"],
+            3,
+        ),
+    ):
+        _sql(sql, params)
+        problems = [str(found) for found in audit_verify(chunk_size=chunk_size)]
+        assert problems == [
+            f"chain {key!r}, event #{seq}: the operation's row names a different head for its chain"
+        ]
+        Operation.objects.filter(key=key).update(
+            audit_seq=AuditEvent.objects.filter(operation_key=key).count(),
+            audit_hash=(
+                AuditEvent.objects.filter(operation_key=key)
+                .order_by("-seq")
+                .values_list("hash", flat=True)
+                .first()
+                or ""
+            ),
+        )
+    assert list(audit_verify(chunk_size=chunk_size)) == []
+
+
 def test_a_cut_that_also_rewinds_the_operations_head_is_found_by_the_checkpoint(operations):
     _append(operations[1], 2)
     audit_checkpoint()
