@@ -3,8 +3,9 @@
 ``audit_verify`` reads every event once, in chain order, and checks it against its
 predecessor, its own hash and every checkpoint that signed its seq — not only the
 newest, so that a head signed again after a rewrite cannot hide what was signed
-before. Then the stored heads (operations', the system chain's), the vouched heads and
-the alarms. It names the first problem found.
+before; each operation's stored head is compared with its chain as the chains are read
+(``_HeadsCompared``). Then the system chain's stored head, the vouched heads and the
+alarms. It names the first problem found.
 
 The events are read as column tuples (``EventRow``), a page of ``chunk_size`` at a time
 along the (chain, seq) index, each page starting after the last (chain, seq) read: no
