@@ -190,8 +190,15 @@ def _safe_int(text: str) -> int:
     return value
 
 
-# Parses as ``json.loads`` does, but stops at a float or an unsafe integer.
-_PLAIN_DECODER = json.JSONDecoder(parse_float=_no_float, parse_int=_safe_int)
+def _no_constant(text: str) -> Any:
+    raise _NotPlain
+
+
+# Parses as ``json.loads`` does, but stops at a float (NaN and Infinity included) or an
+# unsafe integer.
+_PLAIN_DECODER = json.JSONDecoder(
+    parse_float=_no_float, parse_int=_safe_int, parse_constant=_no_constant
+)
 
 
 def plain_loads(text: str) -> tuple[Any, bool]:

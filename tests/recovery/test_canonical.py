@@ -182,6 +182,8 @@ def test_plain_loads_parses_as_json_loads_and_knows_whether_the_value_is_plain(
         ("[1e3]", False),
         ('{"n": 9007199254740991}', True),
         ('{"n": -9007199254740992}', False),
+        ("[NaN, 1]", False),
+        ('{"x": -Infinity}', False),
         ('{"ü": "\\u00e9"}', True),
     ],
 )
