@@ -17,6 +17,9 @@ full verification
     ``manage.py verify_audit --no-checkpoint``: every event of every chain, every
     checkpoint.
 
+Each child's ``seconds`` is its wall time; ``work_seconds`` the part after Django had
+started (the command itself), ``startup_seconds`` the rest (Python, Django, imports).
+
 Checkpoints go to a scratch file, never to the configured one. The last line is one
 JSON object with every figure.
 """
@@ -46,12 +49,23 @@ from recovery.models import AuditCheckpoint, AuditEvent
 MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
 
 
-# Runs manage.py and prints its own peak resident memory last. Not the rusage the parent
-# gets from wait4: Linux carries a process's high-water mark across fork and exec, so
-# a child of this (large, seeding) process would report this process's peak.
+# Runs manage.py and prints, last, the seconds from the end of django.setup() to its exit
+# (the command's own work: the rest of the wall time is starting Python and Django) and
+# its own peak resident memory. Not the rusage the parent gets from wait4: Linux carries
+# a process's high-water mark across fork and exec, so a child of this (large, seeding)
+# process would report this process's peak.
 _PEAK_REPORTING = (
-    "import atexit, runpy, sys\n"
+    "import atexit, runpy, sys, time\n"
+    "import django\n"
+    "ready = []\n"
+    "_setup = django.setup\n"
+    "def setup(*args, **kwargs):\n"
+    "    _setup(*args, **kwargs)\n"
+    "    ready.append(time.perf_counter())\n"
+    "django.setup = setup\n"
     "def peak():\n"
+    "    if ready:\n"
+    "        print('WORK_S', time.perf_counter() - ready[0], flush=True)\n"
     "    for line in open('/proc/self/status'):\n"
     "        if line.startswith('VmHWM:'):\n"
     "            print('PEAK_KB', line.split()[1], flush=True)\n"
@@ -62,7 +76,8 @@ _PEAK_REPORTING = (
 
 
 def _measured(args: list[str], env: dict[str, str]) -> dict[str, Any]:
-    """Run ``manage.py *args`` to its end: seconds, its peak resident memory (MB), its output."""
+    """Run ``manage.py *args`` to its end: seconds (wall, and the command's own after
+    Django started), its peak resident memory (MB), its output."""
     began = time.perf_counter()
     finished = subprocess.run(
         [sys.executable, "-c", _PEAK_REPORTING, str(MANAGE), *args],
@@ -74,12 +89,20 @@ def _measured(args: list[str], env: dict[str, str]) -> dict[str, Any]:
     )
     seconds = time.perf_counter() - began
     lines = finished.stdout.strip().splitlines()
-    if finished.returncode != 0 or not lines or not lines[-1].startswith("PEAK_KB "):
+    if (
+        finished.returncode != 0
+        or len(lines) < 2
+        or not lines[-1].startswith("PEAK_KB ")
+        or not lines[-2].startswith("WORK_S ")
+    ):
         raise CommandError(f"manage.py {' '.join(args)} failed:\n{finished.stdout}")
+    work = float(lines[-2].split()[1])
     return {
         "seconds": round(seconds, 2),
+        "work_seconds": round(work, 2),
+        "startup_seconds": round(seconds - work, 2),
         "peak_mb": round(int(lines[-1].split()[1]) / 1024, 1),
-        "output": lines[-2] if len(lines) > 1 else "",
+        "output": lines[-3] if len(lines) > 2 else "",
     }
 
 

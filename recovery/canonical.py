@@ -151,18 +151,71 @@ def canonical_dumps(value: Any) -> bytes:
     """Canonical JSON bytes of any JSON value (audit content, journal lines).
 
     Every audit event is hashed over these bytes, so they are made often: a value that
-    ``json.dumps`` spells exactly as RFC 8785 does (``_plain``, and ASCII once written)
+    ``json.dumps`` spells exactly as RFC 8785 does (``canonical_plain``, and ASCII once written)
     is written by the standard library's C encoder; anything else by ``rfc8785``.
     """
-    if _plain(value):
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        # ASCII text: every key sorts the same by code point as by UTF-16 unit.
-        if text.isascii():
-            return text.encode("ascii")
+    if canonical_plain(value):
+        return canonical_plain_dumps(value)
     return rfc8785.dumps(value)
 
 
-def _plain(value: Any) -> bool:
+# One encoder for every call: ``json.dumps`` with arguments makes a new one each time.
+_PLAIN_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_plain_dumps(value: Any) -> bytes:
+    """``canonical_dumps`` of a value known to be ``canonical_plain`` (see ``plain_loads``).
+
+    Skips the walk over the value that ``canonical_dumps`` makes to decide.
+    """
+    text = _PLAIN_ENCODER.encode(value)
+    # ASCII text: every key sorts the same by code point as by UTF-16 unit.
+    if text.isascii():
+        return text.encode("ascii")
+    return rfc8785.dumps(value)
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _no_float(text: str) -> float:
+    raise _NotPlain
+
+
+def _safe_int(text: str) -> int:
+    value = int(text)
+    if not safe_integer(value):
+        raise _NotPlain
+    return value
+
+
+def _no_constant(text: str) -> Any:
+    raise _NotPlain
+
+
+# Parses as ``json.loads`` does, but stops at a float (NaN and Infinity included) or an
+# unsafe integer.
+_PLAIN_DECODER = json.JSONDecoder(
+    parse_float=_no_float, parse_int=_safe_int, parse_constant=_no_constant
+)
+
+
+def plain_loads(text: str) -> tuple[Any, bool]:
+    """``json.loads(text)``, and whether that value is ``canonical_plain``, learnt while parsing.
+
+    JSON text parses only to dicts with string keys, lists, strings, integers, floats,
+    booleans and null: it is plain unless it holds a float or an integer outside
+    ±(2^53-1), which the parser's number hooks see. For reading stored JSON (an audit
+    event's ``data``) without walking it a second time.
+    """
+    try:
+        return _PLAIN_DECODER.decode(text), True
+    except _NotPlain:
+        return json.loads(text), False
+
+
+def canonical_plain(value: Any) -> bool:
     """Strings, safe integers, booleans, null, and dicts (string keys) and lists of them.
 
     Floats are spelled differently by the two encoders, and out-of-range integers and

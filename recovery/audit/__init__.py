@@ -34,6 +34,7 @@ from recovery.audit.checkpoints import audit_checkpoint
 from recovery.audit.verify import (
     AuditStatus,
     VerifyTally,
+    audit_checkpoint_newest,
     audit_status,
     audit_verification_run,
     audit_verify,
@@ -49,6 +50,7 @@ __all__ = [
     "audit_append",
     "audit_chain_locked",
     "audit_checkpoint",
+    "audit_checkpoint_newest",
     "audit_head_fields",
     "audit_head_new",
     "audit_head_saved",

@@ -26,17 +26,18 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import wraps
+from functools import lru_cache, wraps
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from django.db import connection, transaction
 from django.db.models import Case, Value, When
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from approvals.actors import Actor
 from dbsql.rows import insert, update, values_update
-from recovery.canonical import canonical_dumps
+from recovery.canonical import canonical_dumps, canonical_plain_dumps, plain_loads, safe_integer
 from recovery.models import AuditChainHead, AuditEvent, Operation
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,16 +52,17 @@ def timestamp(at: datetime) -> str:
     return at.astimezone(UTC).strftime(_TIMESTAMP)
 
 
-def _content_hash(prev_hash: str, content: dict[str, Any]) -> str:
+def _content_hash(prev_hash: str, content: dict[str, Any], *, plain: bool = False) -> str:
     """sha256 of the previous hash's ASCII followed by the content's canonical JSON.
 
     ``content`` holds ``seq``, ``at`` (``timestamp``'s text), ``kind``,
     ``operation_key``, ``actor`` (its stored text) and ``data``: the one definition of
-    an event's hash, for appending, verifying, and checking an export.
+    an event's hash, for appending, verifying, and checking an export. ``plain``: the
+    caller knows the content is plain JSON (``recovery.canonical.plain_loads``), so the
+    same bytes are made without walking it first.
     """
-    return (
-        "sha256:" + hashlib.sha256(prev_hash.encode("ascii") + canonical_dumps(content)).hexdigest()
-    )
+    encoded = canonical_plain_dumps(content) if plain else canonical_dumps(content)
+    return "sha256:" + hashlib.sha256(prev_hash.encode("ascii") + encoded).hexdigest()
 
 
 def event_hash(
@@ -96,6 +98,78 @@ def event_digest(event: AuditEvent) -> str:
         operation_key=event.operation_key,
         actor=event.actor.stored if event.actor else "",
         data=event.data,
+    )
+
+
+class EventRow(NamedTuple):
+    """An event as its columns hold it (``event_columns``): for reading many, no model.
+
+    ``at`` is ``timestamp``'s text of the column, ``actor`` the column's text and
+    ``data`` the column's JSON text; ``event_row_digest`` reads them as the model would.
+    """
+
+    chain: str
+    seq: int
+    at: str
+    kind: str
+    actor: str
+    data: str
+    prev_hash: str
+    hash: str
+
+
+# ``timestamp``'s text, made by PostgreSQL (to_char's YYYY pads to four digits, as
+# ``strftime``'s %Y does for every year a ``datetime`` can hold from 1000 on).
+_AT_TEXT = """to_char({table}at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
+
+
+def event_columns(table: str = "") -> str:
+    """The SELECT list of an ``EventRow``; ``table`` qualifies the columns (``"e."``).
+
+    Read the rows with ``event_rows``.
+    """
+    at = _AT_TEXT.format(table=table) if connection.vendor == "postgresql" else f"{table}at"
+    columns = ["operation_key", "seq", at, "kind", "actor", "data", "prev_hash", "hash"]
+    return ", ".join(column if column == at else table + column for column in columns)
+
+
+def event_rows(fetched: list[tuple[Any, ...]]) -> Iterator[EventRow]:
+    """``EventRow``s of rows a cursor fetched for ``event_columns``."""
+    if connection.vendor == "postgresql":
+        return map(EventRow._make, fetched)
+    # SQLite: the column's text is naive UTC; the text hashed is ``timestamp``'s.
+    return (EventRow(chain, seq, _sqlite_at(at), *rest) for chain, seq, at, *rest in fetched)
+
+
+def _sqlite_at(value: str | datetime) -> str:
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        assert parsed is not None, value
+        value = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return timestamp(value)
+
+
+@lru_cache(maxsize=4096)
+def _actor_hashed(stored: str) -> str:
+    """The actor text ``event_digest`` hashes for this column text: the Actor read back."""
+    return Actor.parse(stored).stored if stored else ""
+
+
+def event_row_digest(row: EventRow) -> str:
+    """``event_digest`` of the event whose columns are ``row``, without making the model."""
+    data, plain = plain_loads(row.data)
+    return _content_hash(
+        row.prev_hash,
+        {
+            "seq": row.seq,
+            "at": row.at,
+            "kind": row.kind,
+            "operation_key": row.chain,
+            "actor": _actor_hashed(row.actor),
+            "data": data,
+        },
+        # The other fields are text and seq: plain when seq is a safe integer.
+        plain=plain and safe_integer(row.seq),
     )
 
 
@@ -157,19 +231,18 @@ class ChainBreak:
         return {"chain": self.chain, "seq": self.seq, "reason": self.reason}
 
 
-def event_break(event: AuditEvent, *, seq: int, prev_hash: str | None) -> ChainBreak | None:
-    """Why ``event`` is not its chain's event ``seq`` linked onto ``prev_hash``, if so.
+def event_row_break(row: EventRow, *, seq: int, prev_hash: str | None) -> ChainBreak | None:
+    """Why the event ``row`` is not its chain's event ``seq`` linked onto ``prev_hash``, if so.
 
     ``prev_hash`` None: the previous event is not at hand (a checkpoint starting at a
     head it vouched for). The one rule of a link, for checkpoints and verification.
     """
-    chain = event.operation_key
-    if event.seq != seq:
-        return ChainBreak(chain, seq, "this event is missing (deleted)")
-    if prev_hash is not None and event.prev_hash != prev_hash:
-        return ChainBreak(chain, event.seq, "prev_hash does not match the previous event")
-    if event_digest(event) != event.hash:
-        return ChainBreak(chain, event.seq, "content does not match its hash (edited)")
+    if row.seq != seq:
+        return ChainBreak(row.chain, seq, "this event is missing (deleted)")
+    if prev_hash is not None and row.prev_hash != prev_hash:
+        return ChainBreak(row.chain, row.seq, "prev_hash does not match the previous event")
+    if event_row_digest(row) != row.hash:
+        return ChainBreak(row.chain, row.seq, "content does not match its hash (edited)")
     return None
 
 

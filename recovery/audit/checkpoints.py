@@ -40,9 +40,23 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from recovery.audit.alarms import audit_alarms_raise
-from recovery.audit.chain import GENESIS_HASH, ChainBreak, event_break, timestamp
+from recovery.audit.chain import (
+    GENESIS_HASH,
+    ChainBreak,
+    EventRow,
+    event_columns,
+    event_row_break,
+    event_rows,
+    timestamp,
+)
 from recovery.audit.keys import sign, signed_by_key
-from recovery.canonical import canonical_dumps, sha256_digest
+from recovery.canonical import (
+    canonical_dumps,
+    canonical_plain,
+    canonical_plain_dumps,
+    safe_integer,
+    sha256_digest,
+)
 from recovery.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
 
 # Advisory lock key (PostgreSQL): one checkpoint is made at a time.
@@ -79,20 +93,35 @@ def checkpoint_content(checkpoint: AuditCheckpoint) -> dict[str, Any]:
     return content
 
 
-def checkpoint_digest(checkpoint: AuditCheckpoint) -> str:
-    return sha256_digest(canonical_dumps(checkpoint_content(checkpoint)))
+def checkpoint_digest(checkpoint: AuditCheckpoint, *, heads_plain: bool = False) -> str:
+    """The digest a checkpoint signs; ``heads_plain``: its heads are known plain JSON
+    (``plain_loads``), so the one large part of it is not walked again."""
+    content = checkpoint_content(checkpoint)
+    if heads_plain and canonical_plain({**content, "heads": {}}):
+        return sha256_digest(canonical_plain_dumps(content))
+    return sha256_digest(canonical_dumps(content))
 
 
 def vouched_digest(*, chain: str, seq: int, hash: str, checkpoint: int) -> str:
     content = {"chain": chain, "seq": seq, "hash": hash, "checkpoint": checkpoint}
+    if safe_integer(seq) and safe_integer(checkpoint):  # and two texts: plain
+        return sha256_digest(canonical_plain_dumps(content))
     return sha256_digest(canonical_dumps(content))
 
 
 def vouched_signed(vouched: AuditVouchedHead) -> bool:
-    digest = vouched_digest(
-        chain=vouched.chain, seq=vouched.seq, hash=vouched.hash, checkpoint=vouched.checkpoint
+    return vouched_row_signed(
+        chain=vouched.chain,
+        seq=vouched.seq,
+        hash=vouched.hash,
+        checkpoint=vouched.checkpoint,
+        signature=vouched.signature,
     )
-    return signed_by_key(digest, vouched.signature)
+
+
+def vouched_row_signed(*, chain: str, seq: int, hash: str, checkpoint: int, signature: str) -> bool:
+    digest = vouched_digest(chain=chain, seq=seq, hash=hash, checkpoint=checkpoint)
+    return signed_by_key(digest, signature)
 
 
 def _scan_heads(after_id: int) -> tuple[dict[str, int], int]:
@@ -122,27 +151,32 @@ def _vouched_for(chains: list[str]) -> dict[str, AuditVouchedHead]:
     return found
 
 
-def _events_since(spans: dict[str, tuple[int, int]]) -> dict[str, list[AuditEvent]]:
-    """Each chain's events from seq ``lo`` to ``hi``, in order: one statement per batch."""
-    found: dict[str, list[AuditEvent]] = {chain: [] for chain in spans}
+def _events_since(spans: dict[str, tuple[int, int]]) -> dict[str, list[EventRow]]:
+    """Each chain's events from seq ``lo`` to ``hi``, in order: one statement per batch.
+
+    As column tuples, not models: a first checkpoint reads the whole log this way.
+    """
+    found: dict[str, list[EventRow]] = {chain: [] for chain in spans}
+    columns = event_columns("e.")
     for batch in _batches(list(spans)):
         rows = ", ".join(["(%s, %s, %s)"] * len(batch))
         params: list[Any] = []
         for chain in batch:
             params.extend([chain, *spans[chain]])
-        events = AuditEvent.objects.raw(
-            f"WITH v(chain, lo, hi) AS (VALUES {rows})"
-            " SELECT e.* FROM recovery_auditevent e JOIN v ON e.operation_key = v.chain"
-            " AND e.seq >= v.lo AND e.seq <= v.hi ORDER BY e.operation_key, e.seq",
-            params,
-        )
-        for event in events:
-            found[event.operation_key].append(event)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH v(chain, lo, hi) AS (VALUES {rows})"
+                f" SELECT {columns} FROM recovery_auditevent e JOIN v ON e.operation_key = v.chain"
+                " AND e.seq >= v.lo AND e.seq <= v.hi ORDER BY e.operation_key, e.seq",
+                params,
+            )
+            for row in event_rows(cursor.fetchall()):
+                found[row.chain].append(row)
     return found
 
 
 def extension_break(
-    chain: str, vouched: AuditVouchedHead | None, head_seq: int, events: list[AuditEvent]
+    chain: str, vouched: AuditVouchedHead | None, head_seq: int, events: list[EventRow]
 ) -> ChainBreak | None:
     """Why ``events`` (seq ``vouched.seq`` … ``head_seq``) do not extend ``vouched``, if so.
 
@@ -176,7 +210,7 @@ def extension_break(
                 event.seq,
                 f"differs from what checkpoint #{vouched.checkpoint} signed (rewritten)",
             )
-        found = event_break(event, seq=expected, prev_hash=prev_hash)
+        found = event_row_break(event, seq=expected, prev_hash=prev_hash)
         if found is not None:
             return found
         prev_hash = event.hash
@@ -195,7 +229,8 @@ def audit_checkpoint() -> AuditCheckpoint | None:
     """
     with transaction.atomic():
         advisory_xact_lock(_CHECKPOINT_LOCK)
-        previous = AuditCheckpoint.objects.order_by("-number").first()
+        # Not their heads: the first checkpoint's names every chain it saw.
+        previous = AuditCheckpoint.objects.defer("heads", "broken").order_by("-number").first()
         if previous is not None:
             if not AuditEvent.objects.filter(id__gt=previous.watermark).exists():
                 return None  # nothing new since the last checkpoint
@@ -204,6 +239,7 @@ def audit_checkpoint() -> AuditCheckpoint | None:
         now = timezone.now()
         older = (
             AuditCheckpoint.objects.filter(made_at__lte=now - CHECKPOINT_RESCAN)
+            .defer("heads", "broken")
             .order_by("-number")
             .first()
         )
@@ -264,13 +300,18 @@ def _vouched_write(heads: dict[str, list[Any]], number: int) -> None:
     )
 
 
-def _checkpoint_file_append(checkpoint: AuditCheckpoint) -> None:
-    path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def checkpoint_file_line(checkpoint: AuditCheckpoint) -> str:
+    """The checkpoint's line in ``SETTLE_AUDIT_CHECKPOINT_FILE`` (without its newline)."""
     line = {
         **checkpoint_content(checkpoint),
         "digest": checkpoint.digest,
         "signature": checkpoint.signature,
     }
+    return json.dumps(line, sort_keys=True)
+
+
+def _checkpoint_file_append(checkpoint: AuditCheckpoint) -> None:
+    path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(line, sort_keys=True) + "\n")
+        handle.write(checkpoint_file_line(checkpoint) + "\n")

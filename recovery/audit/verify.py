@@ -3,26 +3,47 @@
 ``audit_verify`` reads every event once, in chain order, and checks it against its
 predecessor, its own hash and every checkpoint that signed its seq — not only the
 newest, so that a head signed again after a rewrite cannot hide what was signed
-before. Then the stored heads (operations', the system chain's), the vouched heads and
-the alarms. It names the first problem found.
+before; each operation's stored head is compared with its chain as the chains are read
+(``_HeadsCompared``). Then the system chain's stored head, the vouched heads and the
+alarms. It names the first problem found.
+
+The events are read as column tuples (``EventRow``), a page of ``chunk_size`` at a time
+along the (chain, seq) index, each page starting after the last (chain, seq) read: no
+cursor stays open between pages, memory holds one page, and a verification could
+resume from (or be split at) any chain. What stays in memory for the whole run is the
+index of what the checkpoints signed (``Vouches``): one entry per chain a checkpoint
+named, since a checkpoint's signed ``heads`` is one JSON object.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from recovery.audit.alarms import alarm_signed
-from recovery.audit.chain import _TIMESTAMP, GENESIS_HASH, SYSTEM_CHAIN, ChainBreak, event_break
-from recovery.audit.checkpoints import checkpoint_digest, vouched_signed
+from recovery.audit.chain import (
+    _TIMESTAMP,
+    GENESIS_HASH,
+    SYSTEM_CHAIN,
+    ChainBreak,
+    EventRow,
+    event_columns,
+    event_row_break,
+    event_rows,
+)
+from recovery.audit.checkpoints import checkpoint_digest, checkpoint_file_line, vouched_row_signed
 from recovery.audit.keys import signed_by_key
+from recovery.canonical import plain_loads
 from recovery.models import (
     AuditAlarm,
     AuditChainHead,
@@ -34,38 +55,90 @@ from recovery.models import (
 from recovery.vocabulary import AuditKind
 
 
-def _checkpoint_problem(checkpoint: AuditCheckpoint, expected_prev: str) -> str | None:
+def _checkpoint_problem(
+    checkpoint: AuditCheckpoint, expected_prev: str, *, heads_plain: bool = False
+) -> str | None:
     if checkpoint.prev_digest != expected_prev:
         return f"checkpoint #{checkpoint.number} does not follow its predecessor"
-    if checkpoint_digest(checkpoint) != checkpoint.digest:
+    if checkpoint_digest(checkpoint, heads_plain=heads_plain) != checkpoint.digest:
         return f"checkpoint #{checkpoint.number} was edited (its digest does not match)"
     if not signed_by_key(checkpoint.digest, checkpoint.signature):
         return f"checkpoint #{checkpoint.number} is not signed by the audit key"
     return None
 
 
-def _checkpoints_verified() -> tuple[list[AuditCheckpoint], str | None]:
-    """The checkpoints of the database, cross-checked with the file; or the problem."""
-    stored = list(AuditCheckpoint.objects.order_by("number"))
+# chain → ((seq, hash, checkpoint number), …) in checkpoint order: every head every
+# checkpoint signed. Tuples, not a dict per chain: one entry per chain of the log.
+Signed = tuple[tuple[int, str, int], ...]
+Vouches = dict[str, Signed]
+
+
+@dataclass
+class Checkpointed:
+    """What the verified checkpoints vouch for, kept once each checkpoint is let go."""
+
+    vouches: Vouches = field(default_factory=dict)
+    # (number, broken) of every checkpoint, in order.
+    broken: list[tuple[int, list[Any]]] = field(default_factory=list)
+    digests: dict[int, str] = field(default_factory=dict)
+    # The sha256 of each checkpoint's line as the checkpoint file holds it.
+    lines: dict[int, bytes] = field(default_factory=dict)
+
+
+def _checkpoints_verified() -> tuple[Checkpointed, str | None]:
+    """The checkpoints of the database, cross-checked with the file; or the problem.
+
+    One checkpoint at a time, its heads read as JSON text (``plain_loads``) and let go
+    once indexed: a first checkpoint's heads name every chain of the log.
+    """
+    found = Checkpointed()
+    stored = (
+        AuditCheckpoint.objects.order_by("number")
+        .defer("heads")
+        .annotate(heads_text=Cast("heads", TextField()))
+    )
     expected_prev = GENESIS_HASH
-    for number, checkpoint in enumerate(stored, start=1):
+    for number, checkpoint in enumerate(stored.iterator(chunk_size=100), start=1):
         if checkpoint.number != number:
-            return stored, f"checkpoint #{number} is missing from the database"
-        problem = _checkpoint_problem(checkpoint, expected_prev)
+            return found, f"checkpoint #{number} is missing from the database"
+        checkpoint.heads, heads_plain = plain_loads(getattr(checkpoint, "heads_text"))  # noqa: B009
+        delattr(checkpoint, "heads_text")
+        problem = _checkpoint_problem(checkpoint, expected_prev, heads_plain=heads_plain)
         if problem:
-            return stored, problem
+            return found, problem
         expected_prev = checkpoint.digest
+        _vouches_add(found.vouches, checkpoint)
+        found.broken.append((checkpoint.number, checkpoint.broken))
+        found.digests[checkpoint.number] = checkpoint.digest
+        found.lines[checkpoint.number] = _line_sha(checkpoint_file_line(checkpoint))
     path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
     if not path.exists():
-        if stored:
-            return stored, f"the checkpoint file {path} is missing"
-        return stored, None
-    by_number = {checkpoint.number: checkpoint for checkpoint in stored}
-    from_file: list[AuditCheckpoint] = []
+        if found.digests:
+            return found, f"the checkpoint file {path} is missing"
+        return found, None
+    with path.open(encoding="utf-8") as lines:
+        return found, _file_problem(lines, found)
+
+
+def _line_sha(line: str) -> bytes:
+    return hashlib.sha256(line.encode("utf-8")).digest()
+
+
+def _file_problem(lines: Iterator[str], checkpointed: Checkpointed) -> str | None:
+    """The checkpoint file's first problem: a bad line, or a checkpoint the database lacks.
+
+    Read line by line. A line that is byte for byte the one its database checkpoint
+    (already verified) makes is that checkpoint: it is not parsed again, since the first
+    one's ``heads`` names every chain it saw. Any other line is checked on its own.
+    """
+    by_number = checkpointed.digests
     expected_prev = GENESIS_HASH
-    for line_number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
+    for line_number, line in enumerate(lines, start=1):
+        if _line_sha(line.rstrip("\n")) == checkpointed.lines.get(line_number):
+            expected_prev = by_number[line_number]
+            continue
         try:
-            record = json.loads(line)
+            record, plain = plain_loads(line)
             made_at = datetime.strptime(record["made_at"], _TIMESTAMP)
             checkpoint = AuditCheckpoint(
                 number=int(record["number"]),
@@ -79,45 +152,39 @@ def _checkpoints_verified() -> tuple[list[AuditCheckpoint], str | None]:
                 signature=str(record["signature"]),
             )
         except (ValueError, KeyError, TypeError):
-            return stored, f"line {line_number} of the checkpoint file is unreadable"
-        problem = _checkpoint_problem(checkpoint, expected_prev)
+            return f"line {line_number} of the checkpoint file is unreadable"
+        problem = _checkpoint_problem(checkpoint, expected_prev, heads_plain=plain)
         if problem:
-            return stored, f"{problem} (checkpoint file, line {line_number})"
+            return f"{problem} (checkpoint file, line {line_number})"
         expected_prev = checkpoint.digest
         in_database = by_number.get(checkpoint.number)
         if in_database is None:
-            return stored, (
+            return (
                 f"checkpoint #{checkpoint.number} of the checkpoint file is missing from "
                 "the database"
             )
-        if in_database.digest != checkpoint.digest:
-            return stored, f"checkpoint #{checkpoint.number} differs from the checkpoint file"
-        from_file.append(checkpoint)
-    return (stored if len(stored) >= len(from_file) else from_file), None
+        if in_database != checkpoint.digest:
+            return f"checkpoint #{checkpoint.number} differs from the checkpoint file"
+    return None
 
 
-# chain → seq → [(hash, checkpoint number)]: every head every checkpoint signed.
-Vouches = dict[str, dict[int, list[tuple[str, int]]]]
+def _vouches_add(vouches: Vouches, checkpoint: AuditCheckpoint) -> None:
+    for chain, (seq, digest) in checkpoint.heads.items():
+        vouches[chain] = (*vouches.get(chain, ()), (int(seq), str(digest), checkpoint.number))
 
 
-def _vouches(checkpoints: list[AuditCheckpoint]) -> Vouches:
-    vouches: Vouches = {}
-    for checkpoint in checkpoints:
-        for chain, (seq, digest) in checkpoint.heads.items():
-            vouches.setdefault(chain, {}).setdefault(int(seq), []).append(
-                (str(digest), checkpoint.number)
-            )
-    return vouches
+def _newest(signed: Signed) -> tuple[int, str, int]:
+    """A chain's newest signed head: the highest seq, by the latest checkpoint to sign it."""
+    return max(signed, key=lambda entry: (entry[0], entry[2]))
 
 
-def _cut_problem(length: int, signed: dict[int, list[tuple[str, int]]] | None) -> str | None:
+def _cut_problem(length: int, signed: Signed | None) -> str | None:
     """Events a checkpoint signed beyond the chain's ``length``: cut from its tail."""
     if not signed:
         return None
-    seq = max(signed)
+    seq, _, number = _newest(signed)
     if seq <= length:
         return None
-    number = max(number for _, number in signed[seq])
     if length == 0:
         return f"every event of this chain is missing; checkpoint #{number} names {seq}"
     return f"events after #{length} are missing; checkpoint #{number} names #{seq} (cut)"
@@ -125,9 +192,26 @@ def _cut_problem(length: int, signed: dict[int, list[tuple[str, int]]] | None) -
 
 @dataclass
 class VerifyTally:
-    """How far a verification got: the events whose hashes it checked."""
+    """How far a verification got: the events whose hashes it checked, and their chains."""
 
     events: int = 0
+    chains: int = 0
+
+
+def _event_rows(*, chunk_size: int, after: tuple[str, int] = ("", 0)) -> Iterator[EventRow]:
+    """Every event after (chain, seq) ``after``, in chain order: one statement per page."""
+    sql = (
+        f"SELECT {event_columns()} FROM recovery_auditevent"
+        " WHERE (operation_key, seq) > (%s, %s) ORDER BY operation_key, seq LIMIT %s"
+    )
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*after, chunk_size])
+            page = cursor.fetchall()
+        yield from event_rows(page)
+        if len(page) < chunk_size:
+            return
+        after = (page[-1][0], page[-1][1])
 
 
 def audit_verify(
@@ -135,72 +219,135 @@ def audit_verify(
 ) -> Iterator[ChainBreak]:
     """Check every checkpoint and every chain; yield the first problem found (if any)."""
     tally = tally if tally is not None else VerifyTally()
-    checkpoints, problem = _checkpoints_verified()
+    checkpointed, problem = _checkpoints_verified()
     if problem:
         yield ChainBreak("", 0, problem)
         return
-    vouches = _vouches(checkpoints)
+    vouches = checkpointed.vouches
     unseen = set(vouches)
+    heads = _HeadsCompared(unseen)
     chain: str | None = None
     length = 0
     prev_hash = GENESIS_HASH
-    events = AuditEvent.objects.order_by("operation_key", "seq").iterator(chunk_size=chunk_size)
-    for event in events:
+    signed: Signed = ()
+    for row in _event_rows(chunk_size=chunk_size):
         tally.events += 1
-        if event.operation_key != chain:
+        if row.chain != chain:
             if chain is not None:
-                cut = _cut_problem(length, vouches.get(chain))
+                cut = _cut_problem(length, signed)
                 if cut:
                     yield ChainBreak(chain, length + 1, cut)
                     return
-            chain, length, prev_hash = event.operation_key, 0, GENESIS_HASH
+                found = heads.chain_read(chain, length, prev_hash, chunk_size=chunk_size)
+                if found is not None:
+                    yield found
+                    return
+            chain, length, prev_hash = row.chain, 0, GENESIS_HASH
+            tally.chains += 1
+            signed = vouches.get(chain, ())
             unseen.discard(chain)
-        found = event_break(event, seq=length + 1, prev_hash=prev_hash)
+        found = event_row_break(row, seq=length + 1, prev_hash=prev_hash)
         if found is not None:
             yield found
             return
-        for signed_hash, number in vouches.get(chain, {}).get(event.seq, ()):
-            if signed_hash != event.hash:
+        for seq, signed_hash, number in signed:
+            if seq == row.seq and signed_hash != row.hash:
                 yield ChainBreak(
-                    chain, event.seq, f"differs from what checkpoint #{number} signed (rewritten)"
+                    chain, row.seq, f"differs from what checkpoint #{number} signed (rewritten)"
                 )
                 return
-        length, prev_hash = event.seq, event.hash
+        length, prev_hash = row.seq, row.hash
     if chain is not None:
         cut = _cut_problem(length, vouches.get(chain))
         if cut:
             yield ChainBreak(chain, length + 1, cut)
             return
+        heads.ends[chain] = (length, prev_hash)
     for missing in sorted(unseen):
         cut = _cut_problem(0, vouches[missing])
         if cut:
             yield ChainBreak(missing, 1, cut)
             return
+    found = heads.compare(upto=None, chunk_size=chunk_size)
+    if found is not None:
+        yield found
+        return
     yield from _stored_heads_disagree()
-    yield from _vouched_heads_disagree(vouches)
-    yield from _alarms_disagree(checkpoints)
+    yield from _vouched_heads_disagree(vouches, chunk_size=chunk_size)
+    yield from _alarms_disagree(checkpointed.broken)
+
+
+class _HeadsCompared:
+    """Each operation's stored head (``audit_seq``, ``audit_hash``) against its chain as read.
+
+    Catches a cut or rewrite of the newest events that left the stored head alone, even
+    where no checkpoint covers them yet. The operations are read along their key, in
+    ranges that follow the chains already read (the same column type and collation as
+    the events' order): no lookup per operation, and no more than a page in memory.
+    An operation whose chain has no event is compared with an empty chain; one whose
+    chain a checkpoint signed and that has no event is left to the cut check, which
+    names it.
+    """
+
+    def __init__(self, unseen: set[str]) -> None:
+        self.ends: dict[str, tuple[int, str]] = {}  # chains read since the last compare
+        self.after: str | None = None  # operations up to this key are compared
+        self.unseen = unseen
+
+    def chain_read(
+        self, chain: str, length: int, last_hash: str, *, chunk_size: int
+    ) -> ChainBreak | None:
+        self.ends[chain] = (length, last_hash)
+        if len(self.ends) < chunk_size:
+            return None
+        return self.compare(upto=chain, chunk_size=chunk_size)
+
+    def compare(self, *, upto: str | None, chunk_size: int) -> ChainBreak | None:
+        """Compare the operations with keys after ``self.after`` and up to ``upto``."""
+        for key, seq, digest in _operation_heads(self.after, upto, chunk_size=chunk_size):
+            if key in self.unseen:
+                continue
+            length, last_hash = self.ends.get(key, (0, GENESIS_HASH))
+            if seq != length or (seq > 0 and digest != last_hash):
+                return ChainBreak(
+                    key, seq, "the operation's row names a different head for its chain"
+                )
+        self.ends.clear()
+        self.after = upto
+        return None
+
+
+def _operation_heads(
+    after: str | None, upto: str | None, *, chunk_size: int
+) -> Iterator[tuple[str, int, str]]:
+    """(key, audit_seq, audit_hash) of the operations with keys in (``after``, ``upto``]."""
+    while True:
+        where = []
+        params: list[Any] = []
+        if after is not None:
+            where.append("key > %s")
+            params.append(after)
+        if upto is not None:
+            where.append("key <= %s")
+            params.append(upto)
+        sql = "SELECT key, audit_seq, audit_hash FROM recovery_operation"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with connection.cursor() as cursor:
+            cursor.execute(sql + " ORDER BY key LIMIT %s", [*params, chunk_size])
+            page = cursor.fetchall()
+        for key, seq, digest in page:
+            yield str(key), int(seq), str(digest)
+        if len(page) < chunk_size:
+            return
+        after = page[-1][0]
 
 
 def _stored_heads_disagree() -> Iterator[ChainBreak]:
-    """Chains whose stored head (operation row, system head) is not their last event.
+    """The system chain's stored head (``AuditChainHead``) must be its last event.
 
-    Catches a cut or rewrite of the newest events that left the stored head alone,
-    even where no checkpoint covers them yet.
+    The operations' stored heads are compared as their chains are read (``_HeadsCompared``).
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT o.key, o.audit_seq FROM recovery_operation o"
-            " LEFT JOIN recovery_auditevent e ON e.operation_key = o.key AND e.seq = o.audit_seq"
-            " WHERE (o.audit_seq > 0 AND (e.id IS NULL OR e.hash <> o.audit_hash))"
-            " OR EXISTS (SELECT 1 FROM recovery_auditevent n"
-            "  WHERE n.operation_key = o.key AND n.seq = o.audit_seq + 1)"
-            " ORDER BY o.key LIMIT 1"
-        )
-        row = cursor.fetchone()
-    if row is not None:
-        key, seq = str(row[0]), int(row[1])
-        yield ChainBreak(key, seq, "the operation's row names a different head for its chain")
-        return
     last = (
         AuditEvent.objects.filter(operation_key=SYSTEM_CHAIN)
         .order_by("-seq")
@@ -218,31 +365,34 @@ def _stored_heads_disagree() -> Iterator[ChainBreak]:
         )
 
 
-def _vouched_heads_disagree(vouches: Vouches) -> Iterator[ChainBreak]:
+def _vouched_heads_disagree(vouches: Vouches, *, chunk_size: int) -> Iterator[ChainBreak]:
     """Vouched heads must be signed and be each chain's newest signed head, no other."""
-    newest: dict[str, tuple[int, str, int]] = {}
-    for chain, signed in vouches.items():
-        seq = max(signed)
-        digest, number = max(signed[seq], key=lambda entry: entry[1])
-        newest[chain] = (seq, digest, number)
-    for row in AuditVouchedHead.objects.order_by("chain").iterator(chunk_size=5000):
-        expected = newest.pop(row.chain, None)
-        if not vouched_signed(row):
-            yield ChainBreak(row.chain, row.seq, "its vouched head is not signed by the audit key")
+    matched = 0
+    rows = AuditVouchedHead.objects.order_by("chain").values_list(
+        "chain", "seq", "hash", "checkpoint", "signature"
+    )
+    for chain, seq, digest, number, signature in rows.iterator(chunk_size=chunk_size):
+        signed = vouches.get(chain)
+        if not vouched_row_signed(
+            chain=chain, seq=seq, hash=digest, checkpoint=number, signature=signature
+        ):
+            yield ChainBreak(chain, seq, "its vouched head is not signed by the audit key")
             return
-        if expected != (row.seq, row.hash, row.checkpoint):
+        if signed is None or _newest(signed) != (seq, digest, number):
             yield ChainBreak(
-                row.chain,
-                row.seq,
+                chain,
+                seq,
                 "its vouched head is not the newest head the checkpoints signed (rolled back)",
             )
             return
-    for chain in sorted(newest):
-        yield ChainBreak(chain, 0, "its vouched head is missing (deleted)")
-        return
+        matched += 1
+    if matched < len(vouches):  # one row per chain (unique): some chain has none
+        present = set(AuditVouchedHead.objects.values_list("chain", flat=True))
+        missing = min(chain for chain in vouches if chain not in present)
+        yield ChainBreak(missing, 0, "its vouched head is missing (deleted)")
 
 
-def _alarms_disagree(checkpoints: list[AuditCheckpoint]) -> Iterator[ChainBreak]:
+def _alarms_disagree(found_broken: list[tuple[int, list[Any]]]) -> Iterator[ChainBreak]:
     """Every alarm signed; every chain a checkpoint found broken has its alarm; every
     resolution on the record."""
     alarms = list(AuditAlarm.objects.order_by("id"))
@@ -256,14 +406,14 @@ def _alarms_disagree(checkpoints: list[AuditCheckpoint]) -> Iterator[ChainBreak]
         first_raised[alarm.chain] = min(
             alarm.checkpoint, first_raised.get(alarm.chain, alarm.checkpoint)
         )
-    for checkpoint in checkpoints:
-        for item in checkpoint.broken:
+    for number, broken in found_broken:
+        for item in broken:
             chain = str(item["chain"])
-            if chain not in first_raised or first_raised[chain] > checkpoint.number:
+            if chain not in first_raised or first_raised[chain] > number:
                 yield ChainBreak(
                     "",
                     0,
-                    f"checkpoint #{checkpoint.number} found chain {chain!r} broken, but its "
+                    f"checkpoint #{number} found chain {chain!r} broken, but its "
                     "alarm is missing (deleted)",
                 )
                 return
@@ -292,21 +442,28 @@ class AuditStatus:
     checkpoint: AuditCheckpoint | None
 
 
+def audit_checkpoint_newest() -> AuditCheckpoint | None:
+    """The newest checkpoint, without its heads (a first checkpoint's name every chain)."""
+    return AuditCheckpoint.objects.defer("heads", "broken").order_by("-number").first()
+
+
 def audit_status() -> AuditStatus:
-    latest = AuditCheckpoint.objects.order_by("-number").first()
+    latest = audit_checkpoint_newest()
     events = AuditEvent.objects.count()
     chains = AuditEvent.objects.values("operation_key").distinct().count()
     return AuditStatus(events=events, chains=chains, checkpoint=latest)
 
 
-def audit_verification_run(*, chunk_size: int = 5000) -> AuditVerification:
+def audit_verification_run(
+    *, chunk_size: int = 5000, tally: VerifyTally | None = None
+) -> AuditVerification:
     """Verify the whole log (``audit_verify``) and keep the outcome, for the console.
 
     The record is written whether or not a problem was found: a broken log must show
     as broken, not as "last verified" at an earlier, intact moment.
     """
     started = timezone.now()
-    tally = VerifyTally()
+    tally = tally if tally is not None else VerifyTally()
     problem = next(iter(audit_verify(chunk_size=chunk_size, tally=tally)), None)
     return AuditVerification.objects.create(
         at=started,

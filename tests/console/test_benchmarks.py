@@ -23,7 +23,6 @@ from django.test.utils import CaptureQueriesContext
 from bench import seed
 from bench.console import PAGES
 from recovery.audit.verify import audit_verify
-from recovery.models import AuditEvent
 from tests.support.celery_fixtures import test_database_url
 
 
@@ -111,30 +110,32 @@ def test_the_search_by_provider_reference_reads_indexes_not_the_tables(db):
 
 
 def test_verify_reads_the_log_in_batches_not_all_at_once(db, monkeypatch):
-    """Memory stays flat: no more events are alive at once than one batch holds."""
-    import gc
+    """Memory stays flat: each statement reads one page of events, and a page is let go
+    before the next is read."""
+    import weakref
 
     from recovery.audit import verify
 
     seed.seed_audit(120)
+    pages: list[int] = []
     alive: list[int] = []
-    checked = verify.event_break
+    held: list[weakref.ref[Any]] = []
+    real = verify.event_rows
 
-    def events_alive() -> int:
-        return sum(isinstance(o, AuditEvent) for o in gc.get_objects())
+    class Page(list):  # a list that a weak reference can follow
+        pass
 
-    def counting(event: AuditEvent, **kwargs: Any) -> Any:
-        alive.append(events_alive() - before)
-        return checked(event, **kwargs)
+    def counting(fetched: list[tuple[Any, ...]]) -> Any:
+        alive.append(sum(ref() is not None for ref in held))
+        page = Page(fetched)
+        held.append(weakref.ref(page))
+        pages.append(len(page))
+        return real(page)
 
-    # Whatever the seeding (or an earlier test in this process) left for the collector
-    # is not the verification's.
-    gc.collect()
-    before = events_alive()
-    monkeypatch.setattr(verify, "event_break", counting)
+    monkeypatch.setattr(verify, "event_rows", counting)
     assert next(iter(audit_verify(chunk_size=10)), None) is None
-    assert len(alive) == 120
-    assert max(alive) <= 2 * 10  # a batch, and the one before it being let go
+    assert sum(pages) == 120 and max(pages) <= 10
+    assert max(alive) <= 1  # at most the page before, being let go
 
 
 @pytest.mark.django_db(transaction=True)

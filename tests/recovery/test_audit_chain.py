@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime
 
 import pytest
+import time_machine
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
@@ -24,6 +26,7 @@ from recovery.audit import (
     event_digest,
 )
 from recovery.audit.alarms import alarm_signed
+from recovery.audit.chain import event_columns, event_row_digest, event_rows
 from recovery.audit.checkpoints import checkpoint_digest, vouched_digest
 from recovery.audit.keys import sign
 from recovery.models import (
@@ -223,6 +226,28 @@ def test_a_deleted_newest_checkpoint_is_found_by_the_checkpoint_file(operations)
     assert _only_problem() == ("checkpoint #2 of the checkpoint file is missing from the database")
 
 
+def test_checkpoint_file_lines_spelled_otherwise_are_read_and_still_verify(operations, settings):
+    """Lines not byte for byte what this version writes (an older writer's spacing and
+    key order) are parsed and checked on their own, as before."""
+    audit_checkpoint()
+    _append(operations[0], 1)
+    audit_checkpoint()
+    path = settings.SETTLE_AUDIT_CHECKPOINT_FILE
+    written = path.read_text("utf-8")
+    lines = [json.loads(line) for line in written.splitlines()]
+    respelled = "".join(
+        json.dumps(dict(reversed(line.items())), separators=(",", ":")) + "\n" for line in lines
+    )
+    assert respelled != written
+    path.write_text(respelled)
+    assert list(audit_verify()) == []
+    lines[1]["watermark"] += 1
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert _only_problem() == (
+        "checkpoint #2 was edited (its digest does not match) (checkpoint file, line 2)"
+    )
+
+
 def _rewrite_chain(key: str, edit_seq: int) -> None:
     """Edit one event and recompute every hash after it, as anyone can without the key."""
     prev = GENESIS_HASH
@@ -329,6 +354,49 @@ def test_a_cut_inside_the_window_is_found_by_the_operations_own_head(operations)
     assert _only_problem() == (
         "chain 'op-1', event #3: the operation's row names a different head for its chain"
     )
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 5000])
+def test_stored_heads_are_compared_in_ranges_that_follow_the_chains(host, provider, chunk_size):
+    """Operations are compared page by page along their keys: those between pages, those
+    with no event and the last ones are compared too, and an intact log passes."""
+    keys = [f"op-{n}" for n in range(7)]
+    for key in keys:
+        operation_register(
+            host=host, key=key, action="payment.send", provider_name="orders", params=PARAMS
+        )
+    for key in keys[::2]:
+        _append(Operation.objects.get(key=key), 2)
+    assert list(audit_verify(chunk_size=chunk_size)) == []
+    # Each problem alone: a cut tail (op-3, between appended chains), a chain wholly
+    # deleted (op-5: no event left, its row still names #1), the last operation's head
+    # moved past its chain (op-6).
+    for key, sql, params, seq in (
+        ("op-3", "DELETE FROM recovery_auditevent WHERE operation_key = %s", ["op-3"], 1),
+        ("op-5", "DELETE FROM recovery_auditevent WHERE operation_key = %s", ["op-5"], 1),
+        (
+            "op-6",
+            "DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq = 3",
+            ["op-6"],
+            3,
+        ),
+    ):
+        _sql(sql, params)
+        problems = [str(found) for found in audit_verify(chunk_size=chunk_size)]
+        assert problems == [
+            f"chain {key!r}, event #{seq}: the operation's row names a different head for its chain"
+        ]
+        Operation.objects.filter(key=key).update(
+            audit_seq=AuditEvent.objects.filter(operation_key=key).count(),
+            audit_hash=(
+                AuditEvent.objects.filter(operation_key=key)
+                .order_by("-seq")
+                .values_list("hash", flat=True)
+                .first()
+                or ""
+            ),
+        )
+    assert list(audit_verify(chunk_size=chunk_size)) == []
 
 
 def test_a_cut_that_also_rewinds_the_operations_head_is_found_by_the_checkpoint(operations):
@@ -466,7 +534,7 @@ def test_a_checkpoint_reads_only_the_events_since_the_signed_head(operations, mo
     real = checkpoints.extension_break
 
     def spy(chain, vouched, head_seq, events):
-        read[chain] = [event.seq for event in events]
+        read[chain] = [row.seq for row in events]
         return real(chain, vouched, head_seq, events)
 
     monkeypatch.setattr(checkpoints, "extension_break", spy)
@@ -624,9 +692,9 @@ def test_a_forged_alarm_is_named_by_verify(alarm):
 def _alarm_problems() -> list[str]:
     from recovery.audit.verify import _alarms_disagree, _checkpoints_verified
 
-    checkpoints, problem = _checkpoints_verified()
+    checkpointed, problem = _checkpoints_verified()
     assert problem is None
-    return [str(found) for found in _alarms_disagree(checkpoints)]
+    return [str(found) for found in _alarms_disagree(checkpointed.broken)]
 
 
 def test_a_supervisor_resolves_an_alarm_on_the_record(alarm, django_user_model, provider):
@@ -687,3 +755,49 @@ def test_the_migration_gives_existing_checkpoints_their_vouched_heads(operations
     head = AuditChainHead.objects.get(chain="")
     assert (head.seq, head.hash) == (system.seq, system.hash)
     assert list(audit_verify()) == []
+
+
+def test_an_event_read_as_columns_hashes_as_the_model_does(operations):
+    """``verify_audit`` and checkpoints read events as column tuples: every field must be
+    read back to the text the model hashes (the timestamp's, the actor's, the data's)."""
+    datas = [
+        {"amount": 12.5, "ratio": 1e-7, "whole": 3.0},
+        {"name": "Zoë ☃ 𝄞", "ctl": "\x01\n\t\u2028", "é": [1, {"b": None, "a": True}]},
+        {"big": 2**53 - 1, "bigger": str(2**64), "neg": -(2**53 - 1)},
+        {},
+    ]
+    actors = [Actor.system("worker"), Actor("host", "7", "fleet:east"), None]
+    # A whole second (microsecond 0) and one with a fraction: both spelled with six digits.
+    for moment in (
+        datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC),
+        datetime(2026, 3, 4, 5, 6, 7, 89, tzinfo=UTC),
+    ):
+        with time_machine.travel(moment, tick=False):
+            for n, data in enumerate(datas):
+                with audit_transaction():
+                    audit_append(
+                        kind="test",
+                        operation=operation_lock(operations[0]),
+                        actor=actors[n % len(actors)],
+                        data=data,
+                    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {event_columns()} FROM recovery_auditevent ORDER BY operation_key, seq"
+        )
+        rows = list(event_rows(cursor.fetchall()))
+    events = list(AuditEvent.objects.order_by("operation_key", "seq"))
+    assert len(rows) == len(events) >= 2 * len(datas)
+    for row, event in zip(rows, events, strict=True):
+        assert (row.chain, row.seq) == (event.operation_key, event.seq)
+        assert event_row_digest(row) == event_digest(event) == event.hash
+    # And an edit of any one column changes the row's digest.
+    row = max((row for row in rows if row.chain == "op-0"), key=lambda row: row.seq)
+    assert row.at == "2026-03-04T05:06:07.000089Z"
+    for edited in (
+        row._replace(at=row.at.replace(".000089", ".000090")),
+        row._replace(actor="host:7:fleet:west"),
+        row._replace(data='{"extra": 1}'),
+        row._replace(kind="other"),
+    ):
+        assert event_row_digest(edited) != row.hash

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import pytest
@@ -15,7 +16,10 @@ from recovery.canonical import (
     CanonicalError,
     canonical_dumps,
     canonical_params,
+    canonical_plain,
+    canonical_plain_dumps,
     params_digest,
+    plain_loads,
     strict_loads,
 )
 from recovery.models import State
@@ -154,3 +158,34 @@ def test_an_enum_member_is_written_as_its_text() -> None:
     assert canonical_dumps({"to": State.RELEASED, "n": 1}) == rfc8785.dumps(
         {"to": "released", "n": 1}
     )
+
+
+@given(value=_JSON)
+def test_plain_loads_parses_as_json_loads_and_knows_whether_the_value_is_plain(
+    value: Any,
+) -> None:
+    """What the audit verification relies on to skip ``canonical_plain``'s walk: the same value,
+    the same verdict, and so the same bytes as RFC 8785 wherever it says plain."""
+    text = json.dumps(value, ensure_ascii=False)
+    loaded, plain = plain_loads(text)
+    assert loaded == json.loads(text)
+    assert plain is canonical_plain(json.loads(text))
+    if plain:
+        assert canonical_plain_dumps(loaded) == rfc8785.dumps(loaded)
+
+
+@pytest.mark.parametrize(
+    ("text", "plain"),
+    [
+        ('{"a": 1, "b": [true, null, "x.5e3"]}', True),
+        ('{"a": 1.0}', False),
+        ("[1e3]", False),
+        ('{"n": 9007199254740991}', True),
+        ('{"n": -9007199254740992}', False),
+        ("[NaN, 1]", False),
+        ('{"x": -Infinity}', False),
+        ('{"ü": "\\u00e9"}', True),
+    ],
+)
+def test_plain_loads_sees_floats_and_unsafe_integers(text: str, plain: bool) -> None:
+    assert plain_loads(text) == (json.loads(text), plain)
