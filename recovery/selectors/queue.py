@@ -90,6 +90,7 @@ class QueueRow:
 class QueuePage:
     rows: list[QueueRow]
     next_after: tuple[datetime, int] | None  # the keyset cursor of the next page
+    counts: dict[str, int] | None = None  # when asked for: operations_queue_counts_for_user
 
 
 @dataclass(frozen=True)
@@ -154,12 +155,14 @@ _REASON = (
 # rows alone ({page}: their ids), each along an index of its own. The first parameter
 # is when a claim lapses; the page's follow.
 _PAGE_SQL = (
-    "SELECT o.id, o.key, o.version, o.action, p.name, o.state, d.receipt_status,"
-    f" o.updated_at, {_latest_evidence('verdict')}, {_latest_evidence('captured_at')},"
-    " (SELECT COUNT(*) FROM recovery_lookupattempt l WHERE l.operation_id = o.id),"
+    "SELECT o.id, o.key, o.version, o.action, p.name AS provider, o.state, d.receipt_status,"
+    f" o.updated_at, {_latest_evidence('verdict')} AS latest_verdict,"
+    f" {_latest_evidence('captured_at')} AS latest_at,"
+    " (SELECT COUNT(*) FROM recovery_lookupattempt l WHERE l.operation_id = o.id)"
+    " AS lookup_count,"
     " (SELECT c.actor FROM recovery_operationclaim c"
-    " WHERE c.operation_id = o.id AND c.touched_at > %s),"
-    f" {_REASON}"
+    " WHERE c.operation_id = o.id AND c.touched_at > %s) AS claimed_by,"
+    f" {_REASON} AS reason"
     " FROM ({page}) page"
     " JOIN recovery_operation o ON o.id = page.id"
     " JOIN recovery_provider p ON p.id = o.provider_id"
@@ -265,7 +268,10 @@ def queue_branches_for_user(*, user: Any, filters: QueueFilters) -> list[QueueBr
     across them would use neither. The queue pages through them; bulk work counts them
     (``queue_branch_filtered`` narrows each to the filters).
     """
-    visible = _visible(user)
+    return _branches(_visible(user), filters)
+
+
+def _branches(visible: QueueBranch, filters: QueueFilters) -> list[QueueBranch]:
     states = [filters.state] if filters.state in QUEUE_STATES else list(QUEUE_STATES)
     branches = []
     # Only the stranded branch's settled rows wait for the stranded reason, and only
@@ -280,23 +286,14 @@ def queue_branches_for_user(*, user: Any, filters: QueueFilters) -> list[QueueBr
     return branches
 
 
-def operations_queue_for_user(
-    *, user: Any, filters: QueueFilters, after: tuple[datetime, int] | None, limit: int
-) -> QueuePage:
-    """The console's queue: what waits for an operator, oldest first, one page of it.
-
-    Every operation in ``unknown`` or ``reconcile`` and every stranded receipt (still
-    ``running`` on an operation no longer ``dispatched``), of the providers ``user`` may
-    view. Each state and the stranded receipts of settled operations are read along a
-    partial index of their own (``operation_unsettled``, ``operation_stranded``), each
-    stopped by its LIMIT, and merged by the same one statement, which then reads what
-    the page shows for the page's rows alone. Keyset pagination on (``updated_at``,
-    id), the time the operation entered its state: no OFFSET, no COUNT, the same cost
-    on every page.
-    """
+def _page_sql(
+    visible: QueueBranch, filters: QueueFilters, after: tuple[datetime, int] | None, limit: int
+) -> tuple[str, list[Any]] | None:
+    """The statement of one page (``limit`` + 1 rows), or None when no branch can hold
+    what ``filters`` ask for."""
     parts: list[str] = []
     params: list[Any] = [_time(claim_cutoff())]
-    for number, branch in enumerate(queue_branches_for_user(user=user, filters=filters)):
+    for number, branch in enumerate(_branches(visible, filters)):
         branch = queue_branch_filtered(branch, filters)
         if after is not None:
             # A row comparison, in the index's own order: the scan starts at the cursor.
@@ -306,31 +303,18 @@ def operations_queue_for_user(
             f" WHERE {branch.where} ORDER BY o.updated_at, o.id LIMIT {limit + 1}) b{number}"
         )
         params += branch.params
-    if not parts:  # the filters contradict each other: no branch can hold a row
-        return QueuePage([], None)
+    if not parts:
+        return None
     page = (
         f"SELECT id, updated_at FROM ({' UNION ALL '.join(parts)}) branches"
         f" ORDER BY updated_at, id LIMIT {limit + 1}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(_PAGE_SQL.replace("{page}", page), params)
-        found = cursor.fetchall()
-    rows = [QueueRow(*values_from_row(_PAGE_FIELDS, row)) for row in found]
-    if len(rows) <= limit:
-        return QueuePage(rows, None)
-    last = rows[limit - 1]
-    return QueuePage(rows[:limit], (last.updated_at, last.pk))
+    return _PAGE_SQL.replace("{page}", page), params
 
 
-def operations_queue_counts_for_user(*, user: Any) -> dict[str, int]:
-    """How many operations wait in each queue state, and how many receipts are stranded.
-
-    Counted up to ``QUEUE_COUNT_CAP``: past it the count is ``QUEUE_COUNT_CAP + 1``,
-    which the console shows as "1,000+". Each count reads at most that many index
-    entries (a LIMITed subquery), so the page costs the same with a hundred thousand
-    stuck operations as with a thousand; all three in one statement.
-    """
-    visible = _visible(user)
+def _counts_sql(visible: QueueBranch) -> tuple[str, list[Any]]:
+    """One row: how many wait in ``unknown``, in ``reconcile``, and stranded receipts,
+    each counted to ``QUEUE_COUNT_CAP`` + 1."""
     capped = f"LIMIT {QUEUE_COUNT_CAP + 1}"
     selects: list[str] = []
     params: list[Any] = []
@@ -338,7 +322,7 @@ def operations_queue_counts_for_user(*, user: Any) -> dict[str, int]:
         branch = _state_branch(visible, state)
         selects.append(
             f"(SELECT COUNT(*) FROM (SELECT 1 FROM recovery_operation o WHERE {branch.where}"
-            f" {capped}) capped_{state.value})"
+            f" {capped}) capped_{state.value}) AS count_{state.value}"
         )
         params += branch.params
     # The stranded receipts in three parts (those of each unsettled state, and of the
@@ -356,13 +340,82 @@ def operations_queue_counts_for_user(*, user: Any) -> dict[str, int]:
         f" ORDER BY o.updated_at, o.id) stranded_{number}"
         for number, branch in enumerate(stranded)
     ]
-    selects.append(f"(SELECT COUNT(*) FROM ({' UNION ALL '.join(parts)} {capped}) stranded)")
+    selects.append(
+        f"(SELECT COUNT(*) FROM ({' UNION ALL '.join(parts)} {capped}) stranded) AS count_stranded"
+    )
     params += [param for branch in stranded for param in branch.params]
+    return "SELECT " + ", ".join(selects), params
+
+
+_COUNT_NAMES = (*(str(state) for state in QUEUE_STATES), str(QUEUE_STRANDED))
+
+
+def operations_queue_for_user(
+    *,
+    user: Any,
+    filters: QueueFilters,
+    after: tuple[datetime, int] | None,
+    limit: int,
+    counted: bool = False,
+) -> QueuePage:
+    """The console's queue: what waits for an operator, oldest first, one page of it.
+
+    Every operation in ``unknown`` or ``reconcile`` and every stranded receipt (still
+    ``running`` on an operation no longer ``dispatched``), of the providers ``user`` may
+    view. Each state and the stranded receipts of settled operations are read along a
+    partial index of their own (``operation_unsettled``, ``operation_stranded``), each
+    stopped by its LIMIT, and merged by the same one statement, which then reads what
+    the page shows for the page's rows alone. Keyset pagination on (``updated_at``,
+    id), the time the operation entered its state: no OFFSET, no COUNT, the same cost
+    on every page.
+
+    ``counted``: the page's ``counts`` too (``operations_queue_counts_for_user``), read
+    by the same statement: the page's rows joined to the one row of counts.
+    """
+    visible = _visible(user)
+    page = _page_sql(visible, filters, after, limit)
+    counts: dict[str, int] | None = None
+    if counted:
+        counts_sql, params = _counts_sql(visible)
+        if page is not None:
+            counts_sql = (
+                f"SELECT * FROM ({counts_sql}) counts LEFT JOIN ({page[0]}) page_rows ON 1 = 1"
+                " ORDER BY page_rows.updated_at, page_rows.id"
+            )
+            params += page[1]
+        with connection.cursor() as cursor:
+            cursor.execute(counts_sql, params)
+            found = cursor.fetchall()
+        width = len(_COUNT_NAMES)
+        counts = {name: int(n) for name, n in zip(_COUNT_NAMES, found[0][:width], strict=True)}
+        # With no row on the page, the one row of counts has nothing (NULLs) joined to it.
+        found = [row[width:] for row in found if len(row) > width and row[width] is not None]
+    elif page is not None:
+        with connection.cursor() as cursor:
+            cursor.execute(*page)
+            found = cursor.fetchall()
+    else:
+        found = []
+    rows = [QueueRow(*values_from_row(_PAGE_FIELDS, row)) for row in found]
+    if len(rows) <= limit:
+        return QueuePage(rows, None, counts)
+    last = rows[limit - 1]
+    return QueuePage(rows[:limit], (last.updated_at, last.pk), counts)
+
+
+def operations_queue_counts_for_user(*, user: Any) -> dict[str, int]:
+    """How many operations wait in each queue state, and how many receipts are stranded.
+
+    Counted up to ``QUEUE_COUNT_CAP``: past it the count is ``QUEUE_COUNT_CAP + 1``,
+    which the console shows as "1,000+". Each count reads at most that many index
+    entries (a LIMITed subquery), so the page costs the same with a hundred thousand
+    stuck operations as with a thousand; all three in one statement (the queue's page
+    reads them with its rows: ``operations_queue_for_user(counted=True)``).
+    """
     with connection.cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join(selects), params)
+        cursor.execute(*_counts_sql(_visible(user)))
         row = cursor.fetchone()
-    names = [*(str(state) for state in QUEUE_STATES), QUEUE_STRANDED]
-    return {name: int(n) for name, n in zip(names, row, strict=True)}
+    return {name: int(n) for name, n in zip(_COUNT_NAMES, row, strict=True)}
 
 
 def operation_jump_for_user(*, user: Any, text: str) -> str | None:
