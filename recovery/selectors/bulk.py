@@ -23,6 +23,7 @@ from recovery.selectors.queue import (
     QueueFilters,
     queue_branch_filtered,
     queue_branches_for_user,
+    queue_statement,
 )
 
 
@@ -47,13 +48,14 @@ def operations_matching_count_for_user(
     statement (each branch counted along its own index, the counts summed)."""
     selects: list[str] = []
     params: list[Any] = []
-    for branch in _matching_branches(user=user, filters=filters, until=until):
+    branches = _matching_branches(user=user, filters=filters, until=until)
+    for branch in branches:
         selects.append(f"(SELECT COUNT(*) FROM recovery_operation o WHERE {branch.where})")
         params.extend(branch.params)
     if not selects:
         return 0
     with connection.cursor() as cursor:
-        cursor.execute("SELECT " + " + ".join(selects), params)
+        cursor.execute(*queue_statement(branches[0], "SELECT " + " + ".join(selects), params))
         row = cursor.fetchone()
     return int(row[0])
 
@@ -67,9 +69,12 @@ def operations_matching_for_user(
     for branch in _matching_branches(user=user, filters=filters, until=until):
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT o.id, o.version FROM recovery_operation o WHERE {branch.where}"
-                f" LIMIT {limit + 1 - len(pairs)}",
-                branch.params,
+                *queue_statement(
+                    branch,
+                    f"SELECT o.id, o.version FROM recovery_operation o WHERE {branch.where}"
+                    f" LIMIT {limit + 1 - len(pairs)}",
+                    branch.params,
+                )
             )
             pairs += [(int(pk), int(version)) for pk, version in cursor.fetchall()]
         if len(pairs) > limit:

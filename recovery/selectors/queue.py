@@ -8,7 +8,8 @@ lapses is here too: the queue shows who holds a live one.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -96,13 +97,26 @@ class QueuePage:
 @dataclass(frozen=True)
 class QueueBranch:
     """One disjoint part of the queue: conditions over ``o`` (a row of the operations
-    table) that one partial index serves, and their parameters."""
+    table) that one partial index serves, and their parameters.
+
+    ``prefix``: the WITH clause a statement over it starts with (``queue_statement``),
+    naming the providers its user may view, with ``prefix_params``; empty when the
+    user may view every provider.
+    """
 
     where: str
     params: tuple[Any, ...]
+    prefix: str = ""
+    prefix_params: tuple[Any, ...] = ()
 
     def narrowed(self, condition: str, *params: Any) -> QueueBranch:
-        return QueueBranch(f"{self.where} AND {condition}", (*self.params, *params))
+        return replace(self, where=f"{self.where} AND {condition}", params=(*self.params, *params))
+
+
+def queue_statement(branch: QueueBranch, sql: str, params: Sequence[Any]) -> tuple[str, list[Any]]:
+    """``sql`` (over the conditions of ``branch``, or of branches of the same user) with
+    the WITH clause they name, and its parameters before ``params``."""
+    return branch.prefix + sql, [*branch.prefix_params, *params]
 
 
 # The queue's statements are written out here rather than built by the ORM: compiling
@@ -237,15 +251,32 @@ def queue_branch_filtered(
 
 
 def _visible(user: Any) -> QueueBranch:
-    """The providers ``user`` may view, as a condition over ``o``."""
-    sql, params = providers_visible_to(user=user).values("pk").query.sql_with_params()
-    return QueueBranch(f"o.provider_id IN ({sql})", tuple(params))
+    """The providers ``user`` may view, as a condition over ``o``.
+
+    Every provider (a superuser's): no condition at all, since every operation has a
+    provider. The page's statement names this condition in each of its eight parts:
+    even as a plain list of every provider, planning eight semi-joins was half of its
+    planning time (1.6 ms -> 0.8 ms).
+    """
+    visible = providers_visible_to(user=user).values("pk")
+    if not visible.query.where:
+        return QueueBranch("1 = 1", ())
+    # Read once by the statement, as a WITH clause: written out in each part, the
+    # object permissions' subquery was planned eight times (3.3 ms of planning for an
+    # operator's page, 1.3 ms this way).
+    sql, params = visible.query.sql_with_params()
+    return QueueBranch(
+        "o.provider_id IN (SELECT pk FROM visible_providers)",
+        (),
+        f"WITH visible_providers AS ({sql}) ",
+        tuple(params),
+    )
 
 
 def _state_branch(visible: QueueBranch, state: str) -> QueueBranch:
     # With the state fixed, ``operation_unsettled`` yields rows already in (updated_at,
     # id) order and a LIMIT stops the scan; ``state IN`` would sort the whole queue first.
-    return QueueBranch(f"o.state = '{State(state).value}'", ()).narrowed(
+    return replace(visible, where=f"o.state = '{State(state).value}'", params=()).narrowed(
         visible.where, *visible.params
     )
 
@@ -254,7 +285,7 @@ def _settled_stranded_branch(visible: QueueBranch) -> QueueBranch:
     # Along ``operation_stranded``: ``receipt_running`` marks the few settled operations
     # that may have a running receipt; the receipt decides.
     return (
-        QueueBranch(f"o.receipt_running AND o.state NOT IN {_NOT_STRANDED}", ())
+        replace(visible, where=f"o.receipt_running AND o.state NOT IN {_NOT_STRANDED}", params=())
         .narrowed(visible.where, *visible.params)
         .narrowed(_RECEIPT_RUNNING)
     )
@@ -384,7 +415,7 @@ def operations_queue_for_user(
             )
             params += page[1]
         with connection.cursor() as cursor:
-            cursor.execute(counts_sql, params)
+            cursor.execute(*queue_statement(visible, counts_sql, params))
             found = cursor.fetchall()
         width = len(_COUNT_NAMES)
         counts = {name: int(n) for name, n in zip(_COUNT_NAMES, found[0][:width], strict=True)}
@@ -392,7 +423,7 @@ def operations_queue_for_user(
         found = [row[width:] for row in found if len(row) > width and row[width] is not None]
     elif page is not None:
         with connection.cursor() as cursor:
-            cursor.execute(*page)
+            cursor.execute(*queue_statement(visible, *page))
             found = cursor.fetchall()
     else:
         found = []
@@ -412,8 +443,9 @@ def operations_queue_counts_for_user(*, user: Any) -> dict[str, int]:
     stuck operations as with a thousand; all three in one statement (the queue's page
     reads them with its rows: ``operations_queue_for_user(counted=True)``).
     """
+    visible = _visible(user)
     with connection.cursor() as cursor:
-        cursor.execute(*_counts_sql(_visible(user)))
+        cursor.execute(*queue_statement(visible, *_counts_sql(visible)))
         row = cursor.fetchone()
     return {name: int(n) for name, n in zip(_COUNT_NAMES, row, strict=True)}
 
