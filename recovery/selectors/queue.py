@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Approval, Permit
-from dbsql.rows import values_from_row
+from dbsql.rows import values_from_rows
 from recovery.models import (
     Dispatch,
     Evidence,
@@ -427,7 +427,7 @@ def operations_queue_for_user(
             found = cursor.fetchall()
     else:
         found = []
-    rows = [QueueRow(*values_from_row(_PAGE_FIELDS, row)) for row in found]
+    rows = [QueueRow(*values) for values in values_from_rows(_PAGE_FIELDS, found)]
     if len(rows) <= limit:
         return QueuePage(rows, None, counts)
     last = rows[limit - 1]
