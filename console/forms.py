@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 
 from django import forms
+from django.forms.utils import flatatt
 from django.http import QueryDict
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from recovery.models import Verdict
 from recovery.selectors import (
@@ -64,11 +68,41 @@ def cursor_decode(value: str) -> tuple[datetime, int]:
         raise forms.ValidationError("not a page of this queue") from None
 
 
+class PlainSelect(forms.Select):
+    """A ``<select>`` written by one format string, not by the form renderer's template
+    for the select and another for each of its options.
+
+    The queue's five filters are on every queue page; rendered through templates they
+    cost more than its fifty rows (docs/benchmarks.md, issue 16). The same markup
+    otherwise: the widget's attributes as the bound field builds them (``id``,
+    ``aria-invalid``), and the first option whose value is the field's selected.
+    Flat choices only (no groups).
+    """
+
+    def render(
+        self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None
+    ) -> SafeString:
+        (chosen,) = self.format_value(value)[:1] or [""]
+        selected = False
+        options = []
+        for option, label in self.choices:
+            pick = not selected and str(option) == chosen
+            selected = selected or pick
+            options.append((option, " selected" if pick else "", label))
+        return format_html(
+            '<select name="{}"{}>{}</select>',
+            name,
+            flatatt(self.build_attrs(self.attrs, attrs)),
+            format_html_join("", '<option value="{}"{}>{}</option>', options),
+        )
+
+
 class QueueFilterForm(forms.Form):
     """The queue's filters; they live in the URL, so a view can be bookmarked and shared."""
 
     state = forms.ChoiceField(
         required=False,
+        widget=PlainSelect,
         choices=[
             ("", "Any state"),
             ("unknown", "Unknown"),
@@ -80,16 +114,19 @@ class QueueFilterForm(forms.Form):
     verdict = forms.ChoiceField(
         required=False,
         label="Latest verdict",
+        widget=PlainSelect,
         choices=[("", "Any verdict"), *Verdict.choices, ("none", "No lookup yet")],
     )
     reason = forms.ChoiceField(
         required=False,
         label="Reason",
+        widget=PlainSelect,
         choices=[("", "Any reason"), *((code, _SHORT_REASONS[code]) for code in QUEUE_REASONS)],
     )
     age = forms.ChoiceField(
         required=False,
         label="Waiting",
+        widget=PlainSelect,
         choices=[("", "Any time"), *((code, age[0]) for code, age in QUEUE_AGES.items())],
     )
     q = forms.CharField(required=False, max_length=200, label="Search")
@@ -102,7 +139,9 @@ class QueueFilterForm(forms.Form):
     def __init__(self, *args: object, providers: list[str], **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.fields["provider"] = forms.ChoiceField(
-            required=False, choices=[("", "Any provider"), *((p, p) for p in providers)]
+            required=False,
+            widget=PlainSelect,
+            choices=[("", "Any provider"), *((p, p) for p in providers)],
         )
 
     def clean_after(self) -> tuple[datetime, int] | None:

@@ -29,6 +29,8 @@ update_returning
     A compare-and-set that also reads the database's clock (``NOW``).
 model_from_row
     A model instance from a raw row, converted as the ORM converts.
+values_from_rows
+    Raw rows' values, each converted as the ORM converts its field (of any model).
 values_update
     ``UPDATE … FROM (VALUES …)``: many rows, each with values of its own, in one
     statement (PostgreSQL), still a compare-and-set per row when asked.
@@ -108,6 +110,50 @@ def model_from_row(model: type[M], fields: Sequence[Any], row: Sequence[Any]) ->
             value = converter(value, column, connection)
         values.append(value)
     return model.from_db(connection.alias, [field.attname for field in fields], values)
+
+
+@functools.cache
+def _field_converters(
+    vendor: str, fields: tuple[Field[Any, Any], ...]
+) -> tuple[tuple[Callable[..., Any], ...], ...]:
+    """``_converters`` for fields of any models, each converted as its own column."""
+    del vendor  # part of the key only: the backend decides the converters
+    converters = []
+    for field in fields:
+        column = field.get_col(field.model._meta.db_table)
+        converters.append(
+            (
+                column,
+                *connection.ops.get_db_converters(column),
+                *column.get_db_converters(connection),
+            )
+        )
+    return tuple(converters)
+
+
+def values_from_rows(
+    fields: tuple[Field[Any, Any], ...], rows: Sequence[Sequence[Any]]
+) -> list[list[Any]]:
+    """``rows``' values, each converted as the ORM converts a column of ``fields``' one.
+
+    For a statement whose columns come from several tables (or from subqueries that
+    read one column each): what ``model_from_row`` does for one model's row. The
+    converters are looked up once for all the rows, and only the columns that have
+    any are touched (on PostgreSQL, few do).
+    """
+    converted = [
+        (index, column, converters)
+        for index, (column, *converters) in enumerate(_field_converters(connection.vendor, fields))
+        if converters
+    ]
+    values = [list(row) for row in rows]
+    for row in values:
+        for index, column, converters in converted:
+            value = row[index]
+            for converter in converters:
+                value = converter(value, column, connection)
+            row[index] = value
+    return values
 
 
 @functools.cache

@@ -12,7 +12,6 @@ from django_htmx.http import HttpResponseClientRedirect
 from console.forms import QueueFilterForm, cursor_encode, page_queries
 from recovery.selectors import (
     operation_jump_for_user,
-    operations_queue_counts_for_user,
     operations_queue_for_user,
     providers_visible_to,
 )
@@ -44,12 +43,13 @@ def home(request: HttpRequest) -> HttpResponse:
         filters=form.filters(),
         after=data.get("after"),
         limit=PAGE_SIZE,
+        counted=True,  # by the same statement
     )
     cursor = cursor_encode(page.next_after) if page.next_after is not None else None
     context = {
         "form": form,
         "page": page,
-        "counts": operations_queue_counts_for_user(user=request.user),
+        "counts": page.counts,
         "has_providers": bool(providers),
         **page_queries(request.GET, cursor),
     }

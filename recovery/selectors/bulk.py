@@ -1,6 +1,6 @@
 """Bulk work: the operations a queue filter selects, and the batches a console user may see.
 
-The queue's own filter code decides what a filter matches (``_queue_branch``), over the
+The queue's own filter code decides what a filter matches (``queue_branch_filtered``), over the
 same branches the queue reads: each unsettled state, and the stranded receipts of
 settled operations. A selection is counted, or read as (id, version) pairs, never
 rendered row by row.
@@ -16,23 +16,29 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from approvals.actors import Actor
-from recovery.models import BulkBatch, BulkItem, Operation
+from recovery.models import BulkBatch, BulkItem
 from recovery.selectors.access import providers_visible_to
-from recovery.selectors.queue import QueueFilters, _queue_branch, queue_branches_for_user
+from recovery.selectors.queue import (
+    QueueBranch,
+    QueueFilters,
+    queue_branch_filtered,
+    queue_branches_for_user,
+    queue_statement,
+)
 
 
 def _matching_branches(
     *, user: Any, filters: QueueFilters, until: datetime | None
-) -> list[QuerySet[Operation]]:
+) -> list[QueueBranch]:
     """The queue's branches under ``filters``, each as the queue filters it; disjoint.
 
     ``until``: only what entered its state by then (the moment the count was shown),
     so that what arrives later is not swept in.
     """
-    branches = queue_branches_for_user(user=user, filters=filters)
-    if until is not None:
-        branches = [branch.filter(updated_at__lte=until) for branch in branches]
-    return [_queue_branch(branch, filters, None).order_by() for branch in branches]
+    return [
+        queue_branch_filtered(branch, filters, until=until)
+        for branch in queue_branches_for_user(user=user, filters=filters)
+    ]
 
 
 def operations_matching_count_for_user(
@@ -42,14 +48,14 @@ def operations_matching_count_for_user(
     statement (each branch counted along its own index, the counts summed)."""
     selects: list[str] = []
     params: list[Any] = []
-    for branch in _matching_branches(user=user, filters=filters, until=until):
-        sql, branch_params = branch.values("pk").query.sql_with_params()
-        selects.append(f"(SELECT COUNT(*) FROM ({sql}) branch_{len(selects)})")
-        params.extend(branch_params)
+    branches = _matching_branches(user=user, filters=filters, until=until)
+    for branch in branches:
+        selects.append(f"(SELECT COUNT(*) FROM recovery_operation o WHERE {branch.where})")
+        params.extend(branch.params)
     if not selects:
         return 0
     with connection.cursor() as cursor:
-        cursor.execute("SELECT " + " + ".join(selects), params)
+        cursor.execute(*queue_statement(branches[0], "SELECT " + " + ".join(selects), params))
         row = cursor.fetchone()
     return int(row[0])
 
@@ -61,7 +67,16 @@ def operations_matching_for_user(
     (one more than ``limit`` says the selection is above it)."""
     pairs: list[tuple[int, int]] = []
     for branch in _matching_branches(user=user, filters=filters, until=until):
-        pairs += branch.values_list("pk", "version")[: limit + 1 - len(pairs)]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                *queue_statement(
+                    branch,
+                    f"SELECT o.id, o.version FROM recovery_operation o WHERE {branch.where}"
+                    f" LIMIT {limit + 1 - len(pairs)}",
+                    branch.params,
+                )
+            )
+            pairs += [(int(pk), int(version)) for pk, version in cursor.fetchall()]
         if len(pairs) > limit:
             break
     return pairs

@@ -9,12 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from approvals.models import ReconciliationRequest
 from recovery.models import Evidence, Operation
 from recovery.selectors.access import operation_for_user, providers_visible_to
-from recovery.selectors.queue import _latest_evidence
 
 
 @dataclass(frozen=True)
@@ -36,6 +35,10 @@ class ProposalRow:
 
 
 RECONCILIATIONS_SHOWN = 200
+
+
+def _latest_evidence() -> QuerySet[Evidence]:
+    return Evidence.objects.filter(operation=OuterRef("pk")).order_by("-captured_at", "-id")
 
 
 def reconciliation_requests_for_user(*, user: Any) -> list[ProposalRow]:

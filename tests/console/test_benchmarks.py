@@ -109,6 +109,48 @@ def test_the_search_by_provider_reference_reads_indexes_not_the_tables(db):
     assert "receipt_reference" in plans[1] and "Seq Scan" not in plans[1]
 
 
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="EXPLAIN's plans are PostgreSQL's (CI runs it)"
+)
+@pytest.mark.parametrize("query", ["", "state=stranded", "q=bench-0000010", "verdict=absent"])
+def test_the_queue_page_reads_its_partial_indexes_and_stops(db, query):
+    """The page's one statement (rows and counts) can be served by ``operation_unsettled``
+    and ``operation_stranded`` and the primary key alone: no part of it needs a scan of
+    the operations table. (At 2,000 rows a sequential scan is the cheapest way to join
+    the page's 51 ids, so the planner is told not to: what is checked is that nothing
+    in the statement, an OR across branches say, leaves it no index to use. At 1M the
+    plans are in docs/benchmarks.md.)"""
+    from recovery.selectors import operations_queue_for_user
+    from recovery.selectors.queue import QueueFilters
+
+    seed.seed_operations(2000)
+    root = User.objects.create_superuser("root", "", "unused-pw-0123")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    statements: list[tuple[str, Any]] = []
+
+    def kept(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    form = dict(part.split("=") for part in query.split("&") if part)
+    filters = QueueFilters(
+        state=form.get("state", ""), search=form.get("q", ""), verdict=form.get("verdict", "")
+    )
+    with connection.execute_wrapper(kept):
+        page = operations_queue_for_user(
+            user=root, filters=filters, after=None, limit=50, counted=True
+        )
+    assert page.rows
+    ((sql, params),) = [(sql, params) for sql, params in statements if "recovery_operation" in sql]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    assert not re.search(r"Seq Scan on recovery_operation\b", plan), plan
+    assert "operation_unsettled" in plan and "operation_stranded" in plan, plan
+
+
 def test_verify_reads_the_log_in_batches_not_all_at_once(db, monkeypatch):
     """Memory stays flat: each statement reads one page of events, and a page is let go
     before the next is read."""

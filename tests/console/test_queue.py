@@ -478,3 +478,49 @@ def test_a_repaired_receipt_clears_the_mark(signed_in, operator, stuck):
     assert answer.status_code == 302
     assert Operation.objects.get(pk=operation.pk).receipt_running is False
     assert _keys(signed_in(operator).get("/")) == []
+
+
+def test_the_queue_escapes_what_hosts_wrote(signed_in, operator, stuck):
+    """The rows are written by ``queue_rows``, not by the template's autoescape."""
+    op = stuck.unknown("op-1")
+    Operation.objects.filter(pk=op.pk).update(action='<script>alert("x")</script>')
+    html = signed_in(operator).get("/").content.decode()
+    assert "<script>alert" not in html
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+
+
+def test_the_counts_stop_at_the_cap_and_say_so(signed_in, operator, stuck, monkeypatch):
+    from recovery.selectors import queue
+
+    monkeypatch.setattr(queue, "QUEUE_COUNT_CAP", 2)
+    for n in range(3):
+        stuck.unknown(f"op-u{n}")
+    stuck.mismatch("op-r")
+    stranded = stuck.unknown("op-settled")
+    Operation.objects.filter(pk=stranded.pk).update(state="voided", receipt_running=True)
+    # Four unknown-or-stranded receipts would be five; each count stops at cap + 1.
+    counts = queue.operations_queue_counts_for_user(user=operator)
+    assert counts == {"unknown": 3, "reconcile": 1, "stranded": 3}
+    page = queue.operations_queue_for_user(
+        user=operator, filters=QueueFilters(), after=None, limit=50, counted=True
+    )
+    assert page.counts == counts
+    assert len(page.rows) == 5
+
+
+def test_the_counts_come_with_an_empty_page_too(signed_in, operator, stuck):
+    stuck.unknown("op-1")
+    page = operations_queue_for_user(
+        user=operator, filters=QueueFilters(search="nothing"), after=None, limit=50, counted=True
+    )
+    assert page.rows == [] and page.next_after is None
+    assert page.counts == {"unknown": 1, "reconcile": 0, "stranded": 1}
+    # Filters no branch can hold (a reconcile that waits for its receipt alone).
+    page = operations_queue_for_user(
+        user=operator,
+        filters=QueueFilters(state="reconcile", reason="stranded"),
+        after=None,
+        limit=50,
+        counted=True,
+    )
+    assert page.rows == [] and page.counts == {"unknown": 1, "reconcile": 0, "stranded": 1}

@@ -21,9 +21,10 @@ from dbsql.rows import (
     select_locked_with,
     update,
     update_returning,
+    values_from_rows,
     values_update,
 )
-from recovery.models import Provider
+from recovery.models import Operation, OperationClaim, Provider
 from tests.conftest import PARAMS
 
 pytestmark = pytest.mark.django_db
@@ -391,3 +392,11 @@ def test_bulk_save_writes_the_named_fields_of_every_object():
     with CaptureQueriesContext(connection) as queries:
         bulk_save([], ["status"])
     assert queries.captured_queries == []
+
+
+def test_values_from_rows_converts_each_column_as_its_fields_column():
+    """Columns of several models in one row: an ActorField's text becomes an Actor, the
+    rest stay as they came; NULLs go through the converters as the ORM sends them."""
+    fields = (Operation._meta.get_field("key"), OperationClaim._meta.get_field("actor"))
+    rows = values_from_rows(fields, [("op-1", "user:olivia"), ("op-2", None)])
+    assert rows == [["op-1", Actor.parse("user:olivia")], ["op-2", None]]
