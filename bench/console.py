@@ -5,9 +5,9 @@
 Figures, not a test. Seeds N operations into the configured database (``bench.seed``)
 — which must hold none, so that nobody benchmarks production by accident; ``--reuse``
 measures the operations a previous run left there instead of seeding — then requests
-each page of ``PAGES`` R times through Django's test client as a superuser and prints
-its p50 and p95 server time and its SQL statement count, beside Django's admin change
-list of the same operations. The last line is one JSON object with every figure.
+each page of ``PAGES`` R times (after ``WARM_UP`` untimed requests) through Django's
+test client as a superuser and prints its p50 and p95 server time and its SQL statement
+count, beside Django's admin change list of the same operations. The last line is one JSON object with every figure.
 """
 
 from __future__ import annotations
@@ -107,8 +107,15 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
+# Untimed requests before a page is timed: its steady state in a long-lived process.
+# psycopg prepares a statement at its 5th execution (``prepare_threshold``), and
+# PostgreSQL plans a prepared statement afresh for its first 5 executions before it
+# keeps a plan: a page's first eleven or so requests plan its statements every time.
+WARM_UP = 12
+
+
 def measure(client: Client, url: str, *, requests: int, status: int) -> dict[str, Any]:
-    """p50/p95 server time in ms over ``requests`` requests (after one warm-up), SQL count."""
+    """p50/p95 server time in ms over ``requests`` requests (after ``WARM_UP``), SQL count."""
     statements: list[str] = []
 
     def counted(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -120,6 +127,8 @@ def measure(client: Client, url: str, *, requests: int, status: int) -> dict[str
         response = client.get(url)
     if response.status_code != status:
         raise CommandError(f"{url} answered {response.status_code}, expected {status}")
+    for _ in range(WARM_UP - 1):
+        client.get(url)
     times = []
     for _ in range(requests):
         began = time.perf_counter()
