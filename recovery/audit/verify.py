@@ -207,6 +207,10 @@ def _signed_heads(*, chunk_size: int) -> Iterator[tuple[str, Signed]]:
         yield chain, tuple(signed)
 
 
+# libc collations that sort by code point (the bytes of UTF-8), as Python compares.
+_CODE_POINT_COLLATIONS = ("C", "POSIX", "C.UTF-8", "C.utf8")
+
+
 class _ChainOrder:
     """Whether one chain comes before another in the events' ``ORDER BY operation_key``.
 
@@ -218,11 +222,13 @@ class _ChainOrder:
         self.code_points = True
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
+                # datlocprovider ('c': libc, 'i': ICU) is PostgreSQL 15's.
                 cursor.execute(
-                    "SELECT datlocprovider = 'c' AND datcollate IN ('C', 'POSIX', 'C.UTF-8',"
-                    " 'C.utf8') FROM pg_database WHERE datname = current_database()"
+                    "SELECT datcollate, to_jsonb(d) ->> 'datlocprovider' FROM pg_database d"
+                    " WHERE datname = current_database()"
                 )
-                self.code_points = bool(cursor.fetchone()[0])
+                collate, provider = cursor.fetchone()
+                self.code_points = provider in (None, "c") and collate in _CODE_POINT_COLLATIONS
 
     def before(self, one: str, other: str) -> bool:
         if self.code_points:
