@@ -183,3 +183,13 @@ def test_a_vouched_head_deleted_is_named_after_every_row_is_checked(operations):
     assert _only_problem() == (
         f"chain 'op-1', event #{forged.seq + 1}: its vouched head is not signed by the audit key"
     )
+
+
+@pytest.mark.parametrize("heads", [[], "op-1", 7])
+def test_a_checkpoint_whose_heads_are_not_an_object_is_found_edited(
+    operations,  # noqa: F811
+    heads,
+):
+    audit_checkpoint()
+    _sql("UPDATE recovery_auditcheckpoint SET heads = %s WHERE number = 1", [json.dumps(heads)])
+    assert _only_problem() == "checkpoint #1 was edited (its digest does not match)"
