@@ -10,9 +10,14 @@ alarms. It names the first problem found.
 The events are read as column tuples (``EventRow``), a page of ``chunk_size`` at a time
 along the (chain, seq) index, each page starting after the last (chain, seq) read: no
 cursor stays open between pages, memory holds one page, and a verification could
-resume from (or be split at) any chain. What stays in memory for the whole run is the
-index of what the checkpoints signed (``Vouches``): one entry per chain a checkpoint
-named, since a checkpoint's signed ``heads`` is one JSON object.
+resume from (or be split at) any chain. What the checkpoints signed is read the same
+way round, never indexed: every (chain, head, checkpoint) of every checkpoint's
+``heads``, expanded and sorted by the database in the events' chain order
+(``_signed_heads``, one server-side cursor), merged with the events (a signed chain
+with no event is found by the merge) and, after them, with the vouched heads. A
+checkpoint's digest and its file line are hashed with its heads streamed
+(``checkpoint_hashes_streamed``). Memory holds a page and one chain, whatever the
+number of chains.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from django.conf import settings
 from django.db import connection
@@ -41,7 +46,12 @@ from recovery.audit.chain import (
     event_row_break,
     event_rows,
 )
-from recovery.audit.checkpoints import checkpoint_digest, checkpoint_file_line, vouched_row_signed
+from recovery.audit.checkpoints import (
+    checkpoint_digest,
+    checkpoint_file_line,
+    checkpoint_hashes_streamed,
+    vouched_row_signed,
+)
 from recovery.audit.keys import signed_by_key
 from recovery.canonical import plain_loads
 from recovery.models import (
@@ -56,28 +66,37 @@ from recovery.vocabulary import AuditKind
 
 
 def _checkpoint_problem(
-    checkpoint: AuditCheckpoint, expected_prev: str, *, heads_plain: bool = False
+    checkpoint: AuditCheckpoint,
+    expected_prev: str,
+    *,
+    heads_plain: bool = False,
+    digest: str | None = None,
 ) -> str | None:
+    """``digest``: the checkpoint's, computed already (``checkpoint_hashes_streamed``)."""
     if checkpoint.prev_digest != expected_prev:
         return f"checkpoint #{checkpoint.number} does not follow its predecessor"
-    if checkpoint_digest(checkpoint, heads_plain=heads_plain) != checkpoint.digest:
+    if digest is None:
+        digest = checkpoint_digest(checkpoint, heads_plain=heads_plain)
+    if digest != checkpoint.digest:
         return f"checkpoint #{checkpoint.number} was edited (its digest does not match)"
     if not signed_by_key(checkpoint.digest, checkpoint.signature):
         return f"checkpoint #{checkpoint.number} is not signed by the audit key"
     return None
 
 
-# chain → ((seq, hash, checkpoint number), …) in checkpoint order: every head every
-# checkpoint signed. Tuples, not a dict per chain: one entry per chain of the log.
+# (seq, hash, checkpoint number), … in checkpoint order: every head the checkpoints
+# signed for one chain.
 Signed = tuple[tuple[int, str, int], ...]
-Vouches = dict[str, Signed]
 
 
 @dataclass
 class Checkpointed:
-    """What the verified checkpoints vouch for, kept once each checkpoint is let go."""
+    """What the verified checkpoints vouch for, kept once each checkpoint is let go.
 
-    vouches: Vouches = field(default_factory=dict)
+    One entry per checkpoint, none per chain: the heads they signed are read again, in
+    chain order, where they are compared (``_signed_heads``).
+    """
+
     # (number, broken) of every checkpoint, in order.
     broken: list[tuple[int, list[Any]]] = field(default_factory=list)
     digests: dict[int, str] = field(default_factory=dict)
@@ -85,60 +104,210 @@ class Checkpointed:
     lines: dict[int, bytes] = field(default_factory=dict)
 
 
-def _checkpoints_verified() -> tuple[Checkpointed, str | None]:
+def _checkpoints_verified(*, chunk_size: int = 5000) -> tuple[Checkpointed, str | None]:
     """The checkpoints of the database, cross-checked with the file; or the problem.
 
-    One checkpoint at a time, its heads read as JSON text (``plain_loads``) and let go
-    once indexed: a first checkpoint's heads name every chain of the log.
+    One checkpoint at a time, its heads streamed from the database in code point order
+    and hashed as they come (``checkpoint_hashes_streamed``): a first checkpoint's heads
+    name every chain of the log, and are never held together. A checkpoint with a
+    non-ASCII chain is read and hashed whole.
     """
     found = Checkpointed()
-    stored = (
-        AuditCheckpoint.objects.order_by("number")
-        .defer("heads")
-        .annotate(heads_text=Cast("heads", TextField()))
-    )
+    stored = AuditCheckpoint.objects.order_by("number").defer("heads")
     expected_prev = GENESIS_HASH
     for number, checkpoint in enumerate(stored.iterator(chunk_size=100), start=1):
         if checkpoint.number != number:
             return found, f"checkpoint #{number} is missing from the database"
-        checkpoint.heads, heads_plain = plain_loads(getattr(checkpoint, "heads_text"))  # noqa: B009
-        delattr(checkpoint, "heads_text")
-        problem = _checkpoint_problem(checkpoint, expected_prev, heads_plain=heads_plain)
+        try:
+            hashes = checkpoint_hashes_streamed(
+                checkpoint, _heads_in_code_point_order(number, chunk_size=chunk_size)
+            )
+        except _NotAnObject:
+            hashes = None
+        if hashes is None:
+            text = (
+                AuditCheckpoint.objects.filter(number=number)
+                .annotate(heads_text=Cast("heads", TextField()))
+                .values_list("heads_text", flat=True)
+                .get()
+            )
+            checkpoint.heads, heads_plain = plain_loads(text)
+            hashes = (
+                checkpoint_digest(checkpoint, heads_plain=heads_plain),
+                _line_sha(checkpoint_file_line(checkpoint)),
+            )
+            del checkpoint.heads
+        digest, line_sha = hashes
+        problem = _checkpoint_problem(checkpoint, expected_prev, digest=digest)
         if problem:
             return found, problem
         expected_prev = checkpoint.digest
-        _vouches_add(found.vouches, checkpoint)
         found.broken.append((checkpoint.number, checkpoint.broken))
         found.digests[checkpoint.number] = checkpoint.digest
-        found.lines[checkpoint.number] = _line_sha(checkpoint_file_line(checkpoint))
+        found.lines[checkpoint.number] = line_sha
     path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
     if not path.exists():
         if found.digests:
             return found, f"the checkpoint file {path} is missing"
         return found, None
-    with path.open(encoding="utf-8") as lines:
+    with path.open("rb") as lines:
         return found, _file_problem(lines, found)
+
+
+class _NotAnObject(Exception):
+    """A checkpoint's ``heads`` is not a JSON object (edited): it is checked whole."""
+
+
+def _heads_in_code_point_order(number: int, *, chunk_size: int) -> Iterator[tuple[str, str]]:
+    """(chain, its head's JSON text) of checkpoint ``number``, in code point order (bytes
+    of UTF-8), from one server-side cursor. A first row without a key: ``heads`` is not
+    an object."""
+    if connection.vendor == "postgresql":
+        sql = (
+            "SELECT key, value FROM (SELECT h.key, h.value::text FROM recovery_auditcheckpoint"
+            " c CROSS JOIN LATERAL jsonb_each(CASE jsonb_typeof(c.heads) WHEN 'object' THEN"
+            " c.heads END) h WHERE c.number = %s UNION ALL SELECT NULL::text, NULL::text"
+            " FROM recovery_auditcheckpoint WHERE number = %s AND jsonb_typeof(heads) <>"
+            " 'object') heads ORDER BY key COLLATE \"C\" NULLS FIRST"
+        )
+    else:  # SQLite: json_each's key sorts BINARY, the bytes of UTF-8; NULL first
+        sql = (
+            "SELECT h.key, h.value FROM recovery_auditcheckpoint c, json_each(CASE"
+            " json_type(c.heads) WHEN 'object' THEN c.heads END) h WHERE c.number = %s"
+            " UNION ALL SELECT NULL, NULL FROM recovery_auditcheckpoint WHERE number = %s"
+            " AND json_type(heads) <> 'object' ORDER BY 1"
+        )
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, [number, number])
+        while page := cursor.fetchmany(chunk_size):
+            for key, value in page:
+                if key is None:
+                    raise _NotAnObject
+                yield str(key), str(value)
+
+
+def _signed_heads(*, chunk_size: int) -> Iterator[tuple[str, Signed]]:
+    """Every head every checkpoint signed, a chain at a time, in the chains' order.
+
+    The order is the events' ``ORDER BY operation_key`` (the database's collation, which
+    a JSON key and the key column share), so that this stream and the events' are merged
+    (``_SignedHeads``). From one server-side cursor; the sort is PostgreSQL's.
+    """
+    if connection.vendor == "postgresql":
+        sql = (
+            "SELECT h.key, h.value->>0, h.value->>1, c.number FROM recovery_auditcheckpoint c"
+            " CROSS JOIN LATERAL jsonb_each(CASE jsonb_typeof(c.heads) WHEN 'object'"
+            " THEN c.heads END) h ORDER BY h.key, c.number"
+        )
+    else:
+        sql = (
+            "SELECT h.key, json_extract(h.value, '$[0]'), json_extract(h.value, '$[1]'),"
+            " c.number FROM recovery_auditcheckpoint c, json_each(CASE json_type(c.heads)"
+            " WHEN 'object' THEN c.heads END) h ORDER BY h.key, c.number"
+        )
+    chain: str | None = None
+    signed: list[tuple[int, str, int]] = []
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql)
+        while page := cursor.fetchmany(chunk_size):
+            for key, seq, digest, number in page:
+                if key != chain:
+                    if chain is not None:
+                        yield chain, tuple(signed)
+                    chain, signed = str(key), []
+                signed.append((int(seq), str(digest), int(number)))
+    if chain is not None:
+        yield chain, tuple(signed)
+
+
+# libc collations that sort by code point (the bytes of UTF-8), as Python compares.
+_CODE_POINT_COLLATIONS = ("C", "POSIX", "C.UTF-8", "C.utf8")
+
+
+class _ChainOrder:
+    """Whether one chain comes before another in the events' ``ORDER BY operation_key``.
+
+    Python's order where the database's is code point order (SQLite's BINARY,
+    PostgreSQL's "C", "POSIX" and "C.UTF-8" collations); otherwise PostgreSQL is asked.
+    """
+
+    def __init__(self) -> None:
+        self.code_points = True
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                # datlocprovider ('c': libc, 'i': ICU) is PostgreSQL 15's.
+                cursor.execute(
+                    "SELECT datcollate, to_jsonb(d) ->> 'datlocprovider' FROM pg_database d"
+                    " WHERE datname = current_database()"
+                )
+                collate, provider = cursor.fetchone()
+                self.code_points = provider in (None, "c") and collate in _CODE_POINT_COLLATIONS
+
+    def before(self, one: str, other: str) -> bool:
+        if self.code_points:
+            return one < other
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT %s::varchar < %s::varchar", [one, other])
+            return bool(cursor.fetchone()[0])
+
+
+class _SignedHeads:
+    """``_signed_heads`` read along with another stream in the same chain order."""
+
+    def __init__(self, *, chunk_size: int) -> None:
+        self._order = _ChainOrder()
+        self._chains = _signed_heads(chunk_size=chunk_size)
+        self._next = next(self._chains, None)
+
+    def upto(self, chain: str | None) -> Iterator[tuple[str, Signed]]:
+        """The chains not read yet up to ``chain`` included (None: all that are left)."""
+        while self._next is not None and (
+            chain is None or self._next[0] == chain or self._order.before(self._next[0], chain)
+        ):
+            yield self._next
+            self._next = next(self._chains, None)
 
 
 def _line_sha(line: str) -> bytes:
     return hashlib.sha256(line.encode("utf-8")).digest()
 
 
-def _file_problem(lines: Iterator[str], checkpointed: Checkpointed) -> str | None:
+# The checkpoint file is read this many bytes at a time: a line (a first checkpoint's
+# names every chain) is hashed in pieces, not held.
+_FILE_PIECE = 1 << 20
+
+
+def _file_problem(lines: BinaryIO, checkpointed: Checkpointed) -> str | None:
     """The checkpoint file's first problem: a bad line, or a checkpoint the database lacks.
 
-    Read line by line. A line that is byte for byte the one its database checkpoint
-    (already verified) makes is that checkpoint: it is not parsed again, since the first
-    one's ``heads`` names every chain it saw. Any other line is checked on its own.
+    Read a piece at a time. A line that is byte for byte the one its database checkpoint
+    (already verified) makes is that checkpoint: it is hashed as read, not held, nor
+    parsed again. Any other line is read whole and checked on its own.
     """
     by_number = checkpointed.digests
     expected_prev = GENESIS_HASH
-    for line_number, line in enumerate(lines, start=1):
-        if _line_sha(line.rstrip("\n")) == checkpointed.lines.get(line_number):
+    line_number = 0
+    while True:
+        start = lines.tell()
+        piece = lines.readline(_FILE_PIECE)
+        if not piece:
+            return None
+        line_number += 1
+        sha = hashlib.sha256()
+        while not piece.endswith(b"\n"):
+            sha.update(piece)
+            piece = lines.readline(_FILE_PIECE)
+            if not piece:
+                break
+        sha.update(piece.removesuffix(b"\n"))
+        if sha.digest() == checkpointed.lines.get(line_number):
             expected_prev = by_number[line_number]
             continue
+        end = lines.tell()
+        lines.seek(start)
+        whole = lines.read(end - start)
         try:
-            record, plain = plain_loads(line)
+            record, plain = plain_loads(whole.decode("utf-8"))
             made_at = datetime.strptime(record["made_at"], _TIMESTAMP)
             checkpoint = AuditCheckpoint(
                 number=int(record["number"]),
@@ -153,6 +322,7 @@ def _file_problem(lines: Iterator[str], checkpointed: Checkpointed) -> str | Non
             )
         except (ValueError, KeyError, TypeError):
             return f"line {line_number} of the checkpoint file is unreadable"
+        del whole, record
         problem = _checkpoint_problem(checkpoint, expected_prev, heads_plain=plain)
         if problem:
             return f"{problem} (checkpoint file, line {line_number})"
@@ -165,12 +335,6 @@ def _file_problem(lines: Iterator[str], checkpointed: Checkpointed) -> str | Non
             )
         if in_database != checkpoint.digest:
             return f"checkpoint #{checkpoint.number} differs from the checkpoint file"
-    return None
-
-
-def _vouches_add(vouches: Vouches, checkpoint: AuditCheckpoint) -> None:
-    for chain, (seq, digest) in checkpoint.heads.items():
-        vouches[chain] = (*vouches.get(chain, ()), (int(seq), str(digest), checkpoint.number))
 
 
 def _newest(signed: Signed) -> tuple[int, str, int]:
@@ -219,12 +383,15 @@ def audit_verify(
 ) -> Iterator[ChainBreak]:
     """Check every checkpoint and every chain; yield the first problem found (if any)."""
     tally = tally if tally is not None else VerifyTally()
-    checkpointed, problem = _checkpoints_verified()
+    checkpointed, problem = _checkpoints_verified(chunk_size=chunk_size)
     if problem:
         yield ChainBreak("", 0, problem)
         return
-    vouches = checkpointed.vouches
-    unseen = set(vouches)
+    signed_heads = _SignedHeads(chunk_size=chunk_size)
+    # Chains a checkpoint signed that have no event: each one is a fault, so this stays
+    # empty in an intact log.
+    unseen: set[str] = set()
+    missing: ChainBreak | None = None
     heads = _HeadsCompared(unseen)
     chain: str | None = None
     length = 0
@@ -244,8 +411,13 @@ def audit_verify(
                     return
             chain, length, prev_hash = row.chain, 0, GENESIS_HASH
             tally.chains += 1
-            signed = vouches.get(chain, ())
-            unseen.discard(chain)
+            signed = ()
+            for key, its_signed in signed_heads.upto(chain):
+                if key == chain:
+                    signed = its_signed
+                else:
+                    unseen.add(key)
+                    missing = missing or _missing_chain(key, its_signed)
         found = event_row_break(row, seq=length + 1, prev_hash=prev_hash)
         if found is not None:
             yield found
@@ -258,23 +430,30 @@ def audit_verify(
                 return
         length, prev_hash = row.seq, row.hash
     if chain is not None:
-        cut = _cut_problem(length, vouches.get(chain))
+        cut = _cut_problem(length, signed)
         if cut:
             yield ChainBreak(chain, length + 1, cut)
             return
         heads.ends[chain] = (length, prev_hash)
-    for missing in sorted(unseen):
-        cut = _cut_problem(0, vouches[missing])
-        if cut:
-            yield ChainBreak(missing, 1, cut)
-            return
+    for key, its_signed in signed_heads.upto(None):
+        unseen.add(key)
+        missing = missing or _missing_chain(key, its_signed)
+    if missing is not None:
+        yield missing
+        return
     found = heads.compare(upto=None, chunk_size=chunk_size)
     if found is not None:
         yield found
         return
     yield from _stored_heads_disagree()
-    yield from _vouched_heads_disagree(vouches, chunk_size=chunk_size)
+    yield from _vouched_heads_disagree(chunk_size=chunk_size)
     yield from _alarms_disagree(checkpointed.broken)
+
+
+def _missing_chain(chain: str, signed: Signed) -> ChainBreak | None:
+    """A chain the checkpoints signed and that has no event."""
+    cut = _cut_problem(0, signed)
+    return ChainBreak(chain, 1, cut) if cut else None
 
 
 class _HeadsCompared:
@@ -365,30 +544,40 @@ def _stored_heads_disagree() -> Iterator[ChainBreak]:
         )
 
 
-def _vouched_heads_disagree(vouches: Vouches, *, chunk_size: int) -> Iterator[ChainBreak]:
-    """Vouched heads must be signed and be each chain's newest signed head, no other."""
-    matched = 0
+def _vouched_heads_disagree(*, chunk_size: int) -> Iterator[ChainBreak]:
+    """Vouched heads must be signed and be each chain's newest signed head, no other.
+
+    The vouched heads (one row per chain, unique) and what the checkpoints signed are
+    read side by side in chain order; a signed chain without a row is named last, as
+    the first such chain.
+    """
+    signed_heads = _SignedHeads(chunk_size=chunk_size)
+    missing: str | None = None
     rows = AuditVouchedHead.objects.order_by("chain").values_list(
         "chain", "seq", "hash", "checkpoint", "signature"
     )
     for chain, seq, digest, number, signature in rows.iterator(chunk_size=chunk_size):
-        signed = vouches.get(chain)
+        signed: Signed = ()
+        for key, its_signed in signed_heads.upto(chain):
+            if key == chain:
+                signed = its_signed
+            elif missing is None:
+                missing = key
         if not vouched_row_signed(
             chain=chain, seq=seq, hash=digest, checkpoint=number, signature=signature
         ):
             yield ChainBreak(chain, seq, "its vouched head is not signed by the audit key")
             return
-        if signed is None or _newest(signed) != (seq, digest, number):
+        if not signed or _newest(signed) != (seq, digest, number):
             yield ChainBreak(
                 chain,
                 seq,
                 "its vouched head is not the newest head the checkpoints signed (rolled back)",
             )
             return
-        matched += 1
-    if matched < len(vouches):  # one row per chain (unique): some chain has none
-        present = set(AuditVouchedHead.objects.values_list("chain", flat=True))
-        missing = min(chain for chain in vouches if chain not in present)
+    for key, _ in signed_heads.upto(None):
+        missing = missing if missing is not None else key
+    if missing is not None:
         yield ChainBreak(missing, 0, "its vouched head is missing (deleted)")
 
 
