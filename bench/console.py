@@ -7,7 +7,8 @@ Figures, not a test. Seeds N operations into the configured database (``bench.se
 measures the operations a previous run left there instead of seeding — then requests
 each page of ``PAGES`` R times (after ``WARM_UP`` untimed requests) through Django's
 test client as a superuser and prints its p50 and p95 server time and its SQL statement
-count, beside Django's admin change list of the same operations. The last line is one JSON object with every figure.
+count, beside Django's admin change list of the same operations. The last line is one
+JSON object with every figure.
 """
 
 from __future__ import annotations
