@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
-from recovery.audit import audit_alarms_open
+from recovery.audit import audit_alarms_open_newest
 from recovery.models import AuditAlarm
 from recovery.selectors import audit_supervisor
 
@@ -33,7 +33,7 @@ def _alarms_for(request: HttpRequest) -> list[AuditAlarm]:
     """
     if not _supervising(request):
         return []
-    return list(audit_alarms_open()[:5])
+    return audit_alarms_open_newest(5)
 
 
 def audit_alarms(request: HttpRequest) -> dict[str, Any]:

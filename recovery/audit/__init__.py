@@ -10,7 +10,7 @@ The names below are the ones the rest of Settle uses; each lives in the module n
 
 from __future__ import annotations
 
-from recovery.audit.alarms import audit_alarms_open
+from recovery.audit.alarms import audit_alarms_open, audit_alarms_open_newest
 from recovery.audit.chain import (
     GENESIS_HASH,
     SYSTEM_CHAIN,
@@ -47,6 +47,7 @@ __all__ = [
     "ChainBreak",
     "VerifyTally",
     "audit_alarms_open",
+    "audit_alarms_open_newest",
     "audit_append",
     "audit_chain_locked",
     "audit_checkpoint",

@@ -7,12 +7,17 @@ access would (``tests/recovery/test_audit_chain.py`` covers what a checkpoint fi
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from approvals.actors import Actor
 from recovery.audit import (
     GENESIS_HASH,
+    audit_alarms_open,
+    audit_alarms_open_newest,
     audit_append,
     audit_checkpoint,
     audit_transaction,
@@ -133,3 +138,21 @@ def test_resolve_needs_post_sign_in_and_csrf(alarm, supervisor):
     )
     alarm.refresh_from_db()
     assert alarm.open
+
+
+def test_the_banners_written_out_read_is_the_orms_first_rows(db):
+    at = timezone.now()
+    for n in range(8):
+        AuditAlarm.objects.create(
+            chain=f"op-{n}",
+            seq=n + 1,
+            reason="rewritten",
+            checkpoint=1,
+            raised_at=at - timedelta(minutes=n % 3),  # ties: the id decides
+            resolved_at=at if n in (2, 5) else None,
+            signature="x",
+        )
+    expected = [(alarm.pk, alarm.chain) for alarm in audit_alarms_open()[:5]]
+    assert [(alarm.pk, alarm.chain) for alarm in audit_alarms_open_newest(5)] == expected
+    newest = audit_alarms_open_newest(1)[0]
+    assert newest.raised_at == AuditAlarm.objects.get(pk=newest.pk).raised_at
