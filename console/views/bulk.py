@@ -101,7 +101,7 @@ def _selection(request: HttpRequest, query: QueryDict) -> dict[str, Any]:
         return {"error": "The filter is not one the queue offers.", "form": form}
     until = timezone.now()
     count = operations_matching_count_for_user(
-        user=request.user, filters=form.filters(), until=until
+        user=request.user, filters=form.filters(), until=until, cap=settings.SETTLE_BULK_MAX_ITEMS
     )
     filters = _filter_query(form)
     return {

@@ -42,22 +42,27 @@ def _matching_branches(
 
 
 def operations_matching_count_for_user(
-    *, user: Any, filters: QueueFilters, until: datetime | None = None
+    *, user: Any, filters: QueueFilters, until: datetime | None = None, cap: int
 ) -> int:
-    """How many operations of the queue ``filters`` match for ``user``, exactly; one
-    statement (each branch counted along its own index, the counts summed)."""
+    """How many operations of the queue ``filters`` match for ``user``: exactly up to
+    ``cap``, and ``cap`` + 1 for any more (a batch's limit: past it, no selection can
+    be submitted, and counting every row of a large one would cost what it grows by).
+    One statement: each branch counted along its own index, the counts summed."""
     selects: list[str] = []
     params: list[Any] = []
     branches = _matching_branches(user=user, filters=filters, until=until)
     for branch in branches:
-        selects.append(f"(SELECT COUNT(*) FROM recovery_operation o WHERE {branch.where})")
+        selects.append(
+            "(SELECT COUNT(*) FROM (SELECT 1 FROM recovery_operation o"
+            f" WHERE {branch.where} LIMIT {int(cap) + 1}) capped)"
+        )
         params.extend(branch.params)
     if not selects:
         return 0
     with connection.cursor() as cursor:
         cursor.execute(*queue_statement(branches[0], "SELECT " + " + ".join(selects), params))
         row = cursor.fetchone()
-    return int(row[0])
+    return min(int(row[0]), cap + 1)
 
 
 def operations_matching_for_user(

@@ -99,8 +99,11 @@ def test_a_selection_above_the_limit_is_refused_with_a_clear_message(operator, s
     stuck.unknown("u-1")
     stuck.unknown("u-2")
     client = client_for(operator)
+    stuck.unknown("u-3")
     preview = client.get("/bulk/preview").content.decode()
     assert "more than a batch may hold (1 operations)" in preview
+    # Counted up to the limit and one more: past it the number is no use to anyone.
+    assert "<strong data-bulk-count>More than 1</strong>" in preview
     refused = _submit(client, "lookup", until="")
     assert refused.status_code == 400
     assert "a batch holds at most 1" in refused.content.decode()
