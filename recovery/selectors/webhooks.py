@@ -40,19 +40,26 @@ def webhook_outbox_backlog() -> int:
     return WebhookMessage.objects.filter(status=WebhookMessage.Status.PENDING).count()
 
 
+def webhook_messages_due(*, now: datetime) -> QuerySet[WebhookMessage]:
+    """The messages due by ``now``: pending, their attempt due, held by no live claim,
+    their endpoint not disabled (a disabled endpoint's messages wait by design)."""
+    return (
+        WebhookMessage.objects.filter(status=WebhookMessage.Status.PENDING)
+        .filter(next_attempt_at__lte=now)
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
+        .exclude(endpoint__status=WebhookEndpoint.Status.DISABLED)
+    )
+
+
 def webhook_oldest_due_at(*, now: datetime) -> datetime | None:
-    """When the longest-waiting due message became due: pending, due, held by no live
-    claim, its endpoint not disabled (a disabled endpoint's messages wait by design).
+    """When the longest-waiting due message (``webhook_messages_due``) became due.
 
     No worker consuming ``SETTLE_WEBHOOK_QUEUE`` makes this age grow without bound; a
     receiver that is down does not (its messages wait for their back-off, not yet due).
     Read from the ``webhook_message_due`` index, oldest first.
     """
     return (
-        WebhookMessage.objects.filter(status=WebhookMessage.Status.PENDING)
-        .filter(next_attempt_at__lte=now)
-        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
-        .exclude(endpoint__status=WebhookEndpoint.Status.DISABLED)
+        webhook_messages_due(now=now)
         .order_by("next_attempt_at")
         .values_list("next_attempt_at", flat=True)
         .first()

@@ -49,7 +49,7 @@ import httpx
 from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 from standardwebhooks import Webhook
 
@@ -64,6 +64,7 @@ from recovery.models import (
     WebhookMessage,
 )
 from recovery.permissions import ProviderPermission
+from recovery.selectors.webhooks import webhook_messages_due
 from recovery.services.access import provider_permission_require
 from recovery.services.errors import Invalid, NotFound
 from recovery.vocabulary import AuditKind
@@ -421,13 +422,7 @@ def _due(now: datetime) -> QuerySet[WebhookMessage]:
         status=PENDING,
         id__lt=OuterRef("id"),
     )
-    return (
-        WebhookMessage.objects.filter(status=PENDING, next_attempt_at__lte=now)
-        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
-        .exclude(endpoint__status=DISABLED)
-        .filter(~Exists(earlier))
-        .order_by("next_attempt_at", "id")
-    )
+    return webhook_messages_due(now=now).filter(~Exists(earlier)).order_by("next_attempt_at", "id")
 
 
 @transaction.atomic
