@@ -19,6 +19,7 @@ resolved
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -97,16 +98,19 @@ def audit_alarms_open() -> QuerySet[AuditAlarm]:
 def audit_alarms_open_newest(limit: int) -> list[AuditAlarm]:
     """The first ``limit`` of ``audit_alarms_open``: the console's banner, on every page.
 
-    Written out rather than compiled by the ORM on each request, which was most of its
-    cost (0.46 ms against 0.12 ms a page, PostgreSQL).
+    Its SQL is compiled once, from ``audit_alarms_open`` itself, not on each request:
+    compiling was most of its cost (0.46 ms against 0.12 ms a page, PostgreSQL).
     """
-    fields = AuditAlarm._meta.concrete_fields
-    columns = ", ".join(connection.ops.quote_name(str(field.column)) for field in fields)
+    sql, params = _open_newest_sql(connection.vendor, limit)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {columns} FROM {AuditAlarm._meta.db_table} WHERE resolved_at IS NULL"
-            " ORDER BY raised_at DESC, id DESC LIMIT %s",
-            [limit],
-        )
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
+    fields = AuditAlarm._meta.concrete_fields
     return [model_from_row(AuditAlarm, fields, row) for row in rows]
+
+
+@functools.cache
+def _open_newest_sql(vendor: str, limit: int) -> tuple[str, tuple[Any, ...]]:
+    del vendor  # part of the key only: the backend decides the SQL
+    sql, params = audit_alarms_open()[:limit].query.sql_with_params()
+    return sql, tuple(params)
