@@ -21,6 +21,7 @@ from recovery.selectors.access import providers_visible_to
 from recovery.selectors.queue import (
     QueueBranch,
     QueueFilters,
+    capped_count_sql,
     queue_branch_filtered,
     queue_branches_for_user,
     queue_statement,
@@ -51,11 +52,8 @@ def operations_matching_count_for_user(
     selects: list[str] = []
     params: list[Any] = []
     branches = _matching_branches(user=user, filters=filters, until=until)
-    for branch in branches:
-        selects.append(
-            "(SELECT COUNT(*) FROM (SELECT 1 FROM recovery_operation o"
-            f" WHERE {branch.where} LIMIT {int(cap) + 1}) capped)"
-        )
+    for number, branch in enumerate(branches):
+        selects.append(capped_count_sql(branch, cap, f"capped_{number}"))
         params.extend(branch.params)
     if not selects:
         return 0

@@ -343,6 +343,15 @@ def _page_sql(
     return _PAGE_SQL.replace("{page}", page), params
 
 
+def capped_count_sql(branch: QueueBranch, cap: int, name: str) -> str:
+    """A subquery counting the operations of ``branch`` up to ``cap`` + 1: its LIMIT stops
+    the scan there, so it costs the same however many there are past it."""
+    return (
+        f"(SELECT COUNT(*) FROM (SELECT 1 FROM recovery_operation o WHERE {branch.where}"
+        f" LIMIT {int(cap) + 1}) {name})"
+    )
+
+
 def _counts_sql(visible: QueueBranch) -> tuple[str, list[Any]]:
     """One row: how many wait in ``unknown``, in ``reconcile``, and stranded receipts,
     each counted to ``QUEUE_COUNT_CAP`` + 1."""
@@ -351,10 +360,8 @@ def _counts_sql(visible: QueueBranch) -> tuple[str, list[Any]]:
     params: list[Any] = []
     for state in QUEUE_STATES:
         branch = _state_branch(visible, state)
-        selects.append(
-            f"(SELECT COUNT(*) FROM (SELECT 1 FROM recovery_operation o WHERE {branch.where}"
-            f" {capped}) capped_{state.value}) AS count_{state.value}"
-        )
+        count = capped_count_sql(branch, QUEUE_COUNT_CAP, f"capped_{state.value}")
+        selects.append(f"{count} AS count_{state.value}")
         params += branch.params
     # The stranded receipts in three parts (those of each unsettled state, and of the
     # settled operations ``operation_stranded`` marks) under one LIMIT: each receipt is
