@@ -9,12 +9,18 @@ from django.http import HttpRequest, HttpResponse
 
 from recovery.metrics import HOST_API_REQUESTS, HOST_API_SECONDS
 
+# Any other method a client writes is counted as ``other``: a label per made-up method
+# would let anyone add series to /metrics without bound.
+KNOWN_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+
 
 class HostApiMetricsMiddleware:
     """Count and time every request under /api/, labelled by its route, not its path.
 
-    The route (``api/v1/operations/<str:key>/resume``) keeps the number of series bounded
-    whatever keys hosts send; a path that matched no route is ``unmatched``.
+    Every label comes from a fixed set, whatever a client sends: the route
+    (``api/v1/operations/<str:key>/resume``), not the path, and ``unmatched`` for a path
+    that matched none; the method among ``KNOWN_METHODS``, else ``other``; the status
+    code Settle itself answered.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -28,7 +34,8 @@ class HostApiMetricsMiddleware:
         match = request.resolver_match
         endpoint = "/" + match.route if match is not None else "unmatched"
         HOST_API_SECONDS.labels(endpoint=endpoint).observe(time.perf_counter() - started)
+        method = request.method if request.method in KNOWN_METHODS else "other"
         HOST_API_REQUESTS.labels(
-            endpoint=endpoint, method=request.method or "", status=str(response.status_code)
+            endpoint=endpoint, method=method, status=str(response.status_code)
         ).inc()
         return response

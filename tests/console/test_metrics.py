@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import os
 import subprocess
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -173,3 +174,21 @@ def test_starting_a_process_removes_only_the_files_of_dead_processes(tmp_path, m
         path.write_bytes(b"")
     assert metrics_dir_tidy() == 1
     assert mine.exists() and live_gauge.exists() and not gone.exists()
+
+
+def test_made_up_http_methods_share_one_series(db: None, client: Client, token: str):
+    endpoint = "/api/v1/operations/<str:key>/resume"
+    other = (
+        "settle_host_api_requests_total",
+        (("endpoint", endpoint), ("method", "other"), ("status", "405")),
+    )
+    # A prefix of this run's own: the metrics directory outlives test runs.
+    prefix = f"BREW{uuid.uuid4().hex[:8].upper()}"
+    before = samples(client)
+    for number in range(40):
+        response = client.generic(f"{prefix}{number}", "/api/v1/operations/a-1/resume")
+        assert response.status_code == 405
+    after = samples(client)
+    assert after[other] >= before.get(other, 0) + 40
+    methods = {dict(labels).get("method") for name, labels in after}
+    assert not [method for method in methods if method and method.startswith(prefix)]
