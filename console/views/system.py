@@ -127,17 +127,38 @@ def status_checks() -> list[Check]:
         return [*checks, Check("facts", False, f"not read: {type(exc).__name__}")]
 
 
+def _metrics_bearer(request: HttpRequest) -> bool:
+    """Whether the request carries ``SETTLE_METRICS_TOKEN`` (compared in constant time)."""
+    token = settings.SETTLE_METRICS_TOKEN
+    if not token:
+        return False
+    given = request.headers.get("Authorization", "")
+    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+
+def _unauthorized() -> HttpResponse:
+    response = HttpResponse("unauthorized\n", status=401, content_type="text/plain")
+    response["WWW-Authenticate"] = 'Bearer realm="settle-metrics"'
+    return response
+
+
 @require_safe
-def healthz(request: HttpRequest) -> JsonResponse:
+def healthz(request: HttpRequest) -> HttpResponse:
     """``{"ok": true, "database": …}`` for the proxy; with ``?detail=1``, every check.
 
-    The detailed answer is 503 when any check is red, so that monitoring can alert on
-    the status code alone.
+    The plain answer is one ``SELECT 1``, never the broker, so that a broker or beat
+    outage never takes the web processes out of the proxy's rotation. The detail names
+    the broker, the queues and the open alarms and opens a broker connection, so it
+    answers only the bearer of the metrics token or a staff session; anyone else gets
+    401, not the plain answer, so that a monitor that lost its credentials notices. It
+    is 503 when any check is red, so that monitoring can alert on the status code alone.
     """
     if request.GET.get("detail") != "1":
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         return JsonResponse({"ok": True, "database": connection.vendor})
+    if not (_metrics_bearer(request) or request.user.is_staff):
+        return _unauthorized()
     checks = status_checks()
     ok = all(check.ok for check in checks)
     body = {
@@ -171,15 +192,10 @@ def metrics(request: HttpRequest) -> HttpResponse:
     Without a token configured it does not exist (404); a missing or wrong token is 401,
     compared in constant time.
     """
-    token = settings.SETTLE_METRICS_TOKEN
-    if not token:
+    if not settings.SETTLE_METRICS_TOKEN:
         raise Http404("no such page")
-    given = request.headers.get("Authorization", "")
-    expected = f"Bearer {token}"
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        response = HttpResponse("unauthorized\n", status=401, content_type="text/plain")
-        response["WWW-Authenticate"] = 'Bearer realm="settle-metrics"'
-        return response
+    if not _metrics_bearer(request):
+        return _unauthorized()
     return HttpResponse(metrics_text(), content_type=CONTENT_TYPE_LATEST)
 
 

@@ -25,8 +25,17 @@ def fresh_sweep(seconds_ago: float = 1) -> None:
     )
 
 
+TOKEN = "metrics-token-for-the-status-tests"
+
+
+@pytest.fixture(autouse=True)
+def _metrics_token(settings: Any) -> None:
+    """The detail answers the bearer of the metrics token (tests/console/test_healthz_access)."""
+    settings.SETTLE_METRICS_TOKEN = TOKEN
+
+
 def detail(client: Client) -> tuple[int, dict[str, Any]]:
-    response = client.get("/healthz?detail=1")
+    response = client.get("/healthz?detail=1", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     return response.status_code, response.json()
 
 

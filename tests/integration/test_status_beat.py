@@ -59,10 +59,15 @@ def test_the_status_page_goes_red_when_beat_is_killed(
     # The worker's figures, summed here (its start removed those of dead processes).
     swept = _sweeps_timed(client)
     _wait(lambda: _sweeps_timed(client) > swept, 10, "another sweep timed in /metrics")
-    assert client.get("/healthz?detail=1").json()["checks"]["beat"]["ok"] is True
+    assert (
+        client.get("/healthz?detail=1", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").json()["checks"][
+            "beat"
+        ]["ok"]
+        is True
+    )
 
     beat.kill()  # SIGKILL: no goodbye, the sweeps just stop
     _wait(lambda: _beat_ok(client) is False, 15, "red beat")
-    detail = client.get("/healthz?detail=1")
+    detail = client.get("/healthz?detail=1", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert detail.status_code == 503
     assert detail.json()["checks"]["beat"]["ok"] is False
