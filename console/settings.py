@@ -120,7 +120,8 @@ HTTPS = env_bool("SETTLE_HTTPS", False)
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", HTTPS)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", HTTPS)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", HTTPS)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # the proxy's own health checks speak plain HTTP
+# The proxy's own health checks, and monitors inside the network, speak plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$"]
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
 # The header only allows preloading; a domain is preloaded when its owner submits it.
@@ -312,6 +313,26 @@ SETTLE_STATUS_WEBHOOK_LAG_SECONDS = env_int("SETTLE_STATUS_WEBHOOK_LAG_SECONDS",
 SETTLE_STATUS_CHECKPOINT_STALE_SECONDS = env_int(
     "SETTLE_STATUS_CHECKPOINT_STALE_SECONDS", 3 * SETTLE_AUDIT_CHECKPOINT_SECONDS + 60, minimum=1
 )
+# Liveness, judged by the web processes from the database alone (/livez and the
+# settle_*_last_seen_seconds gauges): beat is silent when it published no sweep for
+# SETTLE_LIVENESS_BEAT_SECONDS, a queue's workers when none of them ran the queue's
+# heartbeat (each worker sends one every SETTLE_WORKER_HEARTBEAT_SECONDS) for
+# SETTLE_LIVENESS_WORKER_SECONDS.
+SETTLE_WORKER_HEARTBEAT_SECONDS = env_int("SETTLE_WORKER_HEARTBEAT_SECONDS", 10, minimum=1)
+SETTLE_LIVENESS_BEAT_SECONDS = env_int(
+    "SETTLE_LIVENESS_BEAT_SECONDS", max(60, 6 * SETTLE_SWEEP_SECONDS), minimum=1
+)
+SETTLE_LIVENESS_WORKER_SECONDS = env_int(
+    "SETTLE_LIVENESS_WORKER_SECONDS", max(120, 6 * SETTLE_WORKER_HEARTBEAT_SECONDS), minimum=1
+)
+if SETTLE_LIVENESS_BEAT_SECONDS <= SETTLE_SWEEP_SECONDS:
+    raise ImproperlyConfigured(
+        "SETTLE_LIVENESS_BEAT_SECONDS must be longer than SETTLE_SWEEP_SECONDS"
+    )
+if SETTLE_LIVENESS_WORKER_SECONDS <= SETTLE_WORKER_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured(
+        "SETTLE_LIVENESS_WORKER_SECONDS must be longer than SETTLE_WORKER_HEARTBEAT_SECONDS"
+    )
 
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still

@@ -74,6 +74,7 @@ urlpatterns = [
         name="webhook-redeliver",
     ),
     path("healthz", system.healthz, name="healthz"),
+    path("livez", system.livez, name="livez"),
     path("status/", system.status, name="status"),
     path("metrics", system.metrics, name="metrics"),
     path("admin/", admin.site.urls),

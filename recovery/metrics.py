@@ -25,6 +25,7 @@ process that exits has its live gauges dropped (``metrics_process_dead``).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -32,12 +33,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from django.conf import settings
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from recovery.selectors.health import health_facts
+from recovery.selectors.health import HealthFacts, health_facts, liveness
 
 LOOKUPS = Counter(
     "settle_lookups", "Provider lookups answered, by verdict.", ["provider", "verdict"]
@@ -154,6 +156,75 @@ class HealthCollector(Collector):
             "How long the longest-waiting due webhook message has waited for a worker of "
             "the webhook queue (0: none waits).",
             facts.webhook_lag,
+        )
+        yield from self.liveness()
+        yield from self.audit(facts)
+        # The status page's thresholds, so that alerting rules follow the settings.
+        yield gauge(
+            "settle_webhook_lag_threshold_seconds",
+            "SETTLE_STATUS_WEBHOOK_LAG_SECONDS: webhook deliveries are late past this.",
+            settings.SETTLE_STATUS_WEBHOOK_LAG_SECONDS,
+        )
+
+    def liveness(self) -> Iterator[Metric]:
+        """Seconds since beat and each queue's workers were last seen (+Inf: never)."""
+        roles = liveness()
+        workers = GaugeMetricFamily(
+            "settle_worker_last_seen_seconds",
+            "Seconds since a worker of the queue last ran its heartbeat (+Inf: never); role "
+            "lookups (the default queue), webhooks (the webhook queue) or workers (both).",
+            labels=["role", "queue"],
+        )
+        for role in roles:
+            age = math.inf if role.age is None else role.age
+            if role.queue is None:
+                yield gauge(
+                    "settle_beat_last_seen_seconds",
+                    "Seconds since beat last published a sweep (+Inf: never).",
+                    age,
+                )
+            else:
+                workers.add_metric([role.role, role.queue], age)
+        yield workers
+        yield gauge(
+            "settle_liveness_beat_threshold_seconds",
+            "SETTLE_LIVENESS_BEAT_SECONDS: /livez calls beat silent past this.",
+            settings.SETTLE_LIVENESS_BEAT_SECONDS,
+        )
+        yield gauge(
+            "settle_liveness_worker_threshold_seconds",
+            "SETTLE_LIVENESS_WORKER_SECONDS: /livez calls a queue's workers silent past this.",
+            settings.SETTLE_LIVENESS_WORKER_SECONDS,
+        )
+
+    def audit(self, facts: HealthFacts) -> Iterator[Metric]:
+        """How late the checkpoints and the verification are, and their thresholds."""
+        yield gauge(
+            "settle_audit_unsigned_oldest_age_seconds",
+            "How long the oldest audit event no checkpoint signed has waited (0: none waits).",
+            facts.unsigned_age,
+        )
+        yield gauge(
+            "settle_audit_checkpoint_threshold_seconds",
+            "SETTLE_STATUS_CHECKPOINT_STALE_SECONDS: an event unsigned past this is late.",
+            settings.SETTLE_STATUS_CHECKPOINT_STALE_SECONDS,
+        )
+        yield gauge(
+            "settle_audit_verification_age_seconds",
+            "Seconds since the last verification of the audit log started (+Inf: never).",
+            math.inf
+            if facts.last_verification_at is None
+            else facts.age(facts.last_verification_at, facts.now),
+        )
+        yield gauge(
+            "settle_audit_verification_ok",
+            "Whether the last verification of the audit log found it intact (1) or not (0).",
+            None if facts.last_verification_ok is None else int(facts.last_verification_ok),
+        )
+        yield gauge(
+            "settle_audit_verification_interval_seconds",
+            "SETTLE_AUDIT_VERIFY_SECONDS: how often beat verifies the audit log.",
+            settings.SETTLE_AUDIT_VERIFY_SECONDS,
         )
 
 

@@ -811,6 +811,9 @@ class Pulse(models.Model):
     class Name(models.TextChoices):
         SWEEP = "sweep"
         OPERATION_COUNTS = "operation_counts"
+        # Written by beat itself each time it publishes a sweep: beat's sign of life,
+        # whether or not a worker runs the sweep.
+        BEAT = "beat"
 
     name = models.CharField(max_length=40, choices=Name.choices, unique=True)
     at = models.DateTimeField()
@@ -818,6 +821,23 @@ class Pulse(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class QueuePulse(models.Model):
+    """When a worker of one Celery queue last ran that queue's heartbeat task.
+
+    Every worker publishes a heartbeat to each queue it consumes every
+    ``SETTLE_WORKER_HEARTBEAT_SECONDS``, and whichever worker of the queue runs it
+    writes this row: the queue is served, judged without the broker. ``waited`` is how
+    long that heartbeat waited in the queue.
+    """
+
+    queue = models.CharField(max_length=200, unique=True)
+    at = models.DateTimeField()
+    waited = models.FloatField(default=0.0)
+
+    def __str__(self) -> str:
+        return f"{self.queue} at {self.at:%Y-%m-%d %H:%M:%S}"
 
 
 class ProviderLookups(models.Model):

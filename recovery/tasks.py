@@ -20,7 +20,7 @@ from recovery.services.bulk import bulk_chunk_run
 from recovery.services.bulk import bulk_resume as bulk_resume_run
 from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
-from recovery.services.pulses import operation_counts_refresh, pulse_record
+from recovery.services.pulses import operation_counts_refresh, pulse_record, queue_pulse_record
 from recovery.services.sweep import sweep as sweep_run
 from recovery.services.webhooks import webhooks_deliver as webhooks_deliver_run
 
@@ -114,3 +114,10 @@ def alerts_evaluate() -> int:
 def operation_counts() -> int:
     """Beat's snapshot of operations by provider and state, for /metrics."""
     return operation_counts_refresh()
+
+
+@shared_task
+def worker_heartbeat(queue: str, sent_at: float) -> None:
+    """A worker's heartbeat to ``queue`` (``console.celery.QueueHeartbeat``), run by
+    whichever worker of that queue takes it: the queue is served."""
+    queue_pulse_record(queue=queue, waited=time.time() - sent_at)

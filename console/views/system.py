@@ -19,7 +19,7 @@ from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from recovery.metrics import metrics_text
-from recovery.selectors.health import HealthFacts, health_facts
+from recovery.selectors.health import HealthFacts, health_facts, liveness
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +173,31 @@ def healthz(request: HttpRequest) -> HttpResponse:
         },
     }
     return JsonResponse(body, status=200 if ok else 503)
+
+
+@require_safe
+def livez(request: HttpRequest) -> JsonResponse:
+    """For external monitors: 200 while beat and the workers of each queue show signs of
+    life within their thresholds, else 503 naming what is silent and how late it is.
+
+    Judged from the database alone (the rows those processes write), never through the
+    broker, and apart from ``/healthz``, so that a dead beat never takes the web
+    processes out of the proxy's rotation. Anonymous, so that any monitor can poll it:
+    it says no more than "beat: late by N s", never a queue, the broker or a figure.
+    """
+    try:
+        roles = liveness()
+    except DatabaseError:
+        logger.exception("livez: reading the signs of life failed")
+        response = JsonResponse({"ok": False, "silent": {"database": "unreachable"}}, status=503)
+    else:
+        silent = {role.name: role.late for role in roles if not role.ok}
+        body: dict[str, object] = {"ok": not silent}
+        if silent:
+            body["silent"] = silent
+        response = JsonResponse(body, status=503 if silent else 200)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required

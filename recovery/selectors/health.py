@@ -25,6 +25,12 @@ webhook backlog, webhook lag
     the pending outbox messages (a count); the oldest ``next_attempt_at`` of a due
     message no worker holds (``webhook_oldest_due_at``): how long deliveries have waited
     for a worker of the webhook queue.
+last verification
+    the newest ``AuditVerification``, as the audit trail page shows it.
+signs of life (``liveness``)
+    ``Pulse`` row ``beat``, written by beat itself when it publishes a sweep, and one
+    ``QueuePulse`` row per queue, written by a worker of that queue when it runs the
+    queue's heartbeat: judged from these rows alone, never through the broker.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.conf import settings
 from django.db.models import Count, Min
 from django.utils import timezone
 
@@ -41,11 +48,13 @@ from recovery.models import (
     AuditAlarm,
     AuditCheckpoint,
     AuditEvent,
+    AuditVerification,
     Operation,
     OperationCount,
     Provider,
     ProviderLookups,
     Pulse,
+    QueuePulse,
     State,
 )
 from recovery.selectors.webhooks import webhook_oldest_due_at, webhook_outbox_backlog
@@ -92,6 +101,8 @@ class HealthFacts:
     webhook_backlog: int
     oldest_due_webhook_at: datetime | None
     providers: list[ProviderFacts]
+    last_verification_at: datetime | None = None
+    last_verification_ok: bool | None = None
 
     @staticmethod
     def age(moment: datetime | None, now: datetime) -> float | None:
@@ -116,6 +127,11 @@ class HealthFacts:
     @property
     def checkpoint_age(self) -> float | None:
         return self.age(self.newest_checkpoint_at, self.now)
+
+    @property
+    def unsigned_age(self) -> float:
+        """How long the oldest event no checkpoint signed has waited (0: every one is)."""
+        return self.age(self.oldest_unsigned_at, self.now) or 0.0
 
 
 def health_facts(*, now: datetime | None = None) -> HealthFacts:
@@ -154,6 +170,7 @@ def health_facts(*, now: datetime | None = None) -> HealthFacts:
         .first()
     )
     checkpoint = AuditCheckpoint.objects.order_by("-number").values("made_at", "watermark").first()
+    verification = AuditVerification.objects.order_by("-at", "-id").values("at", "ok").first()
     watermark = checkpoint["watermark"] if checkpoint else 0
     unsigned = (
         AuditEvent.objects.filter(id__gt=watermark).order_by("id").values_list("at", flat=True)
@@ -171,7 +188,55 @@ def health_facts(*, now: datetime | None = None) -> HealthFacts:
         webhook_backlog=webhook_outbox_backlog(),
         oldest_due_webhook_at=webhook_oldest_due_at(now=now),
         providers=list(providers.values()),
+        last_verification_at=verification["at"] if verification else None,
+        last_verification_ok=verification["ok"] if verification else None,
     )
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """One process role's sign of life: how long ago it was seen, and its threshold."""
+
+    name: str  # "beat", "lookup workers", "webhook workers": never a queue's name
+    role: str  # the metrics' label: beat, lookups, webhooks
+    queue: str | None
+    age: float | None  # None: never seen
+    limit: int
+
+    @property
+    def ok(self) -> bool:
+        return self.age is not None and self.age <= self.limit
+
+    @property
+    def late(self) -> str:
+        """What /livez says of it: no more than how late it is."""
+        if self.age is None:
+            return "never seen"
+        return f"late by {max(0.0, self.age - self.limit):.0f} s"
+
+
+def liveness(*, now: datetime | None = None) -> list[Liveness]:
+    """Beat and the workers of each queue Settle uses, each seen how long ago.
+
+    Two indexed reads of a few rows: cheap enough for any monitor's polling.
+    """
+    now = now or timezone.now()
+    lookups = settings.CELERY_TASK_DEFAULT_QUEUE
+    webhooks = settings.SETTLE_WEBHOOK_QUEUE
+    beat_at = Pulse.objects.filter(name=Pulse.Name.BEAT).values_list("at", flat=True).first()
+    seen = dict(QueuePulse.objects.filter(queue__in={lookups, webhooks}).values_list("queue", "at"))
+    queues = [("workers", "workers", lookups)]
+    if webhooks != lookups:
+        queues = [("lookup workers", "lookups", lookups), ("webhook workers", "webhooks", webhooks)]
+    beat_limit = settings.SETTLE_LIVENESS_BEAT_SECONDS
+    worker_limit = settings.SETTLE_LIVENESS_WORKER_SECONDS
+    return [
+        Liveness("beat", "beat", None, HealthFacts.age(beat_at, now), beat_limit),
+        *(
+            Liveness(name, role, queue, HealthFacts.age(seen.get(queue), now), worker_limit)
+            for name, role, queue in queues
+        ),
+    ]
 
 
 def reconcile_entered_since(*, since: datetime, provider_id: int | None) -> int:

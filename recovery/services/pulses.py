@@ -17,7 +17,15 @@ from django.db.models import Count
 from django.utils import timezone
 
 from recovery.metrics import LOOKUPS
-from recovery.models import Operation, OperationCount, Provider, ProviderLookups, Pulse, Verdict
+from recovery.models import (
+    Operation,
+    OperationCount,
+    Provider,
+    ProviderLookups,
+    Pulse,
+    QueuePulse,
+    Verdict,
+)
 
 _LOOKUPS_TABLE = connection.ops.quote_name(ProviderLookups._meta.db_table)
 
@@ -26,6 +34,13 @@ def pulse_record(*, name: str, seconds: float, at: datetime | None = None) -> No
     """``name`` finished just now (or ``at``), taking ``seconds``."""
     Pulse.objects.update_or_create(
         name=name, defaults={"at": at or timezone.now(), "seconds": seconds}
+    )
+
+
+def queue_pulse_record(*, queue: str, waited: float) -> None:
+    """A worker of ``queue`` ran its heartbeat just now, ``waited`` seconds after it was sent."""
+    QueuePulse.objects.update_or_create(
+        queue=queue, defaults={"at": timezone.now(), "waited": max(0.0, waited)}
     )
 
 

@@ -35,6 +35,14 @@ def _start(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[s
         ({"SETTLE_MAX_BODY_BYTES": "lots"}, "SETTLE_MAX_BODY_BYTES='lots' is not an integer"),
         ({"SETTLE_LOGIN_FAILURE_LIMIT": "0"}, "SETTLE_LOGIN_FAILURE_LIMIT=0 is below the minimum"),
         ({"SETTLE_LOGIN_COOLOFF_MINUTES": "soon"}, "SETTLE_LOGIN_COOLOFF_MINUTES='soon' is not"),
+        (
+            {"SETTLE_WORKER_HEARTBEAT_SECONDS": "30", "SETTLE_LIVENESS_WORKER_SECONDS": "30"},
+            "SETTLE_LIVENESS_WORKER_SECONDS must be longer than SETTLE_WORKER_HEARTBEAT_SECONDS",
+        ),
+        (
+            {"SETTLE_SWEEP_SECONDS": "10", "SETTLE_LIVENESS_BEAT_SECONDS": "5"},
+            "SETTLE_LIVENESS_BEAT_SECONDS must be longer than SETTLE_SWEEP_SECONDS",
+        ),
     ],
 )
 def test_bad_value_fails_at_start_up_with_a_clear_message(env, message, tmp_path):
