@@ -161,6 +161,11 @@ class HealthCollector(Collector):
         yield from self.audit(facts)
         # The status page's thresholds, so that alerting rules follow the settings.
         yield gauge(
+            "settle_lookup_lag_threshold_seconds",
+            "SETTLE_STATUS_LOOKUP_LAG_SECONDS: a due lookup is late past this.",
+            settings.SETTLE_STATUS_LOOKUP_LAG_SECONDS,
+        )
+        yield gauge(
             "settle_webhook_lag_threshold_seconds",
             "SETTLE_STATUS_WEBHOOK_LAG_SECONDS: webhook deliveries are late past this.",
             settings.SETTLE_STATUS_WEBHOOK_LAG_SECONDS,
@@ -211,10 +216,8 @@ class HealthCollector(Collector):
         )
         yield gauge(
             "settle_audit_verification_age_seconds",
-            "Seconds since the last verification of the audit log started (+Inf: never).",
-            math.inf
-            if facts.last_verification_at is None
-            else facts.age(facts.last_verification_at, facts.now),
+            "Seconds since the last verification of the audit log started.",
+            facts.age(facts.last_verification_at, facts.now),
         )
         yield gauge(
             "settle_audit_verification_ok",
