@@ -137,3 +137,26 @@ def test_the_signs_of_life_are_gauges_on_metrics(db: None, client: Client, limit
     assert 30 <= found[("settle_beat_last_seen_seconds", ())] < 40
     assert 50 <= found[("settle_worker_last_seen_seconds", lookups)] < 60
     assert 70 <= found[("settle_worker_last_seen_seconds", webhooks)] < 80
+
+
+def test_beat_records_its_pulse_when_it_publishes_a_sweep_only(transactional_db: None, limits):
+    # Transactional: beat, outside any transaction, drops an unusable connection first.
+    from console.celery import _beat_published
+
+    _beat_published(sender="recovery.tasks.audit_checkpoint")
+    assert not Pulse.objects.filter(name=Pulse.Name.BEAT).exists()
+    _beat_published(sender="recovery.tasks.sweep")
+    pulse = Pulse.objects.get(name=Pulse.Name.BEAT)
+    assert (timezone.now() - pulse.at).total_seconds() < 5
+
+
+def test_the_heartbeat_task_records_its_queue_and_how_long_it_waited(db: None, limits):
+    import time
+
+    from recovery.tasks import worker_heartbeat
+
+    worker_heartbeat.run("some-queue", time.time() - 4)
+    pulse = QueuePulse.objects.get(queue="some-queue")
+    assert 4 <= pulse.waited < 10
+    worker_heartbeat.run("some-queue", time.time() + 60)  # another machine's clock ahead
+    assert QueuePulse.objects.get(queue="some-queue").waited == 0
