@@ -2,26 +2,42 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, register_converter
 
 from console.views import audit, bulk, dashboard, operations, queue, reconcile, system, webhooks
+from recovery.contract import KEY_PATTERN
+
+
+class OperationKeyConverter:
+    """An operation key as the host API accepts it: anything else (a NUL byte) is a 404."""
+
+    regex = KEY_PATTERN.removeprefix("^").removesuffix("$")
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(OperationKeyConverter, "key")
 
 urlpatterns = [
     path("", queue.home, name="home"),
-    path("operations/<str:key>/", operations.operation_detail, name="operation"),
-    path("operations/<str:key>/lookup", operations.operation_lookup, name="operation-lookup"),
+    path("operations/<key:key>/", operations.operation_detail, name="operation"),
+    path("operations/<key:key>/lookup", operations.operation_lookup, name="operation-lookup"),
     *(
         path(
-            f"operations/<str:key>/{action}",
+            f"operations/<key:key>/{action}",
             reconcile.operation_decide,
             {"action": action},
             name=f"operation-{action}",
         )
         for action in reconcile.DECISIONS
     ),
-    path("operations/<str:key>/claim", reconcile.operation_claim_view, name="operation-claim"),
+    path("operations/<key:key>/claim", reconcile.operation_claim_view, name="operation-claim"),
     path(
-        "operations/<str:key>/release", reconcile.operation_release_view, name="operation-release"
+        "operations/<key:key>/release", reconcile.operation_release_view, name="operation-release"
     ),
     path("reconciliations/", reconcile.reconciliations, name="reconciliations"),
     *(
