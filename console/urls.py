@@ -1,22 +1,28 @@
 from __future__ import annotations
 
+import re
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, register_converter
+from django.urls.converters import StringConverter
 
 from console.views import audit, bulk, dashboard, operations, queue, reconcile, system, webhooks
 from recovery.contract import KEY_PATTERN
 
+_KEY = re.compile(KEY_PATTERN)
 
-class OperationKeyConverter:
-    """An operation key as the host API accepts it: anything else (a NUL byte) is a 404."""
 
-    regex = KEY_PATTERN.removeprefix("^").removesuffix("$")
+class OperationKeyConverter(StringConverter):
+    """An operation key as the host API accepts it: anything else (a NUL byte) is a 404.
+
+    Checked in ``to_python`` rather than by ``regex``, so that a link to a chain that no
+    key names (a tampered audit row the trail shows) still reverses.
+    """
 
     def to_python(self, value: str) -> str:
-        return value
-
-    def to_url(self, value: str) -> str:
+        if not _KEY.fullmatch(value):
+            raise ValueError("not an operation key")
         return value
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.urls import reverse
 
 from tests.conftest import Api
 from tests.console.conftest import console_user
@@ -91,3 +92,9 @@ def test_a_nul_byte_in_an_api_url_is_a_client_error(host_api: Api):
     for method, path in API_PATHS:
         response = host_api.get(path) if method == "get" else host_api.post(path, {})
         assert response.status_code in {400, 401, 403, 404}, (path, response.content[:300])
+
+
+def test_a_link_to_a_chain_no_key_names_still_renders(signed_in: Client):
+    # A tampered audit row may name any chain; the trail still links it (to a 404).
+    assert reverse("operation", args=["not a key"]) == "/operations/not%20a%20key/"
+    assert signed_in.get("/operations/not%20a%20key/").status_code == 404
