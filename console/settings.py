@@ -134,6 +134,9 @@ if SETTLE_BEHIND_PROXY:
 # the header's right (console.signin.client_address). Read only behind the proxy.
 SETTLE_PROXY_COUNT = env_int("SETTLE_PROXY_COUNT", 1, minimum=1)
 SESSION_COOKIE_HTTPONLY = True
+# Messages wait in the session, on the server: a shown-once token or webhook secret in
+# one must never travel in a cookie, which is signed but readable by whoever holds it.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
