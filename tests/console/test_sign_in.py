@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import time_machine
+from axes.models import AccessAttempt, AccessLog
 from django.test import Client
 
 from tests.console.conftest import PASSWORD, console_user
@@ -167,6 +168,9 @@ def test_behind_the_proxy_the_client_is_counted_from_the_right(settings):
     assert _sign_in(proxy, "sam", PASSWORD, "198.51.100.9, 203.0.113.7, 10.0.0.2") == 429
     # The owner, from another address through the same proxies, gets in.
     assert _sign_in(proxy, "sam", PASSWORD, "203.0.113.7, 198.51.100.9, 10.0.0.2") == 302
+    # What axes records of each sign-in names the same client.
+    assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {"203.0.113.7"}
+    assert set(AccessLog.objects.values_list("ip_address", flat=True)) == {"198.51.100.9"}
 
 
 def test_one_address_trying_many_usernames_is_locked_out_for_all_of_them(settings):
@@ -184,3 +188,24 @@ def test_one_address_trying_many_usernames_is_locked_out_for_all_of_them(setting
     assert _sign_in(proxy, "olivia", PASSWORD, "203.0.113.7") == 429
     # The owner, from their own address, gets in.
     assert _sign_in(proxy, "olivia", PASSWORD, "198.51.100.9") == 302
+
+
+@pytest.mark.parametrize(
+    ("behind", "count", "forwarded", "address"),
+    [
+        (False, 1, "198.51.100.9", "10.0.0.2"),  # the header is the client's own word
+        (True, 1, None, "10.0.0.2"),  # not through the proxy: only the peer is known
+        (True, 1, "198.51.100.9", "198.51.100.9"),
+        (True, 1, "8.8.8.8, 10.1.2.3", "10.1.2.3"),  # a private client is still the client
+        (True, 2, "8.8.8.8, 198.51.100.9, 10.0.0.3", "198.51.100.9"),
+        (True, 2, "198.51.100.9", "10.0.0.2"),  # fewer entries than proxies
+    ],
+)
+def test_the_client_address_is_counted_from_the_right_only_behind_the_proxy(
+    rf, settings, behind, count, forwarded, address
+):
+    from console.signin import client_address
+
+    settings.SETTLE_BEHIND_PROXY, settings.SETTLE_PROXY_COUNT = behind, count
+    headers = {} if forwarded is None else {"HTTP_X_FORWARDED_FOR": forwarded}
+    assert client_address(rf.get("/login/", REMOTE_ADDR="10.0.0.2", **headers)) == address
