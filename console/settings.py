@@ -127,9 +127,17 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTP
 # The header only allows preloading; a domain is preloaded when its owner submits it.
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", HTTPS)
 # The proxy terminates TLS and says so in this header; trusted only when it sets it.
-if env_bool("SETTLE_BEHIND_PROXY", HTTPS):
+SETTLE_BEHIND_PROXY = env_bool("SETTLE_BEHIND_PROXY", HTTPS)
+if SETTLE_BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# How many proxies, each appending the address it was reached from to X-Forwarded-For,
+# stand in front of the web processes: the client's address is that many entries from
+# the header's right (console.signin.client_address). Read only behind the proxy.
+SETTLE_PROXY_COUNT = env_int("SETTLE_PROXY_COUNT", 1, minimum=1)
 SESSION_COOKIE_HTTPONLY = True
+# Messages wait in the session, on the server: a shown-once token or webhook secret in
+# one must never travel in a cookie, which is signed but readable by whoever holds it.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -220,11 +228,19 @@ LOGOUT_REDIRECT_URL = "login"
 
 # Repeated failed sign-ins (console and admin alike) are throttled by django-axes: after
 # SETTLE_LOGIN_FAILURE_LIMIT failures for one username from one address, that pair is
-# refused (429) for SETTLE_LOGIN_COOLOFF_MINUTES. Keyed on the pair, so that nobody can
-# lock a colleague out from elsewhere, nor lock out everyone behind one proxy address.
+# refused (429) for SETTLE_LOGIN_COOLOFF_MINUTES, and after SETTLE_LOGIN_ADDRESS_FAILURE_LIMIT
+# failures from one address for any usernames, that address is. Keyed on the client's
+# address (behind the proxy, the one it forwards), so that nobody can lock a colleague out
+# from elsewhere, nor try many usernames from one address.
 AXES_FAILURE_LIMIT = env_int("SETTLE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+SETTLE_LOGIN_ADDRESS_FAILURE_LIMIT = env_int(
+    "SETTLE_LOGIN_ADDRESS_FAILURE_LIMIT", 4 * AXES_FAILURE_LIMIT, minimum=1
+)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("SETTLE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# In this order: console.signin.SignInLockoutHandler gives each its own limit.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+AXES_HANDLER = "console.signin.SignInLockoutHandler"
+AXES_CLIENT_IP_CALLABLE = "console.signin.client_address"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 

@@ -1,27 +1,49 @@
 from __future__ import annotations
 
+import re
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, register_converter
+from django.urls.converters import StringConverter
 
 from console.views import audit, bulk, dashboard, operations, queue, reconcile, system, webhooks
+from recovery.contract import KEY_PATTERN
+
+_KEY = re.compile(KEY_PATTERN)
+
+
+class OperationKeyConverter(StringConverter):
+    """An operation key as the host API accepts it: anything else (a NUL byte) is a 404.
+
+    Checked in ``to_python`` rather than by ``regex``, so that a link to a chain that no
+    key names (a tampered audit row the trail shows) still reverses.
+    """
+
+    def to_python(self, value: str) -> str:
+        if not _KEY.fullmatch(value):
+            raise ValueError("not an operation key")
+        return value
+
+
+register_converter(OperationKeyConverter, "key")
 
 urlpatterns = [
     path("", queue.home, name="home"),
-    path("operations/<str:key>/", operations.operation_detail, name="operation"),
-    path("operations/<str:key>/lookup", operations.operation_lookup, name="operation-lookup"),
+    path("operations/<key:key>/", operations.operation_detail, name="operation"),
+    path("operations/<key:key>/lookup", operations.operation_lookup, name="operation-lookup"),
     *(
         path(
-            f"operations/<str:key>/{action}",
+            f"operations/<key:key>/{action}",
             reconcile.operation_decide,
             {"action": action},
             name=f"operation-{action}",
         )
         for action in reconcile.DECISIONS
     ),
-    path("operations/<str:key>/claim", reconcile.operation_claim_view, name="operation-claim"),
+    path("operations/<key:key>/claim", reconcile.operation_claim_view, name="operation-claim"),
     path(
-        "operations/<str:key>/release", reconcile.operation_release_view, name="operation-release"
+        "operations/<key:key>/release", reconcile.operation_release_view, name="operation-release"
     ),
     path("reconciliations/", reconcile.reconciliations, name="reconciliations"),
     *(

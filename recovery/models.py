@@ -301,6 +301,9 @@ class Evidence(models.Model):
     raw = models.JSONField(default=dict)
     raw_digest = models.CharField(max_length=71)
     captured_at = models.DateTimeField()
+    # The provider's ``absent_is_authoritative`` when this was captured: whether an
+    # ``absent`` here backs a void by itself, however the provider is configured later.
+    absent_is_authoritative = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["captured_at", "id"]

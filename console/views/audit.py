@@ -17,10 +17,11 @@ from django.views.decorators.http import require_GET, require_POST, require_safe
 from approvals.actors import Actor
 from console.forms import AUDIT_KINDS, AuditFilterForm, page_queries
 from console.views.access import refusal_status_raise
-from recovery.audit import audit_alarms_open, event_export
+from recovery.audit import event_export
 from recovery.canonical import canonical_dumps
 from recovery.models import AuditEvent
 from recovery.selectors import (
+    audit_alarms_for_user,
     audit_events_export_for_user,
     audit_events_for_user,
     audit_health_for_user,
@@ -60,7 +61,11 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
     queries = page_queries(request.GET, cursor)
     supervisor = audit_supervisor(user=request.user)
     context = {
-        "alarms": list(audit_alarms_open()) if supervisor and not request.htmx else [],  # type: ignore[attr-defined]
+        "alarms": (
+            list(audit_alarms_for_user(user=request.user).filter(resolved_at__isnull=True))
+            if supervisor and not request.htmx  # type: ignore[attr-defined]
+            else []
+        ),
         "form": form,
         "page": page,
         "kinds": AUDIT_KINDS,

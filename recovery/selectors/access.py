@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import QuerySet
+from django.db.models import Exists, Q, QuerySet
 from guardian.core import ObjectPermissionChecker
 from guardian.models import GroupObjectPermission, UserObjectPermission
 from guardian.shortcuts import get_objects_for_user, get_perms
 
 from approvals.models import Approval, Approver
-from recovery.models import Host, Operation, Provider
+from recovery.models import AuditAlarm, Host, Operation, Provider
 from recovery.permissions import ProviderPermission
 from recovery.services.errors import NotFound
 
@@ -162,3 +162,24 @@ def audit_supervisor(*, user: Any) -> bool:
         return True
     supervising = (ProviderPermission.APPROVE_RECONCILIATIONS,)
     return providers_for_user(user=user, permissions=supervising).exists()
+
+
+def audit_alarms_for_user(*, user: Any) -> QuerySet[AuditAlarm]:
+    """The alarms ``user`` may see and resolve, open or not, newest first.
+
+    A superuser's are all of them. A supervisor's are those of the operation chains of
+    the providers they supervise, and the system chain's, which every supervisor reads
+    (``audit_supervisor``); a chain no operation of theirs names (another provider's,
+    or one no key names) is not theirs. Nobody else's.
+    """
+    alarms = AuditAlarm.objects.order_by("-raised_at", "-id")
+    if not user.is_authenticated or not user.is_active:
+        return alarms.none()
+    if user.is_superuser:
+        return alarms
+    supervised = providers_for_user(
+        user=user, permissions=(ProviderPermission.APPROVE_RECONCILIATIONS,)
+    )
+    chains = Operation.objects.filter(provider__in=supervised).values("key")
+    # The system chain only for a supervisor: one who supervises no provider sees none.
+    return alarms.filter(Q(chain__in=chains) | Q(chain="")).filter(Exists(supervised))

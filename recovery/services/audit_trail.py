@@ -15,7 +15,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import AuditAlarm
-from recovery.selectors import audit_supervisor
+from recovery.selectors import audit_alarms_for_user, audit_supervisor
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound
 from recovery.vocabulary import AuditKind
@@ -46,9 +46,10 @@ def audit_export_record(
 def audit_alarm_resolve(*, actor: Actor, alarm_id: int, resolution: str) -> AuditAlarm:
     """Mark an open alarm resolved by a supervisor, saying what was done; on the record.
 
-    Only a supervisor (``audit_supervisor``) may: an alarm names chains of any provider.
-    Resolving changes no event; a chain still broken raises a new alarm when it next
-    moves.
+    Only a supervisor (``audit_supervisor``) may, and only an alarm they may see
+    (``audit_alarms_for_user``: their providers' chains and the system chain); another
+    provider's is not found. Resolving changes no event; a chain still broken raises a
+    new alarm when it next moves.
     """
     user = actor_user(actor)
     if user is None or not audit_supervisor(user=user):
@@ -59,7 +60,12 @@ def audit_alarm_resolve(*, actor: Actor, alarm_id: int, resolution: str) -> Audi
     if len(resolution) > RESOLUTION_MAX:
         raise Invalid("resolution_too_long", f"at most {RESOLUTION_MAX} characters")
     with audit_transaction():
-        alarm = AuditAlarm.objects.select_for_update().filter(pk=alarm_id).first()
+        alarm = (
+            audit_alarms_for_user(user=user)
+            .select_for_update(of=("self",))
+            .filter(pk=alarm_id)
+            .first()
+        )
         if alarm is None:
             raise NotFound("unknown_alarm", f"no alarm {alarm_id}")
         if alarm.resolved_at is not None:

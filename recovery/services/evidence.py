@@ -163,6 +163,7 @@ def _evidence_new(operation: Operation, result: LookupResult, source: str, now: 
         raw=raw,
         raw_digest=sha256_digest(canonical_dumps(raw)),
         captured_at=now,
+        absent_is_authoritative=operation.provider.absent_is_authoritative,
     )
 
 

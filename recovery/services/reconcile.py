@@ -9,9 +9,9 @@ decision
 backed
     The latest evidence supports the decision by itself: confirm and repair-as-succeeded
     on a ``match`` of a committed record; void and repair-as-failed on a provider's
-    ``failed`` record, or on ``absent`` from a provider whose absence is authoritative
-    (``Provider.absent_is_authoritative``). A backed decision is taken at once by anyone
-    holding its permission (``DECISION_PERMISSIONS``).
+    ``failed`` record, or on ``absent`` from a provider whose absence was authoritative
+    when the evidence was captured (``Evidence.absent_is_authoritative``). A backed
+    decision is taken at once by anyone holding its permission (``DECISION_PERMISSIONS``).
 four eyes
     An unbacked decision becomes a ``ReconciliationRequest`` (``propose_reconciliations``)
     that a different user holding ``approve_reconciliations`` approves or rejects. It is
@@ -88,12 +88,14 @@ def _committed(evidence: Evidence | None) -> bool:
     )
 
 
-def _not_performed(operation: Operation, evidence: Evidence | None) -> bool:
+def _not_performed(evidence: Evidence | None) -> bool:
     if evidence is None:
         return False
     if evidence.verdict == Verdict.MATCH:
         return evidence.provider_status == "failed"
-    return evidence.verdict == Verdict.ABSENT and operation.provider.absent_is_authoritative
+    # As the provider was configured when the record was read: turning the flag on later
+    # does not make earlier absences authoritative.
+    return evidence.verdict == Verdict.ABSENT and evidence.absent_is_authoritative
 
 
 def _stranded(dispatch: Dispatch | None) -> bool:
@@ -118,7 +120,7 @@ def reconcile_grounds(
         if operation.state in _SETTLED_SUCCEEDED:
             backed = _committed(evidence)
         else:
-            backed = _not_performed(operation, evidence)
+            backed = _not_performed(evidence)
         return evidence if backed else None
     event = Event.CONFIRM if action == Action.CONFIRM else Event.VOID
     if action not in (Action.CONFIRM, Action.VOID):
@@ -132,7 +134,7 @@ def reconcile_grounds(
             "evidence_matches",
             "the provider's record matches a committed effect: it happened, so it cannot be voided",
         )
-    return evidence if _not_performed(operation, evidence) else None
+    return evidence if _not_performed(evidence) else None
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,36 @@ def test_adding_a_host_in_the_admin_shows_its_token_once(admin_client):
     assert Host.objects.get(name="fleet-z").token_hash == token_hash(token)
 
 
+def _cookies_carry(response, secret: str) -> bool:
+    return any(secret in morsel.value for morsel in response.cookies.values())
+
+
+def test_a_new_hosts_token_waits_in_the_session_not_in_a_cookie(admin_client):
+    response = admin_client.post("/admin/recovery/host/add/", {"name": "fleet-z"})
+    token = _token_from_messages(response)
+    assert "messages" not in response.cookies and not _cookies_carry(response, token)
+    shown = admin_client.get("/admin/recovery/host/")  # where the message shows, once
+    assert token.encode() in shown.content and not _cookies_carry(shown, token)
+    assert token.encode() not in admin_client.get("/admin/recovery/host/").content
+
+
+def test_a_new_webhook_secret_waits_in_the_session_not_in_a_cookie(admin_client, settings):
+    from recovery.services.credentials import host_create
+
+    settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = True
+    host, _ = host_create(name="fleet-w")
+    response = admin_client.post(
+        "/admin/recovery/webhookendpoint/add/",
+        {"host": host.pk, "url": "http://127.0.0.1:9/hook", "event_types": ["operation.failed"]},
+    )
+    secret = _token_from_messages(response)
+    assert secret.startswith("whsec_")
+    assert "messages" not in response.cookies and not _cookies_carry(response, secret)
+    shown = admin_client.get("/admin/recovery/webhookendpoint/")
+    assert secret.encode() in shown.content and not _cookies_carry(shown, secret)
+    assert secret.encode() not in admin_client.get("/admin/recovery/webhookendpoint/").content
+
+
 def test_adding_an_approver_in_the_admin_shows_its_token_once(admin_client):
     response = admin_client.post(
         "/admin/approvals/approver/add/",

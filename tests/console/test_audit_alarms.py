@@ -25,7 +25,7 @@ from recovery.audit import (
 )
 from recovery.models import AuditAlarm, AuditEvent, Operation
 from recovery.services.locking import operation_lock
-from tests.console.conftest import client_for
+from tests.console.conftest import client_for, console_user
 
 pytestmark = pytest.mark.django_db
 
@@ -156,3 +156,31 @@ def test_the_banners_written_out_read_is_the_orms_first_rows(db):
     assert [(alarm.pk, alarm.chain) for alarm in audit_alarms_open_newest(5)] == expected
     newest = audit_alarms_open_newest(1)[0]
     assert newest.raised_at == AuditAlarm.objects.get(pk=newest.pk).raised_at
+
+
+def test_a_supervisor_of_another_provider_neither_sees_nor_resolves_its_alarm(
+    alarm, other_provider
+):
+    elsewhere = client_for(console_user("lena", "supervisor", other_provider))
+    for page in ("/", "/audit/"):
+        body = elsewhere.get(page).content.decode()
+        assert "pay-forged" not in body and "data-audit-alarms" not in body
+        assert f'data-alarm="{alarm.pk}"' not in body
+    response = elsewhere.post(f"/audit/alarms/{alarm.pk}/resolve", {"resolution": "not mine"})
+    assert response.status_code == 404
+    alarm.refresh_from_db()
+    assert alarm.open
+
+
+def test_the_system_chains_alarm_is_every_supervisors(alarm, supervisor, other_provider):
+    system = AuditAlarm.objects.create(
+        chain="", seq=3, reason="rewritten", checkpoint=2, raised_at=timezone.now(), signature="x"
+    )
+    elsewhere = client_for(console_user("lena", "supervisor", other_provider))
+    body = elsewhere.get("/").content.decode()
+    assert "the system chain" in body and "pay-forged" not in body
+    assert client_for(supervisor).get("/").content.decode().count("refused to sign") == 2
+    response = elsewhere.post(f"/audit/alarms/{system.pk}/resolve", {"resolution": "restored"})
+    assert response.status_code == 302
+    system.refresh_from_db()
+    assert not system.open

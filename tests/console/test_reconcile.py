@@ -114,6 +114,23 @@ def test_void_on_absence_needs_four_eyes_unless_the_provider_is_authoritative(
     assert recovered.data == {"evidence_id": after.dispatch.receipt_evidence_id, "status": "failed"}
 
 
+def test_four_eyes_on_absence_follow_the_provider_as_it_was_when_the_evidence_was_captured(
+    operator, stuck, provider
+):
+    unbacked = stuck.unknown("op-1")  # captured while the provider's absence is not authoritative
+    Provider.objects.filter(pk=provider.pk).update(absent_is_authoritative=True)
+    backed = stuck.unknown("op-2")  # captured while it is
+    # Turning the flag on for a moment does not make the earlier absence back a void...
+    _act(client_for(operator), unbacked, "void")
+    assert _fresh(unbacked).state == "unknown"
+    assert ReconciliationRequest.objects.get().operation_key == "op-1"
+    # ...nor does turning it off again take back what the later one backs.
+    Provider.objects.filter(pk=provider.pk).update(absent_is_authoritative=False)
+    _act(client_for(operator), backed, "void")
+    assert _fresh(backed).state == "voided"
+    assert ReconciliationRequest.objects.count() == 1
+
+
 # -- four eyes --------------------------------------------------------------------------
 
 
@@ -256,16 +273,15 @@ def test_repair_from_matching_evidence_is_done_at_once(operator, stuck):
     assert _refused(operation) == [("repair", "not_stranded")]
 
 
-def test_repair_without_evidence_goes_through_four_eyes(operator, supervisor, stuck, provider):
-    Provider.objects.filter(pk=provider.pk).update(absent_is_authoritative=True)
-    operation = stuck.unknown("op-1")
+def test_repair_without_evidence_goes_through_four_eyes(operator, supervisor, stuck):
+    operation = stuck.unknown("op-1")  # absent, and the provider's absence is not authoritative
     _act(client_for(operator), operation, "void")
+    _decide(client_for(supervisor), ReconciliationRequest.objects.get(), "approve")
     voided = _fresh(operation)
     assert voided.state == "voided"
     _strand(voided)
-    Provider.objects.filter(pk=provider.pk).update(absent_is_authoritative=False)
     _act(client_for(operator), voided, "repair")
-    proposal = ReconciliationRequest.objects.get()
+    proposal = ReconciliationRequest.objects.get(action="repair")
     assert proposal.action == "repair"
     assert _fresh(operation).dispatch.receipt_status == "running"
     _decide(client_for(supervisor), proposal, "approve")

@@ -33,6 +33,8 @@ def _start(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[s
         ({"DATABASE_URL": "mysql://root@127.0.0.1/x"}, "is not supported"),
         ({"DATABASE_URL": "nonsense"}, "DATABASE_URL"),
         ({"SETTLE_MAX_BODY_BYTES": "lots"}, "SETTLE_MAX_BODY_BYTES='lots' is not an integer"),
+        ({"SETTLE_PROXY_COUNT": "0"}, "SETTLE_PROXY_COUNT=0 is below the minimum of 1"),
+        ({"SETTLE_LOGIN_ADDRESS_FAILURE_LIMIT": "x"}, "SETTLE_LOGIN_ADDRESS_FAILURE_LIMIT='x'"),
         ({"SETTLE_LOGIN_FAILURE_LIMIT": "0"}, "SETTLE_LOGIN_FAILURE_LIMIT=0 is below the minimum"),
         ({"SETTLE_LOGIN_COOLOFF_MINUTES": "soon"}, "SETTLE_LOGIN_COOLOFF_MINUTES='soon' is not"),
         (

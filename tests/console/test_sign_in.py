@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import time_machine
+from axes.models import AccessAttempt, AccessLog
 from django.test import Client
 
 from tests.console.conftest import PASSWORD, console_user
@@ -138,3 +139,73 @@ def test_an_administrator_can_lift_a_lockout_early():
     assert client.post("/login/", {"username": "olivia", "password": PASSWORD}).status_code == 429
     call_command("axes_reset_username", "olivia")
     assert client.post("/login/", {"username": "olivia", "password": PASSWORD}).status_code == 302
+
+
+def _sign_in(client: Client, username: str, password: str, forwarded: str) -> int:
+    data = {"username": username, "password": password}
+    return client.post("/login/", data, HTTP_X_FORWARDED_FOR=forwarded).status_code
+
+
+def test_a_forged_forwarded_for_is_ignored_without_the_proxy(settings):
+    settings.SETTLE_BEHIND_PROXY = False
+    console_user("olivia")
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    # A client that writes a new X-Forwarded-For each time is still one address.
+    for n in range(5):
+        _sign_in(client, "olivia", "wrong", f"192.0.2.{n}")
+    assert _sign_in(client, "olivia", PASSWORD, "198.51.100.9") == 429
+
+
+def test_behind_the_proxy_the_client_is_counted_from_the_right(settings):
+    settings.SETTLE_BEHIND_PROXY = True
+    settings.SETTLE_PROXY_COUNT = 2
+    console_user("sam")
+    # Two proxies: the outer one appends the client, the inner one the outer's address.
+    proxy = Client(REMOTE_ADDR="10.0.0.3")
+    for n in range(5):
+        # Whatever the attacker writes on the left does not change who it is.
+        assert _sign_in(proxy, "sam", "wrong", f"192.0.2.{n}, 203.0.113.7, 10.0.0.2") in {200, 429}
+    assert _sign_in(proxy, "sam", PASSWORD, "198.51.100.9, 203.0.113.7, 10.0.0.2") == 429
+    # The owner, from another address through the same proxies, gets in.
+    assert _sign_in(proxy, "sam", PASSWORD, "203.0.113.7, 198.51.100.9, 10.0.0.2") == 302
+    # What axes records of each sign-in names the same client.
+    assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {"203.0.113.7"}
+    assert set(AccessLog.objects.values_list("ip_address", flat=True)) == {"198.51.100.9"}
+
+
+def test_one_address_trying_many_usernames_is_locked_out_for_all_of_them(settings):
+    settings.SETTLE_BEHIND_PROXY = True
+    settings.SETTLE_LOGIN_ADDRESS_FAILURE_LIMIT = 20
+    console_user("olivia")
+    console_user("mallory")
+    proxy = Client(REMOTE_ADDR="10.0.0.2")
+    for n in range(19):
+        assert _sign_in(proxy, f"user-{n}", "wrong", "203.0.113.7") == 200
+    # Signing in to an account of its own does not wipe the address's other failures.
+    assert _sign_in(proxy, "mallory", PASSWORD, "203.0.113.7") == 302
+    proxy.post("/logout/")
+    assert _sign_in(proxy, "user-19", "wrong", "203.0.113.7") == 429
+    assert _sign_in(proxy, "olivia", PASSWORD, "203.0.113.7") == 429
+    # The owner, from their own address, gets in.
+    assert _sign_in(proxy, "olivia", PASSWORD, "198.51.100.9") == 302
+
+
+@pytest.mark.parametrize(
+    ("behind", "count", "forwarded", "address"),
+    [
+        (False, 1, "198.51.100.9", "10.0.0.2"),  # the header is the client's own word
+        (True, 1, None, "10.0.0.2"),  # not through the proxy: only the peer is known
+        (True, 1, "198.51.100.9", "198.51.100.9"),
+        (True, 1, "8.8.8.8, 10.1.2.3", "10.1.2.3"),  # a private client is still the client
+        (True, 2, "8.8.8.8, 198.51.100.9, 10.0.0.3", "198.51.100.9"),
+        (True, 2, "198.51.100.9", "10.0.0.2"),  # fewer entries than proxies
+    ],
+)
+def test_the_client_address_is_counted_from_the_right_only_behind_the_proxy(
+    rf, settings, behind, count, forwarded, address
+):
+    from console.signin import client_address
+
+    settings.SETTLE_BEHIND_PROXY, settings.SETTLE_PROXY_COUNT = behind, count
+    headers = {} if forwarded is None else {"HTTP_X_FORWARDED_FOR": forwarded}
+    assert client_address(rf.get("/login/", REMOTE_ADDR="10.0.0.2", **headers)) == address
