@@ -39,7 +39,22 @@ import pytest
 from tests.support.celery_procs import Proc, redis_start
 from tests.support.providers import _free_port
 
-PG_BIN = Path(os.environ.get("SETTLE_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+def _pg_bin() -> Path:
+    """``SETTLE_TEST_PG_BIN``, else PostgreSQL 15's binaries, else the newest installed."""
+    given = os.environ.get("SETTLE_TEST_PG_BIN")
+    if given:
+        return Path(given)
+    wanted = Path("/usr/lib/postgresql/15/bin")
+    if wanted.exists():
+        return wanted
+    installed = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3])
+    )
+    return installed[-1].parent if installed else wanted
+
+
+PG_BIN = _pg_bin()
 STRICT = bool(os.environ.get("SETTLE_REQUIRE_POSTGRES"))
 
 
