@@ -90,9 +90,13 @@ SETTLE_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int(
     "SETTLE_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 120000
 )
 SETTLE_DB_COMMAND_STATEMENT_TIMEOUT_MS = env_int("SETTLE_DB_COMMAND_STATEMENT_TIMEOUT_MS", 0)
+# The test runner counts as a command: it creates, flushes and drops whole databases (a
+# DROP DATABASE waits for a checkpoint); the servers a test starts are bounded.
 _ARGV0 = Path(sys.argv[0] if sys.argv else "")
 _COMMAND = (
-    _ARGV0.name in {"manage.py", "django-admin"} or _ARGV0.parts[-2:] == ("django", "__main__.py")
+    _ARGV0.name in {"manage.py", "django-admin"}
+    or _ARGV0.parts[-2:] == ("django", "__main__.py")
+    or "pytest" in sys.modules
 ) and sys.argv[1:2] != ["runserver"]
 
 

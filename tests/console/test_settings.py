@@ -119,15 +119,11 @@ def test_a_redis_broker_gets_a_visibility_timeout_longer_than_any_task(tmp_path)
 
 def test_prepared_statements_are_on_for_postgresql_and_can_be_turned_off(monkeypatch):
     """On by default; off for a pooler that cannot keep them (transaction-mode PgBouncer)."""
-    from console.settings import _database
+    from console.settings import _database, _db_bounds
 
     monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle")
     monkeypatch.delenv("SETTLE_DB_PREPARED_STATEMENTS", raising=False)
-    jit_off = {
-        "connect_timeout": 5,
-        "options": "-c jit=off -c statement_timeout=30000 -c lock_timeout=10000 "
-        "-c idle_in_transaction_session_timeout=120000",
-    }
+    jit_off = {"connect_timeout": 5, "options": " ".join(["-c jit=off", *_db_bounds()])}
     assert _database()["OPTIONS"] == {
         "server_side_binding": True,
         "prepare_threshold": 5,
