@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -48,6 +49,19 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     return number
 
 
+def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a number") from None
+    if not number >= minimum:  # also refuses nan
+        raise ImproperlyConfigured(f"{name}={number} is below the minimum of {minimum}")
+    return number
+
+
 def _generated_secret(name: str, filename: str, *, minimum: int = 32) -> str:
     """``name`` from the environment, else one generated once into var/ (never committed)."""
     value = os.environ.get(name)
@@ -61,6 +75,42 @@ def _generated_secret(name: str, filename: str, *, minimum: int = 32) -> str:
         with os.fdopen(fd, "w") as handle:
             handle.write(secrets.token_urlsafe(50))
     return path.read_text().strip()
+
+
+# Bounds on every PostgreSQL session of the web and the workers: how long a connection
+# attempt, one statement, one wait for a lock and a transaction left idle may last. A
+# statement cut by one answers 503 (``database_timeout``), never hangs the request.
+# Management commands (``manage.py``, ``django-admin``: migrate, verify_audit, exports,
+# benchmarks) run long statements by design: for them SETTLE_DB_COMMAND_STATEMENT_TIMEOUT_MS
+# (0: none) bounds statements and lock waits instead.
+_DB_CONNECT_TIMEOUT_SECONDS = env_int("SETTLE_DB_CONNECT_TIMEOUT_SECONDS", 5, minimum=1)
+SETTLE_DB_STATEMENT_TIMEOUT_MS = env_int("SETTLE_DB_STATEMENT_TIMEOUT_MS", 30000)
+SETTLE_DB_LOCK_TIMEOUT_MS = env_int("SETTLE_DB_LOCK_TIMEOUT_MS", 10000)
+SETTLE_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int(
+    "SETTLE_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 120000
+)
+SETTLE_DB_COMMAND_STATEMENT_TIMEOUT_MS = env_int("SETTLE_DB_COMMAND_STATEMENT_TIMEOUT_MS", 0)
+# The test runner counts as a command: it creates, flushes and drops whole databases (a
+# DROP DATABASE waits for a checkpoint); the servers a test starts are bounded.
+_ARGV0 = Path(sys.argv[0] if sys.argv else "")
+_COMMAND = (
+    _ARGV0.name in {"manage.py", "django-admin"}
+    or _ARGV0.parts[-2:] == ("django", "__main__.py")
+    or "pytest" in sys.modules
+) and sys.argv[1:2] != ["runserver"]
+
+
+def _db_bounds() -> list[str]:
+    """The ``-c`` options that bound this process's sessions (0 turns a bound off)."""
+    statement = SETTLE_DB_STATEMENT_TIMEOUT_MS
+    lock = SETTLE_DB_LOCK_TIMEOUT_MS
+    if _COMMAND:
+        statement = lock = SETTLE_DB_COMMAND_STATEMENT_TIMEOUT_MS
+    return [
+        f"-c statement_timeout={statement}",
+        f"-c lock_timeout={lock}",
+        f"-c idle_in_transaction_session_timeout={SETTLE_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS}",
+    ]
 
 
 def _database() -> dict[str, object]:
@@ -92,11 +142,18 @@ def _database() -> dict[str, object]:
             # (PgBouncer in transaction mode before 1.21).
             options.setdefault("server_side_binding", True)
             options.setdefault("prepare_threshold", 5)
+        # A connection held across requests (CONN_MAX_AGE) is checked before a request
+        # reuses it, so that a database restart costs no request a dead connection.
+        config["CONN_HEALTH_CHECKS"] = True
+        # A database that does not answer fails the request in seconds, never hangs it.
+        options.setdefault("connect_timeout", _DB_CONNECT_TIMEOUT_SECONDS)
         # No JIT compilation: it pays off for long analytical queries only, and the
         # planner starts it by estimated cost, so a page whose LIMIT stops a scan early
         # but whose estimate is large (the queue's counts) paid 0.5-1 s of compiling per
-        # request (docs/benchmarks.md). A URL's own ``?options=`` wins.
-        options.setdefault("options", "-c jit=off")
+        # request (docs/benchmarks.md). Then the bounds on each session's statements; a
+        # URL's own ``?options=`` comes after these, so it wins.
+        given = str(options.get("options", ""))
+        options["options"] = " ".join(["-c jit=off", *_db_bounds(), *([given] if given else [])])
     else:
         raise ImproperlyConfigured(f"DATABASE_URL engine {engine!r} is not supported")
     return config
@@ -356,6 +413,20 @@ if SETTLE_LIVENESS_WORKER_SECONDS <= SETTLE_WORKER_HEARTBEAT_SECONDS:
 # only publish the lookup they queued, after its commit).
 _broker_dir = VAR_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+# How long one attempt to connect to the broker, and one command on it, may take; and
+# how many times a failed publish is tried again (none: redis-py already reconnects a
+# connection the broker dropped, and a hung broker would cost every try in full).
+SETTLE_BROKER_CONNECT_TIMEOUT_SECONDS = env_float(
+    "SETTLE_BROKER_CONNECT_TIMEOUT_SECONDS", 1.0, minimum=0.1
+)
+SETTLE_BROKER_SOCKET_TIMEOUT_SECONDS = env_float(
+    "SETTLE_BROKER_SOCKET_TIMEOUT_SECONDS", 1.0, minimum=0.1
+)
+SETTLE_BROKER_PUBLISH_RETRIES = env_int("SETTLE_BROKER_PUBLISH_RETRIES", 0)
+CELERY_BROKER_CONNECTION_TIMEOUT = SETTLE_BROKER_CONNECT_TIMEOUT_SECONDS
+# Workers and beat wait for a broker that is gone, and reconnect when it is back.
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL == "filesystem://":
     for sub in ("out", "processed", "control"):
@@ -374,8 +445,11 @@ elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         # longest retry countdown (a lookup's lease, at most 65 s): else a live task runs
         # twice. A dead worker's messages wait this long; the sweeper does not.
         "visibility_timeout": 300,
-        # A broker that does not answer fails a publish in seconds, not minutes.
-        "socket_connect_timeout": 5,
+        # A broker that does not answer (down, or hung: accepting and never replying)
+        # fails a publish within these, never holds a web request: the rows, not the
+        # messages, are the record, and the sweeps publish again what was not taken.
+        "socket_connect_timeout": SETTLE_BROKER_CONNECT_TIMEOUT_SECONDS,
+        "socket_timeout": SETTLE_BROKER_SOCKET_TIMEOUT_SECONDS,
     }
 # One queue name per deployment (and per test run, so parallel runs never collide).
 CELERY_TASK_DEFAULT_QUEUE = env_str("SETTLE_CELERY_QUEUE", "settle")
@@ -406,10 +480,10 @@ CELERY_TASK_IGNORE_RESULT = True
 # Give up publishing quickly when the broker is down: the durable due time on the row,
 # not the message, schedules the work, and the next sweep publishes again.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {
-    "max_retries": 2,
+    "max_retries": SETTLE_BROKER_PUBLISH_RETRIES,
     "interval_start": 0,
-    "interval_step": 0.5,
-    "interval_max": 1,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True  # a worker waits for its broker
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

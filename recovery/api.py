@@ -23,6 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from approvals import services as approvals
 from approvals.actors import Actor
 from approvals.models import Approver
+from dbsql.errors import database_unavailable
 from recovery import contract, selectors
 from recovery.canonical import CanonicalError, strict_loads
 from recovery.contract import ApiError
@@ -134,11 +135,10 @@ def api_view(
             except errors.RecoveryError as exc:
                 status = STATUS_BY_CODE.get(exc.code, 409)
                 return error_response(status, exc.code, exc.message, **exc.extra)
-            except DatabaseError:
+            except DatabaseError as exc:
                 logger.exception("database error in %s %s", request.method, request.path)
-                return error_response(
-                    503, "database_unavailable", "the database refused the change; retry"
-                )
+                message = database_unavailable(exc) or "the database refused the change; retry"
+                return error_response(503, "database_unavailable", message)
 
         return wrapper
 

@@ -16,7 +16,7 @@ from recovery.audit import audit_verification_run
 from recovery.metrics import SWEEP_SECONDS
 from recovery.models import Pulse
 from recovery.services.alerts import alerts_evaluate as alerts_evaluate_run
-from recovery.services.bulk import bulk_chunk_run
+from recovery.services.bulk import bulk_chunk_run, bulk_publish_run
 from recovery.services.bulk import bulk_resume as bulk_resume_run
 from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
@@ -83,6 +83,13 @@ def audit_verify() -> bool:
 def bulk_chunk(batch_id: str, first: int, last: int) -> int:
     """Do the pending items ``first``..``last`` of a bulk batch (published by the batch)."""
     return bulk_chunk_run(batch_id=batch_id, first=first, last=last)
+
+
+@shared_task
+def bulk_publish(batch_id: str) -> int:
+    """Publish the chunks of a bulk batch just submitted or approved (published after its
+    commit, so that the request publishes one message at most)."""
+    return bulk_publish_run(batch_id=batch_id)
 
 
 @shared_task

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from django.template import loader
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from dbsql.errors import database_unavailable
 from recovery.metrics import metrics_text
 from recovery.selectors.health import HealthFacts, health_facts, liveness
 
@@ -235,6 +237,16 @@ def not_found(request: HttpRequest, exception: Any = None) -> HttpResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    # Called while the exception is handled: an outage or a cut statement is a 503.
+    unavailable = database_unavailable(sys.exc_info()[1] or Exception())
+    if unavailable is not None:
+        if _wants_json(request):
+            return JsonResponse(
+                {"error": "database_unavailable", "message": unavailable}, status=503
+            )
+        response = HttpResponse(loader.get_template("503.html").render(), status=503)
+        response["Retry-After"] = "5"
+        return response
     if _wants_json(request):
         return JsonResponse({"error": "internal_error", "message": "unexpected error"}, status=500)
     # As Django's own server_error: no request context, so no context processor (nor

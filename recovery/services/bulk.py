@@ -25,6 +25,10 @@ four eyes
 audit
     Every event an item writes is on its own operation's chain and carries the batch's
     id (``audit_tagged``); the batch's submission and decision are on the system chain.
+publish
+    The request that submits (or approves) a batch publishes one message, after its
+    commit; its task publishes the chunks (``bulk_publish_later``), so a broker that is
+    slow or gone costs the request one publish at most.
 resume
     A running batch holds a lease (``Leased``) that its chunks renew as they go; beat's
     ``bulk_resume`` publishes again the chunks of a batch whose lease lapsed while items
@@ -152,7 +156,7 @@ def bulk_submit(
             },
         )
         if batch.status == Status.RUNNING:
-            transaction.on_commit(lambda: bulk_publish(batch))
+            transaction.on_commit(lambda: bulk_publish_later(batch_id=batch.pk))
     return batch
 
 
@@ -237,7 +241,7 @@ def bulk_decide(*, batch_id: uuid.UUID, approve: bool, reason: str, actor: Actor
             data={"batch": str(batch.pk), "action": batch.action, "reason": batch.decision_reason},
         )
         if approve:
-            transaction.on_commit(lambda: bulk_publish(batch))
+            transaction.on_commit(lambda: bulk_publish_later(batch_id=batch.pk))
     return batch
 
 
@@ -250,6 +254,34 @@ def bulk_approvable(*, batch: BulkBatch, actor: Actor) -> bool:
         user=user, permissions=(ProviderPermission.APPROVE_RECONCILIATIONS,)
     )
     return BulkItem.objects.filter(batch=batch, operation__provider__in=providers).exists()
+
+
+def bulk_publish_later(*, batch_id: uuid.UUID) -> bool:
+    """After the commit, one message whose task publishes the batch's chunks; False
+    (logged) when the broker did not take it.
+
+    The request that submitted or approved the batch publishes this one message at
+    most, however many chunks the batch has. A message that never left is made up for
+    by ``bulk_resume`` when the batch's lease lapses.
+    """
+    try:
+        current_app.send_task(
+            "recovery.tasks.bulk_publish",
+            args=[str(batch_id)],
+            queue=settings.CELERY_TASK_DEFAULT_QUEUE,
+        )
+    except Exception as exc:  # the broker's errors vary by transport
+        logger.warning("publishing batch %s failed: %r", batch_id, exc)
+        return False
+    return True
+
+
+def bulk_publish_run(*, batch_id: uuid.UUID | str) -> int:
+    """The task of ``bulk_publish_later``: publish a running batch's chunks; how many."""
+    batch = BulkBatch.objects.filter(pk=batch_id, status=Status.RUNNING).first()
+    if batch is None:
+        return 0
+    return bulk_publish(batch)
 
 
 def bulk_publish(batch: BulkBatch, *, send: Callable[..., object] | None = None) -> int:

@@ -31,3 +31,20 @@ def test_the_500_page_renders_with_no_context_and_no_database():
         connections["default"].cursor()
     page = render_to_string("500.html")
     assert "<h1>Something went wrong</h1>" in page and 'class="brand" href="/"' in page
+
+
+@pytest.mark.urls("tests.console.urls_failing")
+def test_a_database_outage_answers_the_503_page_not_the_500(client, settings):
+    settings.DEBUG = False
+    client.raise_request_exception = False
+    response = client.get("/database-gone/")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    page = response.content.decode()
+    assert "<h1>Try again in a moment</h1>" in page
+    assert "server closed the connection" not in page
+
+
+def test_the_503_page_renders_with_no_context_and_no_database():
+    page = render_to_string("503.html")
+    assert "<h1>Try again in a moment</h1>" in page and 'class="brand" href="/"' in page

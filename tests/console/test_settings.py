@@ -129,11 +129,11 @@ def test_a_redis_broker_gets_a_visibility_timeout_longer_than_any_task(tmp_path)
 
 def test_prepared_statements_are_on_for_postgresql_and_can_be_turned_off(monkeypatch):
     """On by default; off for a pooler that cannot keep them (transaction-mode PgBouncer)."""
-    from console.settings import _database
+    from console.settings import _database, _db_bounds
 
     monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle")
     monkeypatch.delenv("SETTLE_DB_PREPARED_STATEMENTS", raising=False)
-    jit_off = {"options": "-c jit=off"}
+    jit_off = {"connect_timeout": 5, "options": " ".join(["-c jit=off", *_db_bounds()])}
     assert _database()["OPTIONS"] == {
         "server_side_binding": True,
         "prepare_threshold": 5,
@@ -148,6 +148,72 @@ def test_postgresql_connections_compile_nothing_unless_the_url_says(monkeypatch)
     from console.settings import _database
 
     monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle")
-    assert _database()["OPTIONS"]["options"] == "-c jit=off"
+    assert _database()["OPTIONS"]["options"].startswith("-c jit=off ")
     monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle?options=-c%20jit%3Don")
-    assert _database()["OPTIONS"]["options"] == "-c jit=on"
+    # The URL's own options come last, and PostgreSQL applies the last of each setting.
+    assert _database()["OPTIONS"]["options"].endswith(" -c jit=on")
+
+
+def _session_settings(env: dict[str, str], tmp_path: Path, *command: str) -> list[str]:
+    """The bounds a process started with ``command`` puts on its PostgreSQL sessions."""
+    code = (
+        "from django.conf import settings as s; "
+        "print(s.DATABASES['default']['CONN_HEALTH_CHECKS'], "
+        "s.DATABASES['default']['OPTIONS']['options'])"
+    )
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SETTLE_DB_")}
+    environment |= {
+        "SETTLE_VAR_DIR": str(tmp_path / "var"),
+        "DATABASE_URL": "postgres://settle@db:5432/settle",
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+        **env,
+    }
+    result = subprocess.run(
+        [sys.executable, *command, "-c", code],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_the_web_and_workers_bound_statements_and_commands_take_their_own_bound(tmp_path):
+    """gunicorn and Celery (any program but a management command) get the web's bounds."""
+    served = _session_settings({}, tmp_path)
+    assert served[0] == "True"  # a connection kept across requests is checked first
+    assert "statement_timeout=30000" in served and "lock_timeout=10000" in served
+    assert "idle_in_transaction_session_timeout=120000" in served
+    tight = _session_settings(
+        {"SETTLE_DB_STATEMENT_TIMEOUT_MS": "1500", "SETTLE_DB_LOCK_TIMEOUT_MS": "250"}, tmp_path
+    )
+    assert "statement_timeout=1500" in tight and "lock_timeout=250" in tight
+    # A management command (migrate, verify_audit, the benchmarks) is not cut by them.
+    command = _session_settings({}, tmp_path, "manage.py", "shell")
+    assert "statement_timeout=0" in command and "lock_timeout=0" in command
+    bounded = _session_settings(
+        {"SETTLE_DB_COMMAND_STATEMENT_TIMEOUT_MS": "600000"}, tmp_path, "manage.py", "shell"
+    )
+    assert "statement_timeout=600000" in bounded
+
+
+def test_a_redis_broker_call_is_bounded_and_a_publish_gives_up_at_once(tmp_path):
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "o = s.CELERY_BROKER_TRANSPORT_OPTIONS; "
+        "print(o['socket_timeout'], o['socket_connect_timeout'], "
+        "s.CELERY_TASK_PUBLISH_RETRY_POLICY['max_retries'])"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    environment |= {
+        "SETTLE_VAR_DIR": str(tmp_path / "var"),
+        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1.0", "1.0", "0"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
@@ -13,6 +14,14 @@ def fails(request: HttpRequest) -> HttpResponse:
     raise RuntimeError("a bug the console did not foresee")
 
 
-urlpatterns = [path("fails/", fails), *console_urlpatterns]
+def database_gone(request: HttpRequest) -> HttpResponse:
+    raise OperationalError("server closed the connection unexpectedly")
+
+
+urlpatterns = [
+    path("fails/", fails),
+    path("database-gone/", database_gone),
+    *console_urlpatterns,
+]
 
 __all__ = ["handler404", "handler500", "urlpatterns"]

@@ -19,6 +19,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from recovery.models import AuditEvent, BulkBatch, BulkItem, Dispatch, Operation
+from recovery.services import bulk as bulk_module
 from recovery.services.bulk import (
     Pick,
     bulk_chunk_run,
@@ -340,3 +341,23 @@ def test_a_bulk_confirm_completes_a_stranded_receipt_and_leaves_no_stranded_mark
     assert operation.state == "released"
     assert Dispatch.objects.get(operation=operation).receipt_status == "succeeded"
     assert operation.receipt_running is False
+
+
+def test_a_submission_publishes_one_message_however_many_chunks_its_batch_has(
+    operator, stuck, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.SETTLE_BULK_CHUNK = 2
+    sent: list[tuple[str, list[object]]] = []
+    monkeypatch.setattr(
+        bulk_module.current_app, "send_task", lambda name, args, **_: sent.append((name, args))
+    )
+    matched = [
+        stuck.conflict(f"one-{n}", host_says="failed", provider_says="committed") for n in range(7)
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        batch = _submit(operator, "confirm", matched)
+    # The request's one message; its task (a worker) publishes the four chunks.
+    assert sent == [("recovery.tasks.bulk_publish", [str(batch.pk)])]
+    sent.clear()
+    assert bulk_module.bulk_publish_run(batch_id=str(batch.pk)) == 4
+    assert [name for name, _ in sent] == ["recovery.tasks.bulk_chunk"] * 4

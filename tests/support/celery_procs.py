@@ -205,8 +205,11 @@ def beat_start(
     return proc
 
 
-def redis_start(directory: Path, port: int = 0) -> tuple[Proc, int]:
-    """A private ``redis-server`` (no persistence) on ``port`` (a free one if 0)."""
+def redis_start(directory: Path, port: int = 0, extra: tuple[str, ...] = ()) -> tuple[Proc, int]:
+    """A private ``redis-server`` (no persistence) on ``port`` (a free one if 0).
+
+    ``extra``: more of its options (``--enable-debug-command yes`` for ``DEBUG SLEEP``).
+    """
     port = port or _free_port()
     executable = shutil.which("redis-server")
     if executable is None:
@@ -223,6 +226,7 @@ def redis_start(directory: Path, port: int = 0) -> tuple[Proc, int]:
         "no",
         "--dir",
         str(directory),
+        *extra,
     ]
     proc = _start(command, name=f"redis:{port}", log_path=directory / f"redis-{port}.log", env={})
     try:
