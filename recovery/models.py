@@ -149,8 +149,10 @@ class Operation(models.Model):
                 & ~Q(state__in=["dispatched", "unknown", "reconcile"]),
                 name="operation_stranded",
             ),
+            # The sweeper's due lookups in its order; with the id, the queue's count of
+            # unknown operations' stranded receipts reads this index alone.
             models.Index(
-                fields=["next_lookup_at"],
+                fields=["next_lookup_at", "id"],
                 condition=Q(state="unknown"),
                 name="operation_lookup_due",
             ),
