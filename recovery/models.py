@@ -552,6 +552,8 @@ class AuditExport(models.Model):
     # providers whose events it may hold: who downloads it must still view each of them.
     filters = models.JSONField(default=dict)
     providers = models.JSONField(default=list)
+    # Whether it may hold the system chain (its requester supervised): so must its reader.
+    system_chain = models.BooleanField(default=False)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     rows = models.BigIntegerField(default=0)
     sha256 = models.CharField(max_length=64, blank=True)

@@ -19,6 +19,7 @@ class Migration(migrations.Migration):
                 ("export_format", models.CharField(max_length=5)),
                 ("filters", models.JSONField(default=dict)),
                 ("providers", models.JSONField(default=list)),
+                ("system_chain", models.BooleanField(default=False)),
                 (
                     "status",
                     models.CharField(

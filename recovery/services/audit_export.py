@@ -30,7 +30,11 @@ from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction, event_export
 from recovery.canonical import canonical_dumps
 from recovery.models import AuditEvent, AuditExport
-from recovery.selectors import audit_events_export_for_user, providers_visible_to
+from recovery.selectors import (
+    audit_events_export_for_user,
+    audit_supervisor,
+    providers_visible_to,
+)
 from recovery.selectors.audit_trail import AuditFilters
 from recovery.services.errors import Forbidden, Invalid, NotFound
 from recovery.vocabulary import AuditKind
@@ -152,6 +156,7 @@ def audit_export_request(
             export_format=export_format,
             filters=_filters_stored(filters),
             providers=providers,
+            system_chain=audit_supervisor(user=user),
         )
         audit_append(
             kind=AuditKind.AUDIT_EXPORTED,
@@ -214,7 +219,8 @@ def audit_export_for_user(*, user: Any, export_id: Any) -> AuditExport:
     """The export ``user`` asked for, if they may still read all it holds.
 
     Only its requester, and only while they still view every provider they viewed
-    when they asked: an export may hold any of those providers' events.
+    when they asked, and still supervise if they did: an export may hold any of those
+    providers' events, and the system chain.
     """
     try:
         ident = uuid.UUID(str(export_id))
@@ -226,6 +232,8 @@ def audit_export_for_user(*, user: Any, export_id: Any) -> AuditExport:
     visible = set(providers_visible_to(user=user).values_list("name", flat=True))
     if not set(export.providers) <= visible:
         raise Forbidden("this export holds events of providers you no longer view")
+    if export.system_chain and not audit_supervisor(user=user):
+        raise Forbidden("this export holds the system chain, which you no longer supervise")
     return export
 
 

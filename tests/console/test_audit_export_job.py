@@ -120,6 +120,20 @@ def test_a_viewer_of_one_provider_cannot_download_an_export_holding_another(
     assert client.get(f"/audit/exports/{export.pk}/").status_code in (403, 404)
 
 
+def test_a_supervisor_no_longer_cannot_download_the_system_chain_they_exported(
+    signed_in, supervisor, provider, trail
+):
+    client = signed_in(supervisor)
+    export = _written(_ask(client))
+    assert export.system_chain and '"chain":""' in export_path(export).read_text()
+    assert client.get(f"/audit/exports/{export.pk}/download").status_code == 200
+    # The supervisor role withdrawn, the operator's kept: the providers are still theirs.
+    UserObjectPermission.objects.filter(
+        user=supervisor, permission__codename="approve_reconciliations"
+    ).delete()
+    assert client.get(f"/audit/exports/{export.pk}/download").status_code in (403, 404)
+
+
 def test_a_bad_filter_or_format_asks_for_nothing(signed_in, operator, trail):
     client = signed_in(operator)
     assert client.post("/audit/exports/?since=yesterday", {"format": "csv"}).status_code == 400
