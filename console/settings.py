@@ -167,6 +167,10 @@ SETTLE_AUDIT_KEY = _generated_secret("SETTLE_AUDIT_KEY", "audit_key")
 SETTLE_AUDIT_CHECKPOINT_FILE = Path(
     env_str("SETTLE_AUDIT_CHECKPOINT_FILE", str(VAR_DIR / "audit-checkpoints.jsonl"))
 )
+# Audit exports are written here by a worker, then downloaded from the console.
+SETTLE_AUDIT_EXPORT_DIR = Path(env_str("SETTLE_AUDIT_EXPORT_DIR", str(VAR_DIR / "exports")))
+# How long a worker may spend writing one export before it is stopped (and marked failed).
+SETTLE_AUDIT_EXPORT_SECONDS = env_int("SETTLE_AUDIT_EXPORT_SECONDS", 3600, minimum=60)
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
 

@@ -83,6 +83,13 @@ urlpatterns = [
     path("audit/", audit.audit_trail, name="audit"),
     path("audit/export.csv", audit.audit_export_csv, name="audit-export-csv"),
     path("audit/export.jsonl", audit.audit_export_jsonl, name="audit-export-jsonl"),
+    path("audit/exports/", audit.audit_export_start, name="audit-export-start"),
+    path("audit/exports/<uuid:export_id>/", audit.audit_export_page, name="audit-export"),
+    path(
+        "audit/exports/<uuid:export_id>/download",
+        audit.audit_export_download,
+        name="audit-export-download",
+    ),
     path(
         "audit/alarms/<int:alarm_id>/resolve",
         audit.audit_alarm_resolve_view,

@@ -10,12 +10,14 @@ import time
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 
 from recovery.audit import audit_checkpoint as audit_checkpoint_make
 from recovery.audit import audit_verification_run
 from recovery.metrics import SWEEP_SECONDS
 from recovery.models import Pulse
 from recovery.services.alerts import alerts_evaluate as alerts_evaluate_run
+from recovery.services.audit_export import audit_export_run
 from recovery.services.bulk import bulk_chunk_run, bulk_publish_run
 from recovery.services.bulk import bulk_resume as bulk_resume_run
 from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
@@ -128,3 +130,13 @@ def worker_heartbeat(queue: str, sent_at: float) -> None:
     """A worker's heartbeat to ``queue`` (``console.celery.QueueHeartbeat``), run by
     whichever worker of that queue takes it: the queue is served."""
     queue_pulse_record(queue=queue, waited=time.time() - sent_at)
+
+
+# An export of a large trail runs longer than the other tasks may: its own limits.
+@shared_task(
+    soft_time_limit=settings.SETTLE_AUDIT_EXPORT_SECONDS,
+    time_limit=settings.SETTLE_AUDIT_EXPORT_SECONDS + 30,
+)
+def audit_export(export_id: str) -> str:
+    export = audit_export_run(export_id=export_id)
+    return "" if export is None else str(export.status)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Iterable, Iterator
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -17,9 +14,7 @@ from django.views.decorators.http import require_GET, require_POST, require_safe
 from approvals.actors import Actor
 from console.forms import AUDIT_KINDS, AuditFilterForm, page_queries
 from console.views.access import refusal_status_raise
-from recovery.audit import event_export
-from recovery.canonical import canonical_dumps
-from recovery.models import AuditEvent
+from recovery.models import AuditExport
 from recovery.selectors import (
     audit_alarms_for_user,
     audit_events_export_for_user,
@@ -27,6 +22,13 @@ from recovery.selectors import (
     audit_health_for_user,
     audit_supervisor,
     providers_visible_to,
+)
+from recovery.services.audit_export import (
+    audit_export_for_user,
+    audit_export_request,
+    audit_exports_for_user,
+    export_path,
+    sealed_export,
 )
 from recovery.services.audit_trail import (
     ExportFormat,
@@ -36,7 +38,6 @@ from recovery.services.audit_trail import (
 from recovery.services.errors import NotFound, RecoveryError
 
 PAGE_SIZE = 50
-EXPORT_COLUMNS = ("id", "at", "chain", "seq", "kind", "actor", "data", "prev_hash", "hash")
 
 
 def _form(request: HttpRequest) -> AuditFilterForm:
@@ -78,48 +79,36 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-class _Echo:
-    """A file that hands back what is written to it: ``csv.writer`` into a stream."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
-def _csv_lines(events: Iterable[AuditEvent]) -> Iterator[str]:
-    writer = csv.writer(_Echo())
-    yield writer.writerow(EXPORT_COLUMNS)
-    for event in events:
-        record = event_export(event)
-        record["data"] = canonical_dumps(record["data"]).decode("utf-8")
-        yield writer.writerow([record[column] for column in EXPORT_COLUMNS])
-
-
-def _jsonl_lines(events: Iterable[AuditEvent]) -> Iterator[str]:
-    for event in events:
-        yield canonical_dumps(event_export(event)).decode("utf-8") + "\n"
+def _filter_refused(form: AuditFilterForm) -> HttpResponse | None:
+    """400 for a filter that does not parse: unlike the page, an export does not drop a
+    bad filter, since it would hand out more than was asked for."""
+    if not form.errors:
+        return None
+    problems = "; ".join(
+        f"{name}: {' '.join(str(e) for e in errors)}" for name, errors in form.errors.items()
+    )
+    return HttpResponse(
+        f"invalid_filter: {problems}\n", status=400, content_type="text/plain; charset=utf-8"
+    )
 
 
 def _export(request: HttpRequest, export_format: ExportFormat) -> HttpResponseBase:
-    """Record the export, then stream it; a filter that does not parse is refused.
+    """Record the export, then stream it, its trailer last; a bad filter is refused.
 
-    Unlike the page, an export does not drop a bad filter: it would hand out more than
-    was asked for.
+    For a small trail: a stream longer than the server lets a response run is cut
+    short, which its missing trailer then shows. A large one is an export job.
     """
     form = _form(request)
-    if form.errors:
-        problems = "; ".join(
-            f"{name}: {' '.join(str(e) for e in errors)}" for name, errors in form.errors.items()
-        )
-        return HttpResponse(
-            f"invalid_filter: {problems}\n", status=400, content_type="text/plain; charset=utf-8"
-        )
+    refused = _filter_refused(form)
+    if refused is not None:
+        return refused
     audit_export_record(
         filters=form.query(),
         export_format=export_format,
         actor=Actor.of("user", request.user),
     )
     events = audit_events_export_for_user(user=request.user, filters=form.filters())
-    lines = _csv_lines(events) if export_format == "csv" else _jsonl_lines(events)
+    lines = iter(sealed_export(events, export_format))
     content_type = "text/csv" if export_format == "csv" else "application/jsonl"
     response = StreamingHttpResponse(lines, content_type=f"{content_type}; charset=utf-8")
     name = f"settle-audit-{timezone.now():%Y%m%dT%H%M%SZ}.{export_format}"
@@ -158,3 +147,67 @@ def audit_alarm_resolve_view(request: HttpRequest, alarm_id: int) -> HttpRespons
     else:
         messages.success(request, f"Alarm {alarm_id} resolved.")
     return redirect(reverse("audit") + "#alarms")
+
+
+@login_required
+@require_POST
+def audit_export_start(request: HttpRequest) -> HttpResponseBase:
+    """Ask for an export of the trail the URL filters, written by a worker: its page."""
+    form = _form(request)
+    refused = _filter_refused(form)
+    if refused is not None:
+        return refused
+    try:
+        export = audit_export_request(
+            user=request.user,
+            filters=form.filters(),
+            query=form.query(),
+            export_format=request.POST.get("format", ""),
+        )
+    except RecoveryError as error:
+        return HttpResponse(
+            f"{error.code}: {error.message}\n", status=400, content_type="text/plain; charset=utf-8"
+        )
+    return redirect("audit-export", export_id=export.pk)
+
+
+def _export_for_viewer(request: HttpRequest, export_id: str) -> AuditExport:
+    try:
+        return audit_export_for_user(user=request.user, export_id=export_id)
+    except RecoveryError as error:
+        refusal_status_raise(error)
+        raise Http404(error.message) from error
+
+
+@login_required
+@require_safe
+def audit_export_page(request: HttpRequest, export_id: str) -> HttpResponse:
+    """An export's progress, and its download once written; htmx polls while it runs."""
+    export = _export_for_viewer(request, export_id)
+    context = {
+        "export": export,
+        "exports": audit_exports_for_user(user=request.user),
+        "working": export.status in (AuditExport.Status.QUEUED, AuditExport.Status.RUNNING),
+    }
+    template = "console/audit_export.html#status" if request.htmx else "console/audit_export.html"  # type: ignore[attr-defined]
+    return render(request, template, context)
+
+
+@login_required
+@require_safe
+def audit_export_download(request: HttpRequest, export_id: str) -> HttpResponseBase:
+    """The written file, to its requester only, while they still view all it holds."""
+    export = _export_for_viewer(request, export_id)
+    path = export_path(export)
+    if export.status != AuditExport.Status.DONE or not path.exists():
+        raise Http404("this export is not written yet")
+    content_type = "text/csv" if export.export_format == "csv" else "application/jsonl"
+    name = f"settle-audit-{export.created_at:%Y%m%dT%H%M%SZ}.{export.export_format}"
+    response = FileResponse(
+        path.open("rb"),
+        as_attachment=True,
+        filename=name,
+        content_type=f"{content_type}; charset=utf-8",
+    )
+    response["Cache-Control"] = "no-store"
+    return response

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("recovery", "0024_remove_operation_operation_unsettled_and_more"),
+        ("recovery", "0025_queue_pulse_and_beat_pulse"),
     ]
 
     operations = [

@@ -54,7 +54,7 @@ def operations_matching_count_for_user(
     branches = _matching_branches(user=user, filters=filters, until=until)
     for number, branch in enumerate(branches):
         selects.append(capped_count_sql(branch, cap, f"capped_{number}"))
-        params.extend(branch.params)
+        params.extend(branch.condition_params)
     if not selects:
         return 0
     with connection.cursor() as cursor:
@@ -74,9 +74,9 @@ def operations_matching_for_user(
             cursor.execute(
                 *queue_statement(
                     branch,
-                    f"SELECT o.id, o.version FROM recovery_operation o WHERE {branch.where}"
+                    f"SELECT o.id, o.version FROM recovery_operation o WHERE {branch.condition}"
                     f" LIMIT {limit + 1 - len(pairs)}",
-                    branch.params,
+                    branch.condition_params,
                 )
             )
             pairs += [(int(pk), int(version)) for pk, version in cursor.fetchall()]

@@ -99,18 +99,40 @@ class QueueBranch:
     """One disjoint part of the queue: conditions over ``o`` (a row of the operations
     table) that one partial index serves, and their parameters.
 
-    ``prefix``: the WITH clause a statement over it starts with (``queue_statement``),
-    naming the providers its user may view, with ``prefix_params``; empty when the
-    user may view every provider.
+    ``checks``: conditions asked of each row that scan yields (a subquery per row), with
+    ``check_params``; ``condition`` is both together. ``prefix``: the WITH clause a
+    statement over it starts with (``queue_statement``), naming the providers its user
+    may view, with ``prefix_params``; empty when the user may view every provider.
     """
 
     where: str
     params: tuple[Any, ...]
     prefix: str = ""
     prefix_params: tuple[Any, ...] = ()
+    checks: str = ""
+    check_params: tuple[Any, ...] = ()
 
     def narrowed(self, condition: str, *params: Any) -> QueueBranch:
         return replace(self, where=f"{self.where} AND {condition}", params=(*self.params, *params))
+
+    def checked(self, condition: str, *params: Any) -> QueueBranch:
+        checks = f"{self.checks} AND {condition}" if self.checks else condition
+        return replace(self, checks=checks, check_params=(*self.check_params, *params))
+
+    @property
+    def condition(self) -> str:
+        """``where`` and ``checks``, the checks written so that the planner expects nearly
+        every row to pass them: it cannot know how many do, and its own guess (one in
+        200) made it read a branch's every row along another index and sort them all
+        before the LIMIT, where reading the index in order stops at the LIMIT (and
+        costs no more when few rows pass)."""
+        if not self.checks:
+            return self.where
+        return f"{self.where} AND (CASE WHEN {self.checks} THEN 1 END) IS NOT NULL"
+
+    @property
+    def condition_params(self) -> tuple[Any, ...]:
+        return (*self.params, *self.check_params)
 
 
 def queue_statement(branch: QueueBranch, sql: str, params: Sequence[Any]) -> tuple[str, list[Any]]:
@@ -242,11 +264,11 @@ def queue_branch_filtered(
     if until is not None:
         branch = branch.narrowed("o.updated_at <= %s", _time(until))
     if filters.verdict == "none":
-        branch = branch.narrowed(f"{_latest_evidence('verdict')} IS NULL")
+        branch = branch.checked(f"{_latest_evidence('verdict')} IS NULL")
     elif filters.verdict:
-        branch = branch.narrowed(f"{_latest_evidence('verdict')} = %s", filters.verdict)
+        branch = branch.checked(f"{_latest_evidence('verdict')} = %s", filters.verdict)
     if filters.reason:
-        branch = branch.narrowed(f"({_REASON}) = %s", filters.reason)
+        branch = branch.checked(f"({_REASON}) = %s", filters.reason)
     return branch
 
 
@@ -287,7 +309,7 @@ def _settled_stranded_branch(visible: QueueBranch) -> QueueBranch:
     return (
         replace(visible, where=f"o.receipt_running AND o.state NOT IN {_NOT_STRANDED}", params=())
         .narrowed(visible.where, *visible.params)
-        .narrowed(_RECEIPT_RUNNING)
+        .checked(_RECEIPT_RUNNING)
     )
 
 
@@ -311,7 +333,7 @@ def _branches(visible: QueueBranch, filters: QueueFilters) -> list[QueueBranch]:
         branches += [_state_branch(visible, s) for s in states]
     elif filters.state == QUEUE_STRANDED:
         # The stranded receipts of unsettled operations, along the same index.
-        branches += [_state_branch(visible, s).narrowed(_RECEIPT_RUNNING) for s in QUEUE_STATES]
+        branches += [_state_branch(visible, s).checked(_RECEIPT_RUNNING) for s in QUEUE_STATES]
     if filters.state in ("", QUEUE_STRANDED) and filters.reason in ("", QUEUE_STRANDED):
         branches.append(_settled_stranded_branch(visible))
     return branches
@@ -331,9 +353,9 @@ def _page_sql(
             branch = branch.narrowed("(o.updated_at, o.id) > (%s, %s)", _time(after[0]), after[1])
         parts.append(
             "SELECT * FROM (SELECT o.id, o.updated_at FROM recovery_operation o"
-            f" WHERE {branch.where} ORDER BY o.updated_at, o.id LIMIT {limit + 1}) b{number}"
+            f" WHERE {branch.condition} ORDER BY o.updated_at, o.id LIMIT {limit + 1}) b{number}"
         )
-        params += branch.params
+        params += branch.condition_params
     if not parts:
         return None
     page = (
@@ -347,41 +369,40 @@ def capped_count_sql(branch: QueueBranch, cap: int, name: str) -> str:
     """A subquery counting the operations of ``branch`` up to ``cap`` + 1: its LIMIT stops
     the scan there, so it costs the same however many there are past it."""
     return (
-        f"(SELECT COUNT(*) FROM (SELECT 1 FROM recovery_operation o WHERE {branch.where}"
+        f"(SELECT COUNT(*) FROM (SELECT 1 FROM recovery_operation o WHERE {branch.condition}"
         f" LIMIT {int(cap) + 1}) {name})"
     )
 
 
 def _counts_sql(visible: QueueBranch) -> tuple[str, list[Any]]:
     """One row: how many wait in ``unknown``, in ``reconcile``, and stranded receipts,
-    each counted to ``QUEUE_COUNT_CAP`` + 1."""
-    capped = f"LIMIT {QUEUE_COUNT_CAP + 1}"
+    each counted to ``QUEUE_COUNT_CAP`` + 1.
+
+    No count has an ORDER BY: a count needs no order, and given one the planner may read
+    every row of a branch along another index and sort them all before the LIMIT (it
+    cannot know how many receipts are running). Unordered, each part is a scan of a
+    partial index whose predicate is the part's own condition, stopped by the LIMIT.
+    """
     selects: list[str] = []
     params: list[Any] = []
     for state in QUEUE_STATES:
         branch = _state_branch(visible, state)
         count = capped_count_sql(branch, QUEUE_COUNT_CAP, f"capped_{state.value}")
         selects.append(f"{count} AS count_{state.value}")
-        params += branch.params
+        params += branch.condition_params
     # The stranded receipts in three parts (those of each unsettled state, and of the
     # settled operations ``operation_stranded`` marks) under one LIMIT: each receipt is
-    # asked about row by row, and once the cap is reached no further part is read. In
-    # the queue's order, so that each part reads the index its branch of the queue
-    # reads (from the index alone; ``operation_lookup_due``, which the planner picks
-    # otherwise, costs a read of the table per row).
+    # asked about row by row, and once the cap is reached no further part is read.
     stranded = [
-        *(_state_branch(visible, state).narrowed(_RECEIPT_RUNNING) for state in QUEUE_STATES),
+        *(_state_branch(visible, state).checked(_RECEIPT_RUNNING) for state in QUEUE_STATES),
         _settled_stranded_branch(visible),
     ]
-    parts = [
-        f"SELECT * FROM (SELECT 1 FROM recovery_operation o WHERE {branch.where}"
-        f" ORDER BY o.updated_at, o.id) stranded_{number}"
-        for number, branch in enumerate(stranded)
-    ]
+    parts = [f"SELECT 1 FROM recovery_operation o WHERE {branch.condition}" for branch in stranded]
     selects.append(
-        f"(SELECT COUNT(*) FROM ({' UNION ALL '.join(parts)} {capped}) stranded) AS count_stranded"
+        f"(SELECT COUNT(*) FROM ({' UNION ALL '.join(parts)} LIMIT {QUEUE_COUNT_CAP + 1})"
+        " stranded) AS count_stranded"
     )
-    params += [param for branch in stranded for param in branch.params]
+    params += [param for branch in stranded for param in branch.condition_params]
     return "SELECT " + ", ".join(selects), params
 
 

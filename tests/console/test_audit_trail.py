@@ -62,14 +62,22 @@ def _keys(response) -> set[str]:
     )
 
 
-def _csv(response) -> list[dict[str, str]]:
+def _sealed(response) -> str:
+    """The export's lines before its trailer, which must vouch for every byte of them."""
     body = b"".join(response.streaming_content).decode("utf-8")
-    return list(csv.DictReader(io.StringIO(body)))
+    lines, _, trailer = body[:-1].rpartition("\n")
+    lines += "\n" if lines else ""
+    assert trailer.startswith("#settle-audit-export complete rows=")
+    assert trailer.endswith(" sha256=" + hashlib.sha256(lines.encode("utf-8")).hexdigest())
+    return lines
+
+
+def _csv(response) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(_sealed(response))))
 
 
 def _jsonl(response) -> list[dict[str, Any]]:
-    body = b"".join(response.streaming_content).decode("utf-8")
-    return [json.loads(line) for line in body.splitlines()]
+    return [json.loads(line) for line in _sealed(response).splitlines()]
 
 
 @pytest.fixture
@@ -365,7 +373,8 @@ def test_an_export_streams_from_a_server_side_cursor(signed_in, supervisor, trai
         # One cursor per branch: the operations' chains and the system chain.
         assert cursor.fetchone()[0] == 2
     rest = list(lines)
-    assert len(rest) == AuditEvent.objects.exclude(operation_key="ledger-1").count() - 1
+    # The other events, then the trailer.
+    assert len(rest) == AuditEvent.objects.exclude(operation_key="ledger-1").count()
 
 
 # -- the log's verification -----------------------------------------------------------

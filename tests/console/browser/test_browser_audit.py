@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import re
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
-from recovery.models import AuditEvent
+from recovery.models import AuditEvent, AuditExport
+from recovery.services.audit_export import TRAILER, audit_export_run, export_file_check
 from tests.console.browser.conftest import (
     NARROW,
     WIDE,
@@ -69,12 +71,26 @@ def test_an_auditor_filters_the_trail_and_verifies_its_export(page: Page, audito
         assert_no_overflow(page)
         screenshot(page, f"audit-trail-filtered-{width}")
 
+    # The export is a job: its page follows the worker (run here in-process), then
+    # offers the file.
+    page.get_by_role("button", name="CSV", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/audit/exports/[0-9a-f-]{36}/$"))
+    expect(page.locator("[data-export-status]")).to_have_text("queued")
+    (export,) = AuditExport.objects.all()
+    audit_export_run(export_id=str(export.pk))
+    expect(page.locator("[data-export-status]")).to_have_text("done", timeout=5000)
+    for width in (WIDE, NARROW):
+        page.set_viewport_size({"width": width, "height": 800})
+        assert_no_overflow(page)
+        screenshot(page, f"audit-export-done-{width}")
     with page.expect_download() as download_info:
-        page.get_by_role("link", name="CSV", exact=True).click()
+        page.get_by_role("link", name=re.compile(r"^Download")).click()
     download = download_info.value
     assert re.fullmatch(r"settle-audit-\d{8}T\d{6}Z\.csv", download.suggested_filename)
+    assert export_file_check(path=Path(download.path())).complete
     with open(download.path(), encoding="utf-8", newline="") as handle:
-        exported = list(csv.DictReader(io.StringIO(handle.read())))
+        text = handle.read()
+    exported = list(csv.DictReader(io.StringIO(text[: text.rindex(TRAILER)])))
     # The whole chain, in order, each hash recomputed from the file alone.
     assert [int(row["seq"]) for row in exported] == list(range(1, chain.count() + 1))
     previous = GENESIS
@@ -84,5 +100,5 @@ def test_an_auditor_filters_the_trail_and_verifies_its_export(page: Page, audito
         previous = row["hash"]
     exports = AuditEvent.objects.filter(kind="audit_exported")
     assert list(exports.values_list("data", flat=True)) == [
-        {"format": "csv", "filters": {"key": key}}
+        {"format": "csv", "filters": {"key": key}, "export": str(export.pk)}
     ]
