@@ -78,4 +78,7 @@ def test_a_bad_cursor_or_page_size_is_refused_with_400(flow, query, code):
 
 def test_another_hosts_operation_history_is_not_found(flow, other_host_api):
     flow.approved()
-    assert other_host_api.get("/api/v1/operations/op-1/history").status_code == 404
+    assert flow.host_api.get("/api/v1/operations/op-1/history").status_code == 200
+    response = other_host_api.get("/api/v1/operations/op-1/history")
+    assert response.status_code == 404
+    assert response.json()["error"] == "unknown_operation"
