@@ -40,7 +40,7 @@ from recovery.selectors.queue import claim_cutoff
 from recovery.selectors.records import _history_lines, _iso, _who, operation_record_of
 from recovery.vocabulary import AuditKind, StaleSignal
 
-TIMELINE_LIMIT = 200
+TIMELINE_LIMIT = 50  # the newest entries shown; the audit trail holds the rest
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import LookupAttempt, Operation
-from recovery.selectors import operation_timeline
+from recovery.selectors import TIMELINE_LIMIT, operation_timeline
 from recovery.selectors.operation_page import PERMIT_LINES
 from recovery.services.locking import operation_lock
 from recovery.services.lookup_tasks import lookup_attempt_run
@@ -76,13 +76,14 @@ def test_an_event_of_a_kind_the_page_does_not_know_still_shows(client, operator,
     assert "&quot;claimed_by&quot;: &quot;olivia&quot;" in section  # its data, as it is
 
 
-def test_the_timeline_shows_the_newest_200_and_says_there_are_more(client, operator, stuck):
+def test_the_timeline_shows_the_newest_entries_and_links_the_rest(client, operator, stuck):
     operation = stuck.unknown("op-1")
-    _append(operation, "note", count=205, text="again")
+    _append(operation, "note", count=TIMELINE_LIMIT + 5, text="again")
     client.force_login(operator)
     section = _section(_page(client, "op-1"), "timeline-title")
-    assert section.count('<li class="line kind-') == 200
-    assert "Only the newest 200 entries are shown" in section
+    assert section.count('<li class="line kind-') == TIMELINE_LIMIT
+    assert f"Only the newest {TIMELINE_LIMIT} entries are shown" in section
+    assert 'href="/audit/?key=op-1"' in section
     assert "Registered" not in section  # the oldest were left out
     short = operation_timeline(operation=operation, limit=3)
     assert [entry.kind for entry in short.entries] == ["note"] * 3 and short.truncated
