@@ -8,7 +8,8 @@ limit. It is the scheme django-ratelimit uses, written out here because the API 
 say when to come back (``Retry-After``) and must fail open.
 
 Failing open: a cache that errors or does not answer lets the request through, logged,
-and never as a refusal of the permit; the limit protects the record, not the safety rules.
+and never as a refusal of the permit (the limit protects the record, not the safety
+rules); the process then skips the cache for ``SKIP_SECONDS``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from django.core.cache import caches
 
 logger = logging.getLogger("settle.api")
 
+# After the cache fails, this process skips it this long: a hung cache costs one request
+# its timeout, not every request.
+SKIP_SECONDS = 5.0
+_skip_until = 0.0
+
 
 def rate_limit_wait(*, credential: str) -> int:
     """0 if ``credential`` may make one more request now, else the seconds to wait.
@@ -30,7 +36,8 @@ def rate_limit_wait(*, credential: str) -> int:
     """
     rate = settings.SETTLE_HOST_RATE_PER_SECOND
     burst = settings.SETTLE_HOST_RATE_BURST
-    if rate <= 0:
+    global _skip_until
+    if rate <= 0 or time.monotonic() < _skip_until:
         return 0
     window = max(1, math.ceil(burst / rate))
     now = time.time()
@@ -43,7 +50,10 @@ def rate_limit_wait(*, credential: str) -> int:
     except ValueError:
         return 0  # the window's key expired between add and incr: a new window began
     except Exception:
-        logger.warning("rate limit skipped: the cache did not answer", exc_info=True)
+        _skip_until = time.monotonic() + SKIP_SECONDS
+        logger.warning(
+            "rate limit skipped for %g s: the cache did not answer", SKIP_SECONDS, exc_info=True
+        )
         return 0
     if count <= burst:
         return 0
