@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -9,11 +10,14 @@ from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
 
 
-def permit_history(permit: Permit) -> list[dict[str, Any]]:
+def permit_history(
+    permit: Permit, *, events: Iterable[PermitEvent] | None = None, row: bool = True
+) -> list[dict[str, Any]]:
     """Every line of a permit's history, oldest first.
 
-    Issue, consumption and revocation are read from the permit's row; refusals, ignored
-    revocations and expiry from its events (``permit.events`` may be prefetched).
+    Issue, consumption and revocation are read from the permit's row (unless ``row`` is
+    False: a later page of the history); refusals, ignored revocations and expiry from
+    its events (``events``: a page of them; else ``permit.events``, maybe prefetched).
     """
     lines: list[tuple[datetime, int, dict[str, Any]]] = []
 
@@ -24,35 +28,37 @@ def permit_history(permit: Permit) -> list[dict[str, Any]]:
             (at, order, {"kind": kind, "reason": "", "actor": actor, "at": at, "detail": detail})
         )
 
-    line(
-        PermitEvent.Kind.ISSUED,
-        permit.issued_at,
-        permit.approval.decided_by,
-        {"ttl_seconds": round((permit.expires_at - permit.issued_at).total_seconds())},
-        0,
-    )
-    if permit.consumed_at is not None:
+    if row:
         line(
-            PermitEvent.Kind.CONSUMED,
-            permit.consumed_at,
-            permit.consumed_by,
-            {"presented_digest": permit.params_digest},
-            1,
+            PermitEvent.Kind.ISSUED,
+            permit.issued_at,
+            permit.approval.decided_by,
+            {"ttl_seconds": round((permit.expires_at - permit.issued_at).total_seconds())},
+            0,
         )
-    if permit.revoked_at is not None:
-        line(
-            PermitEvent.Kind.REVOKED,
-            permit.revoked_at,
-            permit.revoked_by,
-            {"reason": permit.revoke_reason, "status": Permit.Status.REVOKED},
-            1,
-        )
-    for event in permit.events.all():
+        if permit.consumed_at is not None:
+            line(
+                PermitEvent.Kind.CONSUMED,
+                permit.consumed_at,
+                permit.consumed_by,
+                {"presented_digest": permit.params_digest},
+                1,
+            )
+        if permit.revoked_at is not None:
+            line(
+                PermitEvent.Kind.REVOKED,
+                permit.revoked_at,
+                permit.revoked_by,
+                {"reason": permit.revoke_reason, "status": Permit.Status.REVOKED},
+                1,
+            )
+    for event in permit.events.all() if events is None else events:
         lines.append(
             (
                 event.at,
                 2,
                 {
+                    "id": event.pk,
                     "kind": event.kind,
                     "reason": event.reason,
                     "actor": event.actor,

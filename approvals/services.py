@@ -10,16 +10,25 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import connection, models, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit, PermitEvent, ReconciliationRequest
 from dbsql.clock import DatabaseNow, db_now
-from dbsql.rows import NOW, insert, model_from_row, select_first, update_returning
+from dbsql.rows import (
+    NOW,
+    insert,
+    insert_where,
+    model_from_row,
+    select_first,
+    update_returning,
+)
 
 M = TypeVar("M", bound=models.Model)
 
@@ -191,26 +200,117 @@ def approval_decide(
     return approval, permit
 
 
+class Recorded:
+    """How a refusal went into the permit's history."""
+
+    EVENT = "event"  # a line of its own
+    SUMMARY = "summary"  # the first one past the window's limit: a summary line opened
+    COUNTED = "counted"  # counted in the window's summary line
+
+
 @dataclass(frozen=True)
 class ConsumeResult:
     permit: Permit | None
     refusal: str = ""
+    recorded: str = Recorded.EVENT
+    window: tuple[datetime, datetime] | None = None  # the summary's, when not an EVENT
+    # An earlier window's summary line with this reason, closed by this refusal: its
+    # final count, for the caller to put on the audit chain.
+    closed: dict[str, Any] | None = None
 
     @property
     def consumed(self) -> bool:
         return not self.refusal
 
 
+def refusal_window(at: datetime) -> tuple[datetime, datetime]:
+    """The window of ``SETTLE_REFUSAL_WINDOW_SECONDS`` that ``at`` falls in."""
+    seconds = settings.SETTLE_REFUSAL_WINDOW_SECONDS
+    start = datetime.fromtimestamp(at.timestamp() // seconds * seconds, tz=UTC)
+    return start, start + timedelta(seconds=seconds)
+
+
 def _refuse(permit: Permit, reason: str, actor: Actor, detail: dict[str, Any]) -> ConsumeResult:
-    PermitEvent.objects.create(
+    """Write the refusal to the permit's history, one line each up to the window's limit.
+
+    Past ``SETTLE_REFUSALS_RECORDED_PER_MINUTE`` refusals with one reason in a window,
+    one summary line counts the rest (``count``, first and last time), updated by each
+    in the caller's transaction: every refusal stays on the record, its volume does not
+    grow with the caller's rate. The permit is locked (``permit_refusal``), so the
+    count is exact.
+    """
+    now = timezone.now()
+    start, end = refusal_window(now)
+    limit = settings.SETTLE_REFUSALS_RECORDED_PER_MINUTE
+    line = PermitEvent(
         permit=permit,
         kind=PermitEvent.Kind.REFUSED,
         reason=reason,
         actor=actor,
         detail=detail,
-        at=timezone.now(),
+        at=now,
     )
-    return ConsumeResult(permit=permit, refusal=reason)
+    q = connection.ops.quote_name
+    table, permit_id, at = (q(PermitEvent._meta.db_table), q("permit_id"), q("at"))
+    # One statement on the path taken all day: the line goes in while the window holds
+    # fewer than ``limit`` lines with this reason.
+    in_window = (
+        f"SELECT 1 FROM {table} WHERE {permit_id} = %s AND {q('kind')} = %s "
+        f"AND {q('reason')} = %s AND {at} >= %s AND {at} < %s LIMIT %s"
+    )
+    window_params = [
+        Permit._meta.pk.get_db_prep_value(permit.pk, connection),
+        PermitEvent.Kind.REFUSED,
+        reason,
+        connection.ops.adapt_datetimefield_value(start),
+        connection.ops.adapt_datetimefield_value(end),
+        limit,
+    ]
+    if insert_where(line, f"(SELECT COUNT(*) FROM ({in_window}) w) < %s", [*window_params, limit]):
+        return ConsumeResult(permit=permit, refusal=reason)
+    # Past the limit: this window's lines (the summary, if opened, is the newest) and the
+    # newest summary of an earlier window, to close it now that its count is final.
+    rows = list(
+        PermitEvent.objects.filter(permit=permit, kind=PermitEvent.Kind.REFUSED, reason=reason)
+        .filter(Q(at__gte=start, at__lt=end) | Q(at__lt=start, detail__has_key="count"))
+        .order_by("-id")
+        .values_list("pk", "at", "detail")[: limit + 2]
+    )
+    recorded = [(pk, detail) for pk, at, detail in rows if at >= start]
+    earlier = next(((pk, detail) for pk, at, detail in rows if at < start), None)
+    closed = _summary_close(*earlier) if earlier else None
+    if len(recorded) == limit:
+        PermitEvent.objects.create(
+            permit=permit,
+            kind=PermitEvent.Kind.REFUSED,
+            reason=reason,
+            actor=actor,
+            detail={
+                "count": 1,
+                "first_at": now.isoformat(),
+                "last_at": now.isoformat(),
+                "window_start": start.isoformat(),
+                "window_end": end.isoformat(),
+            },
+            at=now,
+        )
+        return ConsumeResult(permit, reason, Recorded.SUMMARY, (start, end), closed)
+    pk, summary = recorded[0]
+    # The latest refused caller, as of the summary's last_at.
+    PermitEvent.objects.filter(pk=pk).update(
+        actor=actor,
+        detail={**summary, "count": int(summary.get("count", 1)) + 1, "last_at": now.isoformat()},
+    )
+    return ConsumeResult(permit, reason, Recorded.COUNTED, (start, end), closed)
+
+
+def _summary_close(pk: int, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """An earlier window's summary line, marked closed unless it was: its count is final."""
+    if summary.get("closed"):
+        return None
+    closed = {**summary, "closed": True}
+    PermitEvent.objects.filter(pk=pk).update(detail=closed)
+    return {**closed, "permit_event_id": pk}
 
 
 def permit_consume(*, binding: Binding, presented_digest: str, actor: Actor) -> ConsumeResult:

@@ -477,7 +477,12 @@ def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> No
     pgbench = pgbench_inserts(settings, scratch)
     server_options = {
         "database_url": database_url(settings),
-        "env": {"SETTLE_AUDIT_CHECKPOINT_FILE": str(scratch / "audit-checkpoints.jsonl")},
+        "env": {
+            "SETTLE_AUDIT_CHECKPOINT_FILE": str(scratch / "audit-checkpoints.jsonl"),
+            # One token stands for the whole fleet here: a limit per credential would
+            # measure itself, not the API.
+            "SETTLE_HOST_RATE_PER_SECOND": "0",
+        },
     }
     print("SQL pass through bench.counting_wsgi …", flush=True)
     with gunicorn_running(

@@ -121,7 +121,11 @@ def main() -> None:
         provider = {"kind": "sqlite", "name": "bench", "path": str(orders)}
         tokens = (host_token, approver_token)
         rounds: list[dict[str, Any]] = []
-        env = {"SETTLE_AUDIT_CHECKPOINT_FILE": str(scratch / "checkpoints.jsonl")}
+        # One token stands for the whole fleet: no limit per credential (bench/api.py).
+        env = {
+            "SETTLE_AUDIT_CHECKPOINT_FILE": str(scratch / "checkpoints.jsonl"),
+            "SETTLE_HOST_RATE_PER_SECOND": "0",
+        }
         with gunicorn_running(
             database_url=database_url(settings), log_path=scratch / "gunicorn.log", env=env
         ) as server:

@@ -455,6 +455,53 @@ elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         "socket_connect_timeout": SETTLE_BROKER_CONNECT_TIMEOUT_SECONDS,
         "socket_timeout": SETTLE_BROKER_SOCKET_TIMEOUT_SECONDS,
     }
+# The shared cache behind the host API's rate limit: Redis in production (by default the
+# broker's, when it is Redis), so that every gunicorn worker on every machine counts
+# against the same limit; a file cache under var/ for the embedded default (shared by
+# the processes of one machine). A cache that does not answer within half a second is
+# skipped, and the request goes on unlimited.
+_cache_default = (
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
+)
+SETTLE_CACHE_URL = env_str("SETTLE_CACHE_URL", _cache_default or f"file://{VAR_DIR / 'cache'}")
+
+
+def _cache(url: str) -> dict[str, object]:
+    if url.startswith(("redis://", "rediss://")):
+        return {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": url,
+            "KEY_PREFIX": "settle",
+            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+        }
+    if url.startswith("file://"):
+        return {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": url.removeprefix("file://"),
+        }
+    if url == "locmem://":
+        return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    raise ImproperlyConfigured(
+        f"SETTLE_CACHE_URL={url!r}: use redis://, rediss://, file:///a/folder or locmem://"
+    )
+
+
+CACHES = {"default": _cache(SETTLE_CACHE_URL)}
+# The host API's limit per credential (host or approver token): on average this many
+# requests a second, at most SETTLE_HOST_RATE_BURST at once; beyond it, 429 with
+# Retry-After. 0 turns the limit off.
+SETTLE_HOST_RATE_PER_SECOND = env_int("SETTLE_HOST_RATE_PER_SECOND", 200)
+SETTLE_HOST_RATE_BURST = env_int("SETTLE_HOST_RATE_BURST", 2 * SETTLE_HOST_RATE_PER_SECOND)
+if SETTLE_HOST_RATE_PER_SECOND and SETTLE_HOST_RATE_BURST < SETTLE_HOST_RATE_PER_SECOND:
+    raise ImproperlyConfigured(
+        "SETTLE_HOST_RATE_BURST must be at least SETTLE_HOST_RATE_PER_SECOND"
+    )
+# Per operation and refusal code, the first this many refusals of a window are recorded
+# one by one (a permit event and an audit event each); the rest of the window's are
+# counted in one summary event. The caller is told of every refusal either way.
+SETTLE_REFUSALS_RECORDED_PER_MINUTE = env_int("SETTLE_REFUSALS_RECORDED_PER_MINUTE", 20, minimum=1)
+SETTLE_REFUSAL_WINDOW_SECONDS = 60
+
 # One queue name per deployment (and per test run, so parallel runs never collide).
 CELERY_TASK_DEFAULT_QUEUE = env_str("SETTLE_CELERY_QUEUE", "settle")
 # Webhook deliveries have a queue of their own, consumed by a worker of its own

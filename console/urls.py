@@ -32,6 +32,11 @@ urlpatterns = [
     path("", queue.home, name="home"),
     path("operations/<key:key>/", operations.operation_detail, name="operation"),
     path("operations/<key:key>/lookup", operations.operation_lookup, name="operation-lookup"),
+    path(
+        "operations/<key:key>/permits/<str:permit_id>/history",
+        operations.operation_permit_history,
+        name="operation-permit-history",
+    ),
     *(
         path(
             f"operations/<key:key>/{action}",

@@ -328,6 +328,40 @@ def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
     return inserted
 
 
+def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:
+    """Insert ``obj`` (not saved yet) only if ``condition`` holds, in one statement.
+
+    ``INSERT … SELECT <values> WHERE <condition> RETURNING``: the check and the write are
+    one statement, so a caller that holds the lock the condition depends on pays no
+    separate read. Returns whether the row went in (then ``obj`` is saved).
+    """
+    model = type(obj)
+    written, columns, returned, returning = _insert_shape(model)
+    values = [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written]
+    # PostgreSQL types a SELECT list's parameters on its own: say each column's type.
+    casts = [
+        f"CAST(%s AS {field.cast_db_type(connection)})"
+        if connection.vendor == "postgresql"
+        else "%s"
+        for field in written
+    ]
+    sql = (
+        f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) "
+        f"SELECT {', '.join(casts)} WHERE {condition}{returning}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*values, *params])
+        rows = cursor.fetchall() if returning else []
+        inserted = len(rows) if returning else cursor.rowcount
+    if not inserted:
+        return False
+    for field, value in zip(returned, rows[0] if rows else (), strict=False):
+        setattr(obj, field.attname, value)
+    obj._state.adding = False
+    obj._state.db = connection.alias
+    return True
+
+
 @functools.cache
 def _update_sql(
     model: type[Model],

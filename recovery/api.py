@@ -29,6 +29,7 @@ from recovery.canonical import CanonicalError, strict_loads
 from recovery.contract import ApiError
 from recovery.models import Host
 from recovery.openapi import openapi_document
+from recovery.ratelimit import rate_limit_wait
 from recovery.services import (
     callbacks,
     credentials,
@@ -113,6 +114,21 @@ def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
     return caller
 
 
+def _rate_limit(caller: Caller | None) -> None:
+    """429 once a bearer credential is past its rate (``recovery.ratelimit``)."""
+    credential = caller.host or caller.approver if caller is not None else None
+    if credential is None:
+        return  # no credential, or a console session: a person at a browser
+    wait = rate_limit_wait(credential=credential.token_hash)
+    if wait:
+        raise ApiError(
+            429,
+            "rate_limited",
+            f"too many requests for this credential; retry in {wait} s",
+            retry_after=wait,
+        )
+
+
 def api_view(
     *, methods: tuple[str, ...], auth: tuple[str, ...]
 ) -> Callable[[Callable[..., JsonResponse]], Callable[..., HttpResponse]]:
@@ -129,9 +145,13 @@ def api_view(
             caller: Caller | None = None
             try:
                 caller = _authenticate(request, auth) if auth else None
+                _rate_limit(caller)
                 return view(request, caller, *args, **kwargs)
             except ApiError as exc:
-                return error_response(exc.status, exc.code, exc.message, **exc.extra)
+                response = error_response(exc.status, exc.code, exc.message, **exc.extra)
+                if exc.status == 429:
+                    response["Retry-After"] = str(exc.extra["retry_after"])
+                return response
             except errors.RecoveryError as exc:
                 status = STATUS_BY_CODE.get(exc.code, 409)
                 return error_response(status, exc.code, exc.message, **exc.extra)
@@ -230,6 +250,29 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
 def operation_detail(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = locking.operation_read(_operation(caller, key))
     return _answer(selectors.operation_record(operation=operation))
+
+
+def _page_query(request: HttpRequest) -> tuple[int | None, int]:
+    """The ``after`` cursor and ``limit`` of a history page, checked (400 if bad)."""
+    after = request.GET.get("after")
+    if after is not None and not (after.isascii() and after.isdigit() and len(after) <= 18):
+        raise ApiError(400, "invalid_cursor", "after: use the cursor of a next link")
+    limit = request.GET.get("limit", str(contract.HISTORY_PAGE))
+    maximum = contract.HISTORY_PAGE_MAX
+    if not (limit.isascii() and limit.isdigit() and len(limit) <= 4 and 1 <= int(limit) <= maximum):
+        raise ApiError(400, "invalid_page_size", f"limit: a whole number from 1 to {maximum}")
+    return (int(after) if after is not None else None), int(limit)
+
+
+@api_view(methods=("GET",), auth=("host",))
+def operation_history(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+    """A page of the history of the operation's newest permit, by cursor."""
+    after, limit = _page_query(request)
+    operation = locking.operation_read(_operation(caller, key))
+    permit = selectors.newest_permit(operation_key=operation.key)
+    if permit is None:
+        return _answer(contract.HistoryPage(permit_id="", lines=[], next=None))
+    return _answer(selectors.permit_history_page(permit=permit, after=after, limit=limit))
 
 
 @api_view(methods=("POST",), auth=("host",))

@@ -34,6 +34,9 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 # Fencing tokens are printable ASCII (token_urlsafe); anything else cannot be one.
 TOKEN_PATTERN = r"^[!-~]{1,64}$"
+# Lines of a permit's history in one answer, unless asked for fewer; at most so many.
+HISTORY_PAGE = 100
+HISTORY_PAGE_MAX = 500
 
 
 def _no_nul(value: str) -> str:
@@ -218,7 +221,19 @@ class PermitRecord(Body):
     expires_at: Timestamp
     consumed_at: Timestamp | None
     revoked_at: Timestamp | None
-    history: list[PermitLine]
+    history: list[PermitLine] = Field(description="The first page of the history, oldest first")
+    history_next: str | None = Field(
+        description="The URL of the history's next page (GET .../history?after=...), or "
+        "null when this is all of it"
+    )
+
+
+class HistoryPage(Body):
+    """One page of the history of an operation's newest permit, oldest first."""
+
+    permit_id: str
+    lines: list[PermitLine]
+    next: str | None = Field(description="The URL of the next page, or null at the end")
 
 
 class DispatchRecord(Body):
@@ -308,6 +323,9 @@ ERROR_CODES = [
     "not_found",
     "database_unavailable",
     "internal_error",
+    "rate_limited",
+    "invalid_cursor",
+    "invalid_page_size",
 ]
 
 

@@ -42,6 +42,7 @@ class Endpoint:
     # status → (description, body model; None: the Error schema)
     responses: dict[int, tuple[str, type[BaseModel] | None]]
     parameters: tuple[str, ...] = ()
+    query: tuple[str, ...] = ()
     signed: bool = False  # authenticated by the provider's signature, not a bearer token
     errors: dict[int, str] = field(default_factory=dict)
 
@@ -56,6 +57,7 @@ COMMON_ERRORS = {
     413: "The body is too large",
     415: "The body is not application/json",
     422: "A missing field, or a field of the wrong type or format",
+    429: "rate_limited: this credential is past its rate; retry after Retry-After seconds",
     500: "internal_error: unexpected (logged with the request id)",
     503: "The database refused the change; retry",
 }
@@ -83,6 +85,16 @@ ENDPOINTS = [
         None,
         {200: ("The record", contract.OperationRecord)},
         parameters=("key",),
+    ),
+    Endpoint(
+        "/api/v1/operations/{key}/history",
+        "get",
+        "A page of the newest permit's history, oldest first (follow next)",
+        None,
+        {200: ("The page", contract.HistoryPage)},
+        parameters=("key",),
+        query=("after", "limit"),
+        errors={400: "invalid_cursor, or invalid_page_size"},
     ),
     Endpoint(
         "/api/v1/operations/{key}/approvals",
@@ -189,6 +201,22 @@ ENDPOINTS = [
     ),
 ]
 
+QUERY_PARAMETERS = {
+    "after": (
+        "The cursor from a next link: lines after it",
+        {"type": "string", "pattern": r"^[0-9]{1,18}$"},
+    ),
+    "limit": (
+        "Lines per page",
+        {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": contract.HISTORY_PAGE_MAX,
+            "default": contract.HISTORY_PAGE,
+        },
+    ),
+}
+
 PATH_PARAMETERS = {
     "key": contract.KEY_PATTERN,
     "approval_id": None,
@@ -260,6 +288,17 @@ def _document() -> dict[str, Any]:
                 for name in endpoint.parameters
             ]
         item[endpoint.method] = _operation(endpoint, refs)
+        if endpoint.query:
+            item[endpoint.method]["parameters"] = [
+                {
+                    "name": name,
+                    "in": "query",
+                    "required": False,
+                    "description": QUERY_PARAMETERS[name][0],
+                    "schema": QUERY_PARAMETERS[name][1],
+                }
+                for name in endpoint.query
+            ]
     return {
         "openapi": "3.1.0",
         "info": {

@@ -8,6 +8,7 @@ urlpatterns = [
     path("openapi.json", api.openapi, name="openapi"),
     path("v1/operations", api.operations, name="api-operations"),
     path("v1/operations/<str:key>", api.operation_detail, name="api-operation"),
+    path("v1/operations/<str:key>/history", api.operation_history),
     path("v1/operations/<str:key>/approvals", api.operation_approvals),
     path("v1/operations/<str:key>/dispatch", api.operation_dispatch),
     path("v1/operations/<str:key>/heartbeat", api.operation_heartbeat),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
@@ -18,7 +20,12 @@ from console.views.access import (
 from console.views.reconcile import actions_context
 from recovery.models import LookupAttempt
 from recovery.permissions import ProviderPermission
-from recovery.selectors import operation_comparison, operation_page, operation_viewed_for_user
+from recovery.selectors import (
+    operation_comparison,
+    operation_page,
+    operation_viewed_for_user,
+    permit_history_older,
+)
 from recovery.services.errors import RecoveryError
 from recovery.services.operator import operator_lookup
 
@@ -61,6 +68,30 @@ def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
     }
     template = "console/operation.html#live" if polled else "console/operation.html"
     return render(request, template, context)
+
+
+@login_required
+@require_safe
+def operation_permit_history(request: HttpRequest, key: str, permit_id: str) -> HttpResponse:
+    """A page of a permit's older lines, ``before`` the cursor the operation page gave.
+
+    For htmx, the lines alone, which replace the "Older lines" link they follow.
+    """
+    operation = operation_for_viewer(request, key)
+    before = request.GET.get("before", "")
+    if not (before.isascii() and before.isdigit() and len(before) <= 18):
+        return HttpResponseBadRequest("invalid_cursor: before must be the cursor of a link")
+    try:
+        pk = uuid.UUID(permit_id)
+    except ValueError:
+        raise Http404("no such permit") from None
+    history = permit_history_older(operation=operation, permit_id=pk, before=int(before))
+    if history is None:
+        raise Http404("no such permit")
+    context = {"record": {"key": operation.key}, "permit": history}
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, "console/operation.html#permit-lines", context)
+    return render(request, "console/permit_history.html", context)
 
 
 @login_required

@@ -70,6 +70,7 @@ from recovery.selectors.operation_page import (
     operation_permit_history,
     operation_timeline,
     operation_viewed_for_user,
+    permit_history_older,
 )
 from recovery.selectors.queue import (
     QUEUE_AGES,
@@ -94,7 +95,9 @@ from recovery.selectors.reconciliations import (
 from recovery.selectors.records import (
     approval_record,
     evidence_record,
+    newest_permit,
     operation_record,
+    permit_history_page,
     permit_record,
 )
 
@@ -138,6 +141,7 @@ __all__ = [
     "evidence_record",
     "health_facts",
     "lookup_in_flight",
+    "newest_permit",
     "operation_comparison",
     "operation_for_user",
     "operation_jump_for_user",
@@ -152,6 +156,8 @@ __all__ = [
     "operations_matching_for_user",
     "operations_queue_counts_for_user",
     "operations_queue_for_user",
+    "permit_history_older",
+    "permit_history_page",
     "permit_record",
     "provider_for_callback",
     "provider_permissions",

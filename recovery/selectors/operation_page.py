@@ -12,10 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
-from django.db.models import OuterRef, QuerySet, Subquery, TextChoices
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery, TextChoices
 from django.utils import timezone
 
-from approvals.models import Permit, ReconciliationRequest
+from approvals.models import Permit, PermitEvent, ReconciliationRequest
 from approvals.selectors import permit_history
 from recovery import contract
 from recovery.models import (
@@ -37,10 +37,10 @@ from recovery.params_diff import (
 )
 from recovery.selectors.access import providers_visible_to
 from recovery.selectors.queue import claim_cutoff
-from recovery.selectors.records import _iso, _who, operation_record_of
+from recovery.selectors.records import _history_lines, _iso, _who, operation_record_of
 from recovery.vocabulary import AuditKind, StaleSignal
 
-TIMELINE_LIMIT = 200
+TIMELINE_LIMIT = 50  # the newest entries shown; the audit trail holds the rest
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,16 @@ def _event_summary(kind: str, data: dict[str, Any]) -> str:
     if kind == AuditKind.LOOKUP_ABANDONED:
         return f"Lookup #{get('lookup_id')} abandoned ({get('reason').replace('_', ' ')})"
     if kind == AuditKind.CONSUME_REFUSED:
+        if get("counted"):
+            return (
+                f"{get('counted')} more {get('reason')} refusals between {get('first_at')} "
+                f"and {get('last_at')}"
+            )
+        if get("summary_until"):
+            return (
+                f"Permit consumption refused: {get('reason')}; more until "
+                f"{get('summary_until')} are counted in one line of the permit's history"
+            )
         return f"Permit consumption refused: {get('reason')}"
     if kind == AuditKind.HOST_REPORT:
         return f"Host reported {get('outcome') or 'a result'}"
@@ -170,6 +180,9 @@ def operation_timeline(
     return Timeline(entries[:limit], len(entries) > limit)
 
 
+PERMIT_LINES = 50  # a permit's newest events shown on the page; older ones a link away
+
+
 @dataclass(frozen=True)
 class PermitHistory:
     permit_id: str
@@ -178,40 +191,69 @@ class PermitHistory:
     issued_at: datetime
     expires_at: datetime
     lines: list[dict[str, Any]]  # oldest first: kind, reason, actor, at, detail
+    older: int | None = None  # the cursor of the lines before these, if there are any
 
 
 def operation_permits(*, operation_key: str) -> list[Permit]:
-    """The operation's permits, oldest first, each with its approval and its events."""
+    """The operation's permits, oldest first, each with its approval and its newest
+    ``PERMIT_LINES + 1`` events (``events_newest``, newest first)."""
+    newest = PermitEvent.objects.order_by("-id")[: PERMIT_LINES + 1]
     return list(
         Permit.objects.filter(operation_key=operation_key)
         .select_related("approval")
-        .prefetch_related("events")
+        .prefetch_related(Prefetch("events", queryset=newest, to_attr="events_newest"))
         .order_by("issued_at", "id")
+    )
+
+
+def _permit_lines(permit: Permit, events: list[PermitEvent], row: bool) -> PermitHistory:
+    """``events`` (newest first, one more than shown if older ones exist) as its lines."""
+    shown = events[:PERMIT_LINES]
+    older = shown[-1].pk if len(events) > PERMIT_LINES else None
+    lines = permit_history(permit, events=reversed(shown), row=row and older is None)
+    return PermitHistory(
+        permit_id=str(permit.id),
+        approval_id=str(permit.approval_id),
+        status=permit.status,
+        issued_at=permit.issued_at,
+        expires_at=permit.expires_at,
+        lines=[{**line, "actor": _who(line["actor"])} for line in lines],
+        older=older,
     )
 
 
 def operation_permit_history(
     *, operation: Operation, permits: list[Permit] | None = None
 ) -> list[PermitHistory]:
-    """Every permit issued for the operation with its whole history, oldest permit first.
+    """Every permit issued for the operation with its newest history, oldest permit first.
 
     Issue, each consumption attempt and refusal with its reason, revocation and expiry
-    (``approvals.selectors.permit_history``). Bound to the key by value, as permits are.
-    ``permits``: ``operation_permits``, if the caller read them already.
+    (``approvals.selectors.permit_history``): the newest ``PERMIT_LINES`` events, and the
+    cursor of the older ones (``permit_history_older``). The lines the permit's row
+    records (issue, consumption, revocation) come with the oldest page. Bound to the key
+    by value, as permits are. ``permits``: ``operation_permits``, if read already.
     """
     if permits is None:
         permits = operation_permits(operation_key=operation.key)
-    return [
-        PermitHistory(
-            permit_id=str(permit.id),
-            approval_id=str(permit.approval_id),
-            status=permit.status,
-            issued_at=permit.issued_at,
-            expires_at=permit.expires_at,
-            lines=[{**line, "actor": _who(line["actor"])} for line in permit_history(permit)],
-        )
-        for permit in permits
-    ]
+    return [_permit_lines(permit, permit.events_newest, row=True) for permit in permits]  # type: ignore[attr-defined]
+
+
+def permit_history_older(
+    *, operation: Operation, permit_id: Any, before: int
+) -> PermitHistory | None:
+    """The ``PERMIT_LINES`` lines of one of the operation's permits before ``before``.
+
+    None when the operation has no such permit.
+    """
+    permit = (
+        Permit.objects.filter(pk=permit_id, operation_key=operation.key)
+        .select_related("approval")
+        .first()
+    )
+    if permit is None:
+        return None
+    events = list(permit.events.filter(pk__lt=before).order_by("-id")[: PERMIT_LINES + 1])
+    return _permit_lines(permit, events, row=True)
 
 
 def lookup_in_flight(*, operation: Operation) -> LookupAttempt | None:
@@ -349,6 +391,7 @@ def operation_page(*, viewed: OperationViewed) -> OperationPage:
             permit=permits[-1] if permits else None,
             dispatch=dispatch,
             evidence=evidence,
+            page=_record_page(permits[-1]) if permits else None,
         ),
         timeline=operation_timeline(operation=operation, attempts=viewed.attempts),
         permits=operation_permit_history(operation=operation, permits=permits),
@@ -361,6 +404,18 @@ def operation_page(*, viewed: OperationViewed) -> OperationPage:
             else None
         ),
     )
+
+
+def _record_page(permit: Permit) -> contract.HistoryPage:
+    """The newest permit's history in its record, from the events the page read.
+
+    The page shows its lines from ``permits``; the record carries the same, so that no
+    statement reads them twice.
+    """
+    events = permit.events_newest  # type: ignore[attr-defined]
+    shown = events[:PERMIT_LINES]
+    lines = permit_history(permit, events=reversed(shown), row=len(events) <= PERMIT_LINES)
+    return contract.HistoryPage(permit_id=str(permit.id), lines=_history_lines(lines), next=None)
 
 
 def _related(operation: Operation, name: str) -> Any:

@@ -8,9 +8,10 @@ as ISO 8601.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from approvals.actors import Actor
-from approvals.models import Approval, Permit
+from approvals.models import Approval, Permit, PermitEvent
 from approvals.selectors import permit_history
 from recovery import contract
 from recovery.models import Dispatch, Evidence, Operation
@@ -46,7 +47,48 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def permit_record(permit: Permit) -> contract.PermitRecord:
+def _history_lines(lines: list[dict[str, Any]]) -> list[contract.PermitLine]:
+    return [
+        contract.PermitLine(
+            kind=line["kind"],
+            reason=line["reason"],
+            actor=_who(line["actor"]),
+            at=line["at"].isoformat(),
+            detail=line["detail"],
+        )
+        for line in lines
+    ]
+
+
+def permit_history_page(
+    *, permit: Permit, after: int | None = None, limit: int = contract.HISTORY_PAGE
+) -> contract.HistoryPage:
+    """One page of a permit's history, oldest first, along its events' ids.
+
+    The first page (no ``after``) also holds the lines its row records (issue,
+    consumption, revocation); ``next`` is the URL of the page after this one, if any.
+    """
+    events = list(
+        PermitEvent.objects.filter(permit=permit, pk__gt=after or 0).order_by("pk")[: limit + 1]
+    )
+    more = len(events) > limit
+    events = events[:limit]
+    lines = permit_history(permit, events=events, row=after is None)
+    next_url = None
+    if more:
+        query = urlencode({"after": events[-1].pk, "limit": limit})
+        next_url = f"/api/v1/operations/{quote(permit.operation_key, safe='')}/history?{query}"
+    return contract.HistoryPage(
+        permit_id=str(permit.id), lines=_history_lines(lines), next=next_url
+    )
+
+
+def permit_record(
+    permit: Permit, page: contract.HistoryPage | None = None
+) -> contract.PermitRecord:
+    """``page``: the first page of its history, if the caller read it already."""
+    if page is None:
+        page = permit_history_page(permit=permit)
     return contract.PermitRecord(
         permit_id=str(permit.id),
         approval_id=str(permit.approval_id),
@@ -56,16 +98,8 @@ def permit_record(permit: Permit) -> contract.PermitRecord:
         expires_at=permit.expires_at.isoformat(),
         consumed_at=_iso(permit.consumed_at),
         revoked_at=_iso(permit.revoked_at),
-        history=[
-            contract.PermitLine(
-                kind=line["kind"],
-                reason=line["reason"],
-                actor=_who(line["actor"]),
-                at=line["at"].isoformat(),
-                detail=line["detail"],
-            )
-            for line in permit_history(permit)
-        ],
+        history=page.lines,
+        history_next=page.next,
     )
 
 
@@ -85,18 +119,22 @@ def evidence_record(evidence: Evidence) -> contract.EvidenceRecord:
 
 def operation_record(*, operation: Operation) -> contract.OperationRecord:
     """The whole record of one operation, as the host API returns it."""
-    permit = (
-        Permit.objects.filter(operation_key=operation.key)
-        .select_related("approval")
-        .prefetch_related("events")
-        .order_by("-issued_at")
-        .first()
-    )
+    permit = newest_permit(operation_key=operation.key)
     return operation_record_of(
         operation=operation,
         permit=permit,
         dispatch=Dispatch.of(operation),
         evidence=list(operation.evidence.order_by("captured_at", "id")),
+    )
+
+
+def newest_permit(*, operation_key: str) -> Permit | None:
+    """The operation's newest permit, with its approval: the one its record shows."""
+    return (
+        Permit.objects.filter(operation_key=operation_key)
+        .select_related("approval")
+        .order_by("-issued_at")
+        .first()
     )
 
 
@@ -106,9 +144,10 @@ def operation_record_of(
     permit: Permit | None,
     dispatch: Dispatch | None,
     evidence: list[Evidence],
+    page: contract.HistoryPage | None = None,
 ) -> contract.OperationRecord:
-    """``operation_record`` from rows already read: its newest permit (with its events),
-    its dispatch and its evidence, oldest first."""
+    """``operation_record`` from rows already read: its newest permit (and the first
+    page of its history, if read), its dispatch and its evidence, oldest first."""
     return contract.OperationRecord(
         key=operation.key,
         action=operation.action,
@@ -120,7 +159,7 @@ def operation_record_of(
         recovered=operation.recovered,
         created_at=operation.created_at.isoformat(),
         updated_at=operation.updated_at.isoformat(),
-        permit=permit_record(permit) if permit else None,
+        permit=permit_record(permit, page) if permit else None,
         dispatch=(
             contract.DispatchRecord(
                 worker=dispatch.worker,

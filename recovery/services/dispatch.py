@@ -65,12 +65,7 @@ def dispatch_locked(
     if not result.consumed:
         if result.refusal == approvals.Refusal.EXPIRED and operation.state == State.APPROVED:
             operation_transition(operation=operation, event=Event.EXPIRE, actor=actor)
-        audit_append(
-            kind=AuditKind.CONSUME_REFUSED,
-            operation=operation,
-            actor=actor,
-            data={"reason": result.refusal, "permit_id": permit_id, "worker": worker},
-        )
+        refusal_audit(operation=operation, result=result, worker=worker, actor=actor)
         return DispatchOutcome(refusal=result.refusal, state=operation.state)
     assert permit is not None and permit.consumed_at is not None
     now = permit.consumed_at  # the database's clock, read by the consumption itself
@@ -93,6 +88,40 @@ def dispatch_locked(
         operation=operation, event=Event.DISPATCH, actor=actor, data={"worker": worker}
     )
     return DispatchOutcome(dispatch=dispatch, state=operation.state)
+
+
+def refusal_audit(
+    *, operation: Operation, result: approvals.ConsumeResult, worker: str, actor: Actor
+) -> None:
+    """Put a consumption refusal on the audit chain as the permit's history recorded it.
+
+    One event per refusal up to the window's limit, one when a window's summary opens,
+    and one with the final count of an earlier window's summary that this refusal closed;
+    a refusal counted in an open summary adds none.
+    """
+    permit_id = str(result.permit.id) if result.permit else ""
+    data: dict[str, object] = {"reason": result.refusal, "permit_id": permit_id, "worker": worker}
+    if result.closed is not None:
+        closed = result.closed
+        audit_append(
+            kind=AuditKind.CONSUME_REFUSED,
+            operation=operation,
+            actor=actor,
+            data={
+                "reason": result.refusal,
+                "permit_id": permit_id,
+                "counted": closed["count"],
+                "first_at": closed["first_at"],
+                "last_at": closed["last_at"],
+                "permit_event_id": closed["permit_event_id"],
+            },
+        )
+    if result.recorded == approvals.Recorded.COUNTED:
+        return
+    if result.recorded == approvals.Recorded.SUMMARY:
+        assert result.window is not None
+        data["summary_from"], data["summary_until"] = (t.isoformat() for t in result.window)
+    audit_append(kind=AuditKind.CONSUME_REFUSED, operation=operation, actor=actor, data=data)
 
 
 def _dispatch_for_token(

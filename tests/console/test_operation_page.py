@@ -6,13 +6,17 @@ import re
 from datetime import timedelta
 
 import pytest
+import time_machine
+from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
 from approvals.actors import Actor
+from approvals.models import Permit, PermitEvent
 from recovery.audit import audit_append, audit_transaction
 from recovery.models import LookupAttempt, Operation
-from recovery.selectors import operation_timeline
+from recovery.selectors import TIMELINE_LIMIT, operation_timeline
+from recovery.selectors.operation_page import PERMIT_LINES
 from recovery.services.locking import operation_lock
 from recovery.services.lookup_tasks import lookup_attempt_run
 from tests.conftest import PARAMS, digest_of
@@ -72,13 +76,14 @@ def test_an_event_of_a_kind_the_page_does_not_know_still_shows(client, operator,
     assert "&quot;claimed_by&quot;: &quot;olivia&quot;" in section  # its data, as it is
 
 
-def test_the_timeline_shows_the_newest_200_and_says_there_are_more(client, operator, stuck):
+def test_the_timeline_shows_the_newest_entries_and_links_the_rest(client, operator, stuck):
     operation = stuck.unknown("op-1")
-    _append(operation, "note", count=205, text="again")
+    _append(operation, "note", count=TIMELINE_LIMIT + 5, text="again")
     client.force_login(operator)
     section = _section(_page(client, "op-1"), "timeline-title")
-    assert section.count('<li class="line kind-') == 200
-    assert "Only the newest 200 entries are shown" in section
+    assert section.count('<li class="line kind-') == TIMELINE_LIMIT
+    assert f"Only the newest {TIMELINE_LIMIT} entries are shown" in section
+    assert 'href="/audit/?key=op-1"' in section
     assert "Registered" not in section  # the oldest were left out
     short = operation_timeline(operation=operation, limit=3)
     assert [entry.kind for entry in short.entries] == ["note"] * 3 and short.truncated
@@ -294,3 +299,80 @@ def test_an_event_whose_data_is_not_an_object_still_shows(client, operator, stuc
     client.force_login(operator)
     section = _section(_page(client, "op-1"), "timeline-title")
     assert "Stale signal, not applied" in section and "&quot;late&quot;" in section
+
+
+def _permit_with_lines(flow, count: int):
+    flow.approved()
+    permit = Permit.objects.get(operation_key="op-1")
+    now = timezone.now()
+    PermitEvent.objects.bulk_create(
+        PermitEvent(
+            permit=permit,
+            kind=PermitEvent.Kind.REVOKE_IGNORED,
+            actor=Actor.system("test"),
+            detail={"n": n},
+            at=now + timedelta(milliseconds=n),
+        )
+        for n in range(count)
+    )
+    return permit
+
+
+def test_the_page_shows_a_permits_newest_lines_and_links_to_older_ones(flow, client, supervisor):
+    permit = _permit_with_lines(flow, 120)
+    client.force_login(supervisor)
+    history = _section(_page(client, "op-1"), "permits-title")
+    shown = re.findall(r"n=(\d+)", history)
+    assert shown == [str(n) for n in range(120 - PERMIT_LINES, 120)]
+    assert "issued" not in history  # the row's lines come with the oldest page
+    older = re.search(r'href="([^"]+/history\?before=\d+)"', history)
+    assert older is not None
+    second = client.get(older.group(1))
+    assert second.status_code == 200
+    assert re.findall(r"n=(\d+)", second.content.decode()) == [
+        str(n) for n in range(120 - 2 * PERMIT_LINES, 120 - PERMIT_LINES)
+    ]
+    partial = client.get(
+        re.search(r'href="([^"]+)"', second.content.decode().split('class="line older"')[1])
+        .group(1)
+        .replace("&amp;", "&"),
+        HTTP_HX_REQUEST="true",
+    )
+    assert partial.status_code == 200
+    body = partial.content.decode()
+    assert "<html" not in body and "issued" in body  # the oldest page: the row's lines too
+    assert re.findall(r"n=(\d+)", body) == [str(n) for n in range(120 - 2 * PERMIT_LINES)]
+    assert f"/operations/op-1/permits/{permit.id}/history" in older.group(1)
+
+
+def test_a_bad_cursor_for_older_lines_is_refused_with_400(flow, client, supervisor):
+    permit = _permit_with_lines(flow, 3)
+    client.force_login(supervisor)
+    for bad in ("x", "-1", "1" * 19, ""):
+        response = client.get(f"/operations/op-1/permits/{permit.id}/history?before={bad}")
+        assert response.status_code == 400
+        assert b"invalid_cursor" in response.content
+    assert client.get("/operations/op-1/permits/not-a-uuid/history?before=1").status_code == 404
+
+
+def test_older_lines_are_hidden_from_a_user_who_may_not_view_the_provider(flow, client, supervisor):
+    permit = _permit_with_lines(flow, 3)
+    client.force_login(supervisor)
+    assert client.get(f"/operations/op-1/permits/{permit.id}/history?before=9").status_code == 200
+    outsider = get_user_model().objects.create_user("outsider", password="x" * 12)
+    client.force_login(outsider)
+    assert client.get(f"/operations/op-1/permits/{permit.id}/history?before=9").status_code == 404
+
+
+def test_a_refusal_flood_keeps_the_permit_history_small(flow, settings, client, supervisor):
+    settings.SETTLE_REFUSALS_RECORDED_PER_MINUTE = 20
+    with time_machine.travel(timezone.now().replace(second=1), tick=False):
+        flow.approved()
+        assert flow.dispatch().status_code == 200
+        for _ in range(300):
+            assert flow.dispatch(worker="again").json()["error"] == "already_consumed"
+    assert PermitEvent.objects.count() == 21  # 20 one by one, one summary of 280
+    client.force_login(supervisor)
+    history = _section(_page(client, "op-1"), "permits-title")
+    assert "280 more, counted" in history
+    assert history.count("kind-refused") == 21

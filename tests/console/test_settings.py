@@ -45,6 +45,12 @@ def _start(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[s
             {"SETTLE_SWEEP_SECONDS": "10", "SETTLE_LIVENESS_BEAT_SECONDS": "5"},
             "SETTLE_LIVENESS_BEAT_SECONDS must be longer than SETTLE_SWEEP_SECONDS",
         ),
+        ({"SETTLE_CACHE_URL": "memcached://x"}, "SETTLE_CACHE_URL='memcached://x': use redis://"),
+        (
+            {"SETTLE_HOST_RATE_PER_SECOND": "10", "SETTLE_HOST_RATE_BURST": "5"},
+            "SETTLE_HOST_RATE_BURST must be at least SETTLE_HOST_RATE_PER_SECOND",
+        ),
+        ({"SETTLE_REFUSALS_RECORDED_PER_MINUTE": "0"}, "SETTLE_REFUSALS_RECORDED_PER_MINUTE=0 is"),
     ],
 )
 def test_bad_value_fails_at_start_up_with_a_clear_message(env, message, tmp_path):
@@ -217,3 +223,37 @@ def test_a_redis_broker_call_is_bounded_and_a_publish_gives_up_at_once(tmp_path)
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1.0", "1.0", "0"]
+
+
+@pytest.mark.parametrize(
+    ("env", "cache"),
+    [
+        ({"CELERY_BROKER_URL": "redis://127.0.0.1:6379/3"}, "RedisCache redis://127.0.0.1:6379/3"),
+        (
+            {
+                "CELERY_BROKER_URL": "redis://127.0.0.1:6379/3",
+                "SETTLE_CACHE_URL": "redis://c:6379/1",
+            },
+            "RedisCache redis://c:6379/1",
+        ),
+        ({"CELERY_BROKER_URL": "filesystem://"}, "FileBasedCache {var}/cache"),
+    ],
+)
+def test_the_rate_limit_is_counted_in_the_brokers_redis_unless_told(env, cache, tmp_path):
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "c = s.CACHES['default']; print(c['BACKEND'].rsplit('.', 1)[1], c['LOCATION'])"
+    )
+    environment = {
+        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "SETTLE_CACHE_URL"}
+    }
+    environment |= {
+        "SETTLE_VAR_DIR": str(tmp_path / "var"),
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+        **env,
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == cache.format(var=tmp_path / "var")

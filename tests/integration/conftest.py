@@ -580,10 +580,11 @@ def permit_of(key: str) -> Permit:
 
 
 def permit_events(key: str, kind: str, reason: str | None = None) -> int:
-    """Lines of ``kind`` (and ``reason``) in the history of the operation's permit."""
+    """Events of ``kind`` (and ``reason``) in the history of the operation's permit: a
+    summary line counts the refusals it counts."""
     permit = Permit.objects.select_related("approval").get(operation_key=key)
     return sum(
-        1
+        line["detail"].get("count", 1) if line["kind"] == "refused" else 1
         for line in permit_history(permit)
         if line["kind"] == kind and (reason is None or line["reason"] == reason)
     )

@@ -66,6 +66,10 @@ EMITTED = {
     "database_unavailable",
     "not_found",
     "internal_error",
+    # the rate limit and the history's pages (api._rate_limit, api._page_query)
+    "rate_limited",
+    "invalid_cursor",
+    "invalid_page_size",
 }
 # Raised only by provider_configure, which the admin and `add_provider` call, and by the
 # console's operator actions (recovery.services.operator) — never by the host API.

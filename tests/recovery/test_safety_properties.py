@@ -46,6 +46,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models.functions import Coalesce
+from django.test import override_settings
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 from hypothesis import HealthCheck, Phase, settings
@@ -108,6 +109,8 @@ from tests.support.providers import (
 
 EXAMPLES = int(os.environ.get("SETTLE_HYPOTHESIS_EXAMPLES", "60"))
 STEPS = int(os.environ.get("SETTLE_HYPOTHESIS_STEPS", "30"))
+# Refusals of one reason on one permit recorded one by one (a run reaches it).
+REFUSALS_RECORDED = 2
 # Shrinking a failure replays whole examples against the database and can take minutes;
 # SETTLE_HYPOTHESIS_SHRINK=0 reports the first failing sequence as found.
 SHRINK = os.environ.get("SETTLE_HYPOTHESIS_SHRINK", "1") != "0"
@@ -258,8 +261,10 @@ class OpModel:
     inconclusive: int = 0
     last_sequence: int | None = None
     evidence: list[tuple[str, str]] = field(default_factory=list)
-    refusals: list[str] = field(default_factory=list)  # kept in the permit's history
-    consume_refused: int = 0  # every refusal, with or without a permit
+    refusals: list[str] = field(default_factory=list)  # lines of the permit's history
+    # Refusals past REFUSALS_RECORDED of a reason, counted in its summary line.
+    counted: Counter[str] = field(default_factory=Counter)
+    consume_refused: int = 0  # audit events: every refusal without a permit, and each line
     release_cause: str = ""
     lookup_queued: int | None = None  # the attempt waiting for its task (one at most)
     lookup_trigger: str = ""  # who queued it: the sweeper ("task") or resume ("resume")
@@ -297,6 +302,7 @@ class Facts:
     dispatches: list[tuple[str, uuid.UUID]] = field(default_factory=list)
     receipts: dict[str, tuple[str, bool, int | None]] = field(default_factory=dict)
     refused: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    counted: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     consumed: Counter[uuid.UUID] = field(default_factory=Counter)
     events: list[tuple[int, str, str, Any, str]] = field(default_factory=list)
     kinds: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
@@ -419,9 +425,16 @@ class SafetyMachine(RuleBasedStateMachine):
         else:
             refusal = ""
         if refusal:
-            m.consume_refused += 1
-            if m.permit_status is not None:
-                m.refusals.append(refusal)
+            if m.permit_status is None:
+                m.consume_refused += 1
+            elif m.refusals.count(refusal) < REFUSALS_RECORDED:
+                m.consume_refused += 1
+                m.refusals.append(refusal)  # a line of its own
+            else:
+                if not m.counted[refusal]:
+                    m.consume_refused += 1
+                    m.refusals.append(refusal)  # the summary line, opened
+                m.counted[refusal] += 1
             if refusal == Refusal.EXPIRED and m.state == State.APPROVED:
                 m.move(State.EXPIRED)
             return refusal
@@ -1164,6 +1177,10 @@ class SafetyMachine(RuleBasedStateMachine):
         ):
             if kind == PermitEvent.Kind.REFUSED:
                 facts.refused[key].append(reason)
+        for key, reason, detail in PermitEvent.objects.filter(
+            kind=PermitEvent.Kind.REFUSED, detail__has_key="count"
+        ).values_list("permit__operation_key", "reason", "detail"):
+            facts.counted[key][reason] += detail["count"]
         facts.events = list(
             AuditEvent.objects.order_by("id").values_list(
                 "id", "kind", "operation_key", "data", "hash"
@@ -1220,6 +1237,7 @@ class SafetyMachine(RuleBasedStateMachine):
         facts = self._facts()
         for key, m in self.ops.items():
             assert facts.refused[key] == m.refusals, f"{key}: {facts.refused[key]} != {m.refusals}"
+            assert facts.counted[key] == m.counted, f"{key}: {facts.counted[key]} != {m.counted}"
             assert facts.kinds[key]["consume_refused"] == m.consume_refused, key
 
     @invariant()
@@ -1352,18 +1370,23 @@ class SafetyMachine(RuleBasedStateMachine):
 
 
 def test_safety_rules_hold_under_random_interleavings(db: None) -> None:
-    run_state_machine_as_test(
-        SafetyMachine,
-        settings=settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=STEPS,
-            deadline=None,
-            database=None,
-            phases=[phase for phase in Phase if SHRINK or phase is not Phase.shrink],
-            suppress_health_check=[
-                HealthCheck.function_scoped_fixture,
-                HealthCheck.too_slow,
-                HealthCheck.filter_too_much,
-            ],
-        ),
-    )
+    # One window for the whole run, and a limit a run reaches: the model predicts which
+    # refusals get a line of their own and which are counted in a summary.
+    with override_settings(
+        SETTLE_REFUSAL_WINDOW_SECONDS=10**9, SETTLE_REFUSALS_RECORDED_PER_MINUTE=REFUSALS_RECORDED
+    ):
+        run_state_machine_as_test(
+            SafetyMachine,
+            settings=settings(
+                max_examples=EXAMPLES,
+                stateful_step_count=STEPS,
+                deadline=None,
+                database=None,
+                phases=[phase for phase in Phase if SHRINK or phase is not Phase.shrink],
+                suppress_health_check=[
+                    HealthCheck.function_scoped_fixture,
+                    HealthCheck.too_slow,
+                    HealthCheck.filter_too_much,
+                ],
+            ),
+        )

@@ -82,6 +82,15 @@ def _answer(response: httpx.Response) -> dict[str, Any]:
     raise errors.api_error(response.status_code, body)
 
 
+def _rate_limited_wait(response: httpx.Response) -> float | None:
+    """Seconds to wait before sending a rate-limited request again (nothing of it was
+    done, so any call may be), or None for any other answer."""
+    if response.status_code != 429:
+        return None
+    retry_after = response.headers.get("Retry-After", "")
+    return min(float(retry_after), 60.0) if retry_after.isdigit() else 1.0
+
+
 def _transport_error(call: Call, exc: Exception) -> errors.TransportError:
     return errors.TransportError(
         f"{call.method} {call.path}: {type(exc).__name__}: {exc}", cause=type(exc).__name__
@@ -115,6 +124,11 @@ class SyncTransport:
                 continue
             except httpx.HTTPError as exc:
                 raise _transport_error(call, exc) from exc
+            wait = _rate_limited_wait(response)
+            if wait is not None and attempt < self.retries:
+                time.sleep(wait)
+                attempt += 1
+                continue
             return _answer(response)
 
     def close(self) -> None:
@@ -150,6 +164,11 @@ class AsyncTransport:
                 continue
             except httpx.HTTPError as exc:
                 raise _transport_error(call, exc) from exc
+            wait = _rate_limited_wait(response)
+            if wait is not None and attempt < self.retries:
+                await asyncio.sleep(wait)
+                attempt += 1
+                continue
             return _answer(response)
 
     async def aclose(self) -> None:

@@ -279,6 +279,24 @@ class DatabaseUnavailable(ServerError):
     code = "database_unavailable"
 
 
+class RateLimited(ApiError):
+    """This credential is past its rate; nothing was done. ``retry_after``: seconds."""
+
+    code = "rate_limited"
+
+
+class InvalidCursor(InvalidRequest):
+    """A history page's ``after`` that is not the cursor of a next link."""
+
+    code = "invalid_cursor"
+
+
+class InvalidPageSize(InvalidRequest):
+    """A history page's ``limit`` outside 1 to 500."""
+
+    code = "invalid_page_size"
+
+
 class InternalError(ServerError):
     """A server bug."""
 
@@ -326,6 +344,9 @@ ERRORS_BY_CODE: dict[str, type[ApiError]] = {
         LeaseLost,
         DatabaseUnavailable,
         InternalError,
+        RateLimited,
+        InvalidCursor,
+        InvalidPageSize,
     )
 }
 _BY_STATUS: dict[int, type[ApiError]] = {
@@ -337,6 +358,7 @@ _BY_STATUS: dict[int, type[ApiError]] = {
     413: InvalidRequest,
     415: InvalidRequest,
     422: InvalidRequest,
+    429: RateLimited,
 }
 
 

@@ -190,8 +190,22 @@ class Host:
         return Attempt(self, lifecycle(spec), spec)
 
     def operation(self, key: str) -> dict[str, Any]:
-        """The whole record of operation ``key`` (permit, dispatch, receipt, evidence)."""
+        """The whole record of operation ``key`` (permit, dispatch, receipt, evidence).
+
+        Its permit's history is the first page (``history_next``: the rest, if any).
+        """
         return self.http.call(Call("GET", operation_path(key)))
+
+    def operation_history(self, key: str) -> list[dict[str, Any]]:
+        """Every line of the history of operation ``key``'s newest permit, oldest first,
+        read page by page."""
+        lines: list[dict[str, Any]] = []
+        path: str | None = operation_path(key, "/history")
+        while path:
+            page = self.http.call(Call("GET", path))
+            lines += page["lines"]
+            path = page["next"]
+        return lines
 
     def drive(self, steps: Lifecycle, value: Any = None) -> Effect | Outcome:
         """Advance the protocol until it asks for the effect or ends."""
@@ -444,6 +458,16 @@ class AsyncHost:
 
     async def operation(self, key: str) -> dict[str, Any]:
         return await self.http.call(Call("GET", operation_path(key)))
+
+    async def operation_history(self, key: str) -> list[dict[str, Any]]:
+        """As ``Host.operation_history``."""
+        lines: list[dict[str, Any]] = []
+        path: str | None = operation_path(key, "/history")
+        while path:
+            page = await self.http.call(Call("GET", path))
+            lines += page["lines"]
+            path = page["next"]
+        return lines
 
     async def drive(self, steps: Lifecycle, value: Any = None) -> Effect | Outcome:
         failure: errors.SettleError | None = None
