@@ -122,6 +122,9 @@ ADMIN_ONLY = {
     "resolution_too_long",
     "unknown_alarm",
     "already_resolved",
+    # an audit export job from the console (recovery.services.audit_export)
+    "invalid_format",
+    "unknown_export",
 }
 # CanonicalError codes that reach the API only as the `reason` of invalid_params.
 REASON_ONLY = {"integer_out_of_range"}
