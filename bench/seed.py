@@ -238,6 +238,7 @@ def seed_operations(
                             _json(raw),
                             sha256_digest(canonical_dumps(raw)),
                             _db_time(seen),
+                            False,
                         )
                     )
                     lookups.append(
@@ -288,6 +289,7 @@ def seed_operations(
                             "{}",
                             sha256_digest(b"{}"),
                             _db_time(updated),
+                            False,
                         )
                     )
                     receipt_evidence = evidence_id
@@ -396,6 +398,7 @@ def seed_operations(
         "raw",
         "raw_digest",
         "captured_at",
+        "absent_is_authoritative",
     ]
     made["evidence"] = Writer(Evidence._meta.db_table, evidence_columns).write(evidence)
     progress("dispatches")
