@@ -4,6 +4,7 @@ receiver (verifying with ``standardwebhooks``), retries, order, rotation and ref
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -522,3 +523,81 @@ def test_a_receiver_that_trickles_its_answer_holds_a_delivery_no_longer_than_the
         took = time.monotonic() - began
     assert report.delivered == 1
     assert took < 5, took
+
+
+def test_a_receiver_that_trickles_its_headers_is_cut_off_at_the_deadline(
+    flow, host, allow_private, settings
+):
+    # "HTTP/1.1 200 OK", then a header byte every 0.2 s: every read is well within
+    # httpx's own timeout, so only the whole exchange's deadline can end it.
+    settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS = 1
+    with trickling_serve(every=0.2, head=True) as url:
+        webhook_endpoint_add(host_name=host.name, url=url, actor=COMMAND_LINE)
+        flow.approved("op-1")
+        (claimed,) = webhooks.webhook_messages_claim(limit=10)
+        outcomes: list[webhooks.Outcome] = []
+        with webhooks.webhook_client() as client:
+            sender = threading.Thread(
+                target=lambda: outcomes.append(
+                    webhooks.webhook_message_send(claimed, client, webhooks.webhook_target(url))
+                ),
+                daemon=True,
+            )
+            began = time.monotonic()
+            sender.start()
+            sender.join(timeout=5)  # bounded: on a build without the deadline it never ends
+            took = time.monotonic() - began
+    assert outcomes, f"the send was still waiting on the trickling receiver after {took:.1f} s"
+    (outcome,) = outcomes
+    assert outcome.timed_out and outcome.status_code is None, outcome
+    assert took < 2, took
+
+
+def test_each_outcome_is_recorded_as_it_arrives_not_after_the_slowest(
+    flow, host, endpoint, receiver, silent, settings, monkeypatch
+):
+    settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS = 2
+    hanging, _ = webhook_endpoint_add(host_name=host.name, url=silent.url, actor=COMMAND_LINE)
+    for n in range(3):
+        flow.approved(f"op-{n}")  # approval.decided, to both endpoints
+    recorded: list[tuple[float, list[webhooks.Outcome]]] = []
+    record = webhooks.webhook_outcomes_record
+    began = time.monotonic()
+
+    def spy(outcomes):
+        recorded.append((time.monotonic() - began, list(outcomes)))
+        record(outcomes)
+
+    monkeypatch.setattr(webhooks, "webhook_outcomes_record", spy)
+    report = webhooks_deliver(seconds=10)
+    assert report.delivered == 3 and len(receiver.received) == 3
+    good = [
+        (at, outcome)
+        for at, outcomes in recorded
+        for outcome in outcomes
+        if outcome.claimed.endpoint_id == endpoint.pk
+    ]
+    # The good endpoint's outcomes were committed while the silent one's were still
+    # waiting for their deadline, not together with them at its end.
+    assert len(good) == 3 and all(outcome.delivered for _, outcome in good)
+    assert max(at for at, _ in good) < 1.5, recorded
+    slow = WebhookMessage.objects.filter(endpoint=hanging, attempts=1)
+    assert slow.exists() and all("Timeout" in message.last_error for message in slow)
+
+
+def test_a_delivery_starts_no_send_after_its_time(flow, host, allow_private, silent, settings):
+    # Twenty endpoints that never answer, one message each: eight threads, a 1 s
+    # deadline. A task that starts sends for 0.5 s sends one wave; the rest are released
+    # unsent, due at once and no attempt counted, instead of holding it for three waves.
+    settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS = 1
+    for n in range(20):
+        webhook_endpoint_add(host_name=host.name, url=f"{silent.url}/{n}", actor=COMMAND_LINE)
+    flow.approved("op-1")
+    began = time.monotonic()
+    report = webhooks_deliver(seconds=0.5)
+    took = time.monotonic() - began
+    assert took < 2, took
+    assert silent.accepted == report.failed == webhooks.DELIVERY_THREADS
+    unsent = WebhookMessage.objects.filter(attempts=0)
+    assert unsent.count() == 20 - webhooks.DELIVERY_THREADS
+    assert all(m.lease_expires_at is None and m.next_attempt_at <= timezone.now() for m in unsent)
