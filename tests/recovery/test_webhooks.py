@@ -601,3 +601,44 @@ def test_a_delivery_starts_no_send_after_its_time(flow, host, allow_private, sil
     unsent = WebhookMessage.objects.filter(attempts=0)
     assert unsent.count() == 20 - webhooks.DELIVERY_THREADS
     assert all(m.lease_expires_at is None and m.next_attempt_at <= timezone.now() for m in unsent)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::a00:1",  # NAT64's well-known prefix around 10.0.0.1
+        "64:ff9b::7f00:1",  # … around 127.0.0.1
+        "64:ff9b:1::a00:1",  # the local-use NAT64 prefix, a network's own
+        "64:ff9b:1:ffff::808:808",
+        "::a00:1",  # IPv4-compatible ::10.0.0.1
+        "::7f00:1",  # ::127.0.0.1
+        "::ffff:a00:1",  # IPv4-mapped ::ffff:10.0.0.1
+        "::ffff:a9fe:a9fe",  # ::ffff:169.254.169.254
+        "fec0::1",  # site-local
+        "feff:ffff::1",
+        "2002:a00:1::1",  # 6to4 around 10.0.0.1
+        "2002:7f00:1::",  # 6to4 around 127.0.0.1
+        "2002:a9fe:a9fe::1",  # 6to4 around 169.254.169.254
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo
+    ],
+)
+def test_an_ipv6_address_around_a_private_one_or_in_a_private_range_is_refused(address):
+    with pytest.raises(Invalid) as refused:
+        webhook_url_addresses(f"http://[{address}]/hook")
+    assert refused.value.code == "private_webhook_url"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "8.8.8.8",
+        "[2606:4700:4700::1111]",
+        "[2a00:1450:4001:82b::200e]",
+        "[64:ff9b::808:808]",  # NAT64 around 8.8.8.8: a public address, reached from IPv6
+        "[2002:808:808::1]",  # 6to4 around 8.8.8.8
+        "[::ffff:808:808]",
+    ],
+)
+def test_a_public_address_passes_the_check(address):
+    _, addresses = webhook_url_addresses(f"http://{address}/hook")
+    assert addresses
