@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import ipaddress
 import json
 import logging
@@ -79,7 +80,7 @@ from recovery.models import (
     WebhookMessage,
 )
 from recovery.permissions import ProviderPermission
-from recovery.selectors.webhooks import webhook_messages_due
+from recovery.selectors.webhooks import webhook_messages_due, webhook_url_redacted
 from recovery.services.access import provider_permission_require
 from recovery.services.errors import Invalid, NotFound
 from recovery.vocabulary import AuditKind
@@ -204,7 +205,10 @@ def _configured(endpoint: WebhookEndpoint, actor: Actor, change: str, **data: An
         data={
             "endpoint_id": endpoint.pk,
             "host": endpoint.host.name,
-            "url": endpoint.url,
+            # The path and query may carry a token: the log names where, and fingerprints
+            # the whole URL so that a change of it shows.
+            "url": webhook_url_redacted(endpoint.url),
+            "url_sha256": hashlib.sha256(endpoint.url.encode()).hexdigest(),
             "change": change,
             **data,
         },

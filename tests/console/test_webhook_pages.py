@@ -163,3 +163,12 @@ def test_a_superuser_sees_the_full_url_in_the_admin(secret_endpoint, django_user
     root = django_user_model.objects.create_superuser("root", "root@example.com", "pw-for-tests")
     page = signed_in(root).get("/admin/recovery/webhookendpoint/")
     assert "T0KEN-in-the-path" in page.content.decode()
+
+
+def test_the_audit_trail_names_an_endpoint_without_its_token(secret_endpoint, supervisor):
+    event = AuditEvent.objects.get(kind="webhook_configured")
+    assert "T0KEN" not in str(event.data) and "s3cret" not in str(event.data)
+    assert event.data["url"] == "http://127.0.0.1:9/…"
+    page = signed_in(supervisor).get("/audit/")
+    assert page.status_code == 200 and "webhook_configured" in page.content.decode()
+    assert "T0KEN" not in page.content.decode()
