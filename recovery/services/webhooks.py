@@ -22,9 +22,10 @@ deadline
     Each exchange (connect, TLS, request, status and headers, body) ends
     ``SETTLE_WEBHOOK_TIMEOUT_SECONDS`` after it began, however the receiver spaces its
     bytes: every wait on its socket is cut to what is left (``_DeadlineBackend``). The
-    outcomes are recorded as they arrive, a few at a time, while the other sends go on,
-    so a slow receiver delays nobody else's record, and a message recorded is not sent
-    again. A free thread goes to the endpoint with the fewest sends under way.
+    outcomes are recorded as they arrive (within ``RECORD_EVERY_SECONDS``, a few in one
+    transaction) while the other sends go on, so a slow receiver delays nobody else's
+    record, and a message recorded is not sent again. A free thread goes to the endpoint
+    with the fewest sends under way.
 deferred
     A message of an endpoint that timed out earlier in the same task is not sent: its
     claim is released and it waits as long as its endpoint's errors in a row call for,
@@ -103,6 +104,9 @@ DELIVERY_THREADS = 8
 DELIVERY_TASK_SECONDS = 30.0
 # What a task keeps of its soft time limit, past its last send's deadline, to record.
 RECORD_MARGIN_SECONDS = 15.0
+# Outcomes are recorded together once this many arrived or the first waited this long.
+RECORD_BATCH = DELIVERY_THREADS * 2
+RECORD_EVERY_SECONDS = 0.1
 # Writes go out in pieces, each bounded by what is left of the exchange's deadline.
 WRITE_CHUNK = 16384
 # The transition data a payload may carry: references, never a token or a secret.
@@ -929,13 +933,16 @@ class _Sends:
             item = min(startable, key=lambda waiting: self.busy[waiting.endpoint_id])
             startable.remove(item)
             self.waiting.remove(item)
-            if item.url not in self.targets:
-                self.targets[item.url] = webhook_target(item.url)
-            future = self.pool.submit(
-                webhook_message_send, item, self.client, self.targets[item.url]
-            )
+            future = self.pool.submit(self._send, item)
             self.running[future] = item
             self.busy[item.endpoint_id] += 1
+
+    def _send(self, item: Claimed) -> Outcome:
+        # Resolved on the delivery thread, once per URL per task: a slow name server
+        # holds that thread, never the loop that records the others' outcomes.
+        if item.url not in self.targets:
+            self.targets[item.url] = webhook_target(item.url)
+        return webhook_message_send(item, self.client, self.targets[item.url])
 
     def _record(self, outcomes: list[Outcome]) -> None:
         if outcomes:
@@ -945,32 +952,47 @@ class _Sends:
     def run(self, claimed: list[Claimed]) -> None:
         self.waiting = claimed
         claiming = True  # until a claim finds nothing, and again after each outcome
+        arrived: list[Outcome] = []  # not yet recorded
+        arrived_since = 0.0
+
+        def flush() -> None:
+            self._record(arrived)
+            arrived.clear()
+
         while True:
             held = self._held()
             self._start()
             self._record(held)
             idle = len(self.running) < DELIVERY_THREADS and not self._startable()
             if claiming and idle and time.monotonic() <= self.end:
+                flush()  # first: an outcome may make its operation's next message due
                 more = webhook_messages_claim(limit=settings.SETTLE_WEBHOOK_BATCH)
                 self.waiting += more
                 claiming = bool(more)
                 if more:
                     continue
             if not self.running:
+                flush()
                 if self.waiting:  # a timed-out endpoint's, deferred on the next pass
                     continue
                 return
-            done, _ = wait(self.running, return_when=FIRST_COMPLETED)
-            outcomes = []
+            patience = None
+            if arrived:
+                patience = max(arrived_since + RECORD_EVERY_SECONDS - time.monotonic(), 0.0)
+            done, _ = wait(self.running, timeout=patience, return_when=FIRST_COMPLETED)
             for future in done:
                 item = self.running.pop(future)
                 self.busy[item.endpoint_id] -= 1
                 outcome = future.result()
                 if outcome.timed_out:
                     self.timed_out.add(item.endpoint_id)
-                outcomes.append(outcome)
-            self._record(outcomes)
-            claiming = True  # the next message of each operation done is due now
+                if not arrived:
+                    arrived_since = time.monotonic()
+                arrived.append(outcome)
+                claiming = True  # the next message of each operation done is due now
+            late = arrived and time.monotonic() - arrived_since >= RECORD_EVERY_SECONDS
+            if late or len(arrived) >= RECORD_BATCH:
+                flush()
 
 
 def webhooks_deliver(
