@@ -66,7 +66,7 @@ import httpx
 from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 from standardwebhooks import Webhook
 
@@ -848,10 +848,14 @@ def _endpoints_update(
             .update(failures=0, status=ENABLED)
         )
         if recovered:
-            # The receiver is back: what waits for it need not sit out its back-off.
+            # The receiver is back: what waits for it need not sit out its back-off; a
+            # message refused just now (its own answer, not an outage) still does.
+            just_now = now - timedelta(seconds=BACKOFF_FIRST_SECONDS)
             WebhookMessage.objects.filter(
                 endpoint_id=endpoint_id, status=PENDING, next_attempt_at__gt=now
-            ).update(next_attempt_at=now)
+            ).filter(Q(last_attempt_at__isnull=True) | Q(last_attempt_at__lt=just_now)).update(
+                next_attempt_at=now
+            )
     for endpoint_id, count in failed.items():
         WebhookEndpoint.objects.filter(pk=endpoint_id).update(failures=F("failures") + count)
         WebhookEndpoint.objects.filter(

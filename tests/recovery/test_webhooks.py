@@ -642,3 +642,15 @@ def test_an_ipv6_address_around_a_private_one_or_in_a_private_range_is_refused(a
 def test_a_public_address_passes_the_check(address):
     _, addresses = webhook_url_addresses(f"http://{address}/hook")
     assert addresses
+
+
+def test_a_message_refused_just_now_keeps_its_back_off_when_another_succeeds(flow, endpoint):
+    # Outcomes are recorded as they arrive: a 503 for one message and a 204 for the next,
+    # a moment apart, must not read as a receiver that was down and is back.
+    flow.approved("op-1")
+    flow.approved("op-2")
+    refused, accepted = sorted(webhooks.webhook_messages_claim(limit=10), key=lambda c: c.id)
+    webhooks.webhook_outcomes_record([webhooks.Outcome(refused, 503)])
+    webhooks.webhook_outcomes_record([webhooks.Outcome(accepted, 204)])
+    message = WebhookMessage.objects.get(pk=refused.id)
+    assert message.attempts == 1 and message.next_attempt_at > timezone.now()
