@@ -31,8 +31,8 @@ deferred
     claim is released and it waits as long as its endpoint's errors in a row call for,
     without an attempt counted. A receiver that accepts and never answers costs each
     task one timeout (on at most ``DELIVERY_THREADS`` threads at once), not one per
-    message, and the other endpoints' messages go out meanwhile; its first success
-    brings everything it was owed forward again.
+    message, and the other endpoints' messages go out meanwhile; once it is failing, its
+    first success brings everything it was owed forward again.
 unsent
     A task starts sends for ``DELIVERY_TASK_SECONDS`` (less if the timeout is long: its
     last deadline falls well inside the task's soft time limit), and none its claim's
@@ -66,7 +66,7 @@ import httpx
 from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 from standardwebhooks import Webhook
 
@@ -698,7 +698,8 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
 
     Delivered: done. Otherwise retried after ``backoff_seconds`` until the retry window
     closes (then ``failed``). An endpoint's errors in a row mark it failing; its next
-    success clears that and brings its waiting messages forward; 410 disables it.
+    success clears that and, if it was failing, brings its waiting messages forward;
+    410 disables it.
     Deferred (not sent): the claim released, due after its endpoint's back-off. Unsent:
     the claim released, due at once. Only a claim still held is recorded: one that
     lapsed belongs to another worker now.
@@ -842,20 +843,17 @@ def _endpoints_update(
     now: datetime, succeeded: set[int], failed: dict[int, int], gone: set[int]
 ) -> None:
     for endpoint_id in succeeded - set(failed):
-        recovered = (
-            WebhookEndpoint.objects.filter(pk=endpoint_id, failures__gt=0)
-            .exclude(status=DISABLED)
-            .update(failures=0, status=ENABLED)
+        was_failing = WebhookEndpoint.objects.filter(pk=endpoint_id, status=FAILING).update(
+            failures=0, status=ENABLED
         )
-        if recovered:
-            # The receiver is back: what waits for it need not sit out its back-off; a
-            # message refused just now (its own answer, not an outage) still does.
-            just_now = now - timedelta(seconds=BACKOFF_FIRST_SECONDS)
+        WebhookEndpoint.objects.filter(pk=endpoint_id, failures__gt=0).update(failures=0)
+        if was_failing:
+            # The receiver is back: what waits for it need not sit out its back-off. Only
+            # after an outage (failing): a message refused on its own keeps its back-off
+            # while the endpoint's others succeed.
             WebhookMessage.objects.filter(
                 endpoint_id=endpoint_id, status=PENDING, next_attempt_at__gt=now
-            ).filter(Q(last_attempt_at__isnull=True) | Q(last_attempt_at__lt=just_now)).update(
-                next_attempt_at=now
-            )
+            ).update(next_attempt_at=now)
     for endpoint_id, count in failed.items():
         WebhookEndpoint.objects.filter(pk=endpoint_id).update(failures=F("failures") + count)
         WebhookEndpoint.objects.filter(

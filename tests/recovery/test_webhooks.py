@@ -646,7 +646,7 @@ def test_a_public_address_passes_the_check(address):
 
 def test_a_message_refused_just_now_keeps_its_back_off_when_another_succeeds(flow, endpoint):
     # Outcomes are recorded as they arrive: a 503 for one message and a 204 for the next,
-    # a moment apart, must not read as a receiver that was down and is back.
+    # a moment apart, must not read as a receiver that was down (failing) and is back.
     flow.approved("op-1")
     flow.approved("op-2")
     refused, accepted = sorted(webhooks.webhook_messages_claim(limit=10), key=lambda c: c.id)
@@ -654,3 +654,19 @@ def test_a_message_refused_just_now_keeps_its_back_off_when_another_succeeds(flo
     webhooks.webhook_outcomes_record([webhooks.Outcome(accepted, 204)])
     message = WebhookMessage.objects.get(pk=refused.id)
     assert message.attempts == 1 and message.next_attempt_at > timezone.now()
+    assert WebhookEndpoint.objects.get(pk=endpoint.pk).failures == 0
+
+
+def test_a_failing_endpoints_first_success_brings_its_waiting_messages_forward(
+    flow, endpoint, settings
+):
+    settings.SETTLE_WEBHOOK_FAILING_AFTER = 2
+    for n in range(3):
+        flow.approved(f"op-{n}")
+    first, second, third = sorted(webhooks.webhook_messages_claim(limit=10), key=lambda c: c.id)
+    webhooks.webhook_outcomes_record([webhooks.Outcome(first, None, "ConnectError")])
+    webhooks.webhook_outcomes_record([webhooks.Outcome(second, None, "ConnectError")])
+    assert WebhookEndpoint.objects.get(pk=endpoint.pk).status == "failing"
+    webhooks.webhook_outcomes_record([webhooks.Outcome(third, 204)])
+    waiting = WebhookMessage.objects.filter(pk__in=[first.id, second.id])
+    assert all(message.next_attempt_at <= timezone.now() for message in waiting)
