@@ -36,7 +36,7 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true or false)")
 
 
-def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+def env_int(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
     value = os.environ.get(name)
     if value is None:
         return default
@@ -46,6 +46,8 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
         raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
     if number < minimum:
         raise ImproperlyConfigured(f"{name}={number} is below the minimum of {minimum}")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name}={number} is above the maximum of {maximum}")
     return number
 
 
@@ -344,8 +346,10 @@ SETTLE_DASHBOARD_REFRESH_SECONDS = env_int("SETTLE_DASHBOARD_REFRESH_SECONDS", 6
 # private network is refused unless SETTLE_WEBHOOKS_ALLOW_PRIVATE (a deployment that
 # delivers inside its own network); checked when added and again at every delivery.
 SETTLE_WEBHOOKS_ALLOW_PRIVATE = env_bool("SETTLE_WEBHOOKS_ALLOW_PRIVATE", False)
-# One delivery's whole request; a slow receiver costs a delivery thread this long at most.
-SETTLE_WEBHOOK_TIMEOUT_SECONDS = env_int("SETTLE_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1)
+# One delivery's whole exchange (connect, send, status, headers, body), however slowly the
+# receiver trickles it: a slow receiver costs a delivery thread this long at most. At most
+# 30 s, so that a delivery task's last send ends well inside its soft time limit.
+SETTLE_WEBHOOK_TIMEOUT_SECONDS = env_int("SETTLE_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1, maximum=30)
 # How often beat delivers what is due (commits also nudge a delivery at once, so this is
 # for retries and missed nudges: each round is a task on SETTLE_WEBHOOK_QUEUE), how many
 # messages one claim takes, and how long a claim holds them: longer than a task may live
@@ -353,6 +357,12 @@ SETTLE_WEBHOOK_TIMEOUT_SECONDS = env_int("SETTLE_WEBHOOK_TIMEOUT_SECONDS", 5, mi
 SETTLE_WEBHOOK_SECONDS = env_int("SETTLE_WEBHOOK_SECONDS", 10, minimum=1)
 SETTLE_WEBHOOK_BATCH = env_int("SETTLE_WEBHOOK_BATCH", 50, minimum=1)
 SETTLE_WEBHOOK_LEASE_SECONDS = env_int("SETTLE_WEBHOOK_LEASE_SECONDS", 120, minimum=1)
+if SETTLE_WEBHOOK_LEASE_SECONDS <= SETTLE_WEBHOOK_TIMEOUT_SECONDS:
+    # A send starts only while its claim outlasts its deadline: else none ever would.
+    raise ImproperlyConfigured(
+        f"SETTLE_WEBHOOK_LEASE_SECONDS={SETTLE_WEBHOOK_LEASE_SECONDS} must exceed "
+        f"SETTLE_WEBHOOK_TIMEOUT_SECONDS={SETTLE_WEBHOOK_TIMEOUT_SECONDS}"
+    )
 # Retried with exponential back-off and jitter for this long, then given up (``failed``,
 # an operator may redeliver); an endpoint is marked failing after this many errors in a row.
 SETTLE_WEBHOOK_RETRY_HOURS = env_int("SETTLE_WEBHOOK_RETRY_HOURS", 24, minimum=1)

@@ -30,6 +30,7 @@ from recovery.models import (
     WebhookEvent,
     WebhookMessage,
 )
+from recovery.selectors.webhooks import CONFIGURE_PERMISSION, webhook_url_redacted
 from recovery.services.alerts import alert_rule_delete, alert_rule_save, apprise_url_valid
 from recovery.services.credentials import credential_disable, credential_rotate, host_create
 from recovery.services.errors import Invalid, RecoveryError
@@ -186,10 +187,23 @@ class WebhookEndpointAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def subscribed(self, obj: WebhookEndpoint) -> str:
         return ", ".join(endpoint_events(obj)) if obj.events else "all"
 
+    @admin.display(description="URL")
+    def url_redacted(self, obj: WebhookEndpoint) -> str:
+        return webhook_url_redacted(obj.url)
+
+    def _url_field(self, request: HttpRequest) -> str:
+        # A URL may carry a token: in full only to who may configure endpoints.
+        return "url" if request.user.has_perm(CONFIGURE_PERMISSION) else "url_redacted"
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        url = self._url_field(request)
+        return [url if name == "url" else name for name in self.list_display]
+
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
             return ["host", "url", "event_types"]
-        return ["host", "url", "subscribed", "status", "failures", "disabled_reason"]
+        url = self._url_field(request)
+        return ["host", url, "subscribed", "status", "failures", "disabled_reason"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return [] if obj is None else self.get_fields(request, obj)
@@ -217,7 +231,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
-        return actions if request.user.has_perm("recovery.change_webhookendpoint") else {}
+        return actions if request.user.has_perm(CONFIGURE_PERMISSION) else {}
 
     @admin.action(
         description="Rotate the selected endpoints' secrets (old one kept for a grace period)"

@@ -64,8 +64,9 @@ HOST_API_SECONDS = Histogram(
 WEBHOOK_DELIVERIES = Counter(
     "settle_webhook_deliveries",
     "Webhook delivery attempts by outcome: delivered, retrying (an error; tried again "
-    "later), given_up (its retry window closed) or deferred (not sent: its endpoint timed "
-    "out earlier in the same round).",
+    "later), given_up (its retry window closed), deferred (not sent: its endpoint timed "
+    "out earlier in the same task) or unsent (not sent: the task's time or the claim's "
+    "lease would have run out; due again at once).",
     ["outcome"],
 )
 SWEEP_SECONDS = Histogram(

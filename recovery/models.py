@@ -794,7 +794,10 @@ class WebhookEndpoint(models.Model):
         indexes = [models.Index(fields=["host", "status"], name="webhook_endpoint_host")]
 
     def __str__(self) -> str:
-        return f"{self.host_id}: {self.url}"
+        # Shown wherever an endpoint is named (admin titles, choices): never its token.
+        from recovery.selectors.webhooks import webhook_url_redacted
+
+        return f"{self.host_id}: {webhook_url_redacted(self.url)}"
 
 
 class WebhookMessage(models.Model):

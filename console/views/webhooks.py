@@ -1,9 +1,10 @@
 """Webhook endpoints and their deliveries; an operator redelivers one.
 
 Who sees what is the selectors' rule (``recovery.selectors.webhooks``): the endpoints to
-any user with a role on some provider, each endpoint's deliveries only for the
-operations they may view. Redelivering is the service's rule: an operator
-(``lookup_operations``) of the message's operation's provider.
+any user with a role on some provider, their URLs in full only to who may configure
+endpoints, each endpoint's deliveries only for the operations they may view.
+Redelivering is the service's rule: an operator (``lookup_operations``) of the
+message's operation's provider.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from console.views.access import refusal_status_raise
 from recovery.models import WebhookEndpoint
 from recovery.permissions import ProviderPermission
 from recovery.selectors.access import providers_for_user
-from recovery.selectors.webhooks import webhook_endpoints_for_user, webhook_messages_for_user
+from recovery.selectors.webhooks import (
+    webhook_endpoints_for_user,
+    webhook_messages_for_user,
+    webhook_url_for_user,
+)
 from recovery.services.errors import RecoveryError
 from recovery.services.webhooks import endpoint_events, webhook_message_redeliver
 
@@ -35,7 +40,11 @@ def _endpoint_for_viewer(request: HttpRequest, endpoint_id: int) -> WebhookEndpo
 @require_safe
 def webhook_endpoints(request: HttpRequest) -> HttpResponse:
     endpoints = [
-        (endpoint, endpoint_events(endpoint) if endpoint.events else ["every event"])
+        (
+            endpoint,
+            endpoint_events(endpoint) if endpoint.events else ["every event"],
+            webhook_url_for_user(user=request.user, url=endpoint.url),
+        )
         for endpoint in webhook_endpoints_for_user(user=request.user)
     ]
     return render(request, "console/webhooks.html", {"endpoints": endpoints})
@@ -52,6 +61,7 @@ def webhook_endpoint(request: HttpRequest, endpoint_id: int) -> HttpResponse:
     )
     context = {
         "endpoint": endpoint,
+        "url": webhook_url_for_user(user=request.user, url=endpoint.url),
         "events": endpoint_events(endpoint) if endpoint.events else ["every event"],
         "deliveries": webhook_messages_for_user(user=request.user, endpoint=endpoint),
         "operable": operable,

@@ -2,11 +2,14 @@
 
 Endpoints belong to hosts, which serve every provider, so their list (host, URL, events,
 status; never a secret) is shown to any user with a role on some provider; the
-deliveries of each are only those of operations on providers the user may view.
+deliveries of each are only those of operations on providers the user may view. A URL
+may carry a token in its path or query, so it is shown in full only to who may configure
+endpoints (``webhook_url_for_user``).
 """
 
 from __future__ import annotations
 
+import urllib.parse
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +23,23 @@ def webhook_endpoints_for_user(*, user: Any) -> QuerySet[WebhookEndpoint]:
     if not providers_visible_to(user=user).exists():
         return WebhookEndpoint.objects.none()
     return WebhookEndpoint.objects.select_related("host").order_by("host__name", "id")
+
+
+# Who may add, rotate and disable endpoints (the admin's) may read their URLs in full.
+CONFIGURE_PERMISSION = "recovery.change_webhookendpoint"
+
+
+def webhook_url_redacted(url: str) -> str:
+    """``url``'s scheme, host and port; what follows, if anything, shown as ``/…``."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    rest = "/…" if parts.path not in ("", "/") or parts.query or parts.fragment else "/"
+    return f"{parts.scheme}://{host}{rest}"
+
+
+def webhook_url_for_user(*, user: Any, url: str) -> str:
+    """``url`` as ``user`` may read it: in full with ``CONFIGURE_PERMISSION``, else redacted."""
+    return url if user.has_perm(CONFIGURE_PERMISSION) else webhook_url_redacted(url)
 
 
 def webhook_messages_for_user(

@@ -18,33 +18,50 @@ delivery
     for ``SETTLE_WEBHOOK_RETRY_HOURS``. A receiver answering 410 disables its endpoint.
     Deliveries run on a Celery queue of their own (``SETTLE_WEBHOOK_QUEUE``), so a slow
     receiver holds only the workers of that queue.
+deadline
+    Each exchange (connect, TLS, request, status and headers, body) ends
+    ``SETTLE_WEBHOOK_TIMEOUT_SECONDS`` after it began, however the receiver spaces its
+    bytes: every wait on its socket is cut to what is left (``_DeadlineBackend``). The
+    outcomes are recorded as they arrive (within ``RECORD_EVERY_SECONDS``, a few in one
+    transaction) while the other sends go on, so a slow receiver delays nobody else's
+    record, and a message recorded is not sent again. A free thread goes to the endpoint
+    with the fewest sends under way.
 deferred
-    A message of an endpoint that timed out earlier in the same round is not sent: its
+    A message of an endpoint that timed out earlier in the same task is not sent: its
     claim is released and it waits as long as its endpoint's errors in a row call for,
     without an attempt counted. A receiver that accepts and never answers costs each
-    round one timeout (on at most ``DELIVERY_THREADS`` threads at once), not one per
-    message, and the other endpoints' messages of the round go out meanwhile; its first
-    success brings everything it was owed forward again.
+    task one timeout (on at most ``DELIVERY_THREADS`` threads at once), not one per
+    message, and the other endpoints' messages go out meanwhile; once it is failing, its
+    first success brings everything it was owed forward again.
+unsent
+    A task starts sends for ``DELIVERY_TASK_SECONDS`` (less if the timeout is long: its
+    last deadline falls well inside the task's soft time limit), and none its claim's
+    lease would not outlast: such a message's claim is released, due at once, without an
+    attempt counted.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import ipaddress
 import json
 import logging
 import random
 import secrets
 import socket
+import threading
 import time
 import urllib.parse
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import httpcore
 import httpx
 from celery import current_app
 from django.conf import settings
@@ -64,7 +81,7 @@ from recovery.models import (
     WebhookMessage,
 )
 from recovery.permissions import ProviderPermission
-from recovery.selectors.webhooks import webhook_messages_due
+from recovery.selectors.webhooks import webhook_messages_due, webhook_url_redacted
 from recovery.services.access import provider_permission_require
 from recovery.services.errors import Invalid, NotFound
 from recovery.vocabulary import AuditKind
@@ -83,8 +100,15 @@ BACKOFF_FIRST_SECONDS = 5.0
 BACKOFF_MAX_SECONDS = 3600.0
 BACKOFF_JITTER = 0.25
 DELIVERY_THREADS = 8
-# A delivery task keeps claiming for at most this long, well inside its soft time limit.
+# A delivery task starts sends for this long at most; each ends by its deadline.
 DELIVERY_TASK_SECONDS = 30.0
+# What a task keeps of its soft time limit, past its last send's deadline, to record.
+RECORD_MARGIN_SECONDS = 15.0
+# Outcomes are recorded together once this many arrived or the first waited this long.
+RECORD_BATCH = DELIVERY_THREADS * 2
+RECORD_EVERY_SECONDS = 0.1
+# Writes go out in pieces, each bounded by what is left of the exchange's deadline.
+WRITE_CHUNK = 16384
 # The transition data a payload may carry: references, never a token or a secret.
 PAYLOAD_KEYS = ("reason", "evidence_id", "request_id", "verdict", "approval_id")
 
@@ -112,10 +136,37 @@ def endpoint_events(endpoint: WebhookEndpoint) -> list[str]:
     return [event for event in endpoint.events.split(",") if event] or list(WebhookEvent.values)
 
 
+# Prefixes whose last 32 bits are an IPv4 address that traffic reaches: NAT64's
+# well-known prefix (RFC 6052) and the deprecated IPv4-compatible addresses (::a.b.c.d).
+_IPV4_IN_LAST_32_BITS = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("::/96"))
+# NAT64's local-use prefix (RFC 8215): where the IPv4 address sits is each network's own.
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def _ipv4_embedded(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a packet to ``ip`` reaches, if ``ip`` is a wrapping of one."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if any(ip in prefix for prefix in _IPV4_IN_LAST_32_BITS):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def _address_refused(address: str) -> bool:
+    """Whether ``address`` is loopback, private, reserved or multicast, or wraps one.
+
+    Python 3.11's ``is_global`` judges an IPv6 address by its own range alone: it calls
+    NAT64 (64:ff9b::/96 and the local-use 64:ff9b:1::/48), IPv4-compatible, 6to4 and
+    site-local (fec0::/10) addresses global whatever they lead to, so the IPv4 address a
+    wrapping carries is judged instead, and the ranges it leaves out are refused here.
+    """
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _NAT64_LOCAL or ip.is_site_local or ip.teredo is not None:
+            return True
+        ip = _ipv4_embedded(ip) or ip
     return not ip.is_global or ip.is_multicast
 
 
@@ -158,7 +209,10 @@ def _configured(endpoint: WebhookEndpoint, actor: Actor, change: str, **data: An
         data={
             "endpoint_id": endpoint.pk,
             "host": endpoint.host.name,
-            "url": endpoint.url,
+            # The path and query may carry a token: the log names where, and fingerprints
+            # the whole URL so that a change of it shows.
+            "url": webhook_url_redacted(endpoint.url),
+            "url_sha256": hashlib.sha256(endpoint.url.encode()).hexdigest(),
             "change": change,
             **data,
         },
@@ -401,14 +455,15 @@ class Claimed:
 @dataclass(frozen=True)
 class Outcome:
     """What one attempt got: a status code, or an error before any answer (``timed_out``:
-    the receiver did not answer in time); ``deferred``: not sent (see the module's
-    docstring)."""
+    the receiver did not answer in time); ``deferred`` or ``unsent``: not sent (see the
+    module's docstring)."""
 
     claimed: Claimed
     status_code: int | None
     error: str = ""
     timed_out: bool = False
     deferred: bool = False
+    unsent: bool = False
 
     @property
     def delivered(self) -> bool:
@@ -500,21 +555,106 @@ def webhook_target(url: str) -> Target | Invalid:
     return Target(pinned, parts.netloc, parts.hostname or "")
 
 
+# The instant this thread's exchange must end (``time.monotonic``), or None: no exchange.
+_exchange = threading.local()
+
+
+def _left(timeout: float | None, error: type[Exception]) -> float | None:
+    """``timeout`` cut to what is left of this thread's exchange; ``error`` once none is."""
+    deadline: float | None = getattr(_exchange, "deadline", None)
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise error("the delivery's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every wait ends at the running exchange's deadline."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        for start in range(0, len(buffer), WRITE_CHUNK):
+            chunk = buffer[start : start + WRITE_CHUNK]
+            self._stream.write(chunk, _left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        bounded = _left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, bounded))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's own sockets, each wait cut to the exchange's deadline (``_left``)."""
+
+    def __init__(self) -> None:
+        self._backend = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
+        bounded = _left(timeout, httpcore.ConnectTimeout)
+        stream = self._backend.connect_tcp(host, port, bounded, local_address, socket_options)
+        return _DeadlineStream(stream)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
+        raise NotImplementedError("webhooks are delivered over TCP")
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+class _DeadlineTransport(httpx.HTTPTransport):
+    """httpx's transport on a pool of ``_DeadlineBackend`` connections."""
+
+    def __init__(self, *, limits: httpx.Limits) -> None:
+        super().__init__(trust_env=False, limits=limits)
+        # httpx takes no network backend (httpcore's pool does): its pool is replaced.
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=_DeadlineBackend(),
+        )
+
+
 def webhook_message_send(
     claimed: Claimed, client: httpx.Client, target: Target | Invalid
 ) -> Outcome:
     """Post one message to ``target``; never raises. No DB access: a delivery thread runs it.
 
-    Redirects are never followed: a 3xx is an answer like any other that is not 2xx.
+    The whole exchange ends ``SETTLE_WEBHOOK_TIMEOUT_SECONDS`` after it began (a client
+    from ``webhook_client``): an answer without its status by then has timed out. The
+    status is all that counts: the body is read only until then (so the connection can
+    serve the next message), never waited for. Redirects are never followed: a 3xx is an
+    answer like any other that is not 2xx.
     """
     if isinstance(target, Invalid):
         return Outcome(claimed, None, f"{target.code}: {target.message}"[:300])
     headers = webhook_headers(claimed, timezone.now())
     headers["host"] = target.host
-    # httpx's timeout bounds each wait (connect, each read), not the whole request. The
-    # answer's status is all that counts: its body is read only while the request is
-    # young (so the connection can serve the next message), never to its end.
-    deadline = time.monotonic() + float(settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS)
+    _exchange.deadline = time.monotonic() + float(settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS)
     try:
         with client.stream(
             "POST",
@@ -526,13 +666,14 @@ def webhook_message_send(
             status = response.status_code
             # The answer is in: a body that stalls or breaks off changes nothing of it.
             with contextlib.suppress(httpx.HTTPError):
-                for _ in response.iter_raw():  # as it arrives (a size would wait to fill it)
-                    if time.monotonic() >= deadline:
-                        break
+                for _ in response.iter_raw():  # as it arrives, until the deadline
+                    pass
     except httpx.TimeoutException as exc:
         return Outcome(claimed, None, f"{type(exc).__name__}: {exc}"[:300], timed_out=True)
     except httpx.HTTPError as exc:
         return Outcome(claimed, None, f"{type(exc).__name__}: {exc}"[:300])
+    finally:
+        _exchange.deadline = None
     return Outcome(claimed, status)
 
 
@@ -541,7 +682,7 @@ def webhook_client() -> httpx.Client:
         timeout=float(settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS),
         follow_redirects=False,
         trust_env=False,
-        limits=httpx.Limits(max_connections=DELIVERY_THREADS * 2),
+        transport=_DeadlineTransport(limits=httpx.Limits(max_connections=DELIVERY_THREADS * 2)),
     )
 
 
@@ -557,9 +698,11 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
 
     Delivered: done. Otherwise retried after ``backoff_seconds`` until the retry window
     closes (then ``failed``). An endpoint's errors in a row mark it failing; its next
-    success clears that and brings its waiting messages forward; 410 disables it.
-    Deferred (not sent): the claim released, due after its endpoint's back-off.
-    Only a claim still held is recorded: one that lapsed belongs to another worker now.
+    success clears that and, if it was failing, brings its waiting messages forward;
+    410 disables it.
+    Deferred (not sent): the claim released, due after its endpoint's back-off. Unsent:
+    the claim released, due at once. Only a claim still held is recorded: one that
+    lapsed belongs to another worker now.
     """
     now = timezone.now()
     window = timedelta(hours=settings.SETTLE_WEBHOOK_RETRY_HOURS)
@@ -570,7 +713,12 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
     done: set[tuple[int, int]] = set()
     tally: dict[str, int] = {}
     deferred: dict[int, list[Claimed]] = {}
+    unsent: list[Claimed] = []
     for outcome in outcomes:
+        if outcome.unsent:
+            tally["unsent"] = tally.get("unsent", 0) + 1
+            unsent.append(outcome.claimed)
+            continue
         if outcome.deferred:
             tally["deferred"] = tally.get("deferred", 0) + 1
             deferred.setdefault(outcome.claimed.endpoint_id, []).append(outcome.claimed)
@@ -620,6 +768,12 @@ def webhook_outcomes_record(outcomes: Sequence[Outcome]) -> None:
     _next_promote(done, now)
     _endpoints_update(now, succeeded, failed, gone)
     _deferred_release(now, deferred)
+    for lease in {claim.lease for claim in unsent}:
+        WebhookMessage.objects.filter(
+            pk__in=[claim.id for claim in unsent if claim.lease == lease],
+            status=PENDING,
+            lease_expires_at=lease,
+        ).update(lease_expires_at=None)
     transaction.on_commit(lambda: _deliveries_count(tally))
 
 
@@ -640,7 +794,7 @@ def _deferred_release(now: datetime, deferred: dict[int, list[Claimed]]) -> None
             ).update(
                 next_attempt_at=now + wait,
                 lease_expires_at=None,
-                last_error="not sent: the endpoint timed out earlier in this round",
+                last_error="not sent: the endpoint timed out earlier in this delivery task",
             )
 
 
@@ -689,13 +843,14 @@ def _endpoints_update(
     now: datetime, succeeded: set[int], failed: dict[int, int], gone: set[int]
 ) -> None:
     for endpoint_id in succeeded - set(failed):
-        recovered = (
-            WebhookEndpoint.objects.filter(pk=endpoint_id, failures__gt=0)
-            .exclude(status=DISABLED)
-            .update(failures=0, status=ENABLED)
+        was_failing = WebhookEndpoint.objects.filter(pk=endpoint_id, status=FAILING).update(
+            failures=0, status=ENABLED
         )
-        if recovered:
-            # The receiver is back: what waits for it need not sit out its back-off.
+        WebhookEndpoint.objects.filter(pk=endpoint_id, failures__gt=0).update(failures=0)
+        if was_failing:
+            # The receiver is back: what waits for it need not sit out its back-off. Only
+            # after an outage (failing): a message refused on its own keeps its back-off
+            # while the endpoint's others succeed.
             WebhookMessage.objects.filter(
                 endpoint_id=endpoint_id, status=PENDING, next_attempt_at__gt=now
             ).update(next_attempt_at=now)
@@ -715,54 +870,155 @@ class DeliveryReport:
     delivered: int = 0
     failed: int = 0
     deferred: int = 0
+    unsent: int = 0
+
+    def add(self, outcomes: Sequence[Outcome]) -> None:
+        for outcome in outcomes:
+            if outcome.unsent:
+                self.unsent += 1
+            elif outcome.deferred:
+                self.deferred += 1
+            elif outcome.delivered:
+                self.delivered += 1
+            else:
+                self.failed += 1
 
 
-def _round_send(
-    claimed: list[Claimed], client: httpx.Client, pool: ThreadPoolExecutor
-) -> list[Outcome]:
-    """Send one claim's messages on the pool's threads; an endpoint that timed out in this
-    round is not sent its remaining messages (``deferred``)."""
-    targets = {url: webhook_target(url) for url in {item.url for item in claimed}}
-    timed_out: set[int] = set()  # endpoint ids; threads only add to it
+class _Sends:
+    """One delivery task's sends: up to ``DELIVERY_THREADS`` under way, each outcome
+    recorded as it arrives, more claimed as threads fall idle, none started after
+    ``end`` (``time.monotonic``)."""
 
-    def send(item: Claimed) -> Outcome:
-        if item.endpoint_id in timed_out:
-            return Outcome(item, None, deferred=True)
-        outcome = webhook_message_send(item, client, targets[item.url])
-        if outcome.timed_out:
-            timed_out.add(item.endpoint_id)
-        return outcome
+    def __init__(
+        self, client: httpx.Client, pool: ThreadPoolExecutor, end: float, report: DeliveryReport
+    ) -> None:
+        self.client = client
+        self.pool = pool
+        self.end = end
+        self.report = report
+        self.timeout = float(settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS)
+        self.waiting: list[Claimed] = []
+        self.running: dict[Future[Outcome], Claimed] = {}
+        self.busy: Counter[int] = Counter()  # endpoint id: its sends under way
+        self.timed_out: set[int] = set()  # endpoints sent nothing more in this task
+        self.targets: dict[str, Target | Invalid] = {}
 
-    return list(pool.map(send, claimed))
+    def _held(self) -> list[Outcome]:
+        """The waiting messages that will not be sent in this task, taken out. A timed-out
+        endpoint's are deferred once none of its sends is under way, so that their wait
+        counts every timeout of this task."""
+        lease_needed = timezone.now() + timedelta(seconds=self.timeout)
+        in_time = time.monotonic() <= self.end
+        held: list[Outcome] = []
+        keep: list[Claimed] = []
+        for item in self.waiting:
+            if item.endpoint_id in self.timed_out:
+                if self.busy[item.endpoint_id]:
+                    keep.append(item)
+                else:
+                    held.append(Outcome(item, None, deferred=True))
+            elif not in_time or item.lease < lease_needed:
+                held.append(Outcome(item, None, unsent=True))
+            else:
+                keep.append(item)
+        self.waiting = keep
+        return held
+
+    def _startable(self) -> list[Claimed]:
+        return [item for item in self.waiting if item.endpoint_id not in self.timed_out]
+
+    def _start(self) -> None:
+        startable = self._startable()
+        while startable and len(self.running) < DELIVERY_THREADS:
+            # The first message of the endpoint with the fewest sends under way: a slow
+            # endpoint never takes a thread another endpoint's message is waiting for.
+            item = min(startable, key=lambda waiting: self.busy[waiting.endpoint_id])
+            startable.remove(item)
+            self.waiting.remove(item)
+            future = self.pool.submit(self._send, item)
+            self.running[future] = item
+            self.busy[item.endpoint_id] += 1
+
+    def _send(self, item: Claimed) -> Outcome:
+        # Resolved on the delivery thread, once per URL per task: a slow name server
+        # holds that thread, never the loop that records the others' outcomes.
+        if item.url not in self.targets:
+            self.targets[item.url] = webhook_target(item.url)
+        return webhook_message_send(item, self.client, self.targets[item.url])
+
+    def _record(self, outcomes: list[Outcome]) -> None:
+        if outcomes:
+            webhook_outcomes_record(outcomes)
+            self.report.add(outcomes)
+
+    def run(self, claimed: list[Claimed]) -> None:
+        self.waiting = claimed
+        claiming = True  # until a claim finds nothing, and again after each outcome
+        arrived: list[Outcome] = []  # not yet recorded
+        arrived_since = 0.0
+
+        def flush() -> None:
+            self._record(arrived)
+            arrived.clear()
+
+        while True:
+            held = self._held()
+            self._start()
+            self._record(held)
+            idle = len(self.running) < DELIVERY_THREADS and not self._startable()
+            if claiming and idle and time.monotonic() <= self.end:
+                flush()  # first: an outcome may make its operation's next message due
+                more = webhook_messages_claim(limit=settings.SETTLE_WEBHOOK_BATCH)
+                self.waiting += more
+                claiming = bool(more)
+                if more:
+                    continue
+            if not self.running:
+                flush()
+                if self.waiting:  # a timed-out endpoint's, deferred on the next pass
+                    continue
+                return
+            patience = None
+            if arrived:
+                patience = max(arrived_since + RECORD_EVERY_SECONDS - time.monotonic(), 0.0)
+            done, _ = wait(self.running, timeout=patience, return_when=FIRST_COMPLETED)
+            for future in done:
+                item = self.running.pop(future)
+                self.busy[item.endpoint_id] -= 1
+                outcome = future.result()
+                if outcome.timed_out:
+                    self.timed_out.add(item.endpoint_id)
+                if not arrived:
+                    arrived_since = time.monotonic()
+                arrived.append(outcome)
+                claiming = True  # the next message of each operation done is due now
+            late = arrived and time.monotonic() - arrived_since >= RECORD_EVERY_SECONDS
+            if late or len(arrived) >= RECORD_BATCH:
+                flush()
 
 
 def webhooks_deliver(
     *, seconds: float = DELIVERY_TASK_SECONDS, promote: bool = True
 ) -> DeliveryReport:
-    """Claim, send and record batches until nothing is due or ``seconds`` have passed.
+    """Claim, send and record until nothing is due; start no send after ``seconds``.
 
-    ``promote``: first make due what waits behind nothing (``webhook_waiting_promote``);
-    beat's round does, a commit's nudge need not.
+    ``seconds`` is cut so that the last send's deadline falls ``RECORD_MARGIN_SECONDS``
+    inside the task's soft time limit: no task of sends ever reaches it. ``promote``:
+    first make due what waits behind nothing (``webhook_waiting_promote``); beat's round
+    does, a commit's nudge need not.
     """
     report = DeliveryReport()
     if promote:
         webhook_waiting_promote()
-    deadline = time.monotonic() + seconds
+    began = time.monotonic()
+    soft_limit = float(settings.CELERY_TASK_SOFT_TIME_LIMIT)
+    timeout = float(settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS)
+    end = began + min(seconds, soft_limit - RECORD_MARGIN_SECONDS - timeout)
     claimed = webhook_messages_claim(limit=settings.SETTLE_WEBHOOK_BATCH)
     if not claimed:  # beat's usual round: no client, no threads
         return report
     with webhook_client() as client, ThreadPoolExecutor(DELIVERY_THREADS) as pool:
-        while claimed:
-            outcomes = _round_send(claimed, client, pool)
-            webhook_outcomes_record(outcomes)
-            delivered = sum(outcome.delivered for outcome in outcomes)
-            deferred = sum(outcome.deferred for outcome in outcomes)
-            report.delivered += delivered
-            report.deferred += deferred
-            report.failed += len(outcomes) - delivered - deferred
-            if time.monotonic() >= deadline:
-                break
-            claimed = webhook_messages_claim(limit=settings.SETTLE_WEBHOOK_BATCH)
+        _Sends(client, pool, end, report).run(claimed)
     return report
 
 

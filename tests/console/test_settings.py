@@ -51,6 +51,14 @@ def _start(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[s
             "SETTLE_HOST_RATE_BURST must be at least SETTLE_HOST_RATE_PER_SECOND",
         ),
         ({"SETTLE_REFUSALS_RECORDED_PER_MINUTE": "0"}, "SETTLE_REFUSALS_RECORDED_PER_MINUTE=0 is"),
+        (
+            {"SETTLE_WEBHOOK_TIMEOUT_SECONDS": "60"},
+            "SETTLE_WEBHOOK_TIMEOUT_SECONDS=60 is above the maximum of 30",
+        ),
+        (
+            {"SETTLE_WEBHOOK_TIMEOUT_SECONDS": "10", "SETTLE_WEBHOOK_LEASE_SECONDS": "10"},
+            "SETTLE_WEBHOOK_LEASE_SECONDS=10 must exceed SETTLE_WEBHOOK_TIMEOUT_SECONDS=10",
+        ),
     ],
 )
 def test_bad_value_fails_at_start_up_with_a_clear_message(env, message, tmp_path):

@@ -46,7 +46,7 @@ def redeliver_url(message: WebhookMessage) -> str:
 def test_the_endpoint_page_shows_each_delivery_with_its_attempts_and_answer(delivered, operator):
     client = signed_in(operator)
     listing = client.get("/webhooks/")
-    assert listing.status_code == 200 and b"http://127.0.0.1:9/hooks" in listing.content
+    assert listing.status_code == 200 and "http://127.0.0.1:9/…" in listing.content.decode()
     page = client.get(f"/webhooks/{delivered.endpoint_id}/")
     assert page.status_code == 200
     text = page.content.decode()
@@ -104,3 +104,71 @@ def test_a_redeliver_without_the_csrf_token_is_refused(delivered, operator):
     assert client.post(redeliver_url(delivered)).status_code == 403
     delivered.refresh_from_db()
     assert delivered.status == "failed"
+
+
+SECRET_URL = "http://127.0.0.1:9/hooks/T0KEN-in-the-path?key=s3cret-in-the-query"
+
+
+@pytest.fixture
+def secret_endpoint(host, settings) -> WebhookEndpoint:
+    settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = True
+    added, _ = webhook_endpoint_add(host_name=host.name, url=SECRET_URL, actor=COMMAND_LINE)
+    return added
+
+
+def _pages(client: Client, endpoint: WebhookEndpoint) -> list[str]:
+    pages = [client.get("/webhooks/"), client.get(f"/webhooks/{endpoint.pk}/")]
+    assert [page.status_code for page in pages] == [200, 200]
+    return [page.content.decode() for page in pages]
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "supervisor"])
+def test_an_endpoint_url_shows_only_its_scheme_and_host_to_who_may_not_configure_it(
+    secret_endpoint, role, request
+):
+    user = request.getfixturevalue(role)
+    for text in _pages(signed_in(user), secret_endpoint):
+        assert "T0KEN" not in text and "s3cret" not in text, role
+        assert "http://127.0.0.1:9/…" in text
+
+
+def test_an_endpoint_url_is_shown_in_full_to_who_may_configure_endpoints(secret_endpoint, viewer):
+    from django.contrib.auth.models import Permission
+
+    viewer.user_permissions.add(Permission.objects.get(codename="change_webhookendpoint"))
+    for text in _pages(signed_in(viewer), secret_endpoint):
+        assert "/hooks/T0KEN-in-the-path?key=s3cret-in-the-query" in text.replace("&amp;", "&")
+
+
+def test_staff_who_may_only_view_endpoints_in_the_admin_never_see_the_full_url(
+    secret_endpoint, django_user_model
+):
+    from django.contrib.auth.models import Permission
+
+    staff = django_user_model.objects.create_user("vera", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_webhookendpoint"))
+    client = signed_in(staff)
+    for path in (
+        "/admin/recovery/webhookendpoint/",
+        f"/admin/recovery/webhookendpoint/{secret_endpoint.pk}/change/",
+    ):
+        page = client.get(path)
+        assert page.status_code == 200, path
+        text = page.content.decode()
+        assert "T0KEN" not in text and "s3cret" not in text, path
+        assert "http://127.0.0.1:9/…" in text, path
+
+
+def test_a_superuser_sees_the_full_url_in_the_admin(secret_endpoint, django_user_model):
+    root = django_user_model.objects.create_superuser("root", "root@example.com", "pw-for-tests")
+    page = signed_in(root).get("/admin/recovery/webhookendpoint/")
+    assert "T0KEN-in-the-path" in page.content.decode()
+
+
+def test_the_audit_trail_names_an_endpoint_without_its_token(secret_endpoint, supervisor):
+    event = AuditEvent.objects.get(kind="webhook_configured")
+    assert "T0KEN" not in str(event.data) and "s3cret" not in str(event.data)
+    assert event.data["url"] == "http://127.0.0.1:9/…"
+    page = signed_in(supervisor).get("/audit/")
+    assert page.status_code == 200 and "webhook_configured" in page.content.decode()
+    assert "T0KEN" not in page.content.decode()

@@ -33,6 +33,7 @@ def hooks_env(celery_env: dict[str, str | None], settings: Any, celery_queue: st
         **celery_env,
         "SETTLE_WEBHOOKS_ALLOW_PRIVATE": "true",
         "SETTLE_WEBHOOK_LEASE_SECONDS": "3",
+        "SETTLE_WEBHOOK_TIMEOUT_SECONDS": "2",  # inside the lease: a send must end in it
         "SETTLE_WEBHOOK_SECONDS": "1",
     }
 

@@ -4,6 +4,7 @@ receiver (verifying with ``standardwebhooks``), retries, order, rotation and ref
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -522,3 +523,150 @@ def test_a_receiver_that_trickles_its_answer_holds_a_delivery_no_longer_than_the
         took = time.monotonic() - began
     assert report.delivered == 1
     assert took < 5, took
+
+
+def test_a_receiver_that_trickles_its_headers_is_cut_off_at_the_deadline(
+    flow, host, allow_private, settings
+):
+    # "HTTP/1.1 200 OK", then a header byte every 0.2 s: every read is well within
+    # httpx's own timeout, so only the whole exchange's deadline can end it.
+    settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS = 1
+    with trickling_serve(every=0.2, head=True) as url:
+        webhook_endpoint_add(host_name=host.name, url=url, actor=COMMAND_LINE)
+        flow.approved("op-1")
+        (claimed,) = webhooks.webhook_messages_claim(limit=10)
+        outcomes: list[webhooks.Outcome] = []
+        with webhooks.webhook_client() as client:
+            sender = threading.Thread(
+                target=lambda: outcomes.append(
+                    webhooks.webhook_message_send(claimed, client, webhooks.webhook_target(url))
+                ),
+                daemon=True,
+            )
+            began = time.monotonic()
+            sender.start()
+            sender.join(timeout=5)  # bounded: on a build without the deadline it never ends
+            took = time.monotonic() - began
+    assert outcomes, f"the send was still waiting on the trickling receiver after {took:.1f} s"
+    (outcome,) = outcomes
+    assert outcome.timed_out and outcome.status_code is None, outcome
+    assert took < 2, took
+
+
+def test_each_outcome_is_recorded_as_it_arrives_not_after_the_slowest(
+    flow, host, endpoint, receiver, silent, settings, monkeypatch
+):
+    settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS = 2
+    hanging, _ = webhook_endpoint_add(host_name=host.name, url=silent.url, actor=COMMAND_LINE)
+    for n in range(3):
+        flow.approved(f"op-{n}")  # approval.decided, to both endpoints
+    recorded: list[tuple[float, list[webhooks.Outcome]]] = []
+    record = webhooks.webhook_outcomes_record
+    began = time.monotonic()
+
+    def spy(outcomes):
+        recorded.append((time.monotonic() - began, list(outcomes)))
+        record(outcomes)
+
+    monkeypatch.setattr(webhooks, "webhook_outcomes_record", spy)
+    report = webhooks_deliver(seconds=10)
+    assert report.delivered == 3 and len(receiver.received) == 3
+    good = [
+        (at, outcome)
+        for at, outcomes in recorded
+        for outcome in outcomes
+        if outcome.claimed.endpoint_id == endpoint.pk
+    ]
+    # The good endpoint's outcomes were committed while the silent one's were still
+    # waiting for their deadline, not together with them at its end.
+    assert len(good) == 3 and all(outcome.delivered for _, outcome in good)
+    assert max(at for at, _ in good) < 1.5, recorded
+    slow = WebhookMessage.objects.filter(endpoint=hanging, attempts=1)
+    assert slow.exists() and all("Timeout" in message.last_error for message in slow)
+
+
+def test_a_delivery_starts_no_send_after_its_time(flow, host, allow_private, silent, settings):
+    # Twenty endpoints that never answer, one message each: eight threads, a 1 s
+    # deadline. A task that starts sends for 0.5 s sends one wave; the rest are released
+    # unsent, due at once and no attempt counted, instead of holding it for three waves.
+    settings.SETTLE_WEBHOOK_TIMEOUT_SECONDS = 1
+    for n in range(20):
+        webhook_endpoint_add(host_name=host.name, url=f"{silent.url}/{n}", actor=COMMAND_LINE)
+    flow.approved("op-1")
+    began = time.monotonic()
+    report = webhooks_deliver(seconds=0.5)
+    took = time.monotonic() - began
+    assert took < 2, took
+    assert silent.accepted == report.failed == webhooks.DELIVERY_THREADS
+    unsent = WebhookMessage.objects.filter(attempts=0)
+    assert unsent.count() == 20 - webhooks.DELIVERY_THREADS
+    assert all(m.lease_expires_at is None and m.next_attempt_at <= timezone.now() for m in unsent)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::a00:1",  # NAT64's well-known prefix around 10.0.0.1
+        "64:ff9b::7f00:1",  # … around 127.0.0.1
+        "64:ff9b:1::a00:1",  # the local-use NAT64 prefix, a network's own
+        "64:ff9b:1:ffff::808:808",
+        "::a00:1",  # IPv4-compatible ::10.0.0.1
+        "::7f00:1",  # ::127.0.0.1
+        "::ffff:a00:1",  # IPv4-mapped ::ffff:10.0.0.1
+        "::ffff:a9fe:a9fe",  # ::ffff:169.254.169.254
+        "fec0::1",  # site-local
+        "feff:ffff::1",
+        "2002:a00:1::1",  # 6to4 around 10.0.0.1
+        "2002:7f00:1::",  # 6to4 around 127.0.0.1
+        "2002:a9fe:a9fe::1",  # 6to4 around 169.254.169.254
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo
+    ],
+)
+def test_an_ipv6_address_around_a_private_one_or_in_a_private_range_is_refused(address):
+    with pytest.raises(Invalid) as refused:
+        webhook_url_addresses(f"http://[{address}]/hook")
+    assert refused.value.code == "private_webhook_url"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "8.8.8.8",
+        "[2606:4700:4700::1111]",
+        "[2a00:1450:4001:82b::200e]",
+        "[64:ff9b::808:808]",  # NAT64 around 8.8.8.8: a public address, reached from IPv6
+        "[2002:808:808::1]",  # 6to4 around 8.8.8.8
+        "[::ffff:808:808]",
+    ],
+)
+def test_a_public_address_passes_the_check(address):
+    _, addresses = webhook_url_addresses(f"http://{address}/hook")
+    assert addresses
+
+
+def test_a_message_refused_just_now_keeps_its_back_off_when_another_succeeds(flow, endpoint):
+    # Outcomes are recorded as they arrive: a 503 for one message and a 204 for the next,
+    # a moment apart, must not read as a receiver that was down (failing) and is back.
+    flow.approved("op-1")
+    flow.approved("op-2")
+    refused, accepted = sorted(webhooks.webhook_messages_claim(limit=10), key=lambda c: c.id)
+    webhooks.webhook_outcomes_record([webhooks.Outcome(refused, 503)])
+    webhooks.webhook_outcomes_record([webhooks.Outcome(accepted, 204)])
+    message = WebhookMessage.objects.get(pk=refused.id)
+    assert message.attempts == 1 and message.next_attempt_at > timezone.now()
+    assert WebhookEndpoint.objects.get(pk=endpoint.pk).failures == 0
+
+
+def test_a_failing_endpoints_first_success_brings_its_waiting_messages_forward(
+    flow, endpoint, settings
+):
+    settings.SETTLE_WEBHOOK_FAILING_AFTER = 2
+    for n in range(3):
+        flow.approved(f"op-{n}")
+    first, second, third = sorted(webhooks.webhook_messages_claim(limit=10), key=lambda c: c.id)
+    webhooks.webhook_outcomes_record([webhooks.Outcome(first, None, "ConnectError")])
+    webhooks.webhook_outcomes_record([webhooks.Outcome(second, None, "ConnectError")])
+    assert WebhookEndpoint.objects.get(pk=endpoint.pk).status == "failing"
+    webhooks.webhook_outcomes_record([webhooks.Outcome(third, 204)])
+    waiting = WebhookMessage.objects.filter(pk__in=[first.id, second.id])
+    assert all(message.next_attempt_at <= timezone.now() for message in waiting)

@@ -151,20 +151,26 @@ def silent_serve() -> Iterator[Silent]:
 
 
 @contextlib.contextmanager
-def trickling_serve(every: float = 0.2) -> Iterator[str]:
-    """A receiver that answers 200 at once, then sends its (long) body a byte every
-    ``every`` seconds until it stops: each read is quick, the whole answer endless.
-    Yields its URL."""
-    listener = socket.create_server(("127.0.0.1", 0))
+def trickling_serve(every: float = 0.2, *, head: bool = False) -> Iterator[str]:
+    """A receiver that trickles its answer a byte every ``every`` seconds until it stops:
+    each read is quick, the whole answer endless. By default it answers 200 at once and
+    trickles its (long) body; ``head``: it sends ``HTTP/1.1 200 OK`` and then trickles a
+    header that never ends, so the status is never complete. Yields its URL."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=128)
     stop = threading.Event()
+    opening = (
+        b"HTTP/1.1 200 OK\r\nX-Trickle: "
+        if head
+        else (b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+    )
 
     def trickle(connection: socket.socket) -> None:
         with connection:
             connection.recv(65536)
-            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+            connection.sendall(opening)
             while not stop.wait(every):
                 try:
-                    connection.sendall(b".")
+                    connection.sendall(b"a" if head else b".")
                 except OSError:  # the client went away
                     return
 
