@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -196,20 +197,6 @@ def vouched_row_signed(*, chain: str, seq: int, hash: str, checkpoint: int, sign
     return signed_by_key(digest, signature)
 
 
-def _scan_heads(after_id: int) -> tuple[dict[str, int], int]:
-    """The newest seq of every chain with an event whose id is above ``after_id``."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT operation_key, MAX(seq), MAX(id) FROM recovery_auditevent"
-            " WHERE id > %s GROUP BY operation_key",
-            [after_id],
-        )
-        rows = cursor.fetchall()
-    heads = {str(key): int(seq) for key, seq, _ in rows}
-    watermark = max((int(top) for *_, top in rows), default=after_id)
-    return heads, watermark
-
-
 def _batches(chains: list[str]) -> Iterator[list[str]]:
     for start in range(0, len(chains), _BATCH):
         yield chains[start : start + _BATCH]
@@ -309,11 +296,12 @@ def audit_checkpoint() -> AuditCheckpoint | None:
     lock, and a lock on the file). Raises ``CheckpointFileError`` when the file could
     not be made whole, after the checkpoint was signed and an alarm raised.
     """
-    if connection.in_atomic_block:  # a caller's transaction: its line after its commit
-        signed = _checkpoint_sign()
-        if signed is not None:
-            transaction.on_commit(lambda: _checkpoint_file_append(signed))
-        return signed
+    checkpoint: AuditCheckpoint | None = None
+    if connection.in_atomic_block:  # a caller's transaction: its lines after its commit
+        for part in _checkpoints_signed():
+            transaction.on_commit(functools.partial(_checkpoint_file_append, part))
+            checkpoint = part
+        return checkpoint
     with _signers_serialised(), _checkpoint_file_open() as opened:
         handle, problem = opened
         repaired: list[int] = []
@@ -322,12 +310,13 @@ def audit_checkpoint() -> AuditCheckpoint | None:
                 repaired = checkpoint_file_repair(handle)
             except (OSError, CheckpointFileProblem) as exc:
                 problem = _file_problem_text(exc)
-        checkpoint = _checkpoint_sign()
-        if checkpoint is not None and handle is not None and problem is None:
-            try:
-                _line_append(handle, checkpoint_file_line(checkpoint))
-            except OSError as exc:
-                problem = _file_problem_text(exc)
+        for part in _checkpoints_signed():
+            checkpoint = part
+            if handle is not None and problem is None:
+                try:
+                    _line_append(handle, checkpoint_file_line(part))
+                except OSError as exc:
+                    problem = _file_problem_text(exc)
         if problem is not None:
             audit_file_alarm_raise(problem, checkpoint=audit_checkpoint_number())
             raise CheckpointFileError(problem)
@@ -341,17 +330,24 @@ def audit_checkpoint_number() -> int:
     return int(number or 0)
 
 
-def _checkpoint_sign() -> AuditCheckpoint | None:
-    """Sign a checkpoint in the database, in a transaction of its own (or the caller's)."""
+def _checkpoints_signed() -> Iterator[AuditCheckpoint]:
+    """Sign the chains that moved: one checkpoint, or several after a large backlog.
+
+    The chains that moved are listed once, in a temporary table, then signed a batch at
+    a time in their order; a checkpoint holds at most ``CHECKPOINT_CHAINS`` of them, and
+    the next one (same moment, rescan point and watermark, its own transaction) goes on
+    from there. Memory holds one batch's events and one checkpoint's heads, however
+    large the backlog; no checkpoint's ``heads`` outgrows a jsonb value.
+    """
     with transaction.atomic():
         advisory_xact_lock(_CHECKPOINT_LOCK)
         # Not their heads: the first checkpoint's names every chain it saw.
         previous = AuditCheckpoint.objects.defer("heads", "broken").order_by("-number").first()
         if previous is not None:
             if not AuditEvent.objects.filter(id__gt=previous.watermark).exists():
-                return None  # nothing new since the last checkpoint
+                return  # nothing new since the last checkpoint
         elif not AuditEvent.objects.exists():
-            return None
+            return
         now = timezone.now()
         older = (
             AuditCheckpoint.objects.filter(made_at__lte=now - CHECKPOINT_RESCAN)
@@ -360,44 +356,106 @@ def _checkpoint_sign() -> AuditCheckpoint | None:
             .first()
         )
         rescan_from = older.watermark if older is not None else 0
-        moved, watermark = _scan_heads(rescan_from)
-        number = previous.number + 1 if previous else 1
-        heads: dict[str, list[Any]] = {}
-        broken: list[ChainBreak] = []
-        # A batch of chains at a time: their vouched heads and events read, checked and
-        # let go, so memory holds one batch's events however large the backlog.
-        for batch in _batches(sorted(moved)):
-            vouched = _vouched_for(batch)
-            spans = {
-                chain: (vouched[chain].seq if chain in vouched else 1, moved[chain])
-                for chain in batch
-            }
-            events = _events_since(spans)
-            for chain in batch:
-                head_seq = moved[chain]
-                found = extension_break(chain, vouched.get(chain), head_seq, events[chain])
-                if found is not None:
-                    broken.append(found)
-                elif chain not in vouched or head_seq > vouched[chain].seq:
-                    heads[chain] = [head_seq, events[chain][-1].hash]
-            del events, vouched
-        if not heads and not broken:
-            return None  # only events already signed were written again
-        checkpoint = AuditCheckpoint(
-            number=number,
-            made_at=now,
-            rescan_from=rescan_from,
-            watermark=watermark,
-            heads=heads,
-            broken=[item.as_record() for item in broken],
-            prev_digest=previous.digest if previous else GENESIS_HASH,
+        watermark = _moved_listed(rescan_from)
+    try:
+        after: str | None = None
+        number = previous.number if previous else 0
+        prev_digest = previous.digest if previous else GENESIS_HASH
+        done = False
+        while not done:
+            with transaction.atomic():
+                advisory_xact_lock(_CHECKPOINT_LOCK)
+                heads: dict[str, list[Any]] = {}
+                broken: list[ChainBreak] = []
+                while (room := CHECKPOINT_CHAINS - len(heads) - len(broken)) > 0:
+                    page = _moved_page(after, min(_BATCH, room))
+                    if not page:
+                        done = True
+                        break
+                    after = page[-1][0]
+                    _page_signed(page, heads, broken)
+                if not heads and not broken:
+                    continue  # only events already signed were written again
+                number += 1
+                checkpoint = AuditCheckpoint(
+                    number=number,
+                    made_at=now,
+                    rescan_from=rescan_from,
+                    watermark=watermark,
+                    heads=heads,
+                    broken=[item.as_record() for item in broken],
+                    prev_digest=prev_digest,
+                )
+                checkpoint.digest = checkpoint_digest(checkpoint)
+                checkpoint.signature = sign(checkpoint.digest)
+                checkpoint.save()
+                _vouched_write(heads, number)
+                audit_alarms_raise(broken, checkpoint=checkpoint)
+                prev_digest = checkpoint.digest
+                del heads
+            yield checkpoint
+    finally:
+        _moved_dropped()
+
+
+# The most chains one checkpoint signs (its ``heads``); a larger backlog is signed by
+# several in a row. Far below jsonb's 256 MiB (a head takes about 110 bytes).
+CHECKPOINT_CHAINS = 200_000
+_MOVED = "settle_checkpoint_moved"
+
+
+def _moved_listed(after_id: int) -> int:
+    """List every chain with an event whose id is above ``after_id``, with its newest
+    seq, in a temporary table of this connection; the highest event id, the watermark."""
+    _moved_dropped()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT MAX(id) FROM recovery_auditevent")
+        top = cursor.fetchone()[0]
+        watermark = int(top) if top is not None else after_id
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE {_MOVED} AS SELECT operation_key AS chain, MAX(seq) AS"
+            " head_seq FROM recovery_auditevent WHERE id > %s AND id <= %s GROUP BY"
+            " operation_key",
+            [after_id, watermark],
         )
-        checkpoint.digest = checkpoint_digest(checkpoint)
-        checkpoint.signature = sign(checkpoint.digest)
-        checkpoint.save()
-        _vouched_write(heads, number)
-        audit_alarms_raise(broken, checkpoint=checkpoint)
-    return checkpoint
+        cursor.execute(f"CREATE INDEX {_MOVED}_chain ON {_MOVED} (chain)")
+    return watermark
+
+
+def _moved_page(after: str | None, limit: int) -> list[tuple[str, int]]:
+    """The next ``limit`` chains that moved, after chain ``after``, in key order."""
+    where = "" if after is None else " WHERE chain > %s"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT chain, head_seq FROM {_MOVED}{where} ORDER BY chain LIMIT %s",
+            [*([after] if after is not None else []), limit],
+        )
+        return [(str(chain), int(seq)) for chain, seq in cursor.fetchall()]
+
+
+def _moved_dropped() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {_MOVED}")
+
+
+def _page_signed(
+    page: list[tuple[str, int]], heads: dict[str, list[Any]], broken: list[ChainBreak]
+) -> None:
+    """Check one batch of chains that moved: their vouched heads and events read, each
+    chain's extension checked, and let go; its new heads go to ``heads``."""
+    moved = dict(page)
+    vouched = _vouched_for(list(moved))
+    spans = {
+        chain: (vouched[chain].seq if chain in vouched else 1, head_seq)
+        for chain, head_seq in moved.items()
+    }
+    events = _events_since(spans)
+    for chain, head_seq in moved.items():
+        found = extension_break(chain, vouched.get(chain), head_seq, events[chain])
+        if found is not None:
+            broken.append(found)
+        elif chain not in vouched or head_seq > vouched[chain].seq:
+            heads[chain] = [head_seq, events[chain][-1].hash]
 
 
 @contextlib.contextmanager

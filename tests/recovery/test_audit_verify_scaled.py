@@ -19,7 +19,7 @@ from recovery.audit.verify import (
     audit_verification_incremental,
     audit_verify_job_step,
 )
-from recovery.models import AuditEvent, AuditVerification, AuditVerifyJob
+from recovery.models import AuditCheckpoint, AuditEvent, AuditVerification, AuditVerifyJob
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -189,3 +189,17 @@ def test_status_turns_red_when_verification_is_late(admin_user, settings):
     tasks.audit_verify()  # on time again
     body = client.get("/healthz?detail=1").json()
     assert body["checks"]["audit verification"]["ok"] is True, body
+
+
+def test_a_backlog_of_more_chains_than_one_checkpoint_holds_is_signed_by_several(
+    operations_many, monkeypatch, settings
+):
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_CHAINS", 3)
+    last = audit_checkpoint()
+    assert last is not None and last.number == 3  # seven chains: 3 + 3 + 1
+    signed = AuditCheckpoint.objects.order_by("number")
+    assert [len(checkpoint.heads) for checkpoint in signed] == [3, 3, 1]
+    assert len({checkpoint.watermark for checkpoint in signed}) == 1
+    lines = settings.SETTLE_AUDIT_CHECKPOINT_FILE.read_text("utf-8").splitlines()
+    assert len(lines) == 3
+    call_command("verify_audit", "--no-checkpoint")
