@@ -800,11 +800,13 @@ def audit_verification_incremental(
     marks = list(newer.values_list("number", "rescan_from", "watermark")[:1000])
     if not marks:  # nothing newly signed: still verified now, as far as it was
         return _recorded(started, "", 0, after, offset)
-    upto, low = marks[0][0], marks[0][1]
-    for number, _, watermark in marks:
-        if max_events is not None and number > upto and watermark - low > max_events:
+    upto, low, last_watermark = marks[0]
+    for number, _, watermark in marks[1:]:
+        # The checkpoints one backlog was signed in share their watermark: all or none.
+        over = max_events is not None and watermark - low > max_events
+        if over and watermark != last_watermark:
             break
-        upto = number
+        upto, last_watermark = number, watermark
     high = next(watermark for number, _, watermark in marks if number == upto)
     with _signers_serialised():  # a checkpoint signed and not yet in the file is not a gap
         checkpointed, problem = _checkpoints_verified(

@@ -11,6 +11,7 @@ from recovery.audit import (
     audit_checkpoint_newest,
     audit_verification_run,
 )
+from recovery.audit.checkpoints import CheckpointFileError
 from recovery.audit.verify import audit_verification_incremental, audit_verify_job_step
 
 
@@ -57,7 +58,12 @@ class Command(BaseCommand):
         if not verification.ok:
             raise CommandError(f"audit log broken: {verification.problem}")
         if not no_checkpoint:
-            audit_checkpoint()
+            try:
+                audit_checkpoint()
+            except CheckpointFileError as exc:
+                raise CommandError(
+                    f"audit log intact, but the new checkpoint is not in the checkpoint file: {exc}"
+                ) from None
         # What the verification counted: counting the log again would read it twice.
         self.stdout.write(f"audit log intact: {tally.events} events in {tally.chains} chains")
         checkpoint = audit_checkpoint_newest()
