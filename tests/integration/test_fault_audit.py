@@ -1,9 +1,9 @@
 """The checkpoint file's faults: its storage gone for a while, signers racing, a kill.
 
-Checkpoints are signed by processes of their own (``tests/procs/audit_signer.py``,
-``manage.py audit_checkpoint``) on this test's PostgreSQL database; the file's storage
-is taken away by replacing its folder with a file or renaming the folder away, as a
-vanished mount would leave it. Every process has a bounded wait.
+Racing and killed signers are processes of their own (``tests/procs/audit_signer.py``)
+on this test's PostgreSQL database; the file's storage is taken away by replacing its
+folder with a file or renaming the folder away, as a vanished mount would leave it.
+Every process has a bounded wait.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ SIGNER = REPO_ROOT / "tests" / "procs" / "audit_signer.py"
 WAIT = 60.0
 
 
-@pytest.fixture(autouse=True)
-def _postgres() -> None:
+@pytest.fixture
+def postgres() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL: signers in processes of their own share its locks")
 
@@ -107,7 +107,7 @@ def test_checkpoint_file_storage_lost_then_restored_raises_an_alarm_and_is_repai
     assert len(path.read_text("utf-8").splitlines()) == 3
 
 
-def test_concurrent_signers_on_a_slow_disk_leave_a_checkpoint_file_that_verifies():
+def test_concurrent_signers_on_a_slow_disk_leave_a_checkpoint_file_that_verifies(postgres):
     _event(0)
     signers = [_signer("--rounds", "5", "--slow-write", "0.3") for _ in range(3)]
     for signer in signers:
@@ -117,7 +117,9 @@ def test_concurrent_signers_on_a_slow_disk_leave_a_checkpoint_file_that_verifies
     assert _problem() is None
 
 
-def test_a_signer_killed_between_commit_and_append_is_repaired_by_the_next_checkpoint():
+def test_a_signer_killed_between_commit_and_append_is_repaired_by_the_next_checkpoint(
+    postgres,
+):
     _event(0)
     call_command("audit_checkpoint")
     killed = _signer("--rounds", "1", "--die-on-write")
