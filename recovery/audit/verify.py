@@ -789,7 +789,10 @@ def audit_verification_incremental(
         first = AuditCheckpoint.objects.filter(number=1).only("digest").first()
         if first is None:
             return None
-        after, expected_prev, offset = 1, first.digest, _file_end_of(1)
+        checked, problem = _checkpoints_verified(chunk_size=chunk_size, upto=1)
+        if problem:
+            return _recorded(started, problem, 0, 0)
+        after, expected_prev, offset = 1, first.digest, checked.file_offset
     else:
         stored = AuditCheckpoint.objects.filter(number=base.checkpoint).only("digest", "signature")
         row = stored.first()
