@@ -1,6 +1,7 @@
 """Verifying a large audit log (``manage.py benchmark_audit``).
 
-    python manage.py benchmark_audit --events N [--new 10000] [--reuse]
+    python manage.py benchmark_audit --events N [--new 10000] [--backlog 1000000]
+        [--reuse] [--no-one-go]
 
 Figures, not a test. Seeds N audit events (``bench.seed.seed_audit``: valid chains of
 four) into the configured database, which must hold none (``--reuse`` measures the log
@@ -8,14 +9,24 @@ an earlier run left), then measures, each in a process of its own so that its pe
 memory is its own:
 
 first checkpoint
-    ``audit_checkpoint`` over the whole log, signed ten minutes in the past (as if the
-    log had been checkpointed all along), in this process.
+    ``manage.py audit_checkpoint`` over the whole log (a backlog of N events), signed
+    ten minutes in the past (as if the log had been checkpointed all along).
+full job
+    ``manage.py verify_audit --full-slice`` until the job finishes: its slices (the
+    checkpoints; ``SETTLE_AUDIT_VERIFY_SLICE_EVENTS`` events each; the last checks),
+    each slice's time and peak memory, and their total.
 routine checkpoint
     ``manage.py audit_checkpoint`` after ``--new`` more events: it reads only what is
     new since the last checkpoint.
+routine verification
+    ``manage.py verify_audit --routine``: what that checkpoint signed (beat's hourly
+    task).
+backlog checkpoint
+    ``manage.py audit_checkpoint`` after ``--backlog`` more events (a beat outage), and
+    the routine verification after it.
 full verification
     ``manage.py verify_audit --no-checkpoint``: every event of every chain, every
-    checkpoint.
+    checkpoint, in one go (not with ``--no-one-go``).
 
 Each child's ``seconds`` is its wall time; ``work_seconds`` the part after Django had
 started (the command itself), ``startup_seconds`` the rest (Python, Django, imports).
@@ -32,19 +43,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import time_machine
 from django.conf import settings
 from django.core.management.base import CommandError, OutputWrapper
-from django.test.utils import override_settings
-from django.utils import timezone
 
 from bench import seed
-from recovery.audit import audit_checkpoint
-from recovery.models import AuditCheckpoint, AuditEvent
+from recovery.models import AuditCheckpoint, AuditEvent, AuditVerification
 
 MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
 
@@ -55,8 +61,12 @@ MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
 # a process's high-water mark across fork and exec, so a child of this (large, seeding)
 # process would report this process's peak.
 _PEAK_REPORTING = (
-    "import atexit, runpy, sys, time\n"
+    "import atexit, os, runpy, sys, time\n"
     "import django\n"
+    "if os.environ.get('SETTLE_BENCH_PAST_SECONDS'):\n"
+    "    import datetime, time_machine\n"
+    "    past = datetime.timedelta(seconds=int(os.environ['SETTLE_BENCH_PAST_SECONDS']))\n"
+    "    time_machine.travel(datetime.datetime.now(datetime.UTC) - past, tick=True).start()\n"
     "ready = []\n"
     "_setup = django.setup\n"
     "def setup(*args, **kwargs):\n"
@@ -110,49 +120,83 @@ class AuditBenchmark:
     def __init__(self, stdout: OutputWrapper) -> None:
         self.stdout = stdout
 
-    def run(self, *, events: int, new: int = 10_000, reuse: bool = False) -> dict[str, Any]:
+    def run(
+        self,
+        *,
+        events: int,
+        new: int = 10_000,
+        backlog: int = 0,
+        reuse: bool = False,
+        one_go: bool = True,
+    ) -> dict[str, Any]:
         existing = AuditEvent.objects.count()
         if existing and not reuse:
             raise CommandError(
                 f"this database already holds {existing} audit events: benchmark_audit seeds "
                 "its own. Point DATABASE_URL at an empty database, or pass --reuse."
             )
+        if reuse and (AuditCheckpoint.objects.exists() or AuditVerification.objects.exists()):
+            raise CommandError("--reuse needs a log without checkpoints (run on a fresh seed)")
         figures: dict[str, Any] = {"events": existing or events}
+        if not existing:
+            began = time.perf_counter()
+            seed.seed_audit(events)
+            figures["seed_seconds"] = round(time.perf_counter() - began, 1)
+            self.stdout.write(f"seeded {events} events in {figures['seed_seconds']} s")
         with tempfile.TemporaryDirectory(prefix="settle-bench-audit-") as scratch:
             checkpoints = Path(scratch) / "checkpoints.jsonl"
-            if reuse and AuditCheckpoint.objects.exists():
-                raise CommandError("--reuse needs a log without checkpoints (run on a fresh seed)")
-            with override_settings(SETTLE_AUDIT_CHECKPOINT_FILE=checkpoints):
-                figures.update(self._seed_and_checkpoint(events if not existing else 0))
             env = {
                 **os.environ,
                 "SETTLE_AUDIT_CHECKPOINT_FILE": str(checkpoints),
                 "SETTLE_AUDIT_KEY": settings.SETTLE_AUDIT_KEY,
             }
-            began = time.perf_counter()
-            seed.seed_audit(new)
-            self.stdout.write(f"{new} new events in {time.perf_counter() - began:.1f} s")
+            # Ten minutes ago: the routine checkpoint then rescans from this one's
+            # watermark, as it does when checkpoints run every minute (CHECKPOINT_RESCAN).
+            first = _measured(["audit_checkpoint"], {**env, "SETTLE_BENCH_PAST_SECONDS": "600"})
+            figures["first_checkpoint"] = {"backlog_events": figures["events"], **first}
+            self.stdout.write(f"first checkpoint: {first}")
+            figures["full_job"] = self._full_job(env)
+            self._seeded(new)
             routine = _measured(["audit_checkpoint"], env)
             figures["routine_checkpoint"] = {"new_events": new, **routine}
             self.stdout.write(f"routine checkpoint: {routine}")
-            full = _measured(["verify_audit", "--no-checkpoint"], env)
-            figures["full_verify"] = {"events": AuditEvent.objects.count(), **full}
-            self.stdout.write(f"full verification: {full}")
+            verified = _measured(["verify_audit", "--routine"], env)
+            figures["routine_verify"] = {"new_events": new, **verified}
+            self.stdout.write(f"routine verification: {verified}")
+            if backlog:
+                self._seeded(backlog)
+                after = _measured(["audit_checkpoint"], env)
+                figures["backlog_checkpoint"] = {"backlog_events": backlog, **after}
+                self.stdout.write(f"backlog checkpoint: {after}")
+                verified = _measured(["verify_audit", "--routine"], env)
+                figures["routine_verify_after_backlog"] = {"new_events": backlog, **verified}
+                self.stdout.write(f"routine verification after the backlog: {verified}")
+            if one_go:
+                full = _measured(["verify_audit", "--no-checkpoint"], env)
+                figures["full_verify"] = {"events": AuditEvent.objects.count(), **full}
+                self.stdout.write(f"full verification: {full}")
         self.stdout.write(json.dumps(figures))
         return figures
 
-    def _seed_and_checkpoint(self, events: int) -> dict[str, Any]:
-        figures: dict[str, Any] = {}
-        if events:
-            began = time.perf_counter()
-            seed.seed_audit(events)
-            figures["seed_seconds"] = round(time.perf_counter() - began, 1)
-            self.stdout.write(f"seeded {events} events in {figures['seed_seconds']} s")
-        # Ten minutes ago: the routine checkpoint then rescans from this one's watermark,
-        # as it does when checkpoints run every minute (CHECKPOINT_RESCAN).
+    def _seeded(self, count: int) -> None:
         began = time.perf_counter()
-        with time_machine.travel(timezone.now() - timedelta(minutes=10), tick=True):
-            audit_checkpoint()
-        figures["first_checkpoint_seconds"] = round(time.perf_counter() - began, 1)
-        self.stdout.write(f"first checkpoint in {figures['first_checkpoint_seconds']} s")
-        return figures
+        seed.seed_audit(count)
+        self.stdout.write(f"{count} new events in {time.perf_counter() - began:.1f} s")
+
+    def _full_job(self, env: dict[str, str]) -> dict[str, Any]:
+        """``verify_audit --full-slice`` until the job finishes: every slice measured."""
+        slices: list[dict[str, Any]] = []
+        while True:
+            step = _measured(["verify_audit", "--full-slice"], env)
+            slices.append(step)
+            self.stdout.write(f"full job slice {len(slices)}: {step}")
+            if "finished" in step["output"] or len(slices) > 1000:
+                break
+        return {
+            "slices": len(slices),
+            "seconds": round(sum(step["seconds"] for step in slices), 2),
+            "work_seconds": round(sum(step["work_seconds"] for step in slices), 2),
+            "slowest_slice_seconds": max(step["seconds"] for step in slices),
+            "peak_mb": max(step["peak_mb"] for step in slices),
+            "output": slices[-1]["output"],
+        }

@@ -329,6 +329,18 @@ SETTLE_AUDIT_CHECKPOINT_SECONDS = env_int("SETTLE_AUDIT_CHECKPOINT_SECONDS", 60,
 # How often beat verifies the whole audit log (every chain, every checkpoint): what the
 # audit trail page shows as "last verified". A full read of the log, so not too often.
 SETTLE_AUDIT_VERIFY_SECONDS = env_int("SETTLE_AUDIT_VERIFY_SECONDS", 3600, minimum=1)
+# That routine verification covers what the checkpoints signed since the last verified
+# one, at most about this many events a run (a backlog takes several runs).
+SETTLE_AUDIT_VERIFY_MAX_EVENTS = env_int("SETTLE_AUDIT_VERIFY_MAX_EVENTS", 2_000_000, minimum=1)
+# The full verification (every event, every checkpoint) is a job done in slices: beat
+# runs one slice of about SETTLE_AUDIT_VERIFY_SLICE_EVENTS events every
+# SETTLE_AUDIT_VERIFY_FULL_SECONDS, and starts a new job SETTLE_AUDIT_VERIFY_FULL_HOURS
+# after the last one started.
+SETTLE_AUDIT_VERIFY_SLICE_EVENTS = env_int(
+    "SETTLE_AUDIT_VERIFY_SLICE_EVENTS", 500_000, minimum=1000
+)
+SETTLE_AUDIT_VERIFY_FULL_SECONDS = env_int("SETTLE_AUDIT_VERIFY_FULL_SECONDS", 300, minimum=1)
+SETTLE_AUDIT_VERIFY_FULL_HOURS = env_int("SETTLE_AUDIT_VERIFY_FULL_HOURS", 24, minimum=1)
 # Bulk work (recovery.services.bulk): the most operations one batch may hold, how many
 # items one task message does, how long a running batch may go without progress before
 # beat publishes its pending items again (its worker died, its messages were lost), and
@@ -397,8 +409,24 @@ SETTLE_STATUS_SWEEP_STALE_SECONDS = env_int(
 )
 SETTLE_STATUS_LOOKUP_LAG_SECONDS = env_int("SETTLE_STATUS_LOOKUP_LAG_SECONDS", 300, minimum=1)
 SETTLE_STATUS_WEBHOOK_LAG_SECONDS = env_int("SETTLE_STATUS_WEBHOOK_LAG_SECONDS", 300, minimum=1)
-SETTLE_STATUS_CHECKPOINT_STALE_SECONDS = env_int(
-    "SETTLE_STATUS_CHECKPOINT_STALE_SECONDS", 3 * SETTLE_AUDIT_CHECKPOINT_SECONDS + 60, minimum=1
+# An audit event unsigned this long means checkpoints are late (the older name still
+# read); a routine verification older than SETTLE_AUDIT_VERIFY_LATE_SECONDS, or a full
+# one older than SETTLE_AUDIT_VERIFY_FULL_LATE_SECONDS, means verification is late.
+SETTLE_AUDIT_CHECKPOINT_LATE_SECONDS = env_int(
+    "SETTLE_AUDIT_CHECKPOINT_LATE_SECONDS",
+    env_int(
+        "SETTLE_STATUS_CHECKPOINT_STALE_SECONDS",
+        3 * SETTLE_AUDIT_CHECKPOINT_SECONDS + 60,
+        minimum=1,
+    ),
+    minimum=1,
+)
+SETTLE_STATUS_CHECKPOINT_STALE_SECONDS = SETTLE_AUDIT_CHECKPOINT_LATE_SECONDS
+SETTLE_AUDIT_VERIFY_LATE_SECONDS = env_int(
+    "SETTLE_AUDIT_VERIFY_LATE_SECONDS", 2 * SETTLE_AUDIT_VERIFY_SECONDS + 300, minimum=1
+)
+SETTLE_AUDIT_VERIFY_FULL_LATE_SECONDS = env_int(
+    "SETTLE_AUDIT_VERIFY_FULL_LATE_SECONDS", 2 * 3600 * SETTLE_AUDIT_VERIFY_FULL_HOURS, minimum=1
 )
 # Liveness, judged by the web processes from the database alone (/livez and the
 # settle_*_last_seen_seconds gauges): beat is silent when it published no sweep for
@@ -598,6 +626,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "recovery.tasks.audit_verify",
         "schedule": float(SETTLE_AUDIT_VERIFY_SECONDS),
         "options": {"expires": float(SETTLE_AUDIT_VERIFY_SECONDS)},
+    },
+    # One slice of the full verification job, which goes on from where the last stopped.
+    "audit-verify-full": {
+        "task": "recovery.tasks.audit_verify_full",
+        "schedule": float(SETTLE_AUDIT_VERIFY_FULL_SECONDS),
+        "options": {"expires": float(SETTLE_AUDIT_VERIFY_FULL_SECONDS)},
     },
 }
 

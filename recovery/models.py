@@ -479,6 +479,8 @@ class AuditAlarm(models.Model):
 
     class Kind(models.TextChoices):
         AUDIT_BROKEN = "audit_broken", "audit log broken"
+        # A signed checkpoint the checkpoint file lacks (its storage failed).
+        CHECKPOINT_FILE = "checkpoint_file", "checkpoint file incomplete"
 
     kind = models.CharField(max_length=40, choices=Kind.choices, default=Kind.AUDIT_BROKEN)
     chain = models.CharField(max_length=200, blank=True)
@@ -494,12 +496,12 @@ class AuditAlarm(models.Model):
     class Meta:
         ordering = ["-raised_at", "-id"]
         constraints = [
-            # One open alarm per chain: a chain still broken at the next checkpoint is
-            # the same alarm, not a new one every minute.
+            # One open alarm per chain and kind: a chain still broken at the next
+            # checkpoint is the same alarm, not a new one every minute.
             models.UniqueConstraint(
-                fields=["chain"],
+                fields=["kind", "chain"],
                 condition=Q(resolved_at__isnull=True),
-                name="audit_alarm_one_open_per_chain",
+                name="audit_alarm_one_open_per_kind_chain",
             ),
         ]
 
@@ -519,10 +521,20 @@ class AuditVerification(models.Model):
     run: the proof is running ``verify_audit`` again.
     """
 
+    class Scope(models.TextChoices):
+        FULL = "full", "full"  # every event, every checkpoint (in one go, or a job's slices)
+        INCREMENTAL = "incremental", "incremental"  # what the checkpoints since signed
+
     at = models.DateTimeField(help_text="When the verification started.")
     ok = models.BooleanField()
     problem = models.TextField(blank=True, help_text="The first problem found, if any.")
     events_checked = models.BigIntegerField(default=0)
+    scope = models.CharField(max_length=20, choices=Scope.choices, default=Scope.FULL)
+    # The newest checkpoint it covered, and where that checkpoint's line ends in the
+    # checkpoint file: the next incremental verification starts after both.
+    checkpoint = models.BigIntegerField(default=0)
+    file_offset = models.BigIntegerField(default=0)
+    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-at", "-id"]
@@ -569,6 +581,42 @@ class AuditExport(models.Model):
 
     def __str__(self) -> str:
         return f"audit export {self.pk} ({self.export_format}, {self.status})"
+
+
+class AuditVerifyJob(models.Model):
+    """A full verification of the audit log done in slices, one per run of its task.
+
+    First the checkpoints (and the file), then the chains in their order, a bounded
+    slice of events per run, each run starting after ``after_chain``; last the stored
+    and vouched heads and the alarms. The outcome is an ``AuditVerification`` of scope
+    ``full`` when it finishes (or at its first problem).
+    """
+
+    class Phase(models.TextChoices):
+        CHECKPOINTS = "checkpoints", "checkpoints"
+        CHAINS = "chains", "chains"
+        FINISH = "finish", "finish"  # the stored and vouched heads, the alarms
+        DONE = "done", "done"
+
+    started_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    phase = models.CharField(max_length=20, choices=Phase.choices, default=Phase.CHECKPOINTS)
+    checkpoint = models.BigIntegerField(default=0, help_text="The newest checkpoint it checked.")
+    file_offset = models.BigIntegerField(default=0)
+    # The chains up to this one (in the events' order) are verified; null: none yet.
+    after_chain = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - "" is the system chain
+    events_checked = models.BigIntegerField(default=0)
+    chains_checked = models.BigIntegerField(default=0)
+    slices = models.IntegerField(default=0)
+    verification = models.ForeignKey(
+        AuditVerification, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"full verification job of {self.started_at:%Y-%m-%d %H:%M:%S}: {self.phase}"
 
 
 class DashboardRollup(models.Model):

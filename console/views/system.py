@@ -108,12 +108,50 @@ def _fact_checks(facts: HealthFacts) -> list[Check]:
             f"(red when an event waits {checkpoint_limit} s unsigned)",
             facts.newest_checkpoint_at,
         ),
+        _verification_check(facts),
         Check(
             "audit alarms",
             facts.open_alarms == 0,
-            f"{facts.open_alarms} open audit_broken alarms",
+            f"{facts.open_alarms} open audit alarms"
+            + (
+                ""
+                if facts.checkpoint_file_problem is None
+                else f"; checkpoint file incomplete: {facts.checkpoint_file_problem}"
+            ),
         ),
     ]
+
+
+def _verification_check(facts: HealthFacts) -> Check:
+    """Red when the newest verification found a problem, or the routine or the full
+    verification is late (nothing verified since its threshold, once something was
+    signed that long ago)."""
+    late = settings.SETTLE_AUDIT_VERIFY_LATE_SECONDS
+    full_late = settings.SETTLE_AUDIT_VERIFY_FULL_LATE_SECONDS
+    signed_age = facts.age(facts.first_checkpoint_at, facts.now)
+
+    def on_time(age: float | None, limit: int) -> bool:
+        if age is not None:
+            return age <= limit
+        return signed_age is None or signed_age <= limit
+
+    routine_ok = on_time(facts.verified_age, late)
+    full_ok = on_time(facts.full_verified_age, full_late)
+    job = ""
+    if facts.full_job is not None:
+        job = f", a job running ({facts.full_job[0]} events in {facts.full_job[1]} slices)"
+    detail = (
+        f"last found intact {_ago(facts.verified_age)} (red after {late} s); fully "
+        f"{_ago(facts.full_verified_age)} (red after {full_late} s){job}"
+    )
+    if facts.verify_problem is not None:
+        detail = f"problem found: {facts.verify_problem}; {detail}"
+    return Check(
+        "audit verification",
+        facts.verify_problem is None and routine_ok and full_ok,
+        detail,
+        facts.verified_at,
+    )
 
 
 def status_checks() -> list[Check]:

@@ -6,6 +6,13 @@ alarm
     audit key like the checkpoint that raised it, which also names it in its own signed
     ``broken`` list, so an alarm cannot be made or removed with SQL access alone
     unnoticed (``verify_audit`` checks both ways).
+checkpoint file alarm
+    An ``AuditAlarm`` of kind ``checkpoint_file``: a checkpoint was signed in the
+    database but its line could not be written to the checkpoint file (its storage was
+    full or gone), so the file lacks it; the checkpoint task failed. Signed like the
+    others; one open at a time. The next checkpoint that makes the file whole (writes
+    the lines it lacks from the signed rows) resolves it itself, on the record, saying
+    which lines it wrote.
 open
     Not yet resolved. One open alarm per chain: a chain still broken at the next
     checkpoint is the same alarm. The console shows every open alarm to supervisors on
@@ -26,12 +33,15 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import QuerySet
+from django.utils import timezone
 
+from approvals.actors import Actor
 from dbsql.rows import model_from_row
-from recovery.audit.chain import ChainBreak, timestamp
+from recovery.audit.chain import ChainBreak, audit_append, audit_transaction, timestamp
 from recovery.audit.keys import sign, signed_by_key
 from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import AuditAlarm, AuditCheckpoint
+from recovery.vocabulary import AuditKind
 
 logger = logging.getLogger("settle.audit")
 
@@ -63,7 +73,9 @@ def audit_alarms_raise(broken: Iterable[ChainBreak], *, checkpoint: AuditCheckpo
         return
     already = set(
         AuditAlarm.objects.filter(
-            chain__in=[item.chain for item in items], resolved_at__isnull=True
+            kind=AuditAlarm.Kind.AUDIT_BROKEN,
+            chain__in=[item.chain for item in items],
+            resolved_at__isnull=True,
         ).values_list("chain", flat=True)
     )
     for item in items:
@@ -88,6 +100,75 @@ def audit_alarms_raise(broken: Iterable[ChainBreak], *, checkpoint: AuditCheckpo
         alarm.signature = sign(alarm_digest(alarm))
         alarm.save()
         already.add(item.chain)
+
+
+# Who resolves a checkpoint file alarm: the checkpoint that made the file whole.
+CHECKPOINT_SIGNER = Actor.system("audit_checkpoint")
+
+
+def audit_file_alarm_raise(problem: str, *, checkpoint: int) -> AuditAlarm:
+    """Open the ``checkpoint_file`` alarm (if none is), saying why; log it at ERROR."""
+    logger.error(
+        "checkpoint_file: checkpoint #%s is not in the checkpoint file: %s", checkpoint, problem
+    )
+    with audit_transaction():
+        alarm = AuditAlarm.objects.filter(
+            kind=AuditAlarm.Kind.CHECKPOINT_FILE, resolved_at__isnull=True
+        ).first()
+        if alarm is not None:
+            return alarm
+        alarm = AuditAlarm(
+            kind=AuditAlarm.Kind.CHECKPOINT_FILE,
+            chain="",
+            seq=0,
+            reason=problem,
+            checkpoint=checkpoint,
+            raised_at=timezone.now(),
+        )
+        alarm.signature = sign(alarm_digest(alarm))
+        alarm.save()
+    return alarm
+
+
+def audit_file_alarm_clear(*, repaired: list[int], checkpoint: int) -> AuditAlarm | None:
+    """Resolve the open ``checkpoint_file`` alarm, the file being whole again; on the record."""
+    if not AuditAlarm.objects.filter(
+        kind=AuditAlarm.Kind.CHECKPOINT_FILE, resolved_at__isnull=True
+    ).exists():
+        return None
+    if repaired:
+        lines = f"#{repaired[0]}" if len(repaired) == 1 else f"#{repaired[0]}-#{repaired[-1]}"
+        resolution = (
+            f"repaired: the lines of checkpoint {lines} were written again from the signed "
+            f"rows; the file is whole up to checkpoint #{checkpoint}"
+        )
+    else:
+        resolution = f"the checkpoint file is written again; whole up to checkpoint #{checkpoint}"
+    with audit_transaction():
+        alarm = (
+            AuditAlarm.objects.select_for_update()
+            .filter(kind=AuditAlarm.Kind.CHECKPOINT_FILE, resolved_at__isnull=True)
+            .first()
+        )
+        if alarm is None:
+            return None
+        alarm.resolved_at = timezone.now()
+        alarm.resolved_by = CHECKPOINT_SIGNER
+        alarm.resolution = resolution
+        alarm.save(update_fields=["resolved_at", "resolved_by", "resolution"])
+        audit_append(
+            kind=AuditKind.AUDIT_ALARM_RESOLVED,
+            actor=CHECKPOINT_SIGNER,
+            data={
+                "alarm": alarm.pk,
+                "chain": alarm.chain,
+                "seq": alarm.seq,
+                "checkpoint": alarm.checkpoint,
+                "resolution": resolution,
+            },
+        )
+    logger.warning("checkpoint_file alarm %s resolved: %s", alarm.pk, resolution)
+    return alarm
 
 
 def audit_alarms_open() -> QuerySet[AuditAlarm]:

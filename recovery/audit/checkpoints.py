@@ -29,19 +29,28 @@ window
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import functools
 import hashlib
 import json
+import logging
+import os
 import re
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from recovery.audit.alarms import audit_alarms_raise
+from recovery.audit.alarms import (
+    audit_alarms_raise,
+    audit_file_alarm_clear,
+    audit_file_alarm_raise,
+)
 from recovery.audit.chain import (
     GENESIS_HASH,
     ChainBreak,
@@ -60,6 +69,8 @@ from recovery.canonical import (
     sha256_digest,
 )
 from recovery.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
+
+logger = logging.getLogger("settle.audit")
 
 # Advisory lock key (PostgreSQL): one checkpoint is made at a time.
 _CHECKPOINT_LOCK = 0x5E771E02
@@ -186,54 +197,37 @@ def vouched_row_signed(*, chain: str, seq: int, hash: str, checkpoint: int, sign
     return signed_by_key(digest, signature)
 
 
-def _scan_heads(after_id: int) -> tuple[dict[str, int], int]:
-    """The newest seq of every chain with an event whose id is above ``after_id``."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT operation_key, MAX(seq), MAX(id) FROM recovery_auditevent"
-            " WHERE id > %s GROUP BY operation_key",
-            [after_id],
-        )
-        rows = cursor.fetchall()
-    heads = {str(key): int(seq) for key, seq, _ in rows}
-    watermark = max((int(top) for *_, top in rows), default=after_id)
-    return heads, watermark
-
-
 def _batches(chains: list[str]) -> Iterator[list[str]]:
     for start in range(0, len(chains), _BATCH):
         yield chains[start : start + _BATCH]
 
 
 def _vouched_for(chains: list[str]) -> dict[str, AuditVouchedHead]:
-    """The vouched heads of ``chains``: one statement per batch, however many moved."""
-    found: dict[str, AuditVouchedHead] = {}
-    for batch in _batches(chains):
-        found.update((row.chain, row) for row in AuditVouchedHead.objects.filter(chain__in=batch))
-    return found
+    """The vouched heads of one batch of ``chains``: one statement."""
+    return {row.chain: row for row in AuditVouchedHead.objects.filter(chain__in=chains)}
 
 
 def _events_since(spans: dict[str, tuple[int, int]]) -> dict[str, list[EventRow]]:
-    """Each chain's events from seq ``lo`` to ``hi``, in order: one statement per batch.
+    """Each chain's events from seq ``lo`` to ``hi``, in order, for one batch of chains.
 
-    As column tuples, not models: a first checkpoint reads the whole log this way.
+    As column tuples, not models; the caller passes one batch (``_batches``) at a time,
+    so that a checkpoint after a large backlog holds one batch's events, not all of them.
     """
     found: dict[str, list[EventRow]] = {chain: [] for chain in spans}
     columns = event_columns("e.")
-    for batch in _batches(list(spans)):
-        rows = ", ".join(["(%s, %s, %s)"] * len(batch))
-        params: list[Any] = []
-        for chain in batch:
-            params.extend([chain, *spans[chain]])
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"WITH v(chain, lo, hi) AS (VALUES {rows})"
-                f" SELECT {columns} FROM recovery_auditevent e JOIN v ON e.operation_key = v.chain"
-                " AND e.seq >= v.lo AND e.seq <= v.hi ORDER BY e.operation_key, e.seq",
-                params,
-            )
-            for row in event_rows(cursor.fetchall()):
-                found[row.chain].append(row)
+    rows = ", ".join(["(%s, %s, %s)"] * len(spans))
+    params: list[Any] = []
+    for chain, span in spans.items():
+        params.extend([chain, *span])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH v(chain, lo, hi) AS (VALUES {rows})"
+            f" SELECT {columns} FROM recovery_auditevent e JOIN v ON e.operation_key = v.chain"
+            " AND e.seq >= v.lo AND e.seq <= v.hi ORDER BY e.operation_key, e.seq",
+            params,
+        )
+        for row in event_rows(cursor.fetchall()):
+            found[row.chain].append(row)
     return found
 
 
@@ -282,12 +276,68 @@ def extension_break(
     return None
 
 
+class CheckpointFileError(Exception):
+    """The checkpoint was signed in the database but its line is not in the file yet.
+
+    The next checkpoint writes it (``checkpoint_file_repair``); until then an alarm of
+    kind ``checkpoint_file`` is open.
+    """
+
+
 def audit_checkpoint() -> AuditCheckpoint | None:
     """Sign the new heads of the chains that moved lately; None when nothing moved.
 
     Only a chain that extends its vouched head is signed (see the module docstring);
     the others are named in ``broken`` and raise an alarm. Also appended to
-    ``SETTLE_AUDIT_CHECKPOINT_FILE``, outside the database.
+    ``SETTLE_AUDIT_CHECKPOINT_FILE``, outside the database, after the lines of earlier
+    checkpoints the file lacks (a failed append, a kill after the commit): the rows are
+    signed under the audit key, so writing their lines again adds nothing unsigned.
+    Signers are serialised from the file's repair to its append (a session advisory
+    lock, and a lock on the file). Raises ``CheckpointFileError`` when the file could
+    not be made whole, after the checkpoint was signed and an alarm raised.
+    """
+    checkpoint: AuditCheckpoint | None = None
+    if connection.in_atomic_block:  # a caller's transaction: its lines after its commit
+        for part in _checkpoints_signed():
+            transaction.on_commit(functools.partial(_checkpoint_file_append, part))
+            checkpoint = part
+        return checkpoint
+    with _signers_serialised(), _checkpoint_file_open() as opened:
+        handle, problem = opened
+        repaired: list[int] = []
+        if handle is not None:
+            try:
+                repaired = checkpoint_file_repair(handle)
+            except (OSError, CheckpointFileProblem) as exc:
+                problem = _file_problem_text(exc)
+        for part in _checkpoints_signed():
+            checkpoint = part
+            if handle is not None and problem is None:
+                try:
+                    _line_append(handle, checkpoint_file_line(part))
+                except OSError as exc:
+                    problem = _file_problem_text(exc)
+        if problem is not None:
+            audit_file_alarm_raise(problem, checkpoint=audit_checkpoint_number())
+            raise CheckpointFileError(problem)
+        audit_file_alarm_clear(repaired=repaired, checkpoint=audit_checkpoint_number())
+    return checkpoint
+
+
+def audit_checkpoint_number() -> int:
+    """The newest checkpoint's number (0: none yet)."""
+    number = AuditCheckpoint.objects.order_by("-number").values_list("number", flat=True).first()
+    return int(number or 0)
+
+
+def _checkpoints_signed() -> Iterator[AuditCheckpoint]:
+    """Sign the chains that moved: one checkpoint, or several after a large backlog.
+
+    The chains that moved are listed once, in a temporary table, then signed a batch at
+    a time in their order; a checkpoint holds at most ``CHECKPOINT_CHAINS`` of them, and
+    the next one (same moment, rescan point and watermark, its own transaction) goes on
+    from there. Memory holds one batch's events and one checkpoint's heads, however
+    large the backlog; no checkpoint's ``heads`` outgrows a jsonb value.
     """
     with transaction.atomic():
         advisory_xact_lock(_CHECKPOINT_LOCK)
@@ -295,9 +345,9 @@ def audit_checkpoint() -> AuditCheckpoint | None:
         previous = AuditCheckpoint.objects.defer("heads", "broken").order_by("-number").first()
         if previous is not None:
             if not AuditEvent.objects.filter(id__gt=previous.watermark).exists():
-                return None  # nothing new since the last checkpoint
+                return  # nothing new since the last checkpoint
         elif not AuditEvent.objects.exists():
-            return None
+            return
         now = timezone.now()
         older = (
             AuditCheckpoint.objects.filter(made_at__lte=now - CHECKPOINT_RESCAN)
@@ -306,40 +356,258 @@ def audit_checkpoint() -> AuditCheckpoint | None:
             .first()
         )
         rescan_from = older.watermark if older is not None else 0
-        moved, watermark = _scan_heads(rescan_from)
-        vouched = _vouched_for(list(moved))
-        spans = {
-            chain: (vouched[chain].seq if chain in vouched else 1, head_seq)
-            for chain, head_seq in moved.items()
-        }
-        events = _events_since(spans)
-        number = previous.number + 1 if previous else 1
-        heads: dict[str, list[Any]] = {}
-        broken: list[ChainBreak] = []
-        for chain, head_seq in sorted(moved.items()):
-            found = extension_break(chain, vouched.get(chain), head_seq, events[chain])
-            if found is not None:
-                broken.append(found)
-            elif chain not in vouched or head_seq > vouched[chain].seq:
-                heads[chain] = [head_seq, events[chain][-1].hash]
-        if not heads and not broken:
-            return None  # only events already signed were written again
-        checkpoint = AuditCheckpoint(
-            number=number,
-            made_at=now,
-            rescan_from=rescan_from,
-            watermark=watermark,
-            heads=heads,
-            broken=[item.as_record() for item in broken],
-            prev_digest=previous.digest if previous else GENESIS_HASH,
+        watermark = _moved_listed(rescan_from)
+    try:
+        after: str | None = None
+        number = previous.number if previous else 0
+        prev_digest = previous.digest if previous else GENESIS_HASH
+        done = False
+        while not done:
+            with transaction.atomic():
+                advisory_xact_lock(_CHECKPOINT_LOCK)
+                heads: dict[str, list[Any]] = {}
+                broken: list[ChainBreak] = []
+                while (room := CHECKPOINT_CHAINS - len(heads) - len(broken)) > 0:
+                    page = _moved_page(after, min(_BATCH, room))
+                    if not page:
+                        done = True
+                        break
+                    after = page[-1][0]
+                    _page_signed(page, heads, broken)
+                if not heads and not broken:
+                    continue  # only events already signed were written again
+                number += 1
+                checkpoint = AuditCheckpoint(
+                    number=number,
+                    made_at=now,
+                    rescan_from=rescan_from,
+                    watermark=watermark,
+                    heads=heads,
+                    broken=[item.as_record() for item in broken],
+                    prev_digest=prev_digest,
+                )
+                checkpoint.digest = checkpoint_digest(checkpoint)
+                checkpoint.signature = sign(checkpoint.digest)
+                checkpoint.save()
+                _vouched_write(heads, number)
+                audit_alarms_raise(broken, checkpoint=checkpoint)
+                prev_digest = checkpoint.digest
+                del heads
+            yield checkpoint
+    finally:
+        _moved_dropped()
+
+
+# The most chains one checkpoint signs (its ``heads``); a larger backlog is signed by
+# several in a row. Far below jsonb's 256 MiB (a head takes about 110 bytes).
+CHECKPOINT_CHAINS = 200_000
+_MOVED = "settle_checkpoint_moved"
+
+
+def _moved_listed(after_id: int) -> int:
+    """List every chain with an event whose id is above ``after_id``, with its newest
+    seq, in a temporary table of this connection; the highest event id, the watermark."""
+    _moved_dropped()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT MAX(id) FROM recovery_auditevent")
+        top = cursor.fetchone()[0]
+        watermark = int(top) if top is not None else after_id
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE {_MOVED} AS SELECT operation_key AS chain, MAX(seq) AS"
+            " head_seq FROM recovery_auditevent WHERE id > %s AND id <= %s GROUP BY"
+            " operation_key",
+            [after_id, watermark],
         )
-        checkpoint.digest = checkpoint_digest(checkpoint)
-        checkpoint.signature = sign(checkpoint.digest)
-        checkpoint.save()
-        _vouched_write(heads, number)
-        audit_alarms_raise(broken, checkpoint=checkpoint)
-        transaction.on_commit(lambda: _checkpoint_file_append(checkpoint))
-    return checkpoint
+        cursor.execute(f"CREATE INDEX {_MOVED}_chain ON {_MOVED} (chain)")
+    return watermark
+
+
+def _moved_page(after: str | None, limit: int) -> list[tuple[str, int]]:
+    """The next ``limit`` chains that moved, after chain ``after``, in key order."""
+    where = "" if after is None else " WHERE chain > %s"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT chain, head_seq FROM {_MOVED}{where} ORDER BY chain LIMIT %s",
+            [*([after] if after is not None else []), limit],
+        )
+        return [(str(chain), int(seq)) for chain, seq in cursor.fetchall()]
+
+
+def _moved_dropped() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {_MOVED}")
+
+
+def _page_signed(
+    page: list[tuple[str, int]], heads: dict[str, list[Any]], broken: list[ChainBreak]
+) -> None:
+    """Check one batch of chains that moved: their vouched heads and events read, each
+    chain's extension checked, and let go; its new heads go to ``heads``."""
+    moved = dict(page)
+    vouched = _vouched_for(list(moved))
+    spans = {
+        chain: (vouched[chain].seq if chain in vouched else 1, head_seq)
+        for chain, head_seq in moved.items()
+    }
+    events = _events_since(spans)
+    for chain, head_seq in moved.items():
+        found = extension_break(chain, vouched.get(chain), head_seq, events[chain])
+        if found is not None:
+            broken.append(found)
+        elif chain not in vouched or head_seq > vouched[chain].seq:
+            heads[chain] = [head_seq, events[chain][-1].hash]
+
+
+@contextlib.contextmanager
+def _signers_serialised() -> Iterator[None]:
+    """One signer at a time from the file's repair to its append, across processes.
+
+    A session advisory lock (PostgreSQL), held across the checkpoint's commit; the
+    transaction's own lock (``_CHECKPOINT_LOCK``) is the same key, taken again.
+    """
+    if connection.vendor != "postgresql":
+        yield  # SQLite: the lock on the file serialises the processes of one machine
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [_CHECKPOINT_LOCK])
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_CHECKPOINT_LOCK])
+
+
+@contextlib.contextmanager
+def _checkpoint_file_open() -> Iterator[tuple[BinaryIO | None, str | None]]:
+    """The checkpoint file, open and locked (``flock``), or why it cannot be.
+
+    Its folder is made only before the first checkpoint: a folder or file gone later is
+    storage that is not there (a mount that vanished), not a place to start afresh.
+    """
+    path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
+    try:
+        if not path.exists():
+            if AuditCheckpoint.objects.exists():
+                raise CheckpointFileProblem(f"the checkpoint file {path} is missing")
+            path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+b")  # noqa: SIM115 - closed below, after the lock
+    except (OSError, CheckpointFileProblem) as exc:
+        yield None, _file_problem_text(exc)
+        return
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        yield handle, None
+    finally:
+        handle.close()  # releases the lock
+
+
+class CheckpointFileProblem(Exception):
+    """The checkpoint file is not what the signed rows allow it to be made whole from."""
+
+
+def _file_problem_text(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"the checkpoint file could not be written{where}: {exc.strerror or exc}"
+    return str(exc)
+
+
+# A line's end as ``checkpoint_file_line`` spells it: the keys after ``heads`` in order.
+_LINE_TAIL = re.compile(
+    rb'"number": ([0-9]+), "prev_digest": "[^"\\]*", "rescan_from": [0-9]+, '
+    rb'"signature": "([^"\\]*)", "watermark": [0-9]+\}$'
+)
+_TAIL_READ = 1 << 16
+
+
+def checkpoint_file_repair(handle: BinaryIO) -> list[int]:
+    """Make the checkpoint file whole from the signed rows; the numbers of lines written.
+
+    A last line cut short (the disk filled, the process was killed while writing) is
+    cut off; then the lines of the checkpoints after the file's last one are written
+    from the database, each checked against its digest and signature first. A file
+    whose last line is not one the database signed is left as it is: that is for
+    ``verify_audit`` to name, not for a checkpoint to paper over.
+    """
+    newest = audit_checkpoint_number()
+    size = handle.seek(0, os.SEEK_END)
+    end = _complete_end(handle, size)
+    if end != size:
+        handle.truncate(end)
+        logger.warning("checkpoint file: a last line cut short was removed (%s bytes)", size - end)
+    last = _last_line_number(handle, end)
+    if last >= newest:
+        return []
+    written: list[int] = []
+    expected_prev = GENESIS_HASH
+    if last:
+        expected_prev = AuditCheckpoint.objects.values_list("digest", flat=True).get(number=last)
+    for checkpoint in AuditCheckpoint.objects.filter(number__gt=last).order_by("number"):
+        if (
+            checkpoint.prev_digest != expected_prev
+            or checkpoint_digest(checkpoint) != checkpoint.digest
+            or not signed_by_key(checkpoint.digest, checkpoint.signature)
+        ):
+            raise CheckpointFileProblem(
+                f"checkpoint #{checkpoint.number} is not signed as it stands: its line is "
+                "not written again (run verify_audit)"
+            )
+        handle.write(checkpoint_file_line(checkpoint).encode("utf-8") + b"\n")
+        expected_prev = checkpoint.digest
+        written.append(checkpoint.number)
+    _synced(handle)
+    logger.warning("checkpoint file: lines of checkpoints %s written again", written)
+    return written
+
+
+def _complete_end(handle: BinaryIO, size: int) -> int:
+    """Where the file's last complete line ends (after its newline)."""
+    position = size
+    while position > 0:
+        start = max(0, position - _TAIL_READ)
+        handle.seek(start)
+        piece = handle.read(position - start)
+        newline = piece.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        position = start
+    return 0
+
+
+def _last_line_number(handle: BinaryIO, end: int) -> int:
+    """The number of the checkpoint on the file's last line (0: the file is empty)."""
+    if end == 0:
+        return 0
+    start = max(0, end - _TAIL_READ)
+    handle.seek(start)
+    tail = handle.read(end - start).removesuffix(b"\n")
+    found = _LINE_TAIL.search(tail)
+    if found is None:
+        raise CheckpointFileProblem(
+            "the checkpoint file's last line is not one this version writes: not repaired"
+        )
+    number = int(found[1])
+    signature = (
+        AuditCheckpoint.objects.filter(number=number).values_list("signature", flat=True).first()
+    )
+    if signature is None or signature.encode("ascii") != found[2]:
+        raise CheckpointFileProblem(
+            f"the checkpoint file's last line (checkpoint #{number}) is not the database's: "
+            "not repaired (run verify_audit)"
+        )
+    return number
+
+
+def _line_append(handle: BinaryIO, line: str) -> None:
+    handle.seek(0, os.SEEK_END)
+    handle.write(line.encode("utf-8") + b"\n")
+    _synced(handle)
+
+
+def _synced(handle: BinaryIO) -> None:
+    """On the disk before the signer lets go: a crash after this keeps the line."""
+    handle.flush()
+    os.fsync(handle.fileno())
 
 
 def _vouched_write(heads: dict[str, list[Any]], number: int) -> None:
@@ -373,7 +641,9 @@ def checkpoint_file_line(checkpoint: AuditCheckpoint) -> str:
 
 
 def _checkpoint_file_append(checkpoint: AuditCheckpoint) -> None:
+    """Append one checkpoint's line, locked and synced (a caller's transaction committed)."""
     path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(checkpoint_file_line(checkpoint) + "\n")
+    with open(path, "ab") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        _line_append(handle, checkpoint_file_line(checkpoint))

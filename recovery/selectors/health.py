@@ -21,6 +21,9 @@ overdue lookups
 newest checkpoint, unsigned events, open audit alarms
     the checkpoint with the highest number; the first event after its watermark (by
     id); the open alarms (almost always none).
+last verified, last fully verified, a running full verification
+    the newest ``AuditVerification`` rows (one an hour, one a day) and the unfinished
+    ``AuditVerifyJob``.
 webhook backlog, webhook lag
     the pending outbox messages (a count); the oldest ``next_attempt_at`` of a due
     message no worker holds (``webhook_oldest_due_at``): how long deliveries have waited
@@ -49,6 +52,7 @@ from recovery.models import (
     AuditCheckpoint,
     AuditEvent,
     AuditVerification,
+    AuditVerifyJob,
     Operation,
     OperationCount,
     Provider,
@@ -98,11 +102,24 @@ class HealthFacts:
     # The oldest audit event no checkpoint signed yet (None: every event is signed).
     oldest_unsigned_at: datetime | None
     open_alarms: int
+    # Why the checkpoint file lacks a signed checkpoint (an open ``checkpoint_file``
+    # alarm's reason), None when it is whole.
+    checkpoint_file_problem: str | None
     webhook_backlog: int
     oldest_due_webhook_at: datetime | None
     providers: list[ProviderFacts]
     last_verification_at: datetime | None = None
     last_verification_ok: bool | None = None
+    # Verification (``recovery.audit.verify``): when the newest verification that found
+    # the log intact finished (routine or full), the newest full one's, and the problem
+    # the newest verification found (None: it found none). The first checkpoint's time:
+    # a log never verified is late only that long after something was signed.
+    verified_at: datetime | None = None
+    full_verified_at: datetime | None = None
+    verify_problem: str | None = None
+    first_checkpoint_at: datetime | None = None
+    # The running full verification job: (events checked so far, slices run), or None.
+    full_job: tuple[int, int] | None = None
 
     @staticmethod
     def age(moment: datetime | None, now: datetime) -> float | None:
@@ -132,6 +149,15 @@ class HealthFacts:
     def unsigned_age(self) -> float:
         """How long the oldest event no checkpoint signed has waited (0: every one is)."""
         return self.age(self.oldest_unsigned_at, self.now) or 0.0
+
+    @property
+    def verified_age(self) -> float | None:
+        """Seconds since a verification last found the log intact (None: never)."""
+        return self.age(self.verified_at, self.now)
+
+    @property
+    def full_verified_age(self) -> float | None:
+        return self.age(self.full_verified_at, self.now)
 
 
 def health_facts(*, now: datetime | None = None) -> HealthFacts:
@@ -175,7 +201,7 @@ def health_facts(*, now: datetime | None = None) -> HealthFacts:
     unsigned = (
         AuditEvent.objects.filter(id__gt=watermark).order_by("id").values_list("at", flat=True)
     )
-    return HealthFacts(
+    health = HealthFacts(
         now=now,
         last_sweep_at=sweep.at if sweep else None,
         last_sweep_seconds=sweep.seconds if sweep else None,
@@ -185,12 +211,43 @@ def health_facts(*, now: datetime | None = None) -> HealthFacts:
         newest_checkpoint_at=checkpoint["made_at"] if checkpoint else None,
         oldest_unsigned_at=unsigned.first(),
         open_alarms=AuditAlarm.objects.filter(resolved_at__isnull=True).count(),
+        checkpoint_file_problem=AuditAlarm.objects.filter(
+            kind=AuditAlarm.Kind.CHECKPOINT_FILE, resolved_at__isnull=True
+        )
+        .values_list("reason", flat=True)
+        .first(),
         webhook_backlog=webhook_outbox_backlog(),
         oldest_due_webhook_at=webhook_oldest_due_at(now=now),
         providers=list(providers.values()),
         last_verification_at=verification["at"] if verification else None,
         last_verification_ok=verification["ok"] if verification else None,
     )
+    return _verification_facts(health)
+
+
+def _verification_facts(facts: HealthFacts) -> HealthFacts:
+    """Fill the verification fields of ``facts``: a few rows, newest first."""
+    intact = AuditVerification.objects.filter(ok=True).order_by("-at", "-id")
+    newest = AuditVerification.objects.order_by("-at", "-id").values_list("ok", "problem").first()
+    job = (
+        AuditVerifyJob.objects.exclude(phase=AuditVerifyJob.Phase.DONE)
+        .values_list("events_checked", "slices")
+        .first()
+    )
+    facts.verified_at = _finished(intact.values_list("at", "finished_at").first())
+    facts.full_verified_at = _finished(
+        intact.filter(scope=AuditVerification.Scope.FULL).values_list("at", "finished_at").first()
+    )
+    facts.verify_problem = newest[1] if newest and not newest[0] else None
+    facts.first_checkpoint_at = (
+        AuditCheckpoint.objects.filter(number=1).values_list("made_at", flat=True).first()
+    )
+    facts.full_job = (int(job[0]), int(job[1])) if job else None
+    return facts
+
+
+def _finished(row: tuple[datetime, datetime | None] | None) -> datetime | None:
+    return None if row is None else row[1] or row[0]
 
 
 @dataclass(frozen=True)

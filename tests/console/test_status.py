@@ -57,6 +57,7 @@ def test_detail_is_green_when_beat_swept_lately(db: None, client: Client):
         "workers",
         "webhook deliveries",
         "audit checkpoint",
+        "audit verification",
         "audit alarms",
     }
     assert all(check["ok"] for check in body["checks"].values())

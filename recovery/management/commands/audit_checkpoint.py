@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from recovery.audit import audit_checkpoint
+from recovery.audit.checkpoints import CheckpointFileError
 
 
 class Command(BaseCommand):
@@ -14,7 +15,13 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        checkpoint = audit_checkpoint()
+        try:
+            checkpoint = audit_checkpoint()
+        except CheckpointFileError as exc:
+            raise CommandError(
+                f"checkpoint signed, but not in the checkpoint file: {exc} (an alarm is open; "
+                "the next checkpoint writes the lines the file lacks)"
+            ) from None
         if checkpoint is None:
             self.stdout.write("nothing new to checkpoint")
         else:
