@@ -725,38 +725,6 @@ def test_a_supervisor_resolves_an_alarm_on_the_record(alarm, django_user_model, 
         audit_alarm_resolve(actor=sue, alarm_id=alarm.pk, resolution="again")
 
 
-def test_the_migration_gives_existing_checkpoints_their_vouched_heads(operations, provider):
-    """A log checkpointed before vouched heads were kept gets them, signed, and verifies."""
-    import importlib
-
-    from django.apps import apps
-
-    from recovery.audit.checkpoints import vouched_signed
-
-    migration = importlib.import_module(
-        "recovery.migrations.0018_audit_system_head_and_vouched_heads"
-    )
-    _append(operations[1], 2)
-    audit_checkpoint()
-    _append(Operation.objects.get(key="op-1"), 1)
-    audit_checkpoint()
-    expected = {
-        row.chain: (row.seq, row.hash, row.checkpoint) for row in AuditVouchedHead.objects.all()
-    }
-    system = AuditChainHead.objects.get(chain="")
-    AuditVouchedHead.objects.all().delete()
-    AuditChainHead.objects.all().delete()
-
-    migration.forwards(apps, None)
-
-    rows = list(AuditVouchedHead.objects.all())
-    assert {row.chain: (row.seq, row.hash, row.checkpoint) for row in rows} == expected
-    assert expected["op-1"][2] == 2 and all(vouched_signed(row) for row in rows)
-    head = AuditChainHead.objects.get(chain="")
-    assert (head.seq, head.hash) == (system.seq, system.hash)
-    assert list(audit_verify()) == []
-
-
 def test_an_event_read_as_columns_hashes_as_the_model_does(operations):
     """``verify_audit`` and checkpoints read events as column tuples: every field must be
     read back to the text the model hashes (the timestamp's, the actor's, the data's)."""
