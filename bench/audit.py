@@ -49,8 +49,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandError, OutputWrapper
 
+from audit.models import AuditCheckpoint, AuditEvent, AuditVerification
 from bench import seed
-from recovery.models import AuditCheckpoint, AuditEvent, AuditVerification
 
 MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
 

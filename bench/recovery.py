@@ -55,7 +55,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
+from canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
 from recovery.models import Dispatch, Host, LookupAttempt, Operation, Provider, State
 from recovery.services.providers import provider_configure
 from recovery.sqlcount import StatementCount, count_files_total, counting

@@ -3,7 +3,7 @@
 Rows are made in Python and written with ``COPY`` on PostgreSQL (``executemany`` on
 SQLite, for the small sizes tests use), with explicit ids so that the tables can point
 at each other without reading anything back. Every audit chain is a valid chain: its
-hashes are computed here, streamed, with ``recovery.audit.chain.event_hash`` — the
+hashes are computed here, streamed, with ``audit.hashing.event_hash`` — the
 same definition ``verify_audit`` checks.
 
 The shape of N operations (``i`` counts from 0):
@@ -37,17 +37,10 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Approval, Permit
-from recovery.audit.chain import GENESIS_HASH, _content_hash, timestamp
-from recovery.canonical import canonical_dumps, sha256_digest
-from recovery.models import (
-    AuditEvent,
-    Dispatch,
-    Evidence,
-    Host,
-    LookupAttempt,
-    Operation,
-    Provider,
-)
+from audit.hashing import GENESIS_HASH, _content_hash, timestamp
+from audit.models import AuditEvent
+from canonical import canonical_dumps, sha256_digest
+from recovery.models import Dispatch, Evidence, Host, LookupAttempt, Operation, Provider
 
 PROVIDERS = ("bench-orders", "bench-ledger")
 HOST = "bench-host"
@@ -308,6 +301,8 @@ def seed_operations(
             ops.append(
                 (
                     op_id,
+                    chain.seq,
+                    chain.hash,
                     key,
                     host.pk,
                     "charge",
@@ -320,8 +315,6 @@ def seed_operations(
                     2 if kind == "reconcile" else (1 if stuck else 0),
                     _db_time(updated + timedelta(minutes=1)) if kind == "unknown" else None,
                     None,
-                    chain.seq,
-                    chain.hash,
                     receipt == "running",
                     _db_time(created),
                     _db_time(updated),

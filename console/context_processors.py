@@ -7,8 +7,8 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
-from recovery.audit import audit_alarms_open_newest
-from recovery.models import AuditAlarm
+from audit.alarms import audit_alarms_open_newest
+from audit.models import AuditAlarm
 from recovery.selectors import audit_alarms_for_user, audit_supervisor
 
 

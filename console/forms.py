@@ -11,6 +11,7 @@ from django.http import QueryDict
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from audit.kinds import AuditKind
 from recovery.models import Verdict
 from recovery.selectors import (
     QUEUE_AGES,
@@ -19,7 +20,7 @@ from recovery.selectors import (
     AuditFilters,
     QueueFilters,
 )
-from recovery.vocabulary import AuditKind, WaitReason
+from recovery.vocabulary import WaitReason
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)

@@ -214,9 +214,13 @@ INSTALLED_APPS = [
     "guardian",
     "axes",
     "approvals",
+    "audit",
     "recovery",
     "console",
 ]
+
+# The row that keeps each operation's audit chain head (``audit.models.ChainHolder``).
+SETTLE_AUDIT_CHAIN_MODEL = "recovery.Operation"
 
 MIDDLEWARE = [
     "console.logs.RequestIdMiddleware",
@@ -586,7 +590,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     # Bounds the window of audit events no signed checkpoint covers yet.
     "audit-checkpoint": {
-        "task": "recovery.tasks.audit_checkpoint",
+        "task": "audit.tasks.audit_checkpoint",
         "schedule": float(SETTLE_AUDIT_CHECKPOINT_SECONDS),
         "options": {"expires": float(SETTLE_AUDIT_CHECKPOINT_SECONDS)},
     },
@@ -623,13 +627,13 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": float(SETTLE_OPERATION_COUNTS_SECONDS)},
     },
     "audit-verify": {
-        "task": "recovery.tasks.audit_verify",
+        "task": "audit.tasks.audit_verify",
         "schedule": float(SETTLE_AUDIT_VERIFY_SECONDS),
         "options": {"expires": float(SETTLE_AUDIT_VERIFY_SECONDS)},
     },
     # One slice of the full verification job, which goes on from where the last stopped.
     "audit-verify-full": {
-        "task": "recovery.tasks.audit_verify_full",
+        "task": "audit.tasks.audit_verify_full",
         "schedule": float(SETTLE_AUDIT_VERIFY_FULL_SECONDS),
         "options": {"expires": float(SETTLE_AUDIT_VERIFY_FULL_SECONDS)},
     },

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from http.client import HTTPException
 from typing import Any
 
-from recovery.canonical import (
+from canonical import (
     CanonicalError,
     canonical_dumps,
     canonical_params,

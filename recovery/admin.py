@@ -19,7 +19,6 @@ from approvals.models import Approver
 from recovery.models import (
     AlertRule,
     AlertState,
-    AuditEvent,
     Dispatch,
     Evidence,
     Host,
@@ -142,13 +141,6 @@ class OperationAdmin(ReadOnlyAdmin):
 
 for model in (Dispatch, Evidence, LookupAttempt):
     admin.site.register(model, ReadOnlyAdmin)
-
-
-@admin.register(AuditEvent)
-class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ["seq", "at", "kind", "operation_key", "actor"]
-    list_filter = ["kind"]
-    search_fields = ["operation_key"]
 
 
 class WebhookEndpointForm(forms.ModelForm):  # type: ignore[type-arg]

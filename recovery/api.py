@@ -23,9 +23,9 @@ from django.views.decorators.csrf import csrf_exempt
 from approvals import services as approvals
 from approvals.actors import Actor
 from approvals.models import Approver
+from canonical import CanonicalError, strict_loads
 from dbsql.errors import database_unavailable
 from recovery import contract, selectors
-from recovery.canonical import CanonicalError, strict_loads
 from recovery.contract import ApiError
 from recovery.models import Host
 from recovery.openapi import openapi_document

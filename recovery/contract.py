@@ -26,7 +26,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from approvals.services import MAX_TTL_SECONDS
-from recovery.canonical import MAX_SAFE_INTEGER
+from canonical import MAX_SAFE_INTEGER
 from recovery.models import State
 
 KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"

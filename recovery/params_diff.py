@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from recovery.canonical import CanonicalError, canonical_dumps, strict_loads
+from canonical import CanonicalError, canonical_dumps, strict_loads
 
 
 class _Missing:

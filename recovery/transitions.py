@@ -13,17 +13,18 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals.actors import Actor
-from dbsql.rows import update, values_update
-from recovery.audit import (
+from audit.chain import (
     audit_append,
     audit_head_fields,
     audit_head_saved,
     audit_retract,
     audit_retract_many,
 )
-from recovery.models import AuditEvent, Operation, State
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
+from dbsql.rows import update, values_update
+from recovery.models import Operation, State
 from recovery.services.webhooks import OutboxEvent, transition_event, webhook_events_record
-from recovery.vocabulary import AuditKind
 
 
 class Event:

@@ -3,7 +3,7 @@
 Run by ``manage.py demo`` as ``python -m console.demo.worker --scenario ...`` with the
 host and approver tokens in ``SETTLE_HOST_TOKEN`` and ``SETTLE_APPROVER_TOKEN``. It needs
 no Django: ``settle_client`` runs the host protocol (``Host.run``), and
-``recovery.canonical`` computes the digest the provider stores. Every step is one JSON
+``canonical`` computes the digest the provider stores. Every step is one JSON
 line on stdout, flushed, so that the demo can SIGKILL it exactly at ``holding``: the
 worker then sleeps (bounded), holding a dispatch it will never report.
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import settle_client
 
-from recovery.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
+from canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
 
 SCENARIOS = (
     "normal",

@@ -17,7 +17,8 @@ from guardian.models import GroupObjectPermission, UserObjectPermission
 from guardian.shortcuts import get_objects_for_user, get_perms
 
 from approvals.models import Approval, Approver
-from recovery.models import AuditAlarm, Host, Operation, Provider
+from audit.models import AuditAlarm
+from recovery.models import Host, Operation, Provider
 from recovery.permissions import ProviderPermission
 from recovery.services.errors import NotFound
 

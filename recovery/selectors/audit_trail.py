@@ -16,8 +16,9 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from recovery.audit import SYSTEM_CHAIN
-from recovery.models import AuditCheckpoint, AuditEvent, AuditVerification, Operation
+from audit.hashing import SYSTEM_CHAIN
+from audit.models import AuditCheckpoint, AuditEvent, AuditVerification
+from recovery.models import Operation
 from recovery.selectors.access import audit_supervisor, providers_visible_to
 
 

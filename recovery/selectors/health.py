@@ -45,14 +45,10 @@ from django.conf import settings
 from django.db.models import Count, Min
 from django.utils import timezone
 
+from audit.models import AuditAlarm, AuditCheckpoint, AuditEvent, AuditVerification, AuditVerifyJob
 from recovery.models import (
     TERMINAL_STATES,
     UNSETTLED_STATES,
-    AuditAlarm,
-    AuditCheckpoint,
-    AuditEvent,
-    AuditVerification,
-    AuditVerifyJob,
     Operation,
     OperationCount,
     Provider,
@@ -110,7 +106,7 @@ class HealthFacts:
     providers: list[ProviderFacts]
     last_verification_at: datetime | None = None
     last_verification_ok: bool | None = None
-    # Verification (``recovery.audit.verify``): when the newest verification that found
+    # Verification (``audit.verify``): when the newest verification that found
     # the log intact finished (routine or full), the newest full one's, and the problem
     # the newest verification found (None: it found none). The first checkpoint's time:
     # a log never verified is late only that long after something was signed.

@@ -17,10 +17,11 @@ from django.utils import timezone
 
 from approvals.models import Permit, PermitEvent, ReconciliationRequest
 from approvals.selectors import permit_history
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
 from recovery import contract
 from recovery.models import (
     LOOKUP_IN_FLIGHT,
-    AuditEvent,
     Dispatch,
     Evidence,
     LookupAttempt,
@@ -38,7 +39,7 @@ from recovery.params_diff import (
 from recovery.selectors.access import providers_visible_to
 from recovery.selectors.queue import claim_cutoff
 from recovery.selectors.records import _history_lines, _iso, _who, operation_record_of
-from recovery.vocabulary import AuditKind, StaleSignal
+from recovery.vocabulary import StaleSignal
 
 TIMELINE_LIMIT = 50  # the newest entries shown; the audit trail holds the rest
 

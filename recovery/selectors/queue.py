@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Approval, Permit
+from audit.kinds import AuditKind
 from dbsql.rows import values_from_rows
 from recovery.models import (
     Dispatch,
@@ -30,7 +31,7 @@ from recovery.models import (
     State,
 )
 from recovery.selectors.access import providers_visible_to
-from recovery.vocabulary import AuditKind, WaitReason
+from recovery.vocabulary import WaitReason
 
 QUEUE_STRANDED = WaitReason.STRANDED
 QUEUE_STATES = (State.UNKNOWN, State.RECONCILE)
@@ -182,7 +183,7 @@ _REASON = (
     f" WHEN a.data ->> 'event' = '{WaitReason.LEASE_LOST.value}'"
     f" THEN '{WaitReason.LEASE_LOST.value}'"
     " ELSE a.data ->> 'event' END"
-    " FROM recovery_auditevent a"
+    " FROM audit_auditevent a"
     f" WHERE a.kind = '{AuditKind.TRANSITION.value}' AND a.operation_key = o.key"
     " ORDER BY a.seq DESC LIMIT 1) END"
 )

@@ -38,11 +38,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.audit import audit_append, audit_transaction
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
 from recovery.models import AlertRule, AlertState, State
 from recovery.selectors.health import HealthFacts, ProviderFacts, health_facts
 from recovery.selectors.health import reconcile_entered_since as entered_since
-from recovery.vocabulary import AuditKind
 
 logger = logging.getLogger(__name__)
 

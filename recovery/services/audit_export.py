@@ -27,9 +27,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.audit import audit_append, audit_transaction, event_export
-from recovery.canonical import canonical_dumps
-from recovery.models import AuditEvent, AuditExport
+from audit.chain import audit_append, audit_transaction
+from audit.hashing import event_export
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
+from canonical import canonical_dumps
+from recovery.models import AuditExport
 from recovery.selectors import (
     audit_events_export_for_user,
     audit_supervisor,
@@ -37,7 +40,6 @@ from recovery.selectors import (
 )
 from recovery.selectors.audit_trail import AuditFilters
 from recovery.services.errors import Forbidden, Invalid, NotFound
-from recovery.vocabulary import AuditKind
 
 logger = logging.getLogger("settle.audit")
 

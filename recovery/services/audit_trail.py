@@ -13,12 +13,12 @@ from typing import Any, Literal
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.audit import audit_append, audit_transaction
-from recovery.models import AuditAlarm
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
+from audit.models import AuditAlarm
 from recovery.selectors import audit_alarms_for_user, audit_supervisor
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound
-from recovery.vocabulary import AuditKind
 
 logger = logging.getLogger("settle.audit")
 

@@ -50,8 +50,9 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from approvals.actors import Actor
+from audit.chain import audit_append, audit_tagged, audit_transaction
+from audit.kinds import AuditKind
 from dbsql.rows import values_update
-from recovery.audit import audit_append, audit_tagged, audit_transaction
 from recovery.models import BulkBatch, BulkItem, Operation
 from recovery.permissions import ProviderPermission
 from recovery.selectors import provider_permissions_all, providers_for_user
@@ -64,7 +65,6 @@ from recovery.services.reconcile import (
     operations_confirm_many,
     reconciliation_approve,
 )
-from recovery.vocabulary import AuditKind
 
 logger = logging.getLogger(__name__)
 

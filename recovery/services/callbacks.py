@@ -6,10 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from approvals.actors import Actor
+from audit.chain import audit_transaction
 from recovery.adapters import LookupResult, signature_valid
-from recovery.audit import (
-    audit_transaction,
-)
 from recovery.models import (
     Evidence,
     Operation,

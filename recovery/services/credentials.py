@@ -13,10 +13,10 @@ from django.utils import timezone
 from approvals import services as approvals
 from approvals.actors import Actor
 from approvals.models import Approver
-from recovery.audit import audit_append, audit_transaction
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
 from recovery.models import Host
 from recovery.services.errors import NotFound
-from recovery.vocabulary import AuditKind
 
 HOST_TOKEN_PREFIX = "sth_"
 KINDS: dict[str, tuple[type[models.Model], str]] = {

@@ -52,9 +52,10 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from recovery.audit.checkpoints import CHECKPOINT_RESCAN
+from audit.checkpoints import CHECKPOINT_RESCAN
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
 from recovery.models import (
-    AuditEvent,
     DashboardRefresh,
     DashboardRollup,
     DashboardWaiting,
@@ -64,7 +65,7 @@ from recovery.models import (
 )
 from recovery.selectors.queue import QUEUE_AGES
 from recovery.transitions import Event
-from recovery.vocabulary import AuditKind, WaitReason
+from recovery.vocabulary import WaitReason
 
 SETTLE_MARGIN = CHECKPOINT_RESCAN
 # The first refresh starts this far back; rows older than KEEP are deleted.

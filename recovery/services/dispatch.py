@@ -13,11 +13,9 @@ from django.utils import timezone
 
 from approvals import services as approvals
 from approvals.actors import Actor
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
 from dbsql.rows import insert, save_fields, select_first_at
-from recovery.audit import (
-    audit_append,
-    audit_transaction,
-)
 from recovery.models import (
     Dispatch,
     Operation,
@@ -27,7 +25,7 @@ from recovery.services.errors import RecoveryError
 from recovery.services.locking import OperationRef, binding, operation_lock
 from recovery.services.signals import refusals_committed, refusals_recorded, stale_signal
 from recovery.transitions import Change, Event, operation_transition
-from recovery.vocabulary import AuditKind, StaleSignal
+from recovery.vocabulary import StaleSignal
 
 T = TypeVar("T")
 

@@ -11,12 +11,11 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
+from audit.chain import audit_append
+from audit.kinds import AuditKind
+from canonical import canonical_dumps, sha256_digest
 from dbsql.rows import bulk_save
 from recovery.adapters import LookupResult
-from recovery.audit import (
-    audit_append,
-)
-from recovery.canonical import canonical_dumps, sha256_digest
 from recovery.models import (
     Dispatch,
     Evidence,
@@ -34,7 +33,7 @@ from recovery.transitions import (
     operation_transition,
     operation_transition_many,
 )
-from recovery.vocabulary import AuditKind, StaleSignal, WaitReason
+from recovery.vocabulary import StaleSignal, WaitReason
 
 # After an inconclusive lookup (absent / unavailable), the next is due after roughly
 # this long (three times longer each time), give or take LOOKUP_BACKOFF_JITTER of it.

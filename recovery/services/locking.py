@@ -33,11 +33,9 @@ from django.db.models import Q, QuerySet, Subquery
 
 from approvals import services as approvals
 from approvals.models import Approval, Approver, Permit
+from audit.chain import audit_chain_locked
 from dbsql.rows import select_locked_with
 from recovery import selectors
-from recovery.audit import (
-    audit_chain_locked,
-)
 from recovery.models import (
     Host,
     Operation,

@@ -18,8 +18,8 @@ from django.db.models import Subquery
 from django.utils import timezone
 
 from approvals.actors import Actor
+from audit.chain import audit_chain_locked, audit_transaction
 from recovery.adapters import LookupResult, evidence_lookup_many
-from recovery.audit import audit_chain_locked, audit_transaction
 from recovery.metrics import lookup_timed
 from recovery.models import (
     LOOKUP_IN_FLIGHT,

@@ -22,9 +22,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from approvals.actors import Actor
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
 from dbsql.rows import insert
 from recovery.adapters import LookupResult, evidence_lookup
-from recovery.audit import audit_append, audit_transaction
 from recovery.metrics import lookup_timed
 from recovery.models import (
     LOOKUP_IN_FLIGHT,
@@ -44,7 +45,7 @@ from recovery.services.signals import (
     transition_refused_record,
 )
 from recovery.transitions import TransitionRefused
-from recovery.vocabulary import AuditKind, StaleSignal
+from recovery.vocabulary import StaleSignal
 
 logger = logging.getLogger(__name__)
 

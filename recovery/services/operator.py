@@ -19,7 +19,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.audit import audit_append, audit_transaction
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
 from recovery.models import LookupAttempt, Operation, OperationClaim
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require
@@ -28,7 +29,6 @@ from recovery.services.errors import Forbidden, RecoveryError
 from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim, lookup_publish
 from recovery.services.signals import refusals_committed, refusals_recorded
-from recovery.vocabulary import AuditKind
 
 
 def operator_refusal_record(*, operation: Operation, action: str, code: str, actor: Actor) -> None:

@@ -7,10 +7,8 @@ import uuid
 from approvals import services as approvals
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
-from recovery.audit import (
-    audit_append,
-    audit_transaction,
-)
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
 from recovery.models import (
     Host,
     Operation,
@@ -27,7 +25,6 @@ from recovery.services.locking import (
 )
 from recovery.services.signals import refusals_committed, refusals_recorded
 from recovery.transitions import Event, operation_transition
-from recovery.vocabulary import AuditKind
 
 
 def approver_scope(*, actor: Actor, approver: Approver | None, missing: str) -> Approver | None:

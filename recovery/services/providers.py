@@ -18,11 +18,11 @@ from django.db import IntegrityError
 
 from approvals import services as approvals
 from approvals.actors import COMMAND_LINE, Actor
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
 from recovery.adapters import ProviderConfig
-from recovery.audit import audit_append, audit_transaction
 from recovery.models import Provider
 from recovery.services.errors import Invalid
-from recovery.vocabulary import AuditKind
 
 # Provider names appear in URLs (callbacks) and in approvals' bindings.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

@@ -34,8 +34,9 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
+from audit.chain import audit_append, audit_chain_locked, audit_transaction
+from audit.kinds import AuditKind
 from dbsql.rows import update
-from recovery.audit import audit_append, audit_chain_locked, audit_transaction
 from recovery.models import Dispatch, Evidence, Operation, State, Verdict
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require
@@ -59,7 +60,6 @@ from recovery.transitions import (
     operation_transition,
     operation_transition_many,
 )
-from recovery.vocabulary import AuditKind
 
 Action = ReconciliationRequest.Action
 

@@ -7,14 +7,10 @@ from typing import Any
 from django.db import IntegrityError
 
 from approvals.actors import Actor
+from audit.chain import audit_append, audit_head_new, audit_head_write, audit_transaction
+from audit.kinds import AuditKind
+from canonical import canonical_params, params_digest
 from dbsql.rows import insert, select_first
-from recovery.audit import (
-    audit_append,
-    audit_head_new,
-    audit_head_write,
-    audit_transaction,
-)
-from recovery.canonical import canonical_params, params_digest
 from recovery.models import (
     Host,
     Operation,
@@ -22,7 +18,6 @@ from recovery.models import (
     State,
 )
 from recovery.services.errors import NotFound, RecoveryError
-from recovery.vocabulary import AuditKind
 
 
 def operation_register(

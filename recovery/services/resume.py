@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from approvals.actors import Actor
+from audit.chain import audit_transaction
 from dbsql.rows import select_first_at
-from recovery.audit import audit_transaction
 from recovery.models import (
     UNSETTLED_STATES,
     Dispatch,

@@ -16,11 +16,11 @@ from django.contrib.auth.models import AbstractBaseUser, Group, Permission
 from guardian.shortcuts import assign_perm
 
 from approvals.actors import Actor
-from recovery.audit import audit_append, audit_transaction
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission as P
 from recovery.services.errors import NotFound
-from recovery.vocabulary import AuditKind
 
 VIEWER = (P.VIEW_OPERATIONS,)
 OPERATOR = (

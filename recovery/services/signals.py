@@ -8,18 +8,15 @@ from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from approvals.actors import Actor
-from recovery.audit import (
-    audit_append,
-    audit_chain_locked,
-    audit_transaction,
-)
+from audit.chain import audit_append, audit_chain_locked, audit_transaction
+from audit.kinds import AuditKind
 from recovery.models import (
     Operation,
 )
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operations_locked
 from recovery.transitions import TransitionRefused
-from recovery.vocabulary import AuditKind, StaleSignal
+from recovery.vocabulary import StaleSignal
 
 F = TypeVar("F", bound=Callable[..., Any])
 

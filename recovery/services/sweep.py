@@ -39,7 +39,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.audit import audit_chain_locked, audit_transaction
+from audit.chain import audit_chain_locked, audit_transaction
 from recovery.models import (
     LOOKUP_IN_FLIGHT,
     Dispatch,

@@ -71,7 +71,8 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 
 from approvals.actors import Actor
-from recovery.audit import audit_append, audit_transaction
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
 from recovery.metrics import WEBHOOK_DELIVERIES
 from recovery.models import (
     Host,
@@ -84,7 +85,6 @@ from recovery.permissions import ProviderPermission
 from recovery.selectors.webhooks import webhook_messages_due, webhook_url_redacted
 from recovery.services.access import provider_permission_require
 from recovery.services.errors import Invalid, NotFound
-from recovery.vocabulary import AuditKind
 
 logger = logging.getLogger(__name__)
 

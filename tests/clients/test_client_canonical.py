@@ -1,6 +1,6 @@
 """The client computes the params digest as Settle does, without Settle's code.
 
-settle_client must not import recovery.canonical; here both meet on many inputs: the
+settle_client must not import canonical; here both meet on many inputs: the
 same digest for every params object Settle accepts, and a refusal, with the same reason,
 for every one it refuses.
 """

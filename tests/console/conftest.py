@@ -19,7 +19,7 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.audit import audit_transaction
+from audit.chain import audit_transaction
 from recovery.models import Dispatch, LookupAttempt, Operation, Provider
 from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim

@@ -9,7 +9,8 @@ from django.contrib.messages import get_messages
 from approvals.actors import Actor
 from approvals.models import Approver
 from approvals.services import token_hash
-from recovery.models import AlertRule, AuditEvent, Host, Provider
+from audit.models import AuditEvent
+from recovery.models import AlertRule, Host, Provider
 
 pytestmark = pytest.mark.django_db
 
@@ -101,8 +102,8 @@ def test_provider_saved_in_the_admin_is_configured_and_audited(admin_client, tmp
 
 
 def test_evidence_and_audit_are_read_only_in_the_admin(admin_client):
-    assert admin_client.get("/admin/recovery/auditevent/").status_code == 200
-    assert admin_client.get("/admin/recovery/auditevent/add/").status_code == 403
+    assert admin_client.get("/admin/audit/auditevent/").status_code == 200
+    assert admin_client.get("/admin/audit/auditevent/add/").status_code == 403
     assert admin_client.get("/admin/recovery/evidence/add/").status_code == 403
 
 

@@ -14,16 +14,12 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.audit import (
-    GENESIS_HASH,
-    audit_alarms_open,
-    audit_alarms_open_newest,
-    audit_append,
-    audit_checkpoint,
-    audit_transaction,
-    event_digest,
-)
-from recovery.models import AuditAlarm, AuditEvent, Operation
+from audit.alarms import audit_alarms_open, audit_alarms_open_newest
+from audit.chain import audit_append, audit_transaction
+from audit.checkpoints import audit_checkpoint
+from audit.hashing import GENESIS_HASH, event_digest
+from audit.models import AuditAlarm, AuditEvent
+from recovery.models import Operation
 from recovery.services.locking import operation_lock
 from tests.console.conftest import client_for, console_user
 
@@ -35,20 +31,19 @@ def _forge(key: str) -> None:
     prev = GENESIS_HASH
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE recovery_auditevent DISABLE TRIGGER USER")
+            cursor.execute("ALTER TABLE audit_auditevent DISABLE TRIGGER USER")
         for event in AuditEvent.objects.filter(operation_key=key).order_by("seq"):
             if event.seq == 1:
                 event.actor = Actor.system("forged")
             event.prev_hash = prev
             event.hash = event_digest(event)
             cursor.execute(
-                "UPDATE recovery_auditevent SET actor = %s, prev_hash = %s, hash = %s"
-                " WHERE id = %s",
+                "UPDATE audit_auditevent SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
                 [event.actor.stored if event.actor else "", prev, event.hash, event.pk],
             )
             prev = event.hash
         if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE recovery_auditevent ENABLE TRIGGER USER")
+            cursor.execute("ALTER TABLE audit_auditevent ENABLE TRIGGER USER")
     Operation.objects.filter(key=key).update(audit_hash=prev)
 
 

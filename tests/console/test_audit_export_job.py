@@ -16,7 +16,8 @@ import pytest
 from guardian.models import UserObjectPermission
 
 from approvals.actors import Actor
-from recovery.models import AuditEvent, AuditExport
+from audit.models import AuditEvent
+from recovery.models import AuditExport
 from recovery.services.audit_export import (
     TRAILER,
     audit_export_run,

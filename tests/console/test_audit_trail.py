@@ -24,9 +24,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from approvals.actors import Actor
-from recovery.audit import audit_append, audit_transaction, exported_event_hash
-from recovery.models import AuditEvent, AuditVerification
-from recovery.vocabulary import AuditKind
+from audit.chain import audit_append, audit_transaction
+from audit.hashing import exported_event_hash
+from audit.kinds import AuditKind
+from audit.models import AuditEvent, AuditVerification
 from tests.console.conftest import console_user
 
 pytestmark = pytest.mark.django_db
@@ -249,11 +250,11 @@ def test_a_page_never_counts_and_never_skips_rows(signed_in, supervisor, trail, 
     query = _next_query(client.get("/audit/"))
     with CaptureQueriesContext(connection) as queries:
         assert client.get("/audit/?" + query).status_code == 200
-    events = [q["sql"] for q in queries.captured_queries if "recovery_auditevent" in q["sql"]]
+    events = [q["sql"] for q in queries.captured_queries if "audit_auditevent" in q["sql"]]
     assert events  # one per branch: the operations' chains, the system chain
     for sql in events:
         assert "COUNT(" not in sql.upper() and "OFFSET" not in sql.upper()
-        assert '"recovery_auditevent"."id" < ' in sql and "LIMIT 5" in sql
+        assert '"audit_auditevent"."id" < ' in sql and "LIMIT 5" in sql
 
 
 def test_an_actor_filter_is_text_not_a_pattern(signed_in, supervisor, trail):
@@ -388,10 +389,10 @@ def _tamper(sql: str, params: list[Any]) -> None:
     postgresql = connection.vendor == "postgresql"
     with connection.cursor() as cursor:
         if postgresql:
-            cursor.execute("ALTER TABLE recovery_auditevent DISABLE TRIGGER USER")
+            cursor.execute("ALTER TABLE audit_auditevent DISABLE TRIGGER USER")
         cursor.execute(sql, params)
         if postgresql:
-            cursor.execute("ALTER TABLE recovery_auditevent ENABLE TRIGGER USER")
+            cursor.execute("ALTER TABLE audit_auditevent ENABLE TRIGGER USER")
 
 
 def test_the_page_says_when_nothing_was_verified_yet(signed_in, operator, trail):
@@ -414,7 +415,7 @@ def test_the_page_shows_the_last_verification_and_checkpoint_then_the_first_prob
     assert re.search(r'<time datetime="[^"]+Z" title="[^"]+ UTC">just now</time>', health)
 
     _tamper(
-        "UPDATE recovery_auditevent SET actor = 'forged' WHERE operation_key = %s AND seq = %s",
+        "UPDATE audit_auditevent SET actor = 'forged' WHERE operation_key = %s AND seq = %s",
         ["pay-1", 2],
     )
     with pytest.raises(CommandError, match="content does not match"):

@@ -20,9 +20,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from audit.verify import audit_verify
 from bench import seed
 from bench.console import PAGES
-from recovery.audit.verify import audit_verify
 from tests.support.celery_fixtures import test_database_url
 
 
@@ -156,7 +156,7 @@ def test_verify_reads_the_log_in_batches_not_all_at_once(db, monkeypatch):
     before the next is read."""
     import weakref
 
-    from recovery.audit import verify
+    from audit import verify
 
     seed.seed_audit(120)
     pages: list[int] = []

@@ -15,7 +15,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from recovery.models import AuditEvent, BulkBatch, BulkItem, Operation, Provider
+from audit.models import AuditEvent
+from recovery.models import BulkBatch, BulkItem, Operation, Provider
 from tests.console.conftest import client_for, console_user
 from tests.recovery.test_bulk_service import run_batch
 

@@ -14,14 +14,8 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from recovery.models import (
-    AuditEvent,
-    DashboardRefresh,
-    DashboardRollup,
-    DashboardWaiting,
-    Evidence,
-    State,
-)
+from audit.models import AuditEvent
+from recovery.models import DashboardRefresh, DashboardRollup, DashboardWaiting, Evidence, State
 from recovery.selectors.dashboard import percentile
 from recovery.services.dashboard import (
     HISTORY,

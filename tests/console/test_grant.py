@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 
 from approvals.actors import COMMAND_LINE
-from recovery.models import AuditEvent
+from audit.models import AuditEvent
 from recovery.services.roles import OPERATOR, ROLES, SUPERVISOR
 
 pytestmark = pytest.mark.django_db

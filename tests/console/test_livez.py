@@ -143,7 +143,7 @@ def test_beat_records_its_pulse_when_it_publishes_a_sweep_only(transactional_db:
     # Transactional: beat, outside any transaction, drops an unusable connection first.
     from console.celery import _beat_published
 
-    _beat_published(sender="recovery.tasks.audit_checkpoint")
+    _beat_published(sender="audit.tasks.audit_checkpoint")
     assert not Pulse.objects.filter(name=Pulse.Name.BEAT).exists()
     _beat_published(sender="recovery.tasks.sweep")
     pulse = Pulse.objects.get(name=Pulse.Name.BEAT)

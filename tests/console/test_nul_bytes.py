@@ -37,7 +37,7 @@ CONSOLE_PAGES = [
     f"/status/?provider={NUL}",
     f"/admin/recovery/operation/?q={NUL}",
     f"/admin/recovery/operation/{NUL}/change/",
-    f"/admin/recovery/auditevent/?q={NUL}",
+    f"/admin/audit/auditevent/?q={NUL}",
     f"/admin/auth/user/?q={NUL}",
 ]
 # An export refuses a filter it cannot apply rather than hand out more than was asked.

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
-from recovery.audit import audit_append, audit_transaction
+from audit.chain import audit_append, audit_transaction
 from recovery.models import LookupAttempt, Operation
 from recovery.selectors import TIMELINE_LIMIT, operation_timeline
 from recovery.selectors.operation_page import PERMIT_LINES

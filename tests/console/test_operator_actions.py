@@ -8,7 +8,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from recovery.models import AuditEvent, Evidence, LookupAttempt, Operation
+from audit.models import AuditEvent
+from recovery.models import Evidence, LookupAttempt, Operation
 from recovery.services.lookup_tasks import lookup_attempt_run
 from tests.console.conftest import client_for
 from tests.support.providers import sqlite_provider_commit

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from recovery.models import AuditEvent, Dispatch, Operation, OperationClaim, Provider
+from audit.models import AuditEvent
+from recovery.models import Dispatch, Operation, OperationClaim, Provider
 from tests.conftest import PARAMS, lookup_due
 from tests.console.conftest import client_for, console_user
 from tests.support.providers import sqlite_provider_commit

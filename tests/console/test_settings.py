@@ -117,7 +117,7 @@ def test_celery_is_at_least_once_and_redis_never_redelivers_a_live_task():
     assert set(app.tasks) >= {
         "recovery.tasks.sweep",
         "recovery.tasks.lookup_attempt",
-        "recovery.tasks.audit_checkpoint",
+        "audit.tasks.audit_checkpoint",
     }
 
 

@@ -7,7 +7,8 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.actors import COMMAND_LINE
-from recovery.models import AuditEvent, WebhookEndpoint, WebhookMessage
+from audit.models import AuditEvent
+from recovery.models import WebhookEndpoint, WebhookMessage
 from recovery.services.webhooks import webhook_endpoint_add
 from tests.console.conftest import console_user
 

@@ -159,7 +159,7 @@ def test_the_host_api_statements_are_prepared_on_their_connection(flow):
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
     assert any("FOR NO KEY UPDATE OF t" in text for text in prepared), prepared
-    assert any(text.startswith('INSERT INTO "recovery_auditevent"') for text in prepared)
+    assert any(text.startswith('INSERT INTO "audit_auditevent"') for text in prepared)
     # Values travel apart from the text: none of the flow's parameters is in it.
     assert not any(str(PARAMS["to"]) in text for text in prepared)
 

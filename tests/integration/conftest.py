@@ -37,8 +37,8 @@ from pytest_django.live_server_helper import LiveServer
 from approvals.models import Permit
 from approvals.selectors import permit_history
 from approvals.services import approver_create
+from audit.verify import audit_verify
 from dbsql.clock import db_now
-from recovery.audit import audit_verify
 from recovery.models import Dispatch, Evidence, Operation, Provider
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure

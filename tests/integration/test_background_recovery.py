@@ -25,18 +25,11 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.services import approver_create
+from audit.models import AuditCheckpoint, AuditEvent, AuditVerification
+from audit.verify import audit_verify
 from console.celery import app as celery_app
 from dbsql.clock import db_now
-from recovery.audit import audit_verify
-from recovery.models import (
-    AuditCheckpoint,
-    AuditEvent,
-    AuditVerification,
-    Dispatch,
-    Evidence,
-    LookupAttempt,
-    Operation,
-)
+from recovery.models import Dispatch, Evidence, LookupAttempt, Operation
 from recovery.services.credentials import host_create
 from recovery.services.dispatch import operation_dispatch
 from recovery.services.lookups import SWEEPER_ACTOR

@@ -19,8 +19,9 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count
 
 from approvals.actors import Actor
+from audit.models import AuditEvent
 from bench.bulk import matched_seed
-from recovery.models import AuditEvent, BulkBatch, BulkItem, Host, Operation
+from recovery.models import BulkBatch, BulkItem, Host, Operation
 from recovery.services.bulk import Pick, bulk_resume, bulk_submit
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure

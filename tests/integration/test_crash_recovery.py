@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Verdict
+from audit.models import AuditEvent
+from recovery.models import Dispatch, Evidence, LookupAttempt, Verdict
 from tests.conftest import lookup_due
 from tests.integration.conftest import (
     PARAMS,

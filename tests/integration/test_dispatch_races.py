@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from audit.models import AuditEvent
 from dbsql.clock import db_now
-from recovery.models import AuditEvent, Dispatch
+from recovery.models import Dispatch
 from tests.integration.conftest import (
     Procs,
     Settle,

@@ -20,8 +20,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 
-from recovery.audit import audit_append, audit_transaction, audit_verify
-from recovery.models import AuditAlarm, AuditCheckpoint
+from audit.chain import audit_append, audit_transaction
+from audit.models import AuditAlarm, AuditCheckpoint
+from audit.verify import audit_verify
 from tests.support.celery_fixtures import test_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)

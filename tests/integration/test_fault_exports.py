@@ -18,9 +18,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from audit.hashing import exported_event_hash
+from audit.models import AuditEvent
 from bench import seed
-from recovery.audit import exported_event_hash
-from recovery.models import AuditEvent, AuditExport
+from recovery.models import AuditExport
 from recovery.services.audit_export import TRAILER, export_file_check, export_path
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]

@@ -25,8 +25,8 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals.models import PermitEvent
 from approvals.services import approver_create
+from audit.models import AuditEvent
 from recovery import contract
-from recovery.models import AuditEvent
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
 from tests.console.conftest import console_user

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from approvals.actors import Actor
-from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Verdict
+from audit.models import AuditEvent
+from recovery.models import Dispatch, Evidence, LookupAttempt, Verdict
 from recovery.services.lookups import operation_lookup
 from tests.integration.conftest import (
     PARAMS,

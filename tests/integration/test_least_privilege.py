@@ -32,9 +32,10 @@ from django.db import DatabaseError, connection, transaction
 from psycopg import errors, sql
 
 from approvals.services import approver_create
-from recovery.audit import audit_verify
+from audit.models import AuditCheckpoint, AuditEvent
+from audit.verify import audit_verify
 from recovery.management.commands.db_grants import AUDIT_TABLES
-from recovery.models import AuditCheckpoint, AuditEvent, Operation
+from recovery.models import Operation
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
 from tests.integration.conftest import Http, resume_polled, wait_lease_lapsed
@@ -166,7 +167,7 @@ def test_db_grants_prints_quoted_sql_and_refuses_an_unfit_role(db: None) -> None
 
 def test_db_grants_is_idempotent_and_converges(app_role: str) -> None:
     # An earlier, wider grant (a mistake, or an old deployment) is taken back.
-    _owner_execute(_q("GRANT ALL ON recovery_auditevent, recovery_operation TO {r}", r=app_role))
+    _owner_execute(_q("GRANT ALL ON audit_auditevent, recovery_operation TO {r}", r=app_role))
     for _ in range(2):
         call_command("db_grants", app_role, apply=True, stdout=io.StringIO())
     granted = _table_privileges(app_role)
@@ -322,13 +323,13 @@ def _assert_allowed_to_the_role(conn: psycopg.Connection[Any]) -> None:
     events = AuditEvent.objects.count()
     with conn.transaction(force_rollback=True):
         inserted = conn.execute(
-            "INSERT INTO recovery_auditevent"
+            "INSERT INTO audit_auditevent"
             " (seq, at, kind, operation_key, actor, data, prev_hash, hash)"
             " VALUES (1, now(), 'probe', 'lp-probe', 'test', '{}', 'x', 'y') RETURNING id"
         ).fetchone()
         assert inserted is not None
         row = conn.execute(
-            "SELECT kind FROM recovery_auditevent WHERE id = %s", [inserted[0]]
+            "SELECT kind FROM audit_auditevent WHERE id = %s", [inserted[0]]
         ).fetchone()
         assert row == ("probe",)
         updated = conn.execute(

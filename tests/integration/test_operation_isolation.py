@@ -31,8 +31,10 @@ from django.db import DatabaseError, connection, transaction
 
 from approvals.actors import Actor
 from approvals.services import approver_create
-from recovery.audit import audit_append, audit_transaction, audit_verify
-from recovery.models import AuditEvent, Operation
+from audit.chain import audit_append, audit_transaction
+from audit.models import AuditEvent
+from audit.verify import audit_verify
+from recovery.models import Operation
 from recovery.services.credentials import host_create
 from recovery.services.dispatch import operation_dispatch, operation_heartbeat
 from recovery.services.locking import operation_lock

@@ -58,7 +58,8 @@ def main() -> None:
     django.setup()
     from django.conf import settings
 
-    from recovery.audit import audit_append, audit_checkpoint, audit_transaction
+    from audit.chain import audit_append, audit_transaction
+    from audit.checkpoints import audit_checkpoint
 
     if options.slow_write or options.die_on_write:
         _faulty_open(

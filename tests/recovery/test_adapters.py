@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from canonical import canonical_dumps
 from recovery import adapters
 from recovery.adapters import LookupResult, ProviderConfig, evidence_lookup
-from recovery.canonical import canonical_dumps
 from recovery.models import Verdict
 from tests.support.providers import (
     HTTP_PROVIDER_SCRIPT,

@@ -27,15 +27,9 @@ from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
 from approvals.models import Approval, Permit, PermitEvent
-from recovery.canonical import MAX_PARAMS_BYTES, MAX_SAFE_INTEGER
-from recovery.models import (
-    AuditEvent,
-    Dispatch,
-    Evidence,
-    LookupAttempt,
-    Operation,
-    Provider,
-)
+from audit.models import AuditEvent
+from canonical import MAX_PARAMS_BYTES, MAX_SAFE_INTEGER
+from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider
 from recovery.permissions import ProviderPermission
 from recovery.services.providers import provider_configure
 from tests.conftest import PARAMS, Api, digest_of

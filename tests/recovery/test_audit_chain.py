@@ -16,27 +16,16 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
 from approvals.actors import Actor
-from recovery.audit import (
-    GENESIS_HASH,
-    audit_append,
-    audit_checkpoint,
-    audit_transaction,
-    audit_verify,
-    checkpoints,
-    event_digest,
-)
-from recovery.audit.alarms import alarm_signed
-from recovery.audit.chain import event_columns, event_row_digest, event_rows
-from recovery.audit.checkpoints import checkpoint_digest, vouched_digest
-from recovery.audit.keys import sign
-from recovery.models import (
-    AuditAlarm,
-    AuditChainHead,
-    AuditCheckpoint,
-    AuditEvent,
-    AuditVouchedHead,
-    Operation,
-)
+from audit import checkpoints
+from audit.alarms import alarm_signed
+from audit.chain import audit_append, audit_transaction
+from audit.checkpoints import audit_checkpoint
+from audit.hashing import GENESIS_HASH, event_columns, event_digest, event_row_digest, event_rows
+from audit.keys import sign
+from audit.models import AuditAlarm, AuditChainHead, AuditCheckpoint, AuditEvent, AuditVouchedHead
+from audit.signing import checkpoint_digest, vouched_digest
+from audit.verify import audit_verify
+from recovery.models import Operation
 from recovery.services.locking import operation_lock
 from recovery.services.registration import operation_register
 from tests.conftest import PARAMS
@@ -44,7 +33,7 @@ from tests.conftest import PARAMS
 # Transactional: checkpoints reach their file only when their transaction commits.
 pytestmark = pytest.mark.django_db(transaction=True)
 
-AUDIT_TABLES = ("recovery_auditevent", "recovery_auditcheckpoint")
+AUDIT_TABLES = ("audit_auditevent", "audit_auditcheckpoint")
 
 
 @pytest.fixture
@@ -159,12 +148,12 @@ def test_a_failed_inner_block_drops_its_events_but_keeps_the_outer_ones(operatio
 @pytest.mark.parametrize(
     "statement",
     [
-        "UPDATE recovery_auditevent SET kind = 'edited'",
-        "DELETE FROM recovery_auditevent",
-        "TRUNCATE recovery_auditevent",
-        "UPDATE recovery_auditcheckpoint SET signature = 'x'",
-        "DELETE FROM recovery_auditcheckpoint",
-        "TRUNCATE recovery_auditcheckpoint",
+        "UPDATE audit_auditevent SET kind = 'edited'",
+        "DELETE FROM audit_auditevent",
+        "TRUNCATE audit_auditevent",
+        "UPDATE audit_auditcheckpoint SET signature = 'x'",
+        "DELETE FROM audit_auditcheckpoint",
+        "TRUNCATE audit_auditcheckpoint",
     ],
 )
 def test_postgres_refuses_to_change_audit_records(operations, statement):
@@ -183,7 +172,7 @@ def test_postgres_refuses_to_change_audit_records(operations, statement):
 def test_an_edited_event_is_named(operations):
     _append(operations[1], 3)
     _sql(
-        "UPDATE recovery_auditevent SET actor = 'forged' WHERE operation_key = %s AND seq = %s",
+        "UPDATE audit_auditevent SET actor = 'forged' WHERE operation_key = %s AND seq = %s",
         ["op-1", 3],
     )
     with pytest.raises(CommandError, match=r"chain 'op-1', event #3: content does not match"):
@@ -192,14 +181,14 @@ def test_an_edited_event_is_named(operations):
 
 def test_a_deleted_event_is_named(operations):
     _append(operations[1], 3)
-    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 2])
+    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 2])
     assert _only_problem() == "chain 'op-1', event #2: this event is missing (deleted)"
 
 
 def test_events_cut_from_the_tail_are_found_by_the_checkpoint(operations):
     _append(operations[1], 3)
     audit_checkpoint()
-    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
+    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
     problem = _only_problem()
     assert problem.startswith("chain 'op-1', event #3: events after #2 are missing")
     assert "checkpoint #1 names #4 (cut)" in problem
@@ -207,14 +196,14 @@ def test_events_cut_from_the_tail_are_found_by_the_checkpoint(operations):
 
 def test_a_truncated_log_is_found_by_the_checkpoints(operations):
     audit_checkpoint()
-    _sql("TRUNCATE recovery_auditevent")
+    _sql("TRUNCATE audit_auditevent")
     assert "every event of this chain is missing" in _only_problem()
 
 
 def test_truncating_events_and_checkpoints_is_found_by_the_checkpoint_file(operations):
     audit_checkpoint()
-    _sql("TRUNCATE recovery_auditevent")
-    _sql("TRUNCATE recovery_auditcheckpoint")
+    _sql("TRUNCATE audit_auditevent")
+    _sql("TRUNCATE audit_auditcheckpoint")
     assert _only_problem() == ("checkpoint #1 of the checkpoint file is missing from the database")
 
 
@@ -222,7 +211,7 @@ def test_a_deleted_newest_checkpoint_is_found_by_the_checkpoint_file(operations)
     audit_checkpoint()
     _append(operations[0], 1)
     audit_checkpoint()
-    _sql("DELETE FROM recovery_auditcheckpoint WHERE number = 2")
+    _sql("DELETE FROM audit_auditcheckpoint WHERE number = 2")
     assert _only_problem() == ("checkpoint #2 of the checkpoint file is missing from the database")
 
 
@@ -257,7 +246,7 @@ def _rewrite_chain(key: str, edit_seq: int) -> None:
         event.prev_hash = prev
         digest = event_digest(event)
         _sql(
-            "UPDATE recovery_auditevent SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
+            "UPDATE audit_auditevent SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
             [event.actor.stored if event.actor else "", prev, digest, event.pk],
         )
         prev = digest
@@ -286,8 +275,7 @@ def test_a_checkpoint_re_signed_without_the_key_is_refused(operations, settings)
     checkpoint.digest = checkpoint_digest(checkpoint)
     checkpoint.signature = sign(checkpoint.digest)
     _sql(
-        "UPDATE recovery_auditcheckpoint SET heads = %s, digest = %s, signature = %s "
-        "WHERE number = 1",
+        "UPDATE audit_auditcheckpoint SET heads = %s, digest = %s, signature = %s WHERE number = 1",
         [json.dumps(heads), checkpoint.digest, checkpoint.signature],
     )
     settings.SETTLE_AUDIT_KEY = real_key
@@ -350,7 +338,7 @@ def test_concurrent_appenders_on_many_operations_keep_every_chain_linear(host, p
 def test_a_cut_inside_the_window_is_found_by_the_operations_own_head(operations):
     """No checkpoint yet, but the operation's row still names its newest event."""
     _append(operations[1], 2)
-    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 3])
+    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 3])
     assert _only_problem() == (
         "chain 'op-1', event #3: the operation's row names a different head for its chain"
     )
@@ -372,11 +360,11 @@ def test_stored_heads_are_compared_in_ranges_that_follow_the_chains(host, provid
     # deleted (op-5: no event left, its row still names #1), the last operation's head
     # moved past its chain (op-6).
     for key, sql, params, seq in (
-        ("op-3", "DELETE FROM recovery_auditevent WHERE operation_key = %s", ["op-3"], 1),
-        ("op-5", "DELETE FROM recovery_auditevent WHERE operation_key = %s", ["op-5"], 1),
+        ("op-3", "DELETE FROM audit_auditevent WHERE operation_key = %s", ["op-3"], 1),
+        ("op-5", "DELETE FROM audit_auditevent WHERE operation_key = %s", ["op-5"], 1),
         (
             "op-6",
-            "DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq = 3",
+            "DELETE FROM audit_auditevent WHERE operation_key = %s AND seq = 3",
             ["op-6"],
             3,
         ),
@@ -402,7 +390,7 @@ def test_stored_heads_are_compared_in_ranges_that_follow_the_chains(host, provid
 def test_a_cut_that_also_rewinds_the_operations_head_is_found_by_the_checkpoint(operations):
     _append(operations[1], 2)
     audit_checkpoint()
-    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 3])
+    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 3])
     previous = AuditEvent.objects.get(operation_key="op-1", seq=2)
     Operation.objects.filter(key="op-1").update(audit_seq=2, audit_hash=previous.hash)
     assert "checkpoint #1 names #3 (cut)" in _only_problem()
@@ -415,7 +403,7 @@ def _reinsert_chain(key: str, edit_seq: int) -> None:
     """Rewrite a chain as a forger would: every event deleted, then inserted again with
     new ids, one edited and every hash from there recomputed; the stored head moved too."""
     events = list(AuditEvent.objects.filter(operation_key=key).order_by("seq"))
-    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s", [key])
+    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s", [key])
     prev = GENESIS_HASH
     for event in events:
         if event.seq == edit_seq:
@@ -423,7 +411,7 @@ def _reinsert_chain(key: str, edit_seq: int) -> None:
         event.prev_hash = prev
         event.hash = event_digest(event)
         _sql(
-            "INSERT INTO recovery_auditevent (seq, at, kind, operation_key, actor, data,"
+            "INSERT INTO audit_auditevent (seq, at, kind, operation_key, actor, data,"
             " prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             [
                 event.seq,
@@ -485,7 +473,7 @@ def test_a_chain_rewritten_in_place_is_refused_when_it_next_moves(operations):
 def test_a_cut_tail_with_a_rewound_head_is_refused_when_the_chain_grows_again(operations):
     _append(operations[1], 3)
     audit_checkpoint()  # signs op-1 at #4
-    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
+    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
     kept = AuditEvent.objects.get(operation_key="op-1", seq=2)
     Operation.objects.filter(key="op-1").update(audit_seq=2, audit_hash=kept.hash)
     _append(Operation.objects.get(key="op-1"), 3)  # grows again to #5, over the cut
@@ -501,7 +489,7 @@ def test_a_chain_cut_below_its_signed_head_is_refused(operations):
     _append(operations[1], 3)
     audit_checkpoint()
     _reinsert_chain("op-1", 2)
-    _sql("DELETE FROM recovery_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
+    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
     kept = AuditEvent.objects.get(operation_key="op-1", seq=2)
     Operation.objects.filter(key="op-1").update(audit_seq=2, audit_hash=kept.hash)
     checkpoint = audit_checkpoint()
@@ -640,7 +628,7 @@ def test_a_cut_of_the_system_chain_inside_the_window_is_found_by_its_head(provid
     from recovery.services.providers import provider_configure
 
     provider_configure(name="ledger", adapter="journal", path=str(tmp_path / "j.jsonl"))
-    _sql("DELETE FROM recovery_auditevent WHERE operation_key = '' AND seq = 2")
+    _sql("DELETE FROM audit_auditevent WHERE operation_key = '' AND seq = 2")
     assert _only_problem() == (
         "the system chain, event #2: the system chain's head row names a different head"
     )
@@ -690,7 +678,8 @@ def test_a_forged_alarm_is_named_by_verify(alarm):
 
 
 def _alarm_problems() -> list[str]:
-    from recovery.audit.verify import _alarms_disagree, _checkpoints_verified
+    from audit.signed import _checkpoints_verified
+    from audit.verify import _alarms_disagree
 
     checkpointed, problem = _checkpoints_verified()
     assert problem is None
@@ -751,7 +740,7 @@ def test_an_event_read_as_columns_hashes_as_the_model_does(operations):
                     )
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {event_columns()} FROM recovery_auditevent ORDER BY operation_key, seq"
+            f"SELECT {event_columns()} FROM audit_auditevent ORDER BY operation_key, seq"
         )
         rows = list(event_rows(cursor.fetchall()))
     events = list(AuditEvent.objects.order_by("operation_key", "seq"))

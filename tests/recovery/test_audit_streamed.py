@@ -14,15 +14,15 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from recovery.audit import audit_checkpoint, audit_verify, checkpoints, verify
-from recovery.audit.checkpoints import (
-    checkpoint_digest,
-    checkpoint_file_line,
-    checkpoint_hashes_streamed,
-)
-from recovery.audit.keys import sign
-from recovery.canonical import MAX_SAFE_INTEGER
-from recovery.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
+from audit import checkpoints
+from audit import signed as signed_heads
+from audit.checkpoint_file import checkpoint_file_line
+from audit.checkpoints import audit_checkpoint
+from audit.keys import sign
+from audit.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
+from audit.signing import checkpoint_digest, checkpoint_hashes_streamed
+from audit.verify import audit_verify
+from canonical import MAX_SAFE_INTEGER
 from tests.recovery.test_audit_chain import _append, _only_problem, _sql, operations  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -111,11 +111,11 @@ def test_a_stored_checkpoint_with_chains_outside_ascii_verifies_and_its_edit_is_
     audit_checkpoint()
     heads = {"op-1": [1, "sha256:a"], "\ue000": [2, "sha256:b"], "\U0001f600": [3, "sha256:c"]}
     _sign_in(heads)
-    checkpointed, problem = verify._checkpoints_verified()
+    checkpointed, problem = signed_heads._checkpoints_verified()
     assert problem is None and sorted(checkpointed.digests) == [1, 2]
     heads["\ue000"] = [2, "sha256:d"]
-    _sql("UPDATE recovery_auditcheckpoint SET heads = %s WHERE number = 2", [json.dumps(heads)])
-    _, problem = verify._checkpoints_verified()
+    _sql("UPDATE audit_auditcheckpoint SET heads = %s WHERE number = 2", [json.dumps(heads)])
+    _, problem = signed_heads._checkpoints_verified()
     assert problem == "checkpoint #2 was edited (its digest does not match)"
 
 
@@ -123,7 +123,7 @@ def test_a_stored_checkpoint_edited_in_one_head_is_found_streamed(operations):  
     audit_checkpoint()
     head = AuditCheckpoint.objects.get().heads["op-2"]
     _sql(
-        "UPDATE recovery_auditcheckpoint SET heads = %s WHERE number = 1",
+        "UPDATE audit_auditcheckpoint SET heads = %s WHERE number = 1",
         [json.dumps({**AuditCheckpoint.objects.get().heads, "op-2": [head[0], "sha256:x"]})],
     )
     assert _only_problem() == "checkpoint #1 was edited (its digest does not match)"
@@ -134,13 +134,13 @@ def test_a_checkpoint_file_line_longer_than_a_piece_is_hashed_in_pieces(
     settings,
     monkeypatch,
 ):
-    monkeypatch.setattr(verify, "_FILE_PIECE", 16)
+    monkeypatch.setattr(signed_heads, "_FILE_PIECE", 16)
     audit_checkpoint()
     _append(operations[1], 1)
     audit_checkpoint()
     parsed: list[str] = []
-    real = verify.plain_loads
-    monkeypatch.setattr(verify, "plain_loads", lambda text: parsed.append(text) or real(text))
+    real = signed_heads.plain_loads
+    monkeypatch.setattr(signed_heads, "plain_loads", lambda text: parsed.append(text) or real(text))
     assert list(audit_verify()) == []
     assert parsed == []  # each line was its database checkpoint's, byte for byte
     path = settings.SETTLE_AUDIT_CHECKPOINT_FILE
@@ -163,12 +163,14 @@ def test_signed_chains_without_events_are_found_by_the_merge_in_either_order(
     if not code_points and connection.vendor != "postgresql":
         pytest.skip("SQLite's order is code point order, never asked")
     monkeypatch.setattr(
-        verify._ChainOrder, "__init__", lambda order: setattr(order, "code_points", code_points)
+        signed_heads._ChainOrder,
+        "__init__",
+        lambda order: setattr(order, "code_points", code_points),
     )
     _append(operations[1], 1)
     audit_checkpoint()
     assert list(audit_verify()) == []
-    _sql("DELETE FROM recovery_auditevent WHERE operation_key IN ('op-0', 'op-2')")
+    _sql("DELETE FROM audit_auditevent WHERE operation_key IN ('op-0', 'op-2')")
     assert _only_problem() == (
         "chain 'op-0', event #1: every event of this chain is missing; checkpoint #1 names 1"
     )
@@ -191,5 +193,5 @@ def test_a_checkpoint_whose_heads_are_not_an_object_is_found_edited(
     heads,
 ):
     audit_checkpoint()
-    _sql("UPDATE recovery_auditcheckpoint SET heads = %s WHERE number = 1", [json.dumps(heads)])
+    _sql("UPDATE audit_auditcheckpoint SET heads = %s WHERE number = 1", [json.dumps(heads)])
     assert _only_problem() == "checkpoint #1 was edited (its digest does not match)"

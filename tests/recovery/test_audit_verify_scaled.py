@@ -13,13 +13,11 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from recovery import tasks
-from recovery.audit import audit_append, audit_checkpoint, audit_transaction, checkpoints
-from recovery.audit.verify import (
-    audit_verification_incremental,
-    audit_verify_job_step,
-)
-from recovery.models import AuditCheckpoint, AuditEvent, AuditVerification, AuditVerifyJob
+from audit import checkpoints, tasks
+from audit.chain import audit_append, audit_transaction
+from audit.checkpoints import audit_checkpoint
+from audit.models import AuditCheckpoint, AuditEvent, AuditVerification, AuditVerifyJob
+from audit.verification import audit_verification_incremental, audit_verify_job_step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,13 +38,13 @@ def _rewrite_event(event_id: int) -> None:
     """Edit one event as someone with SQL access would (triggers off), keeping its hash."""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE recovery_auditevent DISABLE TRIGGER USER")
+            cursor.execute("ALTER TABLE audit_auditevent DISABLE TRIGGER USER")
         cursor.execute(
-            "UPDATE recovery_auditevent SET data = %s WHERE id = %s",
+            "UPDATE audit_auditevent SET data = %s WHERE id = %s",
             [json.dumps({"n": "forged"}), event_id],
         )
         if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE recovery_auditevent ENABLE TRIGGER USER")
+            cursor.execute("ALTER TABLE audit_auditevent ENABLE TRIGGER USER")
 
 
 def test_routine_verification_checks_only_what_was_signed_since_the_last_verified_one():

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from recovery.models import AuditEvent, BulkBatch, BulkItem, Dispatch, Operation
+from audit.models import AuditEvent
+from recovery.models import BulkBatch, BulkItem, Dispatch, Operation
 from recovery.services import bulk as bulk_module
 from recovery.services.bulk import (
     Pick,

@@ -9,7 +9,8 @@ from django.core.management import CommandError, call_command
 
 from approvals.models import Approver
 from approvals.services import token_hash
-from recovery.models import AuditEvent, Host, Provider
+from audit.models import AuditEvent
+from recovery.models import Host, Provider
 
 pytestmark = pytest.mark.django_db
 

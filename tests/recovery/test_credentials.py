@@ -12,7 +12,8 @@ from django.core.management import CommandError, call_command
 
 from approvals.actors import COMMAND_LINE, Actor
 from approvals.models import Approver
-from recovery.models import AuditEvent, Host
+from audit.models import AuditEvent
+from recovery.models import Host
 from recovery.services.credentials import credential_disable, credential_rotate
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
-from recovery.models import AuditEvent, Dispatch, LookupAttempt, Operation, Provider
+from audit.models import AuditEvent
+from recovery.models import Dispatch, LookupAttempt, Operation, Provider
 from recovery.services.lookups import operation_lookup
 from tests.conftest import PARAMS, digest_of, lookup_due
 from tests.support.providers import (

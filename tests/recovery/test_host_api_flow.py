@@ -10,7 +10,8 @@ from guardian.shortcuts import assign_perm
 
 from approvals.actors import Actor
 from approvals.models import PermitEvent
-from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Operation
+from audit.models import AuditEvent
+from recovery.models import Dispatch, Evidence, LookupAttempt, Operation
 from recovery.permissions import ProviderPermission
 from tests.conftest import PARAMS, digest_of, lookups_published
 from tests.support.providers import sqlite_provider_commit

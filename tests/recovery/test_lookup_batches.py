@@ -18,10 +18,11 @@ from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
+from audit.models import AuditEvent
+from audit.verify import audit_verify
 from recovery import adapters
 from recovery.adapters import ProviderConfig, evidence_lookup, evidence_lookup_many
-from recovery.audit import audit_verify
-from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Operation, Provider
+from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider
 from recovery.services import lookup_tasks
 from recovery.services.lookup_tasks import lookup_batch_run
 from recovery.services.sweep import sweep

@@ -9,8 +9,8 @@ import pytest
 import time_machine
 
 from approvals.models import PermitEvent
+from audit.models import AuditEvent
 from recovery import ratelimit
-from recovery.models import AuditEvent
 from tests.conftest import PARAMS
 
 pytestmark = pytest.mark.django_db

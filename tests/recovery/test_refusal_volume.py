@@ -9,9 +9,9 @@ import pytest
 import time_machine
 
 from approvals.models import PermitEvent
-from recovery.audit import audit_verify
-from recovery.models import AuditEvent
-from recovery.vocabulary import AuditKind
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
+from audit.verify import audit_verify
 
 pytestmark = pytest.mark.django_db
 

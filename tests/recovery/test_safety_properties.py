@@ -63,11 +63,11 @@ from hypothesis.stateful import (
 from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent, ReconciliationRequest
 from approvals.services import Refusal, approver_create
+from audit.models import AuditEvent
+from audit.verify import audit_verify
 from dbsql.clock import db_now
-from recovery.audit import audit_verify
 from recovery.models import (
     TERMINAL_STATES,
-    AuditEvent,
     Dispatch,
     Evidence,
     LookupAttempt,

@@ -19,7 +19,8 @@ from guardian.shortcuts import assign_perm
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, ReconciliationRequest
 from approvals.services import approver_create
-from recovery.models import AuditEvent, Operation, OperationClaim, Provider
+from audit.models import AuditEvent
+from recovery.models import Operation, OperationClaim, Provider
 from recovery.permissions import ProviderPermission as P
 from recovery.services.errors import RecoveryError
 from recovery.services.operator import operation_claim, operation_claim_release, operator_lookup

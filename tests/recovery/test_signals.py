@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 
 from approvals.actors import Actor
-from recovery.audit import audit_append
-from recovery.models import AuditEvent, Operation
+from audit.chain import audit_append
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
+from recovery.models import Operation
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operation_lock
 from recovery.services.signals import refusals_committed
-from recovery.vocabulary import AuditKind
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

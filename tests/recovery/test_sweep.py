@@ -12,7 +12,8 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from recovery.models import AuditEvent, Dispatch, Evidence, LookupAttempt, Operation, Provider
+from audit.models import AuditEvent
+from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider
 from recovery.services.evidence import LOOKUP_BACKOFF_JITTER, LOOKUP_BACKOFF_SECONDS
 from recovery.services.lookup_tasks import _attempt_begin, lookup_attempt_run
 from recovery.services.lookups import SWEEPER_ACTOR, lookup_run
@@ -236,8 +237,9 @@ def test_the_tasks_are_thin_calls_of_their_services(flow, provider_db, monkeypat
     Publishing to a real broker is the integration tests' part; here the sweep task's
     publish is collected instead.
     """
+    from audit import tasks as audit_tasks
+    from audit.models import AuditCheckpoint
     from recovery import tasks
-    from recovery.models import AuditCheckpoint
 
     _crashed(flow)
     sqlite_provider_commit(provider_db, operation_key="op-1", params=PARAMS, reference="r1")
@@ -251,6 +253,6 @@ def test_the_tasks_are_thin_calls_of_their_services(flow, provider_db, monkeypat
     assert tasks.lookup_attempt(attempt_id) == "released"  # nor does the single task
     assert _transitions("op-1", "evidence_match") == 1
 
-    number = tasks.audit_checkpoint()
+    number = audit_tasks.audit_checkpoint()
     assert number == AuditCheckpoint.objects.get().number
-    assert tasks.audit_checkpoint() is None  # nothing moved since
+    assert audit_tasks.audit_checkpoint() is None  # nothing moved since

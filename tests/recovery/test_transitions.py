@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from approvals.actors import Actor
-from recovery.audit import audit_transaction
-from recovery.models import AuditEvent, Operation, State
+from audit.chain import audit_transaction
+from audit.models import AuditEvent
+from recovery.models import Operation, State
 from recovery.services.locking import operation_lock
 from recovery.services.registration import operation_register
 from recovery.transitions import TRANSITIONS, Event, TransitionRefused, operation_transition

@@ -14,8 +14,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.audit import audit_chain_locked, audit_transaction, audit_verify
-from recovery.models import AuditEvent, Dispatch, Operation, State
+from audit.chain import audit_chain_locked, audit_transaction
+from audit.models import AuditEvent
+from audit.verify import audit_verify
+from recovery.models import Dispatch, Operation, State
 from recovery.services.lookup_tasks import lookup_batch_run
 from recovery.services.sweep import leases_sweep, sweep
 from recovery.sqlcount import StatementCount, counting

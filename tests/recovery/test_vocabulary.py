@@ -9,8 +9,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from audit.kinds import AuditKind
 from recovery.selectors.operation_page import _event_summary
-from recovery.vocabulary import AuditKind, StaleSignal
+from recovery.vocabulary import StaleSignal
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ import time_machine
 from django.utils import timezone
 
 from approvals.actors import COMMAND_LINE
-from recovery.audit import audit_transaction
+from audit.chain import audit_transaction
 from recovery.models import Operation, WebhookEndpoint, WebhookMessage
 from recovery.services import webhooks
 from recovery.services.errors import Invalid

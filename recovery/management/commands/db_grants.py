@@ -1,11 +1,11 @@
 """Grant the application's database role what Settle needs, and nothing more.
 
-Why: the triggers of migration 0005 refuse UPDATE, DELETE and TRUNCATE on the audit
-tables, but the owner of a table (who ran ``migrate``) can disable or drop them. So
-Settle runs under a second role that owns nothing: it may read and write the ordinary
-tables, only read and append the audit tables, and use the sequences. It cannot
-change, delete or truncate audit records, nor alter, disable or drop a table, trigger
-or function; whatever it writes to the audit log stays there.
+Why: the triggers of ``audit``'s append-only migration refuse UPDATE, DELETE and
+TRUNCATE on the audit tables, but the owner of a table (who ran ``migrate``) can disable
+or drop them. So Settle runs under a second role that owns nothing: it may read and
+write the ordinary tables, only read and append the audit tables, and use the sequences.
+It cannot change, delete or truncate audit records, nor alter, disable or drop a table,
+trigger or function; whatever it writes to the audit log stays there.
 
 The SQL is idempotent and converges (extra table privileges are revoked), and it covers
 the tables that exist when it runs: run it again, as the owner, after every
@@ -21,7 +21,7 @@ from django.db import DatabaseError, connection, transaction
 from psycopg import sql
 
 SCHEMA = "public"
-AUDIT_TABLES = ("recovery_auditevent", "recovery_auditcheckpoint")
+AUDIT_TABLES = ("audit_auditevent", "audit_auditcheckpoint")
 
 
 def grants_sql(role: str, database: str) -> list[str]:

@@ -11,7 +11,8 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
-from recovery.models import AuditEvent, AuditExport
+from audit.models import AuditEvent
+from recovery.models import AuditExport
 from recovery.services.audit_export import TRAILER, audit_export_run, export_file_check
 from tests.console.browser.conftest import (
     NARROW,

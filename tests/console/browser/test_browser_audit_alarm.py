@@ -8,8 +8,10 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from recovery.audit import audit_append, audit_checkpoint, audit_transaction
-from recovery.models import AuditAlarm, Operation
+from audit.chain import audit_append, audit_transaction
+from audit.checkpoints import audit_checkpoint
+from audit.models import AuditAlarm
+from recovery.models import Operation
 from recovery.services.locking import operation_lock
 from tests.console.browser.conftest import screenshots_everywhere, sign_in
 from tests.console.conftest import console_user

@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery.audit import audit_checkpoint
-from recovery.audit.checkpoints import CheckpointFileError
+from audit.checkpoint_file import CheckpointFileError
+from audit.checkpoints import audit_checkpoint
 
 
 class Command(BaseCommand):

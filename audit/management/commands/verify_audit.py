@@ -5,14 +5,15 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from recovery.audit import (
-    VerifyTally,
-    audit_checkpoint,
+from audit.checkpoint_file import CheckpointFileError
+from audit.checkpoints import audit_checkpoint
+from audit.verification import (
     audit_checkpoint_newest,
+    audit_verification_incremental,
     audit_verification_run,
+    audit_verify_job_step,
 )
-from recovery.audit.checkpoints import CheckpointFileError
-from recovery.audit.verify import audit_verification_incremental, audit_verify_job_step
+from audit.verify import VerifyTally
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ owner or superuser can still disable them, which the signed checkpoints then rev
 
 from django.db import migrations
 
-TABLES = ("recovery_auditevent", "recovery_auditcheckpoint")
+TABLES = ("audit_auditevent", "audit_auditcheckpoint")
 
 CREATE_FUNCTION = """
 CREATE OR REPLACE FUNCTION settle_audit_append_only() RETURNS trigger AS $$
@@ -46,5 +46,5 @@ def backwards(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("recovery", "0001_initial")]
+    dependencies = [("audit", "0001_initial")]
     operations = [migrations.RunPython(forwards, backwards)]

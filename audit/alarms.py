@@ -20,7 +20,7 @@ open
 resolved
     A supervisor saw it and said what was done (restored from a backup, reported), on
     the record: ``audit_alarm_resolved`` on the system chain
-    (``recovery.services.audit_trail.audit_alarm_resolve``). Resolving changes no
+    (by a supervisor, in the console). Resolving changes no
     event; a chain still broken raises a new alarm when it next moves.
 """
 
@@ -36,12 +36,13 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from approvals.actors import Actor
+from audit.chain import audit_append, audit_transaction
+from audit.hashing import ChainBreak, timestamp
+from audit.keys import sign, signed_by_key
+from audit.kinds import AuditKind
+from audit.models import AuditAlarm, AuditCheckpoint
+from canonical import canonical_dumps, sha256_digest
 from dbsql.rows import model_from_row
-from recovery.audit.chain import ChainBreak, audit_append, audit_transaction, timestamp
-from recovery.audit.keys import sign, signed_by_key
-from recovery.canonical import canonical_dumps, sha256_digest
-from recovery.models import AuditAlarm, AuditCheckpoint
-from recovery.vocabulary import AuditKind
 
 logger = logging.getLogger("settle.audit")
 

@@ -19,237 +19,37 @@ INSERT at its end, inside the same database transaction as the change they descr
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import lru_cache, wraps
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import Any, TypeVar, cast
 
+from django.apps import apps
+from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, Value, When
+from django.db.models import Case, Q, Value, When
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from approvals.actors import Actor
+from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, event_digest
+from audit.models import AuditChainHead, AuditEvent, ChainHolder
 from dbsql.rows import insert, update, values_update
-from recovery.canonical import canonical_dumps, canonical_plain_dumps, plain_loads, safe_integer
-from recovery.models import AuditChainHead, AuditEvent, Operation
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-GENESIS_HASH = "sha256:" + "0" * 64
-SYSTEM_CHAIN = ""
-_TIMESTAMP = "%Y-%m-%dT%H:%M:%S.%fZ"
+Held = TypeVar("Held", bound=ChainHolder)
 
 
-def timestamp(at: datetime) -> str:
-    """The exact text of a moment that hashes and signatures cover (UTC, microseconds)."""
-    return at.astimezone(UTC).strftime(_TIMESTAMP)
+@lru_cache(maxsize=1)
+def holder_model() -> type[ChainHolder]:
+    """The model whose rows keep their own chain's head (``SETTLE_AUDIT_CHAIN_MODEL``)."""
+    return cast(type[ChainHolder], apps.get_model(settings.SETTLE_AUDIT_CHAIN_MODEL))
 
 
-def _content_hash(prev_hash: str, content: dict[str, Any], *, plain: bool = False) -> str:
-    """sha256 of the previous hash's ASCII followed by the content's canonical JSON.
-
-    ``content`` holds ``seq``, ``at`` (``timestamp``'s text), ``kind``,
-    ``operation_key``, ``actor`` (its stored text) and ``data``: the one definition of
-    an event's hash, for appending, verifying, and checking an export. ``plain``: the
-    caller knows the content is plain JSON (``recovery.canonical.plain_loads``), so the
-    same bytes are made without walking it first.
-    """
-    encoded = canonical_plain_dumps(content) if plain else canonical_dumps(content)
-    return "sha256:" + hashlib.sha256(prev_hash.encode("ascii") + encoded).hexdigest()
-
-
-def event_hash(
-    *,
-    prev_hash: str,
-    seq: int,
-    at: datetime,
-    kind: str,
-    operation_key: str,
-    actor: str,
-    data: dict[str, Any],
-) -> str:
-    return _content_hash(
-        prev_hash,
-        {
-            "seq": seq,
-            "at": timestamp(at),
-            "kind": kind,
-            "operation_key": operation_key,
-            "actor": actor,
-            "data": data,
-        },
-    )
-
-
-def event_digest(event: AuditEvent) -> str:
-    """The hash ``event`` must carry: its ``prev_hash`` and its content, as stored."""
-    return event_hash(
-        prev_hash=event.prev_hash,
-        seq=event.seq,
-        at=event.at,
-        kind=event.kind,
-        operation_key=event.operation_key,
-        actor=event.actor.stored if event.actor else "",
-        data=event.data,
-    )
-
-
-class EventRow(NamedTuple):
-    """An event as its columns hold it (``event_columns``): for reading many, no model.
-
-    ``at`` is ``timestamp``'s text of the column, ``actor`` the column's text and
-    ``data`` the column's JSON text; ``event_row_digest`` reads them as the model would.
-    """
-
-    chain: str
-    seq: int
-    at: str
-    kind: str
-    actor: str
-    data: str
-    prev_hash: str
-    hash: str
-
-
-# ``timestamp``'s text, made by PostgreSQL (to_char's YYYY pads to four digits, as
-# ``strftime``'s %Y does for every year a ``datetime`` can hold from 1000 on).
-_AT_TEXT = """to_char({table}at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
-
-
-def event_columns(table: str = "") -> str:
-    """The SELECT list of an ``EventRow``; ``table`` qualifies the columns (``"e."``).
-
-    Read the rows with ``event_rows``.
-    """
-    at = _AT_TEXT.format(table=table) if connection.vendor == "postgresql" else f"{table}at"
-    columns = ["operation_key", "seq", at, "kind", "actor", "data", "prev_hash", "hash"]
-    return ", ".join(column if column == at else table + column for column in columns)
-
-
-def event_rows(fetched: list[tuple[Any, ...]]) -> Iterator[EventRow]:
-    """``EventRow``s of rows a cursor fetched for ``event_columns``."""
-    if connection.vendor == "postgresql":
-        return map(EventRow._make, fetched)
-    # SQLite: the column's text is naive UTC; the text hashed is ``timestamp``'s.
-    return (EventRow(chain, seq, _sqlite_at(at), *rest) for chain, seq, at, *rest in fetched)
-
-
-def _sqlite_at(value: str | datetime) -> str:
-    if isinstance(value, str):
-        parsed = parse_datetime(value)
-        assert parsed is not None, value
-        value = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    return timestamp(value)
-
-
-@lru_cache(maxsize=4096)
-def _actor_hashed(stored: str) -> str:
-    """The actor text ``event_digest`` hashes for this column text: the Actor read back."""
-    return Actor.parse(stored).stored if stored else ""
-
-
-def event_row_digest(row: EventRow) -> str:
-    """``event_digest`` of the event whose columns are ``row``, without making the model."""
-    data, plain = plain_loads(row.data)
-    return _content_hash(
-        row.prev_hash,
-        {
-            "seq": row.seq,
-            "at": row.at,
-            "kind": row.kind,
-            "operation_key": row.chain,
-            "actor": _actor_hashed(row.actor),
-            "data": data,
-        },
-        # The other fields are text and seq: plain when seq is a safe integer.
-        plain=plain and safe_integer(row.seq),
-    )
-
-
-def event_export(event: AuditEvent) -> dict[str, Any]:
-    """An event as an export carries it: every field its hash covers, as hashed.
-
-    ``at`` is the exact text the hash covers (microseconds, UTC) and ``actor`` the
-    stored ``kind:id:name``, so that ``exported_event_hash`` (or any RFC 8785
-    implementation) recomputes ``hash`` from the record alone.
-    """
-    return {
-        "id": event.pk,
-        "at": timestamp(event.at),
-        "chain": event.operation_key,
-        "seq": event.seq,
-        "kind": event.kind,
-        "actor": event.actor.stored if event.actor else "",
-        "data": event.data,
-        "prev_hash": event.prev_hash,
-        "hash": event.hash,
-    }
-
-
-def exported_event_hash(record: dict[str, Any]) -> str:
-    """The hash an exported event must carry, from its exported fields alone.
-
-    ``data`` may be the object or its canonical JSON text (the CSV export's form).
-    """
-    data = record["data"]
-    return _content_hash(
-        str(record["prev_hash"]),
-        {
-            "seq": int(record["seq"]),
-            "at": str(record["at"]),
-            "kind": str(record["kind"]),
-            "operation_key": str(record["chain"]),
-            "actor": str(record["actor"]),
-            "data": json.loads(data) if isinstance(data, str) else data,
-        },
-    )
-
-
-@dataclass(frozen=True)
-class ChainBreak:
-    """Where a chain stops holding, and why: the first problem a check found.
-
-    ``seq`` 0 and chain ``""`` for a problem of no one event (a checkpoint, an alarm).
-    """
-
-    chain: str
-    seq: int
-    reason: str
-
-    def __str__(self) -> str:
-        where = f"chain {self.chain!r}" if self.chain else "the system chain"
-        return f"{where}, event #{self.seq}: {self.reason}" if self.seq else self.reason
-
-    def as_record(self) -> dict[str, Any]:
-        return {"chain": self.chain, "seq": self.seq, "reason": self.reason}
-
-
-def event_row_break(row: EventRow, *, seq: int, prev_hash: str | None) -> ChainBreak | None:
-    """Why the event ``row`` is not its chain's event ``seq`` linked onto ``prev_hash``, if so.
-
-    ``prev_hash`` None: the previous event is not at hand (a checkpoint starting at a
-    head it vouched for). The one rule of a link, for checkpoints and verification.
-    """
-    if row.seq != seq:
-        return ChainBreak(row.chain, seq, "this event is missing (deleted)")
-    if prev_hash is not None and row.prev_hash != prev_hash:
-        return ChainBreak(row.chain, row.seq, "prev_hash does not match the previous event")
-    if event_row_digest(row) != row.hash:
-        return ChainBreak(row.chain, row.seq, "content does not match its hash (edited)")
-    return None
-
-
-# -- appending ------------------------------------------------------------------------
-
-
-def audit_chain_locked(operation: Operation) -> Operation:
+def audit_chain_locked(operation: Held) -> Held:
     """Mark ``operation`` as locked by its caller, so that events may join its chain.
 
     The chain's head is read at the first append, after the lock was granted: read in
@@ -260,7 +60,7 @@ def audit_chain_locked(operation: Operation) -> Operation:
     return operation
 
 
-def audit_head_new(operation: Operation) -> None:
+def audit_head_new(operation: ChainHolder) -> None:
     """A freshly inserted operation starts an empty chain (no other writer can see it)."""
     setattr(operation, "_audit_locked", "new")  # noqa: B010
 
@@ -306,17 +106,21 @@ class _Buffer:
             AuditChainHead.objects.filter(chain=SYSTEM_CHAIN).update(seq=system[0], hash=system[1])
         if len(moved) == 1:
             [(chain, (seq, digest))] = moved.items()
-            update(Operation, where={"key": chain}, values={"audit_seq": seq, "audit_hash": digest})
+            update(
+                holder_model(),
+                where={"key": chain},
+                values={"audit_seq": seq, "audit_hash": digest},
+            )
         elif moved and connection.vendor == "postgresql":  # a batch: every head in one UPDATE
             values_update(
-                Operation,
+                holder_model(),
                 values=[("key", "key"), ("seq", "audit_seq"), ("hash", "audit_hash")],
                 rows=[(chain, seq, digest) for chain, (seq, digest) in moved.items()],
                 assign={"audit_seq": "v.seq", "audit_hash": "v.hash"},
                 match="key",
             )
         elif moved:
-            Operation.objects.filter(key__in=list(moved)).update(
+            holder_model()._default_manager.filter(Q(key__in=list(moved))).update(
                 audit_seq=Case(*(When(key=c, then=Value(h[0])) for c, h in moved.items())),
                 audit_hash=Case(*(When(key=c, then=Value(h[1])) for c, h in moved.items())),
             )
@@ -373,7 +177,7 @@ def _current_buffer() -> _Buffer:
     return buffer
 
 
-def _chain_head(buffer: _Buffer, chain: str, operation: Operation | None) -> tuple[int, str]:
+def _chain_head(buffer: _Buffer, chain: str, operation: ChainHolder | None) -> tuple[int, str]:
     known = buffer.head(chain)
     if known is not None:
         return known
@@ -406,7 +210,7 @@ def _system_head_locked() -> tuple[int, str]:
     return (row.seq, row.hash)
 
 
-def audit_head_fields(operation: Operation) -> dict[str, Any]:
+def audit_head_fields(operation: ChainHolder) -> dict[str, Any]:
     """Columns that store the chain's current head in the operation's row.
 
     For a change that writes the operation row anyway (a transition, an insert): the
@@ -417,12 +221,12 @@ def audit_head_fields(operation: Operation) -> dict[str, Any]:
     return {} if head is None else {"audit_seq": head[0], "audit_hash": head[1]}
 
 
-def audit_head_saved(operation: Operation, fields: dict[str, Any]) -> None:
+def audit_head_saved(operation: ChainHolder, fields: dict[str, Any]) -> None:
     if fields:
         _current_buffer().saved[operation.key] = (fields["audit_seq"], fields["audit_hash"])
 
 
-def audit_head_write(operation: Operation) -> None:
+def audit_head_write(operation: ChainHolder) -> None:
     """Set the head on an operation about to be inserted (see ``audit_head_fields``)."""
     fields = audit_head_fields(operation)
     for name, value in fields.items():
@@ -473,7 +277,7 @@ def audit_tagged(**tags: Any) -> Iterator[None]:
 def audit_append(
     *,
     kind: str,
-    operation: Operation | None = None,
+    operation: ChainHolder | None = None,
     actor: Actor | None = None,
     data: dict[str, Any] | None = None,
 ) -> AuditEvent:

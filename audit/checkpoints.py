@@ -16,7 +16,7 @@ extension
 broken
     A chain that does not extend its vouched head (rewritten, cut, re-inserted, or with
     a forged vouched head) is not signed. The checkpoint names it in its own signed
-    ``broken`` list, raises an ``audit_broken`` alarm (``recovery.audit.alarms``) and
+    ``broken`` list, raises an ``audit_broken`` alarm (``audit.alarms``) and
     logs it at ERROR; it goes on signing the chains that hold.
 window
     Events newer than the newest checkpoint are protected by their chains and their
@@ -29,172 +29,53 @@ window
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
-import hashlib
-import json
 import logging
-import os
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from recovery.audit.alarms import (
+from audit.alarms import (
     audit_alarms_raise,
     audit_file_alarm_clear,
     audit_file_alarm_raise,
 )
-from recovery.audit.chain import (
+from audit.checkpoint_file import (
+    _CHECKPOINT_LOCK,
+    CheckpointFileError,
+    CheckpointFileProblem,
+    _checkpoint_file_append,
+    _checkpoint_file_open,
+    _file_problem_text,
+    _line_append,
+    _signers_serialised,
+    advisory_xact_lock,
+    audit_checkpoint_number,
+    checkpoint_file_line,
+    checkpoint_file_repair,
+)
+from audit.hashing import (
     GENESIS_HASH,
     ChainBreak,
     EventRow,
     event_columns,
     event_row_break,
     event_rows,
-    timestamp,
 )
-from recovery.audit.keys import sign, signed_by_key
-from recovery.canonical import (
-    canonical_dumps,
-    canonical_plain,
-    canonical_plain_dumps,
-    safe_integer,
-    sha256_digest,
-)
-from recovery.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
+from audit.keys import sign
+from audit.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
+from audit.signing import checkpoint_digest, vouched_digest, vouched_signed
 
 logger = logging.getLogger("settle.audit")
 
-# Advisory lock key (PostgreSQL): one checkpoint is made at a time.
-_CHECKPOINT_LOCK = 0x5E771E02
 # A checkpoint scans again the events of this long before its predecessor, so that an
 # event whose transaction committed after that predecessor was made is still covered.
 CHECKPOINT_RESCAN = timedelta(minutes=2)
 # Chains read in one statement (their vouched heads, their new events).
 _BATCH = 500
-
-
-def advisory_xact_lock(*keys: int) -> None:
-    """Take a PostgreSQL advisory lock until this transaction ends.
-
-    On SQLite writers are serialised already (``BEGIN IMMEDIATE``): nothing to take.
-    """
-    if connection.vendor == "postgresql":
-        placeholders = ", ".join(["%s"] * len(keys))
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT pg_advisory_xact_lock({placeholders})", list(keys))
-
-
-def checkpoint_content(checkpoint: AuditCheckpoint) -> dict[str, Any]:
-    return _content(checkpoint, checkpoint.heads)
-
-
-def _content(checkpoint: AuditCheckpoint, heads: Any) -> dict[str, Any]:
-    content: dict[str, Any] = {
-        "number": checkpoint.number,
-        "made_at": timestamp(checkpoint.made_at),
-        "rescan_from": checkpoint.rescan_from,
-        "watermark": checkpoint.watermark,
-        "heads": heads,
-        "prev_digest": checkpoint.prev_digest,
-    }
-    if checkpoint.broken:  # absent from checkpoints that found nothing, as before it existed
-        content["broken"] = checkpoint.broken
-    return content
-
-
-def checkpoint_digest(checkpoint: AuditCheckpoint, *, heads_plain: bool = False) -> str:
-    """The digest a checkpoint signs; ``heads_plain``: its heads are known plain JSON
-    (``plain_loads``), so the one large part of it is not walked again."""
-    content = checkpoint_content(checkpoint)
-    if heads_plain and canonical_plain({**content, "heads": {}}):
-        return sha256_digest(canonical_plain_dumps(content))
-    return sha256_digest(canonical_dumps(content))
-
-
-# A head as PostgreSQL (``jsonb::text``) or SQLite (``json_each``) spells it: a safe
-# integer and a printable ASCII text without quote or backslash, which canonical JSON and
-# ``json.dumps`` write the same, verbatim.
-_PLAIN_HEAD = re.compile(r'\[(0|[1-9][0-9]{0,15}), ?"([ !#-\[\]-~]*)"\]')
-_PLAIN_KEY = re.compile(r"[ !#-\[\]-~]*")
-
-
-def _head_pieces(key: str, value_text: str) -> tuple[bytes, bytes]:
-    """One head's canonical bytes (``"key":value``) and its file line's (``"key": value``)."""
-    plain = _PLAIN_HEAD.fullmatch(value_text)
-    if plain is not None and _PLAIN_KEY.fullmatch(key) and safe_integer(int(plain[1])):
-        canonical = f'"{key}":[{plain[1]},"{plain[2]}"]'
-        return canonical.encode("ascii"), f'"{key}": [{plain[1]}, "{plain[2]}"]'.encode("ascii")
-    value = json.loads(value_text)
-    canonical_key = canonical_dumps(key)
-    return (
-        canonical_key + b":" + canonical_dumps(value),
-        (json.dumps(key) + ": " + json.dumps(value, sort_keys=True)).encode("ascii"),
-    )
-
-
-def checkpoint_hashes_streamed(
-    checkpoint: AuditCheckpoint, heads: Iterable[tuple[str, str]]
-) -> tuple[str, bytes] | None:
-    """``checkpoint_digest`` and the sha256 of ``checkpoint_file_line``, the heads hashed
-    one at a time as they come, never held together.
-
-    ``heads``: (chain, the JSON text of its head) in code point order. Only for ASCII
-    chains (an operation key is ASCII; the system chain is ""), where code point order is
-    RFC 8785's order (UTF-16 code units) and ``json.dumps``'s: None at the first other
-    one, and the caller hashes the checkpoint whole (``checkpoint_digest``).
-    """
-    # The content around the heads: texts that JSON escapes inside strings cannot hold
-    # '"heads":{}' unescaped, so its first occurrence is the key itself.
-    around = canonical_dumps(_content(checkpoint, {})).split(b'"heads":{}', 1)
-    line = {**_content(checkpoint, {}), "digest": checkpoint.digest}
-    line["signature"] = checkpoint.signature
-    line_around = json.dumps(line, sort_keys=True).encode("ascii").split(b'"heads": {}', 1)
-    digest = hashlib.sha256(around[0] + b'"heads":{')
-    line_sha = hashlib.sha256(line_around[0] + b'"heads": {')
-    first = True
-    for key, value_text in heads:
-        if not key.isascii():
-            return None
-        canonical, spelled = _head_pieces(key, value_text)
-        if not first:
-            digest.update(b",")
-            line_sha.update(b", ")
-        first = False
-        digest.update(canonical)
-        line_sha.update(spelled)
-    digest.update(b"}" + around[1])
-    line_sha.update(b"}" + line_around[1])
-    return "sha256:" + digest.hexdigest(), line_sha.digest()
-
-
-def vouched_digest(*, chain: str, seq: int, hash: str, checkpoint: int) -> str:
-    content = {"chain": chain, "seq": seq, "hash": hash, "checkpoint": checkpoint}
-    if safe_integer(seq) and safe_integer(checkpoint):  # and two texts: plain
-        return sha256_digest(canonical_plain_dumps(content))
-    return sha256_digest(canonical_dumps(content))
-
-
-def vouched_signed(vouched: AuditVouchedHead) -> bool:
-    return vouched_row_signed(
-        chain=vouched.chain,
-        seq=vouched.seq,
-        hash=vouched.hash,
-        checkpoint=vouched.checkpoint,
-        signature=vouched.signature,
-    )
-
-
-def vouched_row_signed(*, chain: str, seq: int, hash: str, checkpoint: int, signature: str) -> bool:
-    digest = vouched_digest(chain=chain, seq=seq, hash=hash, checkpoint=checkpoint)
-    return signed_by_key(digest, signature)
 
 
 def _batches(chains: list[str]) -> Iterator[list[str]]:
@@ -222,7 +103,7 @@ def _events_since(spans: dict[str, tuple[int, int]]) -> dict[str, list[EventRow]
     with connection.cursor() as cursor:
         cursor.execute(
             f"WITH v(chain, lo, hi) AS (VALUES {rows})"
-            f" SELECT {columns} FROM recovery_auditevent e JOIN v ON e.operation_key = v.chain"
+            f" SELECT {columns} FROM audit_auditevent e JOIN v ON e.operation_key = v.chain"
             " AND e.seq >= v.lo AND e.seq <= v.hi ORDER BY e.operation_key, e.seq",
             params,
         )
@@ -276,14 +157,6 @@ def extension_break(
     return None
 
 
-class CheckpointFileError(Exception):
-    """The checkpoint was signed in the database but its line is not in the file yet.
-
-    The next checkpoint writes it (``checkpoint_file_repair``); until then an alarm of
-    kind ``checkpoint_file`` is open.
-    """
-
-
 def audit_checkpoint() -> AuditCheckpoint | None:
     """Sign the new heads of the chains that moved lately; None when nothing moved.
 
@@ -322,12 +195,6 @@ def audit_checkpoint() -> AuditCheckpoint | None:
             raise CheckpointFileError(problem)
         audit_file_alarm_clear(repaired=repaired, checkpoint=audit_checkpoint_number())
     return checkpoint
-
-
-def audit_checkpoint_number() -> int:
-    """The newest checkpoint's number (0: none yet)."""
-    number = AuditCheckpoint.objects.order_by("-number").values_list("number", flat=True).first()
-    return int(number or 0)
 
 
 def _checkpoints_signed() -> Iterator[AuditCheckpoint]:
@@ -409,12 +276,12 @@ def _moved_listed(after_id: int) -> int:
     seq, in a temporary table of this connection; the highest event id, the watermark."""
     _moved_dropped()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT MAX(id) FROM recovery_auditevent")
+        cursor.execute("SELECT MAX(id) FROM audit_auditevent")
         top = cursor.fetchone()[0]
         watermark = int(top) if top is not None else after_id
         cursor.execute(
             f"CREATE TEMPORARY TABLE {_MOVED} AS SELECT operation_key AS chain, MAX(seq) AS"
-            " head_seq FROM recovery_auditevent WHERE id > %s AND id <= %s GROUP BY"
+            " head_seq FROM audit_auditevent WHERE id > %s AND id <= %s GROUP BY"
             " operation_key",
             [after_id, watermark],
         )
@@ -458,158 +325,6 @@ def _page_signed(
             heads[chain] = [head_seq, events[chain][-1].hash]
 
 
-@contextlib.contextmanager
-def _signers_serialised() -> Iterator[None]:
-    """One signer at a time from the file's repair to its append, across processes.
-
-    A session advisory lock (PostgreSQL), held across the checkpoint's commit; the
-    transaction's own lock (``_CHECKPOINT_LOCK``) is the same key, taken again.
-    """
-    if connection.vendor != "postgresql":
-        yield  # SQLite: the lock on the file serialises the processes of one machine
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [_CHECKPOINT_LOCK])
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [_CHECKPOINT_LOCK])
-
-
-@contextlib.contextmanager
-def _checkpoint_file_open() -> Iterator[tuple[BinaryIO | None, str | None]]:
-    """The checkpoint file, open and locked (``flock``), or why it cannot be.
-
-    Its folder is made only before the first checkpoint: a folder or file gone later is
-    storage that is not there (a mount that vanished), not a place to start afresh.
-    """
-    path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
-    try:
-        if not path.exists():
-            if AuditCheckpoint.objects.exists():
-                raise CheckpointFileProblem(f"the checkpoint file {path} is missing")
-            path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a+b")  # noqa: SIM115 - closed below, after the lock
-    except (OSError, CheckpointFileProblem) as exc:
-        yield None, _file_problem_text(exc)
-        return
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        yield handle, None
-    finally:
-        handle.close()  # releases the lock
-
-
-class CheckpointFileProblem(Exception):
-    """The checkpoint file is not what the signed rows allow it to be made whole from."""
-
-
-def _file_problem_text(exc: BaseException) -> str:
-    if isinstance(exc, OSError):
-        where = f" ({exc.filename})" if exc.filename else ""
-        return f"the checkpoint file could not be written{where}: {exc.strerror or exc}"
-    return str(exc)
-
-
-# A line's end as ``checkpoint_file_line`` spells it: the keys after ``heads`` in order.
-_LINE_TAIL = re.compile(
-    rb'"number": ([0-9]+), "prev_digest": "[^"\\]*", "rescan_from": [0-9]+, '
-    rb'"signature": "([^"\\]*)", "watermark": [0-9]+\}$'
-)
-_TAIL_READ = 1 << 16
-
-
-def checkpoint_file_repair(handle: BinaryIO) -> list[int]:
-    """Make the checkpoint file whole from the signed rows; the numbers of lines written.
-
-    A last line cut short (the disk filled, the process was killed while writing) is
-    cut off; then the lines of the checkpoints after the file's last one are written
-    from the database, each checked against its digest and signature first. A file
-    whose last line is not one the database signed is left as it is: that is for
-    ``verify_audit`` to name, not for a checkpoint to paper over.
-    """
-    newest = audit_checkpoint_number()
-    size = handle.seek(0, os.SEEK_END)
-    end = _complete_end(handle, size)
-    if end != size:
-        handle.truncate(end)
-        logger.warning("checkpoint file: a last line cut short was removed (%s bytes)", size - end)
-    last = _last_line_number(handle, end)
-    if last >= newest:
-        return []
-    written: list[int] = []
-    expected_prev = GENESIS_HASH
-    if last:
-        expected_prev = AuditCheckpoint.objects.values_list("digest", flat=True).get(number=last)
-    for checkpoint in AuditCheckpoint.objects.filter(number__gt=last).order_by("number"):
-        if (
-            checkpoint.prev_digest != expected_prev
-            or checkpoint_digest(checkpoint) != checkpoint.digest
-            or not signed_by_key(checkpoint.digest, checkpoint.signature)
-        ):
-            raise CheckpointFileProblem(
-                f"checkpoint #{checkpoint.number} is not signed as it stands: its line is "
-                "not written again (run verify_audit)"
-            )
-        handle.write(checkpoint_file_line(checkpoint).encode("utf-8") + b"\n")
-        expected_prev = checkpoint.digest
-        written.append(checkpoint.number)
-    _synced(handle)
-    logger.warning("checkpoint file: lines of checkpoints %s written again", written)
-    return written
-
-
-def _complete_end(handle: BinaryIO, size: int) -> int:
-    """Where the file's last complete line ends (after its newline)."""
-    position = size
-    while position > 0:
-        start = max(0, position - _TAIL_READ)
-        handle.seek(start)
-        piece = handle.read(position - start)
-        newline = piece.rfind(b"\n")
-        if newline >= 0:
-            return start + newline + 1
-        position = start
-    return 0
-
-
-def _last_line_number(handle: BinaryIO, end: int) -> int:
-    """The number of the checkpoint on the file's last line (0: the file is empty)."""
-    if end == 0:
-        return 0
-    start = max(0, end - _TAIL_READ)
-    handle.seek(start)
-    tail = handle.read(end - start).removesuffix(b"\n")
-    found = _LINE_TAIL.search(tail)
-    if found is None:
-        raise CheckpointFileProblem(
-            "the checkpoint file's last line is not one this version writes: not repaired"
-        )
-    number = int(found[1])
-    signature = (
-        AuditCheckpoint.objects.filter(number=number).values_list("signature", flat=True).first()
-    )
-    if signature is None or signature.encode("ascii") != found[2]:
-        raise CheckpointFileProblem(
-            f"the checkpoint file's last line (checkpoint #{number}) is not the database's: "
-            "not repaired (run verify_audit)"
-        )
-    return number
-
-
-def _line_append(handle: BinaryIO, line: str) -> None:
-    handle.seek(0, os.SEEK_END)
-    handle.write(line.encode("utf-8") + b"\n")
-    _synced(handle)
-
-
-def _synced(handle: BinaryIO) -> None:
-    """On the disk before the signer lets go: a crash after this keeps the line."""
-    handle.flush()
-    os.fsync(handle.fileno())
-
-
 def _vouched_write(heads: dict[str, list[Any]], number: int) -> None:
     rows = [
         AuditVouchedHead(
@@ -628,22 +343,3 @@ def _vouched_write(heads: dict[str, list[Any]], number: int) -> None:
         unique_fields=["chain"],
         update_fields=["seq", "hash", "checkpoint", "signature"],
     )
-
-
-def checkpoint_file_line(checkpoint: AuditCheckpoint) -> str:
-    """The checkpoint's line in ``SETTLE_AUDIT_CHECKPOINT_FILE`` (without its newline)."""
-    line = {
-        **checkpoint_content(checkpoint),
-        "digest": checkpoint.digest,
-        "signature": checkpoint.signature,
-    }
-    return json.dumps(line, sort_keys=True)
-
-
-def _checkpoint_file_append(checkpoint: AuditCheckpoint) -> None:
-    """Append one checkpoint's line, locked and synced (a caller's transaction committed)."""
-    path = Path(settings.SETTLE_AUDIT_CHECKPOINT_FILE)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        _line_append(handle, checkpoint_file_line(checkpoint))
