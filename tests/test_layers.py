@@ -1,4 +1,6 @@
-"""Imports point one way: console → recovery → approvals → dbsql (DESIGN.md, STYLE.md).
+"""Imports point one way: console → recovery → approvals → dbsql (docs/design.md).
+
+A lower app never imports one above it, so each is read and tested without those above.
 
 ``dbsql``, the hand-written SQL, is infrastructure under every app and imports none.
 """
