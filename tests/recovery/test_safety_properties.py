@@ -1,4 +1,4 @@
-"""The seven safety rules of DESIGN.md, checked on random interleavings (Hypothesis).
+"""The seven safety rules of docs/design.md, checked on random interleavings (Hypothesis).
 
 A ``RuleBasedStateMachine`` drives the service layer in-process over a handful of
 operation keys, so that every kind of step keeps landing on the same operations: hosts
