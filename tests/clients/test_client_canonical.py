@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from settle_client import canonical as client
 
-from recovery import canonical as server
+import canonical as server
 
 MAX = 2**53 - 1
 SOURCE = Path(settle_client.__file__).parent
