@@ -75,7 +75,7 @@ def _beat_published(sender: str | None = None, **_: object) -> None:
     from django.db import close_old_connections
 
     from recovery.models import Pulse
-    from recovery.services.pulses import pulse_record
+    from recovery.services.runs import pulse_record
 
     # Beat has no request cycle to drop a connection the database closed.
     close_old_connections()

@@ -22,7 +22,8 @@ from recovery.services.bulk import bulk_chunk_run, bulk_publish_run
 from recovery.services.bulk import bulk_resume as bulk_resume_run
 from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
-from recovery.services.pulses import operation_counts_refresh, pulse_record, queue_pulse_record
+from recovery.services.pulses import operation_counts_refresh, queue_pulse_record
+from recovery.services.runs import pulse_record
 from recovery.services.sweep import sweep as sweep_run
 from recovery.services.webhooks import webhooks_deliver as webhooks_deliver_run
 

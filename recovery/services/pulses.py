@@ -1,40 +1,19 @@
-"""The few rows the health facts read, written where the work happens.
+"""Queues' signs of life and the operation count snapshot, for the health facts.
 
-One row per job or provider, updated in place: a sweep writes one row, a lookup batch
-one row per provider it read, the count snapshot one row per (provider, state). None of
-them is written per operation, and none inside the transactions of the work itself (a
-failure to record a pulse never undoes a sweep or a lookup).
+One row per queue or (provider, state), updated in place, never per operation. The
+sweep's and the lookups' own rows are ``recovery.services.runs``'.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from recovery.metrics import LOOKUPS
-from recovery.models import (
-    Operation,
-    OperationCount,
-    Provider,
-    ProviderLookups,
-    Pulse,
-    QueuePulse,
-    Verdict,
-)
-
-_LOOKUPS_TABLE = connection.ops.quote_name(ProviderLookups._meta.db_table)
-
-
-def pulse_record(*, name: str, seconds: float, at: datetime | None = None) -> None:
-    """``name`` finished just now (or ``at``), taking ``seconds``."""
-    Pulse.objects.update_or_create(
-        name=name, defaults={"at": at or timezone.now(), "seconds": seconds}
-    )
+from recovery.models import Operation, OperationCount, Pulse, QueuePulse
+from recovery.services.runs import pulse_record
 
 
 def queue_pulse_record(*, queue: str, waited: float) -> None:
@@ -42,38 +21,6 @@ def queue_pulse_record(*, queue: str, waited: float) -> None:
     QueuePulse.objects.update_or_create(
         queue=queue, defaults={"at": timezone.now(), "waited": max(0.0, waited)}
     )
-
-
-def lookups_record(*, provider: Provider, verdicts: Iterable[str]) -> None:
-    """A read of ``provider`` answered ``verdicts``: the counters and its lookups row.
-
-    Lookups are failing while every answer is ``unavailable``; the first one that is not
-    ends that (``unavailable_since`` cleared).
-    """
-    verdicts = list(verdicts)
-    if not verdicts:
-        return
-    for verdict in verdicts:
-        LOOKUPS.labels(provider=provider.name, verdict=verdict).inc()
-    now = connection.ops.adapt_datetimefield_value(timezone.now())
-    available = any(verdict != Verdict.UNAVAILABLE for verdict in verdicts)
-    # One statement, the row created by the first batch or updated by every later one
-    # (PostgreSQL and SQLite alike): a lookup batch's statements stay the same every time.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""INSERT INTO {_LOOKUPS_TABLE}
-                (provider_id, last_lookup_at, last_available_at, unavailable_since)
-            VALUES (%s, %s, %s, %s)
-            ON CONFLICT (provider_id) DO UPDATE SET
-                last_lookup_at = excluded.last_lookup_at,
-                last_available_at = COALESCE(
-                    excluded.last_available_at, {_LOOKUPS_TABLE}.last_available_at
-                ),
-                unavailable_since = CASE WHEN excluded.last_available_at IS NULL
-                    THEN COALESCE({_LOOKUPS_TABLE}.unavailable_since, excluded.unavailable_since)
-                    END""",
-            [provider.pk, now, now if available else None, None if available else now],
-        )
 
 
 @transaction.atomic

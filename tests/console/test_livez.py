@@ -14,7 +14,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from recovery.models import Pulse, QueuePulse
-from recovery.services.pulses import pulse_record, queue_pulse_record
+from recovery.services.pulses import queue_pulse_record
+from recovery.services.runs import pulse_record
 
 TOKEN = "metrics-token-for-the-livez-tests"
 

@@ -20,7 +20,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from recovery.models import Operation, Pulse
-from recovery.services.pulses import operation_counts_refresh, pulse_record
+from recovery.services.pulses import operation_counts_refresh
+from recovery.services.runs import pulse_record
 from tests.console.conftest import Stuck, aged
 
 TOKEN = "metrics-token-for-the-tests-0123456789"

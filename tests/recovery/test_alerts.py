@@ -18,7 +18,7 @@ from django.utils import timezone
 from recovery.models import AlertRule, AlertState, Operation, Provider, Pulse
 from recovery.services.alerts import alerts_evaluate
 from recovery.services.providers import provider_configure
-from recovery.services.pulses import lookups_record, pulse_record
+from recovery.services.runs import lookups_record, pulse_record
 from tests.console.conftest import Stuck, aged
 from tests.support.providers import _free_port, sqlite_provider_init
 
