@@ -1,7 +1,8 @@
-"""Queues' signs of life and the operation count snapshot, for the health facts.
+"""Monitoring's own rows: queues' signs of life and the operation count snapshot.
 
 One row per queue or (provider, state), updated in place, never per operation. The
-sweep's and the lookups' own rows are ``recovery.services.runs``'.
+core's own runs (the sweep's ``Pulse``, a provider's ``ProviderLookups``) are recorded by
+``recovery.services.runs``, where that work happens.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from recovery.models import Operation, OperationCount, Pulse, QueuePulse
+from monitoring.models import OperationCount, QueuePulse
+from recovery.models import Operation, Pulse
 from recovery.services.runs import pulse_record
 
 
