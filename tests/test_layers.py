@@ -1,6 +1,9 @@
-"""Imports point one way: console → recovery → approvals → dbsql (DESIGN.md, STYLE.md).
+"""Imports point one way: console → monitoring → webhooks → recovery → audit → approvals
+→ dbsql.
 
-``dbsql``, the hand-written SQL, is infrastructure under every app and imports none.
+``dbsql``, the hand-written SQL, is infrastructure under every app and imports none. An
+app folder not there yet (the layering is being reached one app at a time) has nothing
+to check.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BELOW = {
-    "dbsql": ("approvals", "recovery", "console"),
-    "approvals": ("recovery", "console"),
-    "recovery": ("console",),
+    "dbsql": ("approvals", "audit", "recovery", "webhooks", "monitoring", "console"),
+    "approvals": ("audit", "recovery", "webhooks", "monitoring", "console"),
+    "audit": ("recovery", "webhooks", "monitoring", "console"),
+    "recovery": ("webhooks", "monitoring", "console"),
+    "webhooks": ("monitoring", "console"),
+    "monitoring": ("console",),
 }
 
 
@@ -31,6 +37,8 @@ def _imports(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("app", sorted(BELOW))
 def test_an_app_never_imports_the_layers_above_it(app: str) -> None:
+    if not (ROOT / app).is_dir():
+        pytest.skip(f"no {app}/ on this branch yet")
     wrong = {
         str(path.relative_to(ROOT)): sorted(_imports(path) & set(BELOW[app]))
         for path in (ROOT / app).rglob("*.py")
