@@ -32,10 +32,11 @@ from django.db import connection, connections
 from django.test import Client
 
 from approvals.actors import Actor
-from recovery.metrics import LOOKUPS, metrics_dir
+from monitoring.metrics import metrics_dir
+from monitoring.services.pulses import operation_counts_refresh
+from recovery.metrics import LOOKUPS
 from recovery.models import Host
 from recovery.services.providers import provider_configure
-from recovery.services.pulses import operation_counts_refresh
 
 BENCH = Actor.system("benchmark")
 TOKEN = "benchmark-metrics-token-0123456789"

@@ -46,14 +46,14 @@ worker_process_init.connect(_statements_counted, weak=False)
 
 def _metrics_dir_tidied(**_: object) -> None:
     """The worker's main process, starting: remove the metrics files of dead processes."""
-    from recovery.metrics import metrics_dir_tidy
+    from monitoring.metrics import metrics_dir_tidy
 
     metrics_dir_tidy()
 
 
 def _metrics_process_dead(**_: object) -> None:
     """A pool process exiting: prometheus-client's bookkeeping for its live gauges."""
-    from recovery.metrics import metrics_process_dead
+    from monitoring.metrics import metrics_process_dead
 
     metrics_process_dead(os.getpid())
 
@@ -65,7 +65,7 @@ worker_process_shutdown.connect(_metrics_process_dead, weak=False)
 # -- signs of life, written by the processes themselves (judged by /livez) ----------------
 
 SWEEP_TASK = "recovery.tasks.sweep"
-HEARTBEAT_TASK = "recovery.tasks.worker_heartbeat"
+HEARTBEAT_TASK = "monitoring.tasks.worker_heartbeat"
 
 
 def _beat_published(sender: str | None = None, **_: object) -> None:
@@ -75,7 +75,7 @@ def _beat_published(sender: str | None = None, **_: object) -> None:
     from django.db import close_old_connections
 
     from recovery.models import Pulse
-    from recovery.services.pulses import pulse_record
+    from recovery.services.runs import pulse_record
 
     # Beat has no request cycle to drop a connection the database closed.
     close_old_connections()

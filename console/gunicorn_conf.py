@@ -1,6 +1,6 @@
 """gunicorn's settings for Settle: ``gunicorn -c python:console.gunicorn_conf console.wsgi``.
 
-Only the metrics directory's bookkeeping (``recovery.metrics``): the master tidies the
+Only the metrics directory's bookkeeping (``monitoring.metrics``): the master tidies the
 files of processes that are gone when it starts, and drops a worker's live gauges when
 that worker exits. Everything else stays on the command line.
 """
@@ -17,12 +17,12 @@ def on_starting(server: Any) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
     django.setup()
-    from recovery.metrics import metrics_dir_tidy
+    from monitoring.metrics import metrics_dir_tidy
 
     metrics_dir_tidy()
 
 
 def child_exit(server: Any, worker: Any) -> None:
-    from recovery.metrics import metrics_process_dead
+    from monitoring.metrics import metrics_process_dead
 
     metrics_process_dead(worker.pid)

@@ -216,6 +216,7 @@ INSTALLED_APPS = [
     "approvals",
     "audit",
     "recovery",
+    "monitoring",
     "console",
 ]
 
@@ -386,7 +387,7 @@ SETTLE_WEBHOOK_FAILING_AFTER = env_int("SETTLE_WEBHOOK_FAILING_AFTER", 5, minimu
 # After ``webhook rotate`` the old secret signs beside the new one for this long.
 SETTLE_WEBHOOK_ROTATION_GRACE_HOURS = env_int("SETTLE_WEBHOOK_ROTATION_GRACE_HOURS", 24)
 
-# Alerts to operators (``recovery.services.alerts``): how often beat evaluates the rules,
+# Alerts to operators (``monitoring.services.alerts``): how often beat evaluates the rules,
 # and the console's address, which every alert links into.
 SETTLE_ALERTS_SECONDS = env_int("SETTLE_ALERTS_SECONDS", 60, minimum=1)
 SETTLE_CONSOLE_URL = env_str("SETTLE_CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
@@ -616,13 +617,13 @@ CELERY_BEAT_SCHEDULE = {
     },
     # Alert rules evaluated; grouped messages and "resolved" ones sent.
     "alerts": {
-        "task": "recovery.tasks.alerts_evaluate",
+        "task": "monitoring.tasks.alerts_evaluate",
         "schedule": float(SETTLE_ALERTS_SECONDS),
         "options": {"expires": float(SETTLE_ALERTS_SECONDS)},
     },
     # The snapshot of operations by state that /metrics reads for the terminal states.
     "operation-counts": {
-        "task": "recovery.tasks.operation_counts",
+        "task": "monitoring.tasks.operation_counts",
         "schedule": float(SETTLE_OPERATION_COUNTS_SECONDS),
         "options": {"expires": float(SETTLE_OPERATION_COUNTS_SECONDS)},
     },

@@ -14,13 +14,12 @@ from django.conf import settings
 
 from recovery.metrics import SWEEP_SECONDS
 from recovery.models import Pulse
-from recovery.services.alerts import alerts_evaluate as alerts_evaluate_run
 from recovery.services.audit_export import audit_export_run
 from recovery.services.bulk import bulk_chunk_run, bulk_publish_run
 from recovery.services.bulk import bulk_resume as bulk_resume_run
 from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
-from recovery.services.pulses import operation_counts_refresh, pulse_record, queue_pulse_record
+from recovery.services.runs import pulse_record
 from recovery.services.sweep import sweep as sweep_run
 from recovery.services.webhooks import webhooks_deliver as webhooks_deliver_run
 
@@ -96,25 +95,6 @@ def webhooks_deliver(promote: bool = True) -> dict[str, int]:
     """Deliver the due webhook messages (beat; and, without ``promote``, a commit's nudge)."""
     report = webhooks_deliver_run(promote=promote)
     return {"delivered": report.delivered, "failed": report.failed, "deferred": report.deferred}
-
-
-@shared_task
-def alerts_evaluate() -> int:
-    """Beat's evaluation of the alert rules; how many messages it sent."""
-    return len(alerts_evaluate_run())
-
-
-@shared_task
-def operation_counts() -> int:
-    """Beat's snapshot of operations by provider and state, for /metrics."""
-    return operation_counts_refresh()
-
-
-@shared_task
-def worker_heartbeat(queue: str, sent_at: float) -> None:
-    """A worker's heartbeat to ``queue`` (``console.celery.QueueHeartbeat``), run by
-    whichever worker of that queue takes it: the queue is served."""
-    queue_pulse_record(queue=queue, waited=time.time() - sent_at)
 
 
 # An export of a large trail runs longer than the other tasks may: its own limits.

@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Top first.
-LAYERS = ["console", "recovery", "audit", "approvals", "dbsql", "canonical"]
+LAYERS = ["console", "monitoring", "recovery", "audit", "approvals", "dbsql", "canonical"]
 ABOVE = {app: LAYERS[: LAYERS.index(app)] for app in LAYERS}
 
 

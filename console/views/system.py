@@ -20,8 +20,8 @@ from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from dbsql.errors import database_unavailable
-from recovery.metrics import metrics_text
-from recovery.selectors.health import HealthFacts, health_facts, liveness
+from monitoring.metrics import metrics_text
+from monitoring.selectors.health import HealthFacts, health_facts, liveness
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,6 @@ One module per concern, every public name re-exported here:
 - ``reconciliations``: the four-eyes proposals waiting for a second operator;
 - ``audit_trail``: the audit trail's filters, pages, export and health;
 - ``bulk``: what a queue filter selects for bulk work, and the batches a user may see.
-- ``health``: the system's health facts (sweeps, lookups, operations by state, stuck
-  ages, checkpoints), the system's view, read by /metrics, the status page and alerts.
 """
 
 from __future__ import annotations
@@ -48,13 +46,6 @@ from recovery.selectors.bulk import (
     bulk_items_for_user,
     operations_matching_count_for_user,
     operations_matching_for_user,
-)
-from recovery.selectors.health import (
-    IN_FLIGHT_STATES,
-    HealthFacts,
-    ProviderFacts,
-    health_facts,
-    reconcile_entered_since,
 )
 from recovery.selectors.operation_page import (
     TIMELINE_LIMIT,
@@ -102,7 +93,6 @@ from recovery.selectors.records import (
 )
 
 __all__ = [
-    "IN_FLIGHT_STATES",
     "QUEUE_AGES",
     "QUEUE_COUNT_CAP",
     "QUEUE_REASONS",
@@ -114,12 +104,10 @@ __all__ = [
     "AuditHealth",
     "AuditPage",
     "Comparison",
-    "HealthFacts",
     "OperationPage",
     "OperationViewed",
     "PermitHistory",
     "ProposalRow",
-    "ProviderFacts",
     "QueueFilters",
     "QueuePage",
     "QueueRow",
@@ -139,7 +127,6 @@ __all__ = [
     "bulk_items_for_user",
     "claim_cutoff",
     "evidence_record",
-    "health_facts",
     "lookup_in_flight",
     "newest_permit",
     "operation_comparison",
@@ -164,7 +151,6 @@ __all__ = [
     "provider_permissions_all",
     "providers_for_user",
     "providers_visible_to",
-    "reconcile_entered_since",
     "reconciliation_request_for_user",
     "reconciliation_requests_for_user",
 ]

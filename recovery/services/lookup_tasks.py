@@ -39,7 +39,7 @@ from recovery.services.lookups import (
     lookup_run,
 )
 from recovery.services.providers import provider_config
-from recovery.services.pulses import lookups_record
+from recovery.services.runs import lookups_record
 from recovery.services.signals import stale_signal
 from recovery.vocabulary import StaleSignal
 

@@ -13,8 +13,10 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from recovery.models import Pulse, QueuePulse
-from recovery.services.pulses import pulse_record, queue_pulse_record
+from monitoring.models import QueuePulse
+from monitoring.services.pulses import queue_pulse_record
+from recovery.models import Pulse
+from recovery.services.runs import pulse_record
 
 TOKEN = "metrics-token-for-the-livez-tests"
 
@@ -148,15 +150,3 @@ def test_beat_records_its_pulse_when_it_publishes_a_sweep_only(transactional_db:
     _beat_published(sender="recovery.tasks.sweep")
     pulse = Pulse.objects.get(name=Pulse.Name.BEAT)
     assert (timezone.now() - pulse.at).total_seconds() < 5
-
-
-def test_the_heartbeat_task_records_its_queue_and_how_long_it_waited(db: None, limits):
-    import time
-
-    from recovery.tasks import worker_heartbeat
-
-    worker_heartbeat.run("some-queue", time.time() - 4)
-    pulse = QueuePulse.objects.get(queue="some-queue")
-    assert 4 <= pulse.waited < 10
-    worker_heartbeat.run("some-queue", time.time() + 60)  # another machine's clock ahead
-    assert QueuePulse.objects.get(queue="some-queue").waited == 0

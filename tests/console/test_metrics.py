@@ -8,8 +8,6 @@ makes.
 from __future__ import annotations
 
 import hmac
-import os
-import subprocess
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -19,8 +17,9 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from monitoring.services.pulses import operation_counts_refresh
 from recovery.models import Operation, Pulse
-from recovery.services.pulses import operation_counts_refresh, pulse_record
+from recovery.services.runs import pulse_record
 from tests.console.conftest import Stuck, aged
 
 TOKEN = "metrics-token-for-the-tests-0123456789"
@@ -159,21 +158,6 @@ def test_the_sweep_task_records_its_pulse_and_duration(db: None, client: Client,
     assert after[timed] >= before + 1
     assert after[("settle_sweep_age_seconds", ())] < 5
     assert Pulse.objects.get(name=Pulse.Name.SWEEP).seconds > 0
-
-
-def test_starting_a_process_removes_only_the_files_of_dead_processes(tmp_path, monkeypatch):
-    from recovery.metrics import metrics_dir_tidy
-
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    mine = tmp_path / f"counter_{os.getpid()}.db"
-    gone = tmp_path / f"histogram_{dead.pid}.db"
-    live_gauge = tmp_path / f"gauge_livesum_{os.getppid()}.db"
-    for path in (mine, gone, live_gauge):
-        path.write_bytes(b"")
-    assert metrics_dir_tidy() == 1
-    assert mine.exists() and live_gauge.exists() and not gone.exists()
 
 
 def test_made_up_http_methods_share_one_series(db: None, client: Client, token: str):

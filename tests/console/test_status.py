@@ -14,7 +14,7 @@ from django.utils import timezone
 from approvals.actors import COMMAND_LINE
 from audit.checkpoints import audit_checkpoint
 from recovery.models import Operation, Pulse, WebhookMessage
-from recovery.services.pulses import pulse_record
+from recovery.services.runs import pulse_record
 from recovery.services.webhooks import webhook_endpoint_add, webhook_endpoint_disable
 from tests.console.conftest import Stuck, client_for
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from recovery.models import Pulse
-from recovery.services.pulses import pulse_record
+from recovery.services.runs import pulse_record
 from tests.console.browser.conftest import screenshots_everywhere, sign_in
 from tests.console.conftest import console_user
 

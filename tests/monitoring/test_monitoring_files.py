@@ -14,7 +14,7 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 import recovery.metrics
-from recovery.metrics import HealthCollector
+from monitoring.metrics import HealthCollector
 from tests.conftest import STRICT
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -1,31 +1,27 @@
-"""The few rows the health facts read, written where the work happens.
+"""When the core's work last ran: the rows monitoring's health facts read.
 
-One row per job or provider, updated in place: a sweep writes one row, a lookup batch
-one row per provider it read, the count snapshot one row per (provider, state). None of
-them is written per operation, and none inside the transactions of the work itself (a
-failure to record a pulse never undoes a sweep or a lookup).
+One row per job or provider, updated in place: a sweep writes one ``Pulse`` row, a
+lookup batch one ``ProviderLookups`` row per provider it read. Neither is written per
+operation, nor inside the transactions of the work itself (a failure to record a pulse
+never undoes a sweep or a lookup).
+
+``Pulse`` stays in the core, as its table of "when did each periodic job last finish":
+the sweep writes its row here, where it runs, and monitoring reads it without the core
+importing monitoring. A separate sweep-only table would have the same two columns and
+split one question ("when did each periodic job last run?") across two apps; beat and
+monitoring's own count snapshot record their runs through the same ``pulse_record``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db import connection, transaction
-from django.db.models import Count
+from django.db import connection
 from django.utils import timezone
 
 from recovery.metrics import LOOKUPS
-from recovery.models import (
-    Operation,
-    OperationCount,
-    Provider,
-    ProviderLookups,
-    Pulse,
-    QueuePulse,
-    Verdict,
-)
+from recovery.models import Provider, ProviderLookups, Pulse, Verdict
 
 _LOOKUPS_TABLE = connection.ops.quote_name(ProviderLookups._meta.db_table)
 
@@ -34,13 +30,6 @@ def pulse_record(*, name: str, seconds: float, at: datetime | None = None) -> No
     """``name`` finished just now (or ``at``), taking ``seconds``."""
     Pulse.objects.update_or_create(
         name=name, defaults={"at": at or timezone.now(), "seconds": seconds}
-    )
-
-
-def queue_pulse_record(*, queue: str, waited: float) -> None:
-    """A worker of ``queue`` ran its heartbeat just now, ``waited`` seconds after it was sent."""
-    QueuePulse.objects.update_or_create(
-        queue=queue, defaults={"at": timezone.now(), "waited": max(0.0, waited)}
     )
 
 
@@ -74,33 +63,3 @@ def lookups_record(*, provider: Provider, verdicts: Iterable[str]) -> None:
                     END""",
             [provider.pk, now, now if available else None, None if available else now],
         )
-
-
-@transaction.atomic
-def operation_counts_refresh() -> int:
-    """Count the operations of every (provider, state) into ``OperationCount``; rows written.
-
-    One grouped count over the ``operation_provider_state`` index, every few minutes by
-    beat, so that /metrics never counts the table itself.
-    """
-    started = time.perf_counter()
-    counts = {
-        (row["provider_id"], row["state"]): row["count"]
-        for row in Operation.objects.values("provider_id", "state")
-        .annotate(count=Count("*"))
-        .order_by()
-    }
-    existing = {(row.provider_id, row.state): row for row in OperationCount.objects.all()}
-    gone = [row.pk for key, row in existing.items() if key not in counts]
-    OperationCount.objects.filter(pk__in=gone).delete()
-    OperationCount.objects.bulk_create(
-        [
-            OperationCount(provider_id=provider_id, state=state, count=count)
-            for (provider_id, state), count in counts.items()
-        ],
-        update_conflicts=True,
-        unique_fields=["provider", "state"],
-        update_fields=["count"],
-    )
-    pulse_record(name=Pulse.Name.OPERATION_COUNTS, seconds=time.perf_counter() - started)
-    return len(counts)

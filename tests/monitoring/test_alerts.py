@@ -15,10 +15,11 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from recovery.models import AlertRule, AlertState, Operation, Provider, Pulse
-from recovery.services.alerts import alerts_evaluate
+from monitoring.models import AlertRule, AlertState
+from monitoring.services.alerts import alerts_evaluate
+from recovery.models import Operation, Provider, Pulse
 from recovery.services.providers import provider_configure
-from recovery.services.pulses import lookups_record, pulse_record
+from recovery.services.runs import lookups_record, pulse_record
 from tests.console.conftest import Stuck, aged
 from tests.support.providers import _free_port, sqlite_provider_init
 

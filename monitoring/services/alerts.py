@@ -2,7 +2,7 @@
 
 A rule (``AlertRule``, set in the admin) watches one condition for one provider, or for
 every provider together. Each evaluation reads the health facts once for all rules
-(``recovery.selectors.health``) and, per rule:
+(``monitoring.selectors.health``) and, per rule:
 
 quiet → firing
     one message, "FIRING", with the figures and a link to the console page that shows
@@ -40,9 +40,10 @@ from django.utils import timezone
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
-from recovery.models import AlertRule, AlertState, State
-from recovery.selectors.health import HealthFacts, ProviderFacts, health_facts
-from recovery.selectors.health import reconcile_entered_since as entered_since
+from monitoring.models import AlertRule, AlertState
+from monitoring.selectors.health import HealthFacts, ProviderFacts, health_facts
+from monitoring.selectors.health import reconcile_entered_since as entered_since
+from recovery.models import State
 
 logger = logging.getLogger(__name__)
 

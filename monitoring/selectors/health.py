@@ -7,6 +7,10 @@ last sweep
     ``Pulse`` row ``sweep``, written once per sweep by beat's task.
 last finished lookup, lookups failing
     ``ProviderLookups``, one row per provider, written once per lookup batch.
+
+Those two tables are the core's (``recovery.services.runs`` writes them where the work
+runs): monitoring reads them, and the core never imports monitoring.
+
 operations by state
     live for the states an operation passes through (``IN_FLIGHT_STATES``): a count per
     (provider, state) over the ``operation_provider_state`` index, proportional to the
@@ -46,15 +50,14 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from audit.models import AuditAlarm, AuditCheckpoint, AuditEvent, AuditVerification, AuditVerifyJob
+from monitoring.models import OperationCount, QueuePulse
 from recovery.models import (
     TERMINAL_STATES,
     UNSETTLED_STATES,
     Operation,
-    OperationCount,
     Provider,
     ProviderLookups,
     Pulse,
-    QueuePulse,
     State,
 )
 from recovery.selectors.webhooks import webhook_oldest_due_at, webhook_outbox_backlog

@@ -1,0 +1,31 @@
+"""Monitoring's Celery tasks: beat's alert evaluation and count snapshot, the workers'
+heartbeats. Thin, as every task: each calls one service and is safe to run twice.
+"""
+
+from __future__ import annotations
+
+import time
+
+from celery import shared_task
+
+from monitoring.services.alerts import alerts_evaluate as alerts_evaluate_run
+from monitoring.services.pulses import operation_counts_refresh, queue_pulse_record
+
+
+@shared_task
+def alerts_evaluate() -> int:
+    """Beat's evaluation of the alert rules; how many messages it sent."""
+    return len(alerts_evaluate_run())
+
+
+@shared_task
+def operation_counts() -> int:
+    """Beat's snapshot of operations by provider and state, for /metrics."""
+    return operation_counts_refresh()
+
+
+@shared_task
+def worker_heartbeat(queue: str, sent_at: float) -> None:
+    """A worker's heartbeat to ``queue`` (``console.celery.QueueHeartbeat``), run by
+    whichever worker of that queue takes it: the queue is served."""
+    queue_pulse_record(queue=queue, waited=time.time() - sent_at)
