@@ -9,6 +9,11 @@ outbox
     the change they report (one INSERT … SELECT, for the enabled endpoints of the
     operation's host subscribed to the event): a rollback leaves none, a crash after the
     commit leaves them to be sent.
+change
+    The core hands each batch of changes (``recovery.changes``) to
+    ``outbox_changes_record``: a transition to a state hosts hear of, an approval
+    decided, a stranded receipt completed, each becomes an event (``change_event``); any
+    other change writes nothing.
 delivery
     Workers claim due messages under a lease (``webhook_messages_claim``), post them
     signed per the Standard Webhooks specification (``webhook-id``, ``webhook-timestamp``,
@@ -72,10 +77,12 @@ from standardwebhooks import Webhook
 
 from approvals.actors import Actor
 from recovery.audit import audit_append, audit_transaction
+from recovery.changes import RECEIPT_COMPLETE, OperationChange
 from recovery.metrics import WEBHOOK_DELIVERIES
 from recovery.models import (
     Host,
     Operation,
+    State,
     WebhookEndpoint,
     WebhookEvent,
     WebhookMessage,
@@ -303,8 +310,6 @@ def transition_event(
     operation: Operation, event: str, target: str, data: dict[str, Any] | None
 ) -> OutboxEvent | None:
     """The webhook event a transition makes (``operation`` already moved), if any."""
-    from recovery.models import State
-
     kind = {
         State.RELEASED: WebhookEvent.RELEASED,
         State.FAILED: WebhookEvent.FAILED,
@@ -324,6 +329,29 @@ def transition_event(
     if kind == WebhookEvent.RELEASED:
         extra["recovered"] = operation.recovered
     return OutboxEvent(operation, kind, extra)
+
+
+def receipt_repaired_event(operation: Operation, data: dict[str, Any]) -> OutboxEvent:
+    """The webhook event of a stranded receipt completed (``receipt_complete``)."""
+    grounds = {key: value for key, value in data.items() if key in PAYLOAD_KEYS}
+    return OutboxEvent(
+        operation,
+        WebhookEvent.RECEIPT_REPAIRED,
+        {"receipt_status": data["receipt_status"], "recovered": True, **grounds},
+    )
+
+
+def change_event(change: OperationChange) -> OutboxEvent | None:
+    """The webhook event a core change makes, if hosts hear of it."""
+    if change.event == RECEIPT_COMPLETE:
+        return receipt_repaired_event(change.operation, change.data)
+    return transition_event(change.operation, change.event, change.target, change.data)
+
+
+def outbox_changes_record(changes: Sequence[OperationChange]) -> None:
+    """The recorder of core changes (``recovery.changes``): their events' outbox rows."""
+    events = [change_event(change) for change in changes]
+    webhook_events_record([event for event in events if event is not None])
 
 
 def _payload(item: OutboxEvent, now: datetime) -> str:
@@ -1063,15 +1091,3 @@ def webhook_message_redeliver(*, message_id: int, actor: Actor) -> WebhookMessag
     )
     transaction.on_commit(webhooks_nudge)
     return message
-
-
-def receipt_repaired_event(
-    operation: Operation, dispatch: Any, grounds: dict[str, Any]
-) -> OutboxEvent:
-    """The webhook event of a stranded receipt completed (``receipt_complete``)."""
-    data = {key: value for key, value in grounds.items() if key in PAYLOAD_KEYS}
-    return OutboxEvent(
-        operation,
-        WebhookEvent.RECEIPT_REPAIRED,
-        {"receipt_status": dispatch.receipt_status, "recovered": True, **data},
-    )

@@ -15,6 +15,7 @@ import time_machine
 from django.utils import timezone
 
 from approvals.actors import COMMAND_LINE
+from recovery import changes
 from recovery.audit import audit_transaction
 from recovery.models import Operation, WebhookEndpoint, WebhookMessage
 from recovery.services import webhooks
@@ -131,6 +132,36 @@ def test_a_change_that_rolls_back_leaves_no_message_and_sends_nothing(flow, endp
     assert not WebhookMessage.objects.exists()
     assert webhooks_deliver(seconds=2).delivered == 0
     assert receiver.received == []
+
+
+def test_with_no_recorder_registered_a_transition_writes_nothing_to_the_outbox(
+    flow, endpoint, monkeypatch
+):
+    monkeypatch.setattr(changes, "_recorders", [])
+    released(flow)
+    assert Operation.objects.get(key="op-1").state == "released"
+    assert not WebhookMessage.objects.exists()
+
+
+def test_the_registered_outbox_writes_in_the_transitions_transaction_and_rolls_back_with_it(
+    flow, endpoint
+):
+    assert webhooks.outbox_changes_record in changes._recorders  # by RecoveryConfig.ready
+    flow.approved()
+    flow.dispatch()
+    before = WebhookMessage.objects.count()
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), audit_transaction():
+        operation = operation_lock(Operation.objects.get(key="op-1"))
+        operation_transition(operation=operation, event=Event.FAIL, actor=COMMAND_LINE)
+        assert WebhookMessage.objects.filter(event="operation.failed").count() == 1
+        raise Boom
+
+    assert WebhookMessage.objects.count() == before
+    assert Operation.objects.get(key="op-1").state == "dispatched"
 
 
 def test_a_refused_transition_writes_no_message(flow, endpoint):
