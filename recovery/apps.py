@@ -23,8 +23,3 @@ class RecoveryConfig(AppConfig):
 
     def ready(self) -> None:
         post_migrate.connect(_roles_ensure, sender=self)
-        # The core records its changes without knowing who listens: the outbox does.
-        from recovery.changes import changes_recorder_register
-        from recovery.services.webhooks import outbox_changes_record
-
-        changes_recorder_register(outbox_changes_record)

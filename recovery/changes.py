@@ -7,7 +7,7 @@ change
 recorder
     A function handed each batch of changes (``changes_record``) in the transaction that
     made them, registered once with ``changes_recorder_register`` (the webhooks' outbox
-    registers in ``RecoveryConfig.ready``).
+    registers in its app's ``ready``).
 
 Why a registry: the core records what changed and its consumers decide what it means
 to them, so the core imports none of them; and a recorder writes in the same

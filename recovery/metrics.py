@@ -13,9 +13,9 @@ state (gauges)
     operations moved, never how many are in a state now.
 
 To add a figure: an event is one line here (a ``Counter``/``Histogram``) and one call
-where it happens (as ``WEBHOOK_DELIVERIES`` in ``webhook_outcomes_record``); a state is
-one fact in ``HealthFacts`` and one ``gauge(...)`` line in ``HealthCollector.collect``
-(as the outbox's backlog).
+where it happens (as ``LOOKUPS`` in ``lookups_record``; an app above recovery
+defines its own, as ``webhooks.metrics``); a state is one fact in ``HealthFacts`` and
+one ``gauge(...)`` line in ``HealthCollector.collect`` (as the outbox's backlog).
 
 The directory is shared by the web processes and workers of one machine, so no process
 empties it: each process that starts others (gunicorn's master, the Celery worker's main
@@ -60,14 +60,6 @@ HOST_API_SECONDS = Histogram(
     "Time the host API took to answer, by endpoint.",
     ["endpoint"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-)
-WEBHOOK_DELIVERIES = Counter(
-    "settle_webhook_deliveries",
-    "Webhook delivery attempts by outcome: delivered, retrying (an error; tried again "
-    "later), given_up (its retry window closed), deferred (not sent: its endpoint timed "
-    "out earlier in the same task) or unsent (not sent: the task's time or the claim's "
-    "lease would have run out; due again at once).",
-    ["outcome"],
 )
 SWEEP_SECONDS = Histogram(
     "settle_sweep_duration_seconds",

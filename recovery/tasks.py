@@ -24,7 +24,6 @@ from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_r
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
 from recovery.services.pulses import operation_counts_refresh, pulse_record, queue_pulse_record
 from recovery.services.sweep import sweep as sweep_run
-from recovery.services.webhooks import webhooks_deliver as webhooks_deliver_run
 
 # A message that finds its attempt held by another worker's live lease waits for that
 # lease (at most a provider timeout plus a margin); after a few such waits the sweeper
@@ -117,13 +116,6 @@ def bulk_resume() -> int:
 def dashboard_refresh() -> int:
     """Beat's refresh of the dashboard's rollup: the audit events since the last one, once."""
     return dashboard_refresh_run().counted
-
-
-@shared_task
-def webhooks_deliver(promote: bool = True) -> dict[str, int]:
-    """Deliver the due webhook messages (beat; and, without ``promote``, a commit's nudge)."""
-    report = webhooks_deliver_run(promote=promote)
-    return {"delivered": report.delivered, "failed": report.failed, "deferred": report.deferred}
 
 
 @shared_task

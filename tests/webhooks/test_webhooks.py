@@ -17,16 +17,9 @@ from django.utils import timezone
 from approvals.actors import COMMAND_LINE
 from recovery import changes
 from recovery.audit import audit_transaction
-from recovery.models import Operation, WebhookEndpoint, WebhookMessage
-from recovery.services import webhooks
+from recovery.models import Operation
 from recovery.services.errors import Invalid
 from recovery.services.locking import operation_lock
-from recovery.services.webhooks import (
-    webhook_endpoint_add,
-    webhook_endpoint_rotate,
-    webhook_url_addresses,
-    webhooks_deliver,
-)
 from recovery.transitions import Event, TransitionRefused, operation_transition
 from tests.conftest import Flow
 from tests.support.webhook_receiver import (
@@ -36,6 +29,10 @@ from tests.support.webhook_receiver import (
     silent_serve,
     trickling_serve,
 )
+from webhooks import delivery, outbox, outcomes, send
+from webhooks.delivery import webhooks_deliver
+from webhooks.endpoints import webhook_endpoint_add, webhook_endpoint_rotate, webhook_url_addresses
+from webhooks.models import WebhookEndpoint, WebhookMessage
 
 pytestmark = pytest.mark.django_db
 
@@ -146,7 +143,7 @@ def test_with_no_recorder_registered_a_transition_writes_nothing_to_the_outbox(
 def test_the_registered_outbox_writes_in_the_transitions_transaction_and_rolls_back_with_it(
     flow, endpoint
 ):
-    assert webhooks.outbox_changes_record in changes._recorders  # by RecoveryConfig.ready
+    assert outbox.outbox_changes_record in changes._recorders  # by WebhooksConfig.ready
     flow.approved()
     flow.dispatch()
     before = WebhookMessage.objects.count()
@@ -185,8 +182,8 @@ def test_messages_committed_before_a_crash_of_the_publish_are_sent_later(
         published.append(args[0])
         raise ConnectionError("broker down")
 
-    monkeypatch.setattr(webhooks.current_app, "send_task", broker_down)
-    monkeypatch.setattr(webhooks, "_last_nudge", 0.0)
+    monkeypatch.setattr(outbox.current_app, "send_task", broker_down)
+    monkeypatch.setattr(outbox, "_last_nudge", 0.0)
     released(flow)
 
     assert published  # the nudge was tried after the commit, and failed
@@ -226,7 +223,7 @@ def test_an_endpoint_that_times_out_is_sent_nothing_more_that_round_and_the_othe
     report = webhooks_deliver(seconds=30)
     # Only the requests under way when the first timed out reached the silent receiver;
     # the good endpoint's twenty went out in the same round.
-    assert silent.accepted <= webhooks.DELIVERY_THREADS < 20
+    assert silent.accepted <= send.DELIVERY_THREADS < 20
     assert report.delivered == 20 and len(receiver.received) == 20
     assert report.failed == silent.accepted and report.deferred == 20 - silent.accepted
     timed_out = list(to_hanging.filter(attempts=1))
@@ -247,11 +244,11 @@ def test_an_endpoint_that_times_out_is_sent_nothing_more_that_round_and_the_othe
 
 
 def test_back_off_doubles_and_is_jittered():
-    waits = [webhooks.backoff_seconds(n) for n in range(1, 8)]
+    waits = [outcomes.backoff_seconds(n) for n in range(1, 8)]
     for n, wait in enumerate(waits, start=1):
         base = 5 * 2 ** (n - 1)
         assert base * 0.75 <= wait <= base * 1.25
-    assert webhooks.backoff_seconds(30) <= 3600 * 1.25
+    assert outcomes.backoff_seconds(30) <= 3600 * 1.25
 
 
 def test_a_message_is_given_up_only_after_the_retry_window(flow, endpoint, receiver, settings):
@@ -328,13 +325,13 @@ def test_messages_of_one_operation_are_delivered_in_order(flow, endpoint, receiv
 
 def test_a_lapsed_claim_is_delivered_again(flow, endpoint, receiver, settings):
     flow.approved()
-    claimed = webhooks.webhook_messages_claim(limit=10)
+    claimed = delivery.webhook_messages_claim(limit=10)
     assert len(claimed) == 1
-    assert webhooks.webhook_messages_claim(limit=10) == []  # held by the claim
+    assert delivery.webhook_messages_claim(limit=10) == []  # held by the claim
     with time_machine.travel(timezone.now() + timedelta(seconds=121)):
         assert webhooks_deliver(seconds=2).delivered == 1
     # The first claim's worker, back from the dead, records nothing over it.
-    webhooks.webhook_outcomes_record([webhooks.Outcome(claimed[0], 500)])
+    outcomes.webhook_outcomes_record([send.Outcome(claimed[0], 500)])
     assert WebhookMessage.objects.get().status == "delivered"
 
 
@@ -534,7 +531,7 @@ def test_a_message_is_due_at_the_instant_it_was_written(flow, endpoint):
     # ORM's, to the microsecond, on every database (SQLite stores them as text).
     with time_machine.travel(timezone.now(), tick=False):
         released(flow)
-        claimed = webhooks.webhook_messages_claim(limit=10)
+        claimed = delivery.webhook_messages_claim(limit=10)
     # The operation's first message; the others wait behind it, in order.
     first = WebhookMessage.objects.order_by("id").values_list("msg_id", flat=True)[0]
     assert [item.msg_id for item in claimed] == [first]
@@ -565,12 +562,12 @@ def test_a_receiver_that_trickles_its_headers_is_cut_off_at_the_deadline(
     with trickling_serve(every=0.2, head=True) as url:
         webhook_endpoint_add(host_name=host.name, url=url, actor=COMMAND_LINE)
         flow.approved("op-1")
-        (claimed,) = webhooks.webhook_messages_claim(limit=10)
-        outcomes: list[webhooks.Outcome] = []
-        with webhooks.webhook_client() as client:
+        (claimed,) = delivery.webhook_messages_claim(limit=10)
+        outcomes: list[send.Outcome] = []
+        with send.webhook_client() as client:
             sender = threading.Thread(
                 target=lambda: outcomes.append(
-                    webhooks.webhook_message_send(claimed, client, webhooks.webhook_target(url))
+                    send.webhook_message_send(claimed, client, send.webhook_target(url))
                 ),
                 daemon=True,
             )
@@ -591,15 +588,15 @@ def test_each_outcome_is_recorded_as_it_arrives_not_after_the_slowest(
     hanging, _ = webhook_endpoint_add(host_name=host.name, url=silent.url, actor=COMMAND_LINE)
     for n in range(3):
         flow.approved(f"op-{n}")  # approval.decided, to both endpoints
-    recorded: list[tuple[float, list[webhooks.Outcome]]] = []
-    record = webhooks.webhook_outcomes_record
+    recorded: list[tuple[float, list[send.Outcome]]] = []
+    record = outcomes.webhook_outcomes_record
     began = time.monotonic()
 
     def spy(outcomes):
         recorded.append((time.monotonic() - began, list(outcomes)))
         record(outcomes)
 
-    monkeypatch.setattr(webhooks, "webhook_outcomes_record", spy)
+    monkeypatch.setattr(delivery, "webhook_outcomes_record", spy)
     report = webhooks_deliver(seconds=10)
     assert report.delivered == 3 and len(receiver.received) == 3
     good = [
@@ -628,9 +625,9 @@ def test_a_delivery_starts_no_send_after_its_time(flow, host, allow_private, sil
     report = webhooks_deliver(seconds=0.5)
     took = time.monotonic() - began
     assert took < 2, took
-    assert silent.accepted == report.failed == webhooks.DELIVERY_THREADS
+    assert silent.accepted == report.failed == send.DELIVERY_THREADS
     unsent = WebhookMessage.objects.filter(attempts=0)
-    assert unsent.count() == 20 - webhooks.DELIVERY_THREADS
+    assert unsent.count() == 20 - send.DELIVERY_THREADS
     assert all(m.lease_expires_at is None and m.next_attempt_at <= timezone.now() for m in unsent)
 
 
@@ -680,9 +677,9 @@ def test_a_message_refused_just_now_keeps_its_back_off_when_another_succeeds(flo
     # a moment apart, must not read as a receiver that was down (failing) and is back.
     flow.approved("op-1")
     flow.approved("op-2")
-    refused, accepted = sorted(webhooks.webhook_messages_claim(limit=10), key=lambda c: c.id)
-    webhooks.webhook_outcomes_record([webhooks.Outcome(refused, 503)])
-    webhooks.webhook_outcomes_record([webhooks.Outcome(accepted, 204)])
+    refused, accepted = sorted(delivery.webhook_messages_claim(limit=10), key=lambda c: c.id)
+    outcomes.webhook_outcomes_record([send.Outcome(refused, 503)])
+    outcomes.webhook_outcomes_record([send.Outcome(accepted, 204)])
     message = WebhookMessage.objects.get(pk=refused.id)
     assert message.attempts == 1 and message.next_attempt_at > timezone.now()
     assert WebhookEndpoint.objects.get(pk=endpoint.pk).failures == 0
@@ -694,10 +691,10 @@ def test_a_failing_endpoints_first_success_brings_its_waiting_messages_forward(
     settings.SETTLE_WEBHOOK_FAILING_AFTER = 2
     for n in range(3):
         flow.approved(f"op-{n}")
-    first, second, third = sorted(webhooks.webhook_messages_claim(limit=10), key=lambda c: c.id)
-    webhooks.webhook_outcomes_record([webhooks.Outcome(first, None, "ConnectError")])
-    webhooks.webhook_outcomes_record([webhooks.Outcome(second, None, "ConnectError")])
+    first, second, third = sorted(delivery.webhook_messages_claim(limit=10), key=lambda c: c.id)
+    outcomes.webhook_outcomes_record([send.Outcome(first, None, "ConnectError")])
+    outcomes.webhook_outcomes_record([send.Outcome(second, None, "ConnectError")])
     assert WebhookEndpoint.objects.get(pk=endpoint.pk).status == "failing"
-    webhooks.webhook_outcomes_record([webhooks.Outcome(third, 204)])
+    outcomes.webhook_outcomes_record([send.Outcome(third, 204)])
     waiting = WebhookMessage.objects.filter(pk__in=[first.id, second.id])
     assert all(message.next_attempt_at <= timezone.now() for message in waiting)
