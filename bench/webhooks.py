@@ -53,13 +53,10 @@ from standardwebhooks import Webhook
 
 from approvals.actors import Actor
 from bench.recovery import RecoveryBenchmark, _percentile, celery_start, celery_stop
-from recovery.models import Host, Operation, Provider, State, WebhookEvent, WebhookMessage
-from recovery.services.webhooks import (
-    OutboxEvent,
-    webhook_endpoint_add,
-    webhook_endpoint_disable,
-    webhook_events_record,
-)
+from recovery.models import Host, Operation, Provider, State
+from webhooks.endpoints import webhook_endpoint_add, webhook_endpoint_disable
+from webhooks.models import WebhookEvent, WebhookMessage
+from webhooks.outbox import OutboxEvent, webhook_events_record
 
 BENCH = Actor.system("benchmark")
 

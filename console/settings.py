@@ -216,6 +216,7 @@ INSTALLED_APPS = [
     "approvals",
     "audit",
     "recovery",
+    "webhooks",
     "monitoring",
     "console",
 ]
@@ -359,7 +360,7 @@ SETTLE_BULK_RESUME_SECONDS = env_int("SETTLE_BULK_RESUME_SECONDS", 10, minimum=1
 # settle times, operator actions); its figures trail the log by this plus two minutes.
 SETTLE_DASHBOARD_REFRESH_SECONDS = env_int("SETTLE_DASHBOARD_REFRESH_SECONDS", 60, minimum=1)
 
-# Webhooks to hosts (recovery.services.webhooks). An endpoint on the machine itself or a
+# Webhooks to hosts (the webhooks app). An endpoint on the machine itself or a
 # private network is refused unless SETTLE_WEBHOOKS_ALLOW_PRIVATE (a deployment that
 # delivers inside its own network); checked when added and again at every delivery.
 SETTLE_WEBHOOKS_ALLOW_PRIVATE = env_bool("SETTLE_WEBHOOKS_ALLOW_PRIVATE", False)
@@ -608,7 +609,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     # Due webhooks delivered, and any message left waiting behind nothing made due.
     "webhooks-deliver": {
-        "task": "recovery.tasks.webhooks_deliver",
+        "task": "webhooks.tasks.webhooks_deliver",
         "schedule": float(SETTLE_WEBHOOK_SECONDS),
         "options": {
             "expires": float(SETTLE_WEBHOOK_SECONDS),

@@ -35,14 +35,6 @@ HOST_API_SECONDS = Histogram(
     ["endpoint"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
-WEBHOOK_DELIVERIES = Counter(
-    "settle_webhook_deliveries",
-    "Webhook delivery attempts by outcome: delivered, retrying (an error; tried again "
-    "later), given_up (its retry window closed), deferred (not sent: its endpoint timed "
-    "out earlier in the same task) or unsent (not sent: the task's time or the claim's "
-    "lease would have run out; due again at once).",
-    ["outcome"],
-)
 SWEEP_SECONDS = Histogram(
     "settle_sweep_duration_seconds",
     "Time one sweep took (lapsed leases, due lookups queued and published).",

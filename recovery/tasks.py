@@ -21,7 +21,6 @@ from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_r
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
 from recovery.services.runs import pulse_record
 from recovery.services.sweep import sweep as sweep_run
-from recovery.services.webhooks import webhooks_deliver as webhooks_deliver_run
 
 # A message that finds its attempt held by another worker's live lease waits for that
 # lease (at most a provider timeout plus a margin); after a few such waits the sweeper
@@ -91,12 +90,6 @@ def dashboard_refresh() -> int:
 
 
 @shared_task
-def webhooks_deliver(promote: bool = True) -> dict[str, int]:
-    """Deliver the due webhook messages (beat; and, without ``promote``, a commit's nudge)."""
-    report = webhooks_deliver_run(promote=promote)
-    return {"delivered": report.delivered, "failed": report.failed, "deferred": report.deferred}
-
-
 # An export of a large trail runs longer than the other tasks may: its own limits.
 @shared_task(
     soft_time_limit=settings.SETTLE_AUDIT_EXPORT_SECONDS,

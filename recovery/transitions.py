@@ -23,8 +23,8 @@ from audit.chain import (
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from dbsql.rows import update, values_update
+from recovery.changes import OperationChange, changes_record
 from recovery.models import Operation, State
-from recovery.services.webhooks import OutboxEvent, transition_event, webhook_events_record
 
 
 class Event:
@@ -113,7 +113,8 @@ def operation_transition(
     """Compare-and-set ``operation`` along ``event`` and audit it in the same transaction.
 
     ``fields`` are other columns written by the same UPDATE (``recovered`` and so on).
-    The in-memory ``operation`` is updated to match the row.
+    The in-memory ``operation`` is updated to match the row, and the change handed to
+    its recorders (``recovery.changes``) in the same transaction.
     """
     change = Change(operation, event, data, fields)
     target = _target(change)
@@ -137,7 +138,7 @@ def operation_transition(
         audit_retract(audited)
         raise TransitionRefused(operation, event, "stale (state, version)")
     _moved(change, target, head)
-    webhook_events_record(_reported(change, target))
+    changes_record([_recorded(change, target)])
     return operation
 
 
@@ -185,7 +186,7 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
         audited = _audited(change, target, actor)
         by_fields.setdefault(tuple(sorted(change.fields)), []).append((change, target, audited))
     retracted = []
-    reported: list[OutboxEvent] = []
+    recorded: list[OperationChange] = []
     now = timezone.now()
     for names, group in by_fields.items():
         changed = values_update(
@@ -231,21 +232,20 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
         for change, target, audited in group:
             if change.operation.pk in changed:
                 _moved(change, target, {"audit_seq": audited.seq, "audit_hash": audited.hash})
-                reported += _reported(change, target)
+                recorded.append(_recorded(change, target))
             else:
                 retracted.append(audited)
                 refused.append(
                     TransitionRefused(change.operation, change.event, "stale (state, version)")
                 )
     audit_retract_many(retracted)
-    webhook_events_record(reported)
+    changes_record(recorded)
     return refused
 
 
-def _reported(change: Change, target: str) -> list[OutboxEvent]:
-    """The webhook event of a change that moved to ``target``, if hosts hear of it."""
-    event = transition_event(change.operation, change.event, target, change.data)
-    return [] if event is None else [event]
+def _recorded(change: Change, target: str) -> OperationChange:
+    """A change that moved to ``target``, for the recorders of changes."""
+    return OperationChange(change.operation, change.event, target, change.data or {})
 
 
 def _target(change: Change) -> str:

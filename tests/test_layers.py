@@ -2,7 +2,9 @@
 
 ``canonical`` (canonical JSON and digests) and ``dbsql`` (hand-written SQL) are
 infrastructure under every app and import none. ``audit`` sits under the operation
-core, which writes its events in the same transaction as each change.
+core, which writes its events in the same transaction as each change. The core
+(``recovery``) imports none of its consumers: it records what changed
+(``recovery.changes``) and they decide what it means to them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Top first.
-LAYERS = ["console", "monitoring", "recovery", "audit", "approvals", "dbsql", "canonical"]
+LAYERS = [
+    "console",
+    "monitoring",
+    "webhooks",
+    "recovery",
+    "audit",
+    "approvals",
+    "dbsql",
+    "canonical",
+]
 ABOVE = {app: LAYERS[: LAYERS.index(app)] for app in LAYERS}
 
 

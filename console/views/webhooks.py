@@ -1,6 +1,6 @@
 """Webhook endpoints and their deliveries; an operator redelivers one.
 
-Who sees what is the selectors' rule (``recovery.selectors.webhooks``): the endpoints to
+Who sees what is the selectors' rule (``webhooks.selectors``): the endpoints to
 any user with a role on some provider, their URLs in full only to who may configure
 endpoints, each endpoint's deliveries only for the operations they may view.
 Redelivering is the service's rule: an operator (``lookup_operations``) of the
@@ -17,16 +17,17 @@ from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
 from console.views.access import refusal_status_raise
-from recovery.models import WebhookEndpoint
 from recovery.permissions import ProviderPermission
 from recovery.selectors.access import providers_for_user
-from recovery.selectors.webhooks import (
+from recovery.services.errors import RecoveryError
+from webhooks.endpoints import endpoint_events
+from webhooks.models import WebhookEndpoint
+from webhooks.outcomes import webhook_message_redeliver
+from webhooks.selectors import (
     webhook_endpoints_for_user,
     webhook_messages_for_user,
     webhook_url_for_user,
 )
-from recovery.services.errors import RecoveryError
-from recovery.services.webhooks import endpoint_events, webhook_message_redeliver
 
 
 def _endpoint_for_viewer(request: HttpRequest, endpoint_id: int) -> WebhookEndpoint:

@@ -16,6 +16,7 @@ from audit.kinds import AuditKind
 from canonical import canonical_dumps, sha256_digest
 from dbsql.rows import bulk_save
 from recovery.adapters import LookupResult
+from recovery.changes import RECEIPT_COMPLETE, OperationChange, changes_record
 from recovery.models import (
     Dispatch,
     Evidence,
@@ -25,7 +26,6 @@ from recovery.models import (
     Verdict,
 )
 from recovery.services.signals import stale_signal
-from recovery.services.webhooks import receipt_repaired_event, webhook_events_record
 from recovery.transitions import (
     Change,
     Event,
@@ -343,7 +343,7 @@ def receipt_complete(
     grounds = _receipt_completed(dispatch, succeeded, evidence, request, timezone.now())
     dispatch.save(update_fields=RECEIPT_RECOVERED_FIELDS)
     _receipt_audit(operation, dispatch, grounds, actor)
-    webhook_events_record([receipt_repaired_event(operation, dispatch, grounds)])
+    changes_record([_receipt_change(operation, dispatch, grounds)])
 
 
 def _receipts_recover(recovered: list[tuple[Operation, Dispatch, Evidence]], actor: Actor) -> None:
@@ -356,12 +356,20 @@ def _receipts_recover(recovered: list[tuple[Operation, Dispatch, Evidence]], act
     bulk_save([dispatch for _, dispatch, _ in recovered], RECEIPT_RECOVERED_FIELDS)
     for (operation, dispatch, _), ground in zip(recovered, grounds, strict=True):
         _receipt_audit(operation, dispatch, ground, actor)
-    webhook_events_record(
+    changes_record(
         [
-            receipt_repaired_event(operation, dispatch, ground)
+            _receipt_change(operation, dispatch, ground)
             for (operation, dispatch, _), ground in zip(recovered, grounds, strict=True)
         ]
     )
+
+
+def _receipt_change(
+    operation: Operation, dispatch: Dispatch, grounds: dict[str, Any]
+) -> OperationChange:
+    """A receipt completed, for the recorders of changes: its status and what backs it."""
+    data = {**grounds, "receipt_status": dispatch.receipt_status}
+    return OperationChange(operation, RECEIPT_COMPLETE, operation.state, data)
 
 
 def _receipt_completed(

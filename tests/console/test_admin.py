@@ -57,15 +57,15 @@ def test_a_new_webhook_secret_waits_in_the_session_not_in_a_cookie(admin_client,
     settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = True
     host, _ = host_create(name="fleet-w")
     response = admin_client.post(
-        "/admin/recovery/webhookendpoint/add/",
+        "/admin/webhooks/webhookendpoint/add/",
         {"host": host.pk, "url": "http://127.0.0.1:9/hook", "event_types": ["operation.failed"]},
     )
     secret = _token_from_messages(response)
     assert secret.startswith("whsec_")
     assert "messages" not in response.cookies and not _cookies_carry(response, secret)
-    shown = admin_client.get("/admin/recovery/webhookendpoint/")
+    shown = admin_client.get("/admin/webhooks/webhookendpoint/")
     assert secret.encode() in shown.content and not _cookies_carry(shown, secret)
-    assert secret.encode() not in admin_client.get("/admin/recovery/webhookendpoint/").content
+    assert secret.encode() not in admin_client.get("/admin/webhooks/webhookendpoint/").content
 
 
 def test_adding_an_approver_in_the_admin_shows_its_token_once(admin_client):
@@ -227,13 +227,13 @@ def test_invalid_provider_settings_are_refused_by_the_form(
 
 
 def test_adding_a_webhook_endpoint_in_the_admin_shows_its_secret_once(admin_client, settings):
-    from recovery.models import WebhookEndpoint
     from recovery.services.credentials import host_create
+    from webhooks.models import WebhookEndpoint
 
     settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE = True
     host, _ = host_create(name="fleet-w")
     response = admin_client.post(
-        "/admin/recovery/webhookendpoint/add/",
+        "/admin/webhooks/webhookendpoint/add/",
         {"host": host.pk, "url": "http://127.0.0.1:9/hook", "event_types": ["operation.failed"]},
     )
     assert response.status_code == 302, response.content
@@ -241,20 +241,20 @@ def test_adding_a_webhook_endpoint_in_the_admin_shows_its_secret_once(admin_clie
     endpoint = WebhookEndpoint.objects.get()
     assert secret.startswith("whsec_") and endpoint.secret == secret
     assert endpoint.events == ",operation.failed,"
-    shown = admin_client.get("/admin/recovery/webhookendpoint/")  # where the message shows
+    shown = admin_client.get("/admin/webhooks/webhookendpoint/")  # where the message shows
     assert secret.encode() in shown.content
-    page = admin_client.get(f"/admin/recovery/webhookendpoint/{endpoint.pk}/change/")
+    page = admin_client.get(f"/admin/webhooks/webhookendpoint/{endpoint.pk}/change/")
     assert page.status_code == 200 and secret.encode() not in page.content
     assert AuditEvent.objects.filter(kind="webhook_configured").exists()
 
 
 def test_a_private_webhook_url_is_refused_by_the_admin_form(admin_client):
-    from recovery.models import WebhookEndpoint
     from recovery.services.credentials import host_create
+    from webhooks.models import WebhookEndpoint
 
     host, _ = host_create(name="fleet-w")
     response = admin_client.post(
-        "/admin/recovery/webhookendpoint/add/", {"host": host.pk, "url": "http://10.0.0.5/hook"}
+        "/admin/webhooks/webhookendpoint/add/", {"host": host.pk, "url": "http://10.0.0.5/hook"}
     )
     assert response.status_code == 200
     assert b"SETTLE_WEBHOOKS_ALLOW_PRIVATE" in response.content

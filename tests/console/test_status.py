@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from approvals.actors import COMMAND_LINE
 from audit.checkpoints import audit_checkpoint
-from recovery.models import Operation, Pulse, WebhookMessage
+from recovery.models import Operation, Pulse
 from recovery.services.runs import pulse_record
-from recovery.services.webhooks import webhook_endpoint_add, webhook_endpoint_disable
 from tests.console.conftest import Stuck, client_for
+from webhooks.endpoints import webhook_endpoint_add, webhook_endpoint_disable
+from webhooks.models import WebhookMessage
 
 
 def fresh_sweep(seconds_ago: float = 1) -> None:

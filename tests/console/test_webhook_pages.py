@@ -8,9 +8,9 @@ from django.utils import timezone
 
 from approvals.actors import COMMAND_LINE
 from audit.models import AuditEvent
-from recovery.models import WebhookEndpoint, WebhookMessage
-from recovery.services.webhooks import webhook_endpoint_add
 from tests.console.conftest import console_user
+from webhooks.endpoints import webhook_endpoint_add
+from webhooks.models import WebhookEndpoint, WebhookMessage
 
 pytestmark = pytest.mark.django_db
 
@@ -150,8 +150,8 @@ def test_staff_who_may_only_view_endpoints_in_the_admin_never_see_the_full_url(
     staff.user_permissions.add(Permission.objects.get(codename="view_webhookendpoint"))
     client = signed_in(staff)
     for path in (
-        "/admin/recovery/webhookendpoint/",
-        f"/admin/recovery/webhookendpoint/{secret_endpoint.pk}/change/",
+        "/admin/webhooks/webhookendpoint/",
+        f"/admin/webhooks/webhookendpoint/{secret_endpoint.pk}/change/",
     ):
         page = client.get(path)
         assert page.status_code == 200, path
@@ -162,7 +162,7 @@ def test_staff_who_may_only_view_endpoints_in_the_admin_never_see_the_full_url(
 
 def test_a_superuser_sees_the_full_url_in_the_admin(secret_endpoint, django_user_model):
     root = django_user_model.objects.create_superuser("root", "root@example.com", "pw-for-tests")
-    page = signed_in(root).get("/admin/recovery/webhookendpoint/")
+    page = signed_in(root).get("/admin/webhooks/webhookendpoint/")
     assert "T0KEN-in-the-path" in page.content.decode()
 
 

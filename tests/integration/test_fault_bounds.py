@@ -59,7 +59,7 @@ from approvals.services import approver_create
 from django.contrib.auth import get_user_model
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
-from recovery.services.webhooks import webhook_endpoint_add
+from webhooks.endpoints import webhook_endpoint_add
 _, host = host_create(name="fleet-a")
 _, approver = approver_create(name="phone", all_providers=True)
 provider_configure(name="ledger", adapter="sqlite", path={path!r}, timeout_seconds=5)

@@ -19,8 +19,6 @@ import pytest
 from django.utils import timezone
 
 from approvals.actors import COMMAND_LINE
-from recovery.models import WebhookMessage
-from recovery.services.webhooks import webhook_endpoint_add
 from tests.conftest import Api, Flow
 from tests.support.webhook_receiver import (
     Receiver,
@@ -29,6 +27,8 @@ from tests.support.webhook_receiver import (
     silent_serve,
     trickling_serve,
 )
+from webhooks.endpoints import webhook_endpoint_add
+from webhooks.models import WebhookMessage
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 from approvals.actors import COMMAND_LINE
-from recovery.services.webhooks import webhook_endpoint_add
 from tests.conftest import STRICT
 from tests.integration.conftest import Procs, Settle, assert_audit_intact
 from tests.integration.test_background_recovery import _nobody_resumed, _state, _wait
@@ -31,6 +30,7 @@ from tests.integration.test_crash_recovery import assert_recovered_receipt, cras
 from tests.support.celery_procs import REPO_ROOT, child_environment
 from tests.support.gunicorn import _LOCAL, database_url, gunicorn_running
 from tests.support.webhook_receiver import Receiver, receiver_serve
+from webhooks.endpoints import webhook_endpoint_add
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -133,8 +133,8 @@ def test_a_runtime_only_install_releases_a_stranded_operation_and_delivers_its_w
 
     _wait(released_received, 30, "the release delivered by the installed webhook worker")
     assert all(item.verified[secret] for item in receiver.received)
-    assert "Task recovery.tasks.webhooks_deliver[" in webhooks.log()
-    assert "Task recovery.tasks.webhooks_deliver[" not in worker.log()
+    assert "Task webhooks.tasks.webhooks_deliver[" in webhooks.log()
+    assert "Task webhooks.tasks.webhooks_deliver[" not in worker.log()
     assert "Traceback" not in worker.log() + webhooks.log() + beat.log()
 
 

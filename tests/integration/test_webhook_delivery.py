@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from approvals.actors import COMMAND_LINE
-from recovery.models import WebhookMessage
-from recovery.services.webhooks import webhook_endpoint_add
 from tests.support.webhook_receiver import Receiver, receiver_serve
+from webhooks.endpoints import webhook_endpoint_add
+from webhooks.models import WebhookMessage
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 
 from approvals.actors import COMMAND_LINE
-from recovery.models import Dispatch, WebhookMessage
-from recovery.services.webhooks import webhook_endpoint_add
+from recovery.models import Dispatch
 from tests.integration.conftest import Procs, Settle, assert_audit_intact
 from tests.integration.test_background_recovery import _nobody_resumed, _state, _transitions, _wait
 from tests.integration.test_crash_recovery import assert_recovered_receipt, crash
 from tests.support.webhook_receiver import Silent, silent_serve
+from webhooks.endpoints import webhook_endpoint_add
+from webhooks.models import WebhookMessage
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -88,8 +89,8 @@ def test_a_receiver_that_never_answers_slows_neither_the_sweep_nor_the_host_api(
     # The deliveries were hanging all along, on the webhook worker alone.
     pending = WebhookMessage.objects.filter(status="pending").count()
     assert pending >= FLOOD * ENDPOINTS and not WebhookMessage.objects.filter(status="delivered")
-    assert "Task recovery.tasks.webhooks_deliver[" in webhooks.log()
-    assert "Task recovery.tasks.webhooks_deliver[" not in worker.log()
+    assert "Task webhooks.tasks.webhooks_deliver[" in webhooks.log()
+    assert "Task webhooks.tasks.webhooks_deliver[" not in worker.log()
     assert provider.effects(key) == 1
     assert_recovered_receipt(key)
     _nobody_resumed(key)

@@ -14,6 +14,7 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 import recovery.metrics
+import webhooks.metrics
 from monitoring.metrics import HealthCollector
 from tests.conftest import STRICT
 
@@ -44,9 +45,10 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def exported() -> set[str]:
     """Every sample name /metrics can carry: the counters and histograms, and the gauges."""
     names = set()
-    for value in vars(recovery.metrics).values():
-        if isinstance(value, MetricWrapperBase):
-            names |= {value._name + suffix for suffix in SUFFIXES[value._type]}
+    for module in (recovery.metrics, webhooks.metrics):
+        for value in vars(module).values():
+            if isinstance(value, MetricWrapperBase):
+                names |= {value._name + suffix for suffix in SUFFIXES[value._type]}
     for family in HealthCollector().collect():
         names.add(family.name)
     return names

@@ -16,11 +16,12 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from approvals.actors import COMMAND_LINE
-from recovery.models import WebhookMessage
-from recovery.selectors.webhooks import webhook_url_redacted
-from recovery.services.webhooks import webhook_endpoint_add, webhooks_deliver
 from tests.console.browser.conftest import screenshots_everywhere, sign_in
 from tests.support.webhook_receiver import Receiver, receiver_serve
+from webhooks.delivery import webhooks_deliver
+from webhooks.endpoints import webhook_endpoint_add
+from webhooks.models import WebhookMessage
+from webhooks.selectors import webhook_url_redacted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,14 +6,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.actors import COMMAND_LINE
-from recovery.models import WebhookEndpoint
 from recovery.services.errors import RecoveryError
-from recovery.services.webhooks import (
+from webhooks.endpoints import (
     endpoint_events,
     webhook_endpoint_add,
     webhook_endpoint_disable,
     webhook_endpoint_rotate,
 )
+from webhooks.models import WebhookEndpoint
 
 
 class Command(BaseCommand):

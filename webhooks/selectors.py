@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from recovery.models import WebhookEndpoint, WebhookMessage
 from recovery.selectors.access import providers_visible_to
+from webhooks.models import WebhookEndpoint, WebhookMessage
 
 
 def webhook_endpoints_for_user(*, user: Any) -> QuerySet[WebhookEndpoint]:
@@ -26,7 +26,7 @@ def webhook_endpoints_for_user(*, user: Any) -> QuerySet[WebhookEndpoint]:
 
 
 # Who may add, rotate and disable endpoints (the admin's) may read their URLs in full.
-CONFIGURE_PERMISSION = "recovery.change_webhookendpoint"
+CONFIGURE_PERMISSION = "webhooks.change_webhookendpoint"
 
 
 def webhook_url_redacted(url: str) -> str:

@@ -1,0 +1,208 @@
+"""The outbox: what a change of an operation writes for the hosts to be told.
+
+outbox
+    ``WebhookMessage`` rows, written by ``webhook_events_record`` in the transaction of
+    the change they report (one INSERT … SELECT, for the enabled endpoints of the
+    operation's host subscribed to the event): a rollback leaves none, a crash after the
+    commit leaves them to be sent.
+change
+    The core hands each batch of changes (``recovery.changes``) to
+    ``outbox_changes_record``, registered by ``WebhooksConfig.ready``: a transition to a
+    state hosts hear of, an approval decided, a stranded receipt completed, each becomes
+    an event (``change_event``); any other change writes nothing.
+nudge
+    A commit that wrote messages publishes a delivery task at once
+    (``webhooks_nudge``); beat's round delivers anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from recovery.changes import RECEIPT_COMPLETE, OperationChange
+from recovery.models import Operation, State
+from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookMessage
+
+logger = logging.getLogger(__name__)
+
+DISABLED = WebhookEndpoint.Status.DISABLED
+PENDING = WebhookMessage.Status.PENDING
+# The transition data a payload may carry: references, never a token or a secret.
+PAYLOAD_KEYS = ("reason", "evidence_id", "request_id", "verdict", "approval_id")
+
+
+@dataclass(frozen=True)
+class OutboxEvent:
+    """One change to report, for every subscribed endpoint of its operation's host."""
+
+    operation: Operation
+    event: str
+    data: dict[str, Any]
+
+
+def transition_event(
+    operation: Operation, event: str, target: str, data: dict[str, Any] | None
+) -> OutboxEvent | None:
+    """The webhook event a transition makes (``operation`` already moved), if any."""
+    kind = {
+        State.RELEASED: WebhookEvent.RELEASED,
+        State.FAILED: WebhookEvent.FAILED,
+        State.VOIDED: WebhookEvent.VOIDED,
+        State.RECONCILE: WebhookEvent.RECONCILE,
+    }.get(State(target))
+    extra = {key: value for key, value in (data or {}).items() if key in PAYLOAD_KEYS}
+    if event in {"approve", "deny"}:
+        kind = WebhookEvent.APPROVAL_DECIDED
+        extra["decision"] = "approved" if event == "approve" else "denied"
+    if kind is None:
+        return None
+    extra["event"] = event
+    if kind == WebhookEvent.RECONCILE:
+        # Why it waits for an operator, in the transition's own words (``WaitReason``).
+        extra["reason"] = extra.get("reason") or extra.get("verdict") or event
+    if kind == WebhookEvent.RELEASED:
+        extra["recovered"] = operation.recovered
+    return OutboxEvent(operation, kind, extra)
+
+
+def receipt_repaired_event(operation: Operation, data: dict[str, Any]) -> OutboxEvent:
+    """The webhook event of a stranded receipt completed (``receipt_complete``)."""
+    grounds = {key: value for key, value in data.items() if key in PAYLOAD_KEYS}
+    return OutboxEvent(
+        operation,
+        WebhookEvent.RECEIPT_REPAIRED,
+        {"receipt_status": data["receipt_status"], "recovered": True, **grounds},
+    )
+
+
+def change_event(change: OperationChange) -> OutboxEvent | None:
+    """The webhook event a core change makes, if hosts hear of it."""
+    if change.event == RECEIPT_COMPLETE:
+        return receipt_repaired_event(change.operation, change.data)
+    return transition_event(change.operation, change.event, change.target, change.data)
+
+
+def outbox_changes_record(changes: Sequence[OperationChange]) -> None:
+    """The recorder of core changes (``recovery.changes``): their events' outbox rows."""
+    events = [change_event(change) for change in changes]
+    webhook_events_record([event for event in events if event is not None])
+
+
+def _payload(item: OutboxEvent, now: datetime) -> str:
+    operation = item.operation
+    return json.dumps(
+        {
+            "type": item.event,
+            "timestamp": now.isoformat(),
+            "data": {
+                "operation": operation.key,
+                "state": operation.state,
+                "version": operation.version,
+                "action": operation.action,
+                **item.data,
+            },
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def webhook_events_record(events: Sequence[OutboxEvent]) -> int:
+    """Write the outbox rows for ``events`` in the caller's transaction; how many.
+
+    One INSERT … SELECT for the batch: a row for each enabled (or failing) endpoint of
+    the operation's host subscribed to the event, none when there is none. A row behind
+    a pending one of its (endpoint, operation) waits (``next_attempt_at`` null) until
+    that one is done. Each row's ``msg_id`` is the event's own id and its endpoint's. A
+    commit that wrote any nudges a delivery at once; beat delivers anyway.
+    """
+    written = 0
+    # An operation changes once per statement (each row must see the ones before it);
+    # the services never report one twice in a batch, so this is one statement.
+    rounds: list[list[OutboxEvent]] = []
+    seen: dict[int, int] = {}
+    for item in events:
+        n = seen.get(item.operation.pk, 0)
+        seen[item.operation.pk] = n + 1
+        if n == len(rounds):
+            rounds.append([])
+        rounds[n].append(item)
+    for batch in rounds:
+        written += _outbox_insert(batch)
+    if written > 0:
+        transaction.on_commit(webhooks_nudge)
+    return written
+
+
+def _outbox_insert(events: list[OutboxEvent]) -> int:
+    now = timezone.now()
+    table = WebhookMessage._meta.db_table
+    endpoints = WebhookEndpoint._meta.db_table
+    selects: list[str] = []
+    params: list[Any] = []
+    for item in events:
+        selects.append(
+            "SELECT CAST(%s AS BIGINT) AS operation_id, CAST(%s AS BIGINT) AS host_id, "
+            "%s AS event, %s AS payload, %s AS msg_prefix"
+        )
+        params += [
+            item.operation.pk,
+            item.operation.host_id,
+            item.event,
+            _payload(item, now),
+            f"msg_{secrets.token_hex(12)}_",
+        ]
+    sql = (
+        f"INSERT INTO {table} (endpoint_id, operation_id, event, payload, msg_id, created_at, "
+        "next_attempt_at, attempts, status, last_error) "
+        "SELECT e.id, v.operation_id, v.event, v.payload, v.msg_prefix || CAST(e.id AS TEXT), "
+        f"%s, CASE WHEN EXISTS (SELECT 1 FROM {table} p WHERE p.endpoint_id = e.id "
+        "AND p.operation_id = v.operation_id AND p.status = %s) THEN NULL ELSE %s END, "
+        "0, %s, '' "
+        f"FROM ({' UNION ALL '.join(selects)}) v JOIN {endpoints} e ON e.host_id = v.host_id "
+        "WHERE e.status <> %s AND (e.events = '' OR e.events LIKE '%%,' || v.event || ',%%') "
+        "ORDER BY v.operation_id, e.id"
+    )
+    # As the ORM writes it: SQLite keeps datetimes as text, and a value in another form
+    # (with its offset) would compare wrongly with the ORM's "due by now".
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [stamp, PENDING, stamp, PENDING, *params, DISABLED])
+        return int(cursor.rowcount)
+
+
+_last_nudge = 0.0
+NUDGE_INTERVAL_SECONDS = 0.1
+
+
+def webhooks_nudge() -> None:
+    """Publish a delivery task now (after a commit that wrote messages), at most ten a
+    second per process: beat's round every ``SETTLE_WEBHOOK_SECONDS`` covers the rest.
+
+    A broker that does not take it is logged, never raised: the rows are the record.
+    """
+    global _last_nudge
+    now = time.monotonic()
+    if now - _last_nudge < NUDGE_INTERVAL_SECONDS:
+        return
+    _last_nudge = now
+    try:
+        current_app.send_task(
+            "webhooks.tasks.webhooks_deliver",
+            kwargs={"promote": False},
+            queue=settings.SETTLE_WEBHOOK_QUEUE,
+        )
+    except Exception as exc:  # the broker's errors vary by transport
+        logger.warning("publishing a webhook delivery failed: %r", exc)
