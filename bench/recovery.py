@@ -2,8 +2,8 @@
 
     python manage.py benchmark_recovery --operations N --workers W [--resume-operations M]
 
-Figures, not a test; a development tool, not part of a runtime install (the command in
-``recovery`` only passes its options here). The figures and how they were reached are in
+Figures, not a test; a development tool, not part of a runtime install (the command
+only passes its options here). The figures and how they were reached are in
 ``docs/benchmarks.md``. Everything happens in a scratch database (PostgreSQL: the
 ``DATABASE_URL`` database's name + ``_benchrec``, dropped and created afresh; SQLite: a
 file) and a scratch directory, never in the configured database.

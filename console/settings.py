@@ -6,6 +6,7 @@ later as a confusing runtime error.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import sys
@@ -217,6 +218,9 @@ INSTALLED_APPS = [
     "recovery",
     "console",
 ]
+# The benchmarks (bench/) are in a checkout, never in the wheel: an app only where importable.
+if importlib.util.find_spec("bench") is not None:
+    INSTALLED_APPS.append("bench")
 
 MIDDLEWARE = [
     "console.logs.RequestIdMiddleware",
