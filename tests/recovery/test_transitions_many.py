@@ -14,11 +14,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals.actors import Actor
+from bench.sqlcount import StatementCount, counting
 from recovery.audit import audit_chain_locked, audit_transaction, audit_verify
 from recovery.models import AuditEvent, Dispatch, Operation, State
 from recovery.services.lookup_tasks import lookup_batch_run
 from recovery.services.sweep import leases_sweep, sweep
-from recovery.sqlcount import StatementCount, counting
 from recovery.transitions import Change, Event, operation_transition_many
 from tests.conftest import PARAMS
 from tests.support.providers import sqlite_provider_commit
