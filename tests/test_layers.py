@@ -1,6 +1,8 @@
 """Imports point one way: console → recovery → approvals → dbsql (DESIGN.md, STYLE.md).
 
 ``dbsql``, the hand-written SQL, is infrastructure under every app and imports none.
+``bench`` and ``tests``, which a production install does not have, stand above them all:
+they may import anything, and nothing shipped imports them.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BELOW = {
-    "dbsql": ("approvals", "recovery", "console"),
-    "approvals": ("recovery", "console"),
-    "recovery": ("console",),
+    "dbsql": ("approvals", "recovery", "console", "bench", "tests"),
+    "approvals": ("recovery", "console", "bench", "tests"),
+    "recovery": ("console", "bench", "tests"),
+    "console": ("bench", "tests"),
 }
 
 
