@@ -1,5 +1,7 @@
 """Measurement tools: figures, not tests (``docs/benchmarks.md``). Not part of a runtime install.
 
-``api.py`` and ``core.py`` are scripts (``python bench/api.py``); ``recovery.py`` is the
-body of ``manage.py benchmark_recovery``.
+An app wherever it can be imported (a checkout, ``console.settings``): its commands,
+``manage.py benchmark_*``, run ``audit.py``, ``bulk.py``, ``console.py``, ``metrics.py``,
+``recovery.py`` and ``webhooks.py``. ``api.py`` and ``core.py`` are scripts
+(``python bench/api.py``).
 """

@@ -43,8 +43,8 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from bench.sqlcount import StatementCount, counting
 from console.wsgi import application as django_application
-from recovery.sqlcount import StatementCount, counting
 from tests.procs.fleet import SQL_DETAIL_HEADER, SQL_HEADER
 
 _current = threading.local()

@@ -2,8 +2,8 @@
 
     python manage.py benchmark_recovery --operations N --workers W [--resume-operations M]
 
-Figures, not a test; a development tool, not part of a runtime install (the command in
-``recovery`` only passes its options here). The figures and how they were reached are in
+Figures, not a test; a development tool, not part of a runtime install (the command
+only passes its options here). The figures and how they were reached are in
 ``docs/benchmarks.md``. Everything happens in a scratch database (PostgreSQL: the
 ``DATABASE_URL`` database's name + ``_benchrec``, dropped and created afresh; SQLite: a
 file) and a scratch directory, never in the configured database.
@@ -24,7 +24,7 @@ one at a time
     queues its lookup, the single-attempt task's body runs it (``lookup_attempt_run``,
     what a worker does for one message), ``resume`` again answers ``released``.
 
-SQL statements are counted with ``recovery.sqlcount`` in every process that touches the
+SQL statements are counted with ``bench.sqlcount`` in every process that touches the
 database for recovery: the workers' pool processes and this process's sweeps (not the
 command's own progress polling).
 """
@@ -55,10 +55,10 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from approvals.actors import Actor
+from bench.sqlcount import StatementCount, count_files_total, counting
 from canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
 from recovery.models import Dispatch, Host, LookupAttempt, Operation, Provider, State
 from recovery.services.providers import provider_configure
-from recovery.sqlcount import StatementCount, count_files_total, counting
 
 BENCH = Actor.system("benchmark")
 DEFAULT_BROKER = "redis://127.0.0.1:6379/6"

@@ -3,16 +3,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from celery import Celery, bootsteps
 from celery.signals import (
     after_task_publish,
     beat_init,
-    task_postrun,
     worker_init,
-    worker_process_init,
     worker_process_shutdown,
 )
 
@@ -23,25 +20,6 @@ logger = logging.getLogger(__name__)
 app = Celery("settle")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-
-
-def _statements_counted(**_: object) -> None:
-    """With ``SETTLE_SQL_COUNT_DIR`` set (benchmarks only), count each pool process's SQL."""
-    directory = os.environ.get("SETTLE_SQL_COUNT_DIR")
-    if not directory:
-        return
-    from recovery.sqlcount import StatementCount, count_file_write, counting
-
-    count = StatementCount()
-    counting(count)
-
-    def _written(**_: object) -> None:
-        count_file_write(Path(directory), count)
-
-    task_postrun.connect(_written, weak=False)
-
-
-worker_process_init.connect(_statements_counted, weak=False)
 
 
 def _metrics_dir_tidied(**_: object) -> None:

@@ -6,6 +6,7 @@ later as a confusing runtime error.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import sys
@@ -220,6 +221,9 @@ INSTALLED_APPS = [
     "monitoring",
     "console",
 ]
+# The benchmarks (bench/) are in a checkout, never in the wheel: an app only where importable.
+if importlib.util.find_spec("bench") is not None:
+    INSTALLED_APPS.append("bench")
 
 # The row that keeps each operation's audit chain head (``audit.models.ChainHolder``).
 SETTLE_AUDIT_CHAIN_MODEL = "recovery.Operation"

@@ -89,7 +89,6 @@ def dashboard_refresh() -> int:
     return dashboard_refresh_run().counted
 
 
-@shared_task
 # An export of a large trail runs longer than the other tasks may: its own limits.
 @shared_task(
     soft_time_limit=settings.SETTLE_AUDIT_EXPORT_SECONDS,

@@ -8,7 +8,8 @@ second venv with ``pip install .`` (no extras, not editable) and names it in
 so the workers and beat import the installed package, and lets them settle a stranded
 operation with nobody calling resume and deliver its webhooks (a worker of the webhook
 queue, as the README's deployment runs one); and that venv's gunicorn serves the
-console's pages and static files, which must ship inside the package.
+console's pages and static files, which must ship inside the package. The benchmarks
+(``bench/``, its ``benchmark_*`` commands and ``sqlcount``) must not.
 """
 
 from __future__ import annotations
@@ -43,33 +44,42 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def runtime_celery(celery_env: dict[str, str | None]) -> Path:
-    """The runtime venv's ``celery``: CI must give the venv; elsewhere the test skips."""
+def runtime_venv() -> Path:
+    """The runtime venv: CI must give it; elsewhere the test skips."""
     venv = os.environ.get("SETTLE_RUNTIME_VENV", "")
     if not venv:
         reason = "SETTLE_RUNTIME_VENV names no venv made with `pip install .` (.ci/run makes one)"
         if IN_CI:
             pytest.fail(reason)
         pytest.skip(reason)
-    celery = Path(venv) / "bin" / "celery"
+    return Path(venv)
+
+
+@pytest.fixture
+def runtime_celery(celery_env: dict[str, str | None], runtime_venv: Path) -> Path:
+    """The runtime venv's ``celery``."""
+    celery = runtime_venv / "bin" / "celery"
     assert celery.exists(), f"{celery} does not exist"
     return celery
 
 
 def _imported_from(python: Path, cwd: Path, env: dict[str, str | None]) -> dict[str, str]:
     """Where that interpreter, started as the worker was, finds Settle's packages."""
-    child_env = child_environment(env)
     code = "import approvals, console, recovery; print(console.__file__, recovery.__file__)"
-    output = subprocess.run(
-        [str(python), "-c", code],
+    output = _output([str(python), "-c", code], cwd, env).split()
+    return {"console": output[0], "recovery": output[1]}
+
+
+def _output(command: list[str], cwd: Path, env: dict[str, str | None]) -> str:
+    return subprocess.run(
+        command,
         cwd=cwd,
-        env=child_env,
+        env=child_environment(env),
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
-    ).stdout.split()
-    return {"console": output[0], "recovery": output[1]}
+    ).stdout
 
 
 def _outside_the_checkout(tmp_path: Path, settings: Any) -> tuple[Path, dict[str, str | None]]:
@@ -161,3 +171,30 @@ def test_a_runtime_only_install_serves_the_console_pages_and_static_files(
             with _LOCAL.open(server.url + path, timeout=10) as response:
                 assert response.status == 200 and response.read(), path
         assert "Traceback" not in server.log_tail()
+
+
+def test_a_runtime_only_install_has_no_benchmarks(
+    runtime_venv: Path, tmp_path: Path, settings: Any
+) -> None:
+    outside, env = _outside_the_checkout(tmp_path, settings)
+    code = (
+        "import importlib.metadata, importlib.util, json; print(json.dumps(["
+        "[str(path) for path in importlib.metadata.files('settle')], "
+        "importlib.util.find_spec('bench') is not None]))"
+    )
+    files, bench_found = json.loads(
+        _output([str(runtime_venv / "bin" / "python"), "-c", code], outside, env)
+    )
+    assert "recovery/management/commands/verify_audit.py" in files  # the list is the wheel's
+    benchmarks = [
+        path
+        for path in files
+        if path.startswith("bench/") or "benchmark_" in path or path.endswith("sqlcount.py")
+    ]
+    assert benchmarks == []
+    assert not bench_found
+
+    django_admin = str(runtime_venv / "bin" / "django-admin")
+    commands = _output([django_admin, "help", "--commands"], outside, env).split()
+    assert "verify_audit" in commands
+    assert [name for name in commands if name.startswith("benchmark_")] == []

@@ -7,8 +7,9 @@ through a cursor (``executemany`` counts one per parameter set; savepoints inclu
 with the first statement), +1 ``COMMIT``/``ROLLBACK`` when it ends. Connection set-up
 is not counted.
 
-A Celery worker counts when ``SETTLE_SQL_COUNT_DIR`` is set (``console.celery``): each
-pool process rewrites ``<dir>/<pid>.json`` with its totals after every task.
+A Celery worker counts when ``SETTLE_SQL_COUNT_DIR`` is set (``bench.apps``, so only a
+worker started from a checkout): each pool process rewrites ``<dir>/<pid>.json`` with its
+totals after every task.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from celery.signals import task_postrun
 from django.db import DEFAULT_DB_ALIAS, connections
 
 
@@ -100,3 +102,16 @@ def count_files_total(directory: Path) -> StatementCount:
         total.commit += data["commit"]
         total.rollback += data["rollback"]
     return total
+
+
+def worker_process_counting(**_: object) -> None:
+    """A Celery pool process, starting: count its statements from now, and write its
+    totals to ``SETTLE_SQL_COUNT_DIR`` after every task."""
+    directory = Path(os.environ["SETTLE_SQL_COUNT_DIR"])
+    count = StatementCount()
+    counting(count)
+
+    def written(**_: object) -> None:
+        count_file_write(directory, count)
+
+    task_postrun.connect(written, weak=False)

@@ -1,7 +1,7 @@
 """``manage.py benchmark_console``: the console's pages over N seeded operations.
 
-The measurement is ``bench/console.py``, a development tool that a runtime install need
-not have; this command only takes the options and passes them on.
+The measurement is ``bench/console.py``; this command only takes the options and passes
+them on.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from bench.console import ConsoleBenchmark
 
 
 class Command(BaseCommand):
@@ -27,15 +29,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            from bench.console import ConsoleBenchmark
-        except ModuleNotFoundError as exc:
-            if exc.name not in {"bench", "bench.console", "bench.seed"}:
-                raise
-            raise CommandError(
-                "benchmark_console needs bench/ (a development tool, not part of a runtime "
-                "install): run it from a checkout of the repository, in its top directory"
-            ) from None
         if options["operations"] < 1 or options["requests"] < 1:
             raise CommandError("--operations and --requests must be at least 1")
         ConsoleBenchmark(self.stdout).run(

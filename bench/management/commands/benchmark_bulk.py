@@ -1,14 +1,15 @@
 """``manage.py benchmark_bulk``: how fast a bulk confirm of N matched operations goes.
 
-The measurement is ``bench/bulk.py``, a development tool that a runtime install need not
-have; this command only takes the options and passes them on.
+The measurement is ``bench/bulk.py``; this command only takes the options and passes them on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
+
+from bench.bulk import BulkBenchmark
 
 
 class Command(BaseCommand):
@@ -21,14 +22,4 @@ class Command(BaseCommand):
         parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            from bench.bulk import BulkBenchmark
-        except ModuleNotFoundError as exc:
-            if exc.name not in {"bench", "bench.bulk"}:
-                raise
-            raise CommandError(
-                "benchmark_bulk needs bench/ (a development tool, not part of a runtime "
-                "install): run it from a checkout of the repository, in its top directory, "
-                "as `python manage.py benchmark_bulk`"
-            ) from None
         BulkBenchmark(self.stdout).run(**options)
