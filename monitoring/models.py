@@ -1,7 +1,7 @@
 """What monitoring keeps: queues' signs of life, the operation count snapshot, alert rules.
 
 The rows the core writes about its own work (``recovery.models.Pulse``, when each
-periodic job last finished; ``ProviderLookups``, how each provider's lookups go) stay
+periodic job last finished; ``LookupPulse``, how each provider's lookups go) stay
 in ``recovery``: they are written inside the core's work, and monitoring only reads them.
 """
 

@@ -618,7 +618,7 @@ class Pulse(models.Model):
         return f"{self.name} at {self.at:%Y-%m-%d %H:%M:%S}"
 
 
-class ProviderLookups(models.Model):
+class LookupPulse(models.Model):
     """How a provider's lookups have been going: one row per provider, updated per batch.
 
     ``unavailable_since`` is set by the first ``unavailable`` answer after an available

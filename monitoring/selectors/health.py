@@ -6,7 +6,7 @@ Nothing here counts a whole table. What each fact reads:
 last sweep
     ``Pulse`` row ``sweep``, written once per sweep by beat's task.
 last finished lookup, lookups failing
-    ``ProviderLookups``, one row per provider, written once per lookup batch.
+    ``LookupPulse``, one row per provider, written once per lookup batch.
 
 Those two tables are the core's (``recovery.services.runs`` writes them where the work
 runs): monitoring reads them, and the core never imports monitoring.
@@ -54,14 +54,12 @@ from monitoring.models import OperationCount, QueuePulse
 from recovery.models import (
     TERMINAL_STATES,
     UNSETTLED_STATES,
+    LookupPulse,
     Operation,
     Provider,
-    ProviderLookups,
     Pulse,
     State,
 )
-
-# Health moves to an app above webhooks; until then, this one edge runs up.
 from webhooks.selectors import webhook_oldest_due_at, webhook_outbox_backlog
 
 IN_FLIGHT_STATES = tuple(state for state in State if state not in TERMINAL_STATES)
@@ -182,7 +180,7 @@ def health_facts(*, now: datetime | None = None) -> HealthFacts:
     for count in OperationCount.objects.filter(state__in=TERMINAL_STATES):
         if count.provider_id in providers:
             providers[count.provider_id].states[count.state] = count.count
-    lookups = list(ProviderLookups.objects.all())
+    lookups = list(LookupPulse.objects.all())
     for pulse in lookups:
         if pulse.provider_id in providers:
             providers[pulse.provider_id].last_lookup_at = pulse.last_lookup_at

@@ -1,7 +1,7 @@
 """Monitoring's own rows: queues' signs of life and the operation count snapshot.
 
 One row per queue or (provider, state), updated in place, never per operation. The
-core's own runs (the sweep's ``Pulse``, a provider's ``ProviderLookups``) are recorded by
+core's own runs (the sweep's ``Pulse``, a provider's ``LookupPulse``) are recorded by
 ``recovery.services.runs``, where that work happens.
 """
 

@@ -1,7 +1,7 @@
 """When the core's work last ran: the rows monitoring's health facts read.
 
 One row per job or provider, updated in place: a sweep writes one ``Pulse`` row, a
-lookup batch one ``ProviderLookups`` row per provider it read. Neither is written per
+lookup batch one ``LookupPulse`` row per provider it read. Neither is written per
 operation, nor inside the transactions of the work itself (a failure to record a pulse
 never undoes a sweep or a lookup).
 
@@ -21,9 +21,9 @@ from django.db import connection
 from django.utils import timezone
 
 from recovery.metrics import LOOKUPS
-from recovery.models import Provider, ProviderLookups, Pulse, Verdict
+from recovery.models import LookupPulse, Provider, Pulse, Verdict
 
-_LOOKUPS_TABLE = connection.ops.quote_name(ProviderLookups._meta.db_table)
+_LOOKUPS_TABLE = connection.ops.quote_name(LookupPulse._meta.db_table)
 
 
 def pulse_record(*, name: str, seconds: float, at: datetime | None = None) -> None:
