@@ -21,14 +21,8 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit, PermitEvent, ReconciliationRequest
 from dbsql.clock import DatabaseNow, db_now
-from dbsql.rows import (
-    NOW,
-    insert,
-    insert_where,
-    model_from_row,
-    select_first,
-    update_returning,
-)
+from dbsql.rows import model_from_row, select_first
+from dbsql.writes import NOW, insert, insert_where, update_returning
 
 M = TypeVar("M", bound=models.Model)
 

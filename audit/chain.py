@@ -36,7 +36,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, event_digest
 from audit.models import AuditChainHead, AuditEvent, ChainHolder
-from dbsql.rows import insert, update, values_update
+from dbsql.writes import insert, update, values_update
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -1,5 +1,7 @@
 """Statements written out instead of built by the ORM: the host API's path, and batches.
 
+Reads are here; writes in ``dbsql.writes``.
+
 Every host-API call runs six to eight statements. Building each through the ORM (a
 queryset, its compiler, the model's save machinery) cost the web worker more CPU than
 PostgreSQL spent running it; so the statements of that path are written here, each
@@ -18,24 +20,10 @@ select_first_at
 select_locked_with
     ``select_for_update(of=("self",), no_key=True).select_related(one)``: a row and the
     row one of its foreign keys points at, the first locked, in one statement.
-insert
-    ``save(force_insert=True)`` / ``bulk_create`` for instances of one model: one INSERT,
-    ``auto_now_add`` and ``auto_now`` applied, database-made primary keys read back;
-    or, for one row, ``INSERT … ON CONFLICT DO NOTHING``.
-update
-    ``filter(…).update(…)``: equality conditions, values or SQL expressions assigned;
-    the number of rows changed.
-update_returning
-    A compare-and-set that also reads the database's clock (``NOW``).
 model_from_row
     A model instance from a raw row, converted as the ORM converts.
 values_from_rows
     Raw rows' values, each converted as the ORM converts its field (of any model).
-values_update
-    ``UPDATE … FROM (VALUES …)``: many rows, each with values of its own, in one
-    statement (PostgreSQL), still a compare-and-set per row when asked.
-bulk_save
-    ``save(update_fields=…)`` for many rows in one statement.
 """
 
 from __future__ import annotations
@@ -53,7 +41,6 @@ from dbsql.clock import clock
 M = TypeVar("M", bound=Model)
 
 _PLAIN = (int, str, bool)
-NOW = object()  # a parameter of ``update_returning``: the database's clock goes here
 
 
 def _quote(name: str) -> str:
@@ -264,244 +251,3 @@ def select_locked_with(
         target, target._meta.concrete_fields, row[len(fields) :]
     )
     return found
-
-
-# -- writing -----------------------------------------------------------------------------
-
-
-@functools.cache
-def _insert_shape(
-    model: type[Model],
-) -> tuple[tuple[Field[Any, Any], ...], str, tuple[Field[Any, Any], ...], str]:
-    """The fields an INSERT writes and their columns; the fields the database makes
-    (read back) and the RETURNING clause for them."""
-    meta = model._meta
-    written = tuple(field for field in meta.concrete_fields if not field.db_returning)
-    returned = tuple(field for field in meta.concrete_fields if field.db_returning)
-    returning = ", ".join(_quote(str(field.column)) for field in returned)
-    columns = ", ".join(_quote(str(field.column)) for field in written)
-    return written, columns, returned, f" RETURNING {returning}" if returning else ""
-
-
-def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
-    """Insert ``objects`` (all of one model, not saved yet) in one statement.
-
-    What ``save(force_insert=True)`` and ``bulk_create`` do for them: each field's
-    ``pre_save`` (``auto_now_add``), its conversion, and the keys the database makes
-    read back into the objects, which are then saved instances. No signals are sent:
-    none of Settle's models has a receiver.
-
-    ``unless_conflict`` (one object): ``ON CONFLICT DO NOTHING`` — when a unique
-    constraint, a partial one included, already holds a row like it, nothing is
-    inserted and the object stays unsaved. Returns the number of rows inserted.
-    """
-    if not objects:
-        return 0
-    assert not unless_conflict or len(objects) == 1, "which rows went in is read back for one"
-    model = type(objects[0])
-    assert all(type(obj) is model for obj in objects), "one model per statement"
-    written, columns, returned, returning = _insert_shape(model)
-    assert not any(getattr(obj, f.attname) for obj in objects for f in returned), "made by it"
-    params: list[Any] = []
-    for obj in objects:
-        params += [
-            field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written
-        ]
-    row_marks = "(" + ", ".join(["%s"] * len(written)) + ")"
-    sql = (
-        f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) "
-        f"VALUES {', '.join([row_marks] * len(objects))}"
-        f"{' ON CONFLICT DO NOTHING' if unless_conflict else ''}{returning}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall() if returning else []
-        inserted = len(rows) if returning else cursor.rowcount
-    if unless_conflict and not inserted:
-        return 0
-    for index, obj in enumerate(objects):
-        if rows:
-            for field, value in zip(returned, rows[index], strict=True):
-                setattr(obj, field.attname, value)
-        obj._state.adding = False
-        obj._state.db = connection.alias
-    return inserted
-
-
-def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:
-    """Insert ``obj`` (not saved yet) only if ``condition`` holds, in one statement.
-
-    ``INSERT … SELECT <values> WHERE <condition> RETURNING``: the check and the write are
-    one statement, so a caller that holds the lock the condition depends on pays no
-    separate read. Returns whether the row went in (then ``obj`` is saved).
-    """
-    model = type(obj)
-    written, columns, returned, returning = _insert_shape(model)
-    values = [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written]
-    # PostgreSQL types a SELECT list's parameters on its own: say each column's type.
-    casts = [
-        f"CAST(%s AS {field.cast_db_type(connection)})"
-        if connection.vendor == "postgresql"
-        else "%s"
-        for field in written
-    ]
-    sql = (
-        f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) "
-        f"SELECT {', '.join(casts)} WHERE {condition}{returning}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*values, *params])
-        rows = cursor.fetchall() if returning else []
-        inserted = len(rows) if returning else cursor.rowcount
-    if not inserted:
-        return False
-    for field, value in zip(returned, rows[0] if rows else (), strict=False):
-        setattr(obj, field.attname, value)
-    obj._state.adding = False
-    obj._state.db = connection.alias
-    return True
-
-
-@functools.cache
-def _update_sql(
-    model: type[Model],
-    assigned: tuple[str, ...],
-    expressions: tuple[tuple[str, str], ...],
-    where: Shape,
-) -> str:
-    sets = [f"{_quote(_column(model, name))} = %s" for name in assigned]
-    sets += [f"{_quote(_column(model, name))} = {sql}" for name, sql in expressions]
-    return (
-        f"UPDATE {_quote(model._meta.db_table)} SET {', '.join(sets)} "
-        f"WHERE {_conditions(model, where)}"
-    )
-
-
-def update(
-    model: type[Model],
-    *,
-    where: Mapping[str, Any],
-    values: Mapping[str, Any],
-    expressions: Mapping[str, str] | None = None,
-) -> int:
-    """``filter(**where).update(**values)``: the number of rows changed.
-
-    ``expressions``: field → SQL over the row's own columns (``"version" + 1``), for
-    what ``F()`` would say.
-    """
-    shape, conditions = _where(model, where)
-    sql = _update_sql(model, tuple(values), tuple((expressions or {}).items()), shape)
-    params = [_prep(model, name, value) for name, value in values.items()] + conditions
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return int(cursor.rowcount)
-
-
-def save_fields(obj: Model, fields: Sequence[str]) -> None:
-    """``obj.save(update_fields=fields)`` for a saved row, written out (``auto_now`` too)."""
-    model = type(obj)
-    update(
-        model,
-        where={"pk": obj.pk},
-        values={name: _field(model, name).pre_save(obj, False) for name in fields},
-    )
-
-
-def update_returning(
-    table: str, assignments: str, where: str, params: list[Any], returning: list[str]
-) -> tuple[Any, ...] | None:
-    """One conditional UPDATE … RETURNING: a compare-and-set that also reads the clock.
-
-    Each ``{now}`` in ``assignments`` or ``where`` stands where ``NOW`` stands in
-    ``params``: the database's clock (``dbsql.clock``), read by this very statement.
-    """
-    now = clock()
-    values = [value for param in params for value in (now.params if param is NOW else (param,))]
-    sql = (
-        f"UPDATE {table} SET {assignments.format(now=now.sql)} "
-        f"WHERE {where.format(now=now.sql)} "
-        f"RETURNING {', '.join(_quote(name) for name in returning)}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values)
-        row: tuple[Any, ...] | None = cursor.fetchone()
-    return row
-
-
-# -- batches -----------------------------------------------------------------------------
-
-
-def values_update(
-    model: type[Model],
-    *,
-    values: Sequence[tuple[str, str]],
-    rows: Sequence[Sequence[Any]],
-    assign: Mapping[str, str],
-    expect: Mapping[str, str] | None = None,
-    match: str = "pk",
-) -> set[Any]:
-    """Update ``rows`` of ``model`` in one statement (PostgreSQL); the ``match`` values changed.
-
-    ``UPDATE t SET … FROM (VALUES (…), (…)) AS v(…) WHERE t.id = v.id [AND t.col = v.old]
-    RETURNING t.id``. ``values``: the VALUES columns as (alias, model field whose column
-    type and conversion the value takes); the first is matched with ``match``, a unique
-    field. ``assign``: model field → SQL expression over ``t`` (the row) and ``v`` (its
-    values). ``expect``: model field → alias of the value the row must still hold, or it
-    is left alone (and not returned). Django's ``bulk_update`` says the same with a
-    ``CASE WHEN`` per column and row, which costs more to build in Python than the rest
-    of a batch's work.
-    """
-    assert connection.vendor == "postgresql", "one statement per batch needs PostgreSQL"
-    if not rows:
-        return set()
-    meta = model._meta
-    fields = [_field(model, name) for _, name in values]
-    casts = ", ".join(f"%s::{field.db_type(connection)}" for field in fields)
-    params: list[Any] = []
-    for row in rows:
-        assert len(row) == len(fields), "one value per column"
-        params += [
-            # Plain values need no conversion: asking each field costs more than the
-            # rest of the statement for a large batch.
-            value
-            if value is None or type(value) in _PLAIN
-            else field.get_db_prep_save(value, connection)
-            for field, value in zip(fields, row, strict=True)
-        ]
-    key = _quote(_column(model, meta.pk.name if match == "pk" else match))
-    aliases = ", ".join(_quote(alias) for alias, _ in values)
-    sets = ", ".join(f"{_quote(_column(model, name))} = {sql}" for name, sql in assign.items())
-    where = [f"t.{key} = v.{_quote(values[0][0])}"]
-    where += [
-        f"t.{_quote(_column(model, name))} = v.{_quote(alias)}"
-        for name, alias in (expect or {}).items()
-    ]
-    sql = (
-        f"UPDATE {_quote(meta.db_table)} AS t SET {sets} "
-        f"FROM (VALUES {', '.join([f'({casts})'] * len(rows))}) AS v({aliases}) "
-        f"WHERE {' AND '.join(where)} RETURNING t.{key}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {row[0] for row in cursor.fetchall()}
-
-
-def bulk_save(objects: Sequence[Model], fields: Sequence[str]) -> None:
-    """Write ``fields`` of each of ``objects`` (one model) in one statement.
-
-    ``Model.save(update_fields=…)`` for many rows: ``values_update`` on PostgreSQL,
-    ``bulk_update`` elsewhere (SQLite, the embedded default, has one writer at a time).
-    """
-    if not objects:
-        return
-    model = type(objects[0])
-    if connection.vendor != "postgresql":
-        model._default_manager.bulk_update(objects, fields)
-        return
-    names = [_attname(model, name) for name in fields]
-    values_update(
-        model,
-        values=[("pk", model._meta.pk.name), *zip(names, fields, strict=True)],
-        rows=[[obj.pk, *(getattr(obj, name) for name in names)] for obj in objects],
-        assign={name: f"v.{_quote(attname)}" for name, attname in zip(fields, names, strict=True)},
-    )

@@ -22,7 +22,7 @@ from audit.chain import (
 )
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from dbsql.rows import update, values_update
+from dbsql.writes import update, values_update
 from recovery.changes import OperationChange, changes_record
 from recovery.models import Operation, State
 

@@ -52,7 +52,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_tagged, audit_transaction
 from audit.kinds import AuditKind
-from dbsql.rows import values_update
+from dbsql.writes import values_update
 from recovery.models import BulkBatch, BulkItem, Operation
 from recovery.permissions import ProviderPermission
 from recovery.selectors import provider_permissions_all, providers_for_user

@@ -15,7 +15,8 @@ from approvals import services as approvals
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
-from dbsql.rows import insert, save_fields, select_first_at
+from dbsql.rows import select_first_at
+from dbsql.writes import insert, save_fields
 from recovery.models import (
     Dispatch,
     Operation,

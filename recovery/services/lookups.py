@@ -24,7 +24,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
-from dbsql.rows import insert
+from dbsql.writes import insert
 from recovery.adapters import LookupResult, evidence_lookup
 from recovery.metrics import lookup_timed
 from recovery.models import (

@@ -36,7 +36,7 @@ from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.chain import audit_append, audit_chain_locked, audit_transaction
 from audit.kinds import AuditKind
-from dbsql.rows import update
+from dbsql.writes import update
 from recovery.models import Dispatch, Evidence, Operation, State, Verdict
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require

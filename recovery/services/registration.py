@@ -10,7 +10,8 @@ from approvals.actors import Actor
 from audit.chain import audit_append, audit_head_new, audit_head_write, audit_transaction
 from audit.kinds import AuditKind
 from canonical import canonical_params, params_digest
-from dbsql.rows import insert, select_first
+from dbsql.rows import select_first
+from dbsql.writes import insert
 from recovery.models import (
     Host,
     Operation,

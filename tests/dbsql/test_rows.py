@@ -11,17 +11,19 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.models import Approval, Approver
 from dbsql.rows import (
-    NOW,
-    bulk_save,
-    insert,
     model_from_row,
-    save_fields,
     select_first,
     select_first_at,
     select_locked_with,
+    values_from_rows,
+)
+from dbsql.writes import (
+    NOW,
+    bulk_save,
+    insert,
+    save_fields,
     update,
     update_returning,
-    values_from_rows,
     values_update,
 )
 from recovery.models import Operation, OperationClaim, Provider
