@@ -1,6 +1,9 @@
-"""Imports point one way: console → recovery → approvals → dbsql (DESIGN.md, STYLE.md).
+"""Imports point one way: console → recovery → approvals → dbsql.
 
 ``dbsql``, the hand-written SQL, is infrastructure under every app and imports none.
+``console``, the operator's UI (views, bulk work, the dashboard, reading and exporting
+the audit trail), is the top of the product: above it is only ``bench``, a development
+tool a production install does not have.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ BELOW = {
     "dbsql": ("approvals", "recovery", "console"),
     "approvals": ("recovery", "console"),
     "recovery": ("console",),
+    "console": ("bench",),
 }
 
 
