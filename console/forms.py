@@ -11,14 +11,9 @@ from django.http import QueryDict
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from console.selectors.audit_trail import AuditFilters
 from recovery.models import Verdict
-from recovery.selectors import (
-    QUEUE_AGES,
-    QUEUE_REASONS,
-    QUEUE_STRANDED,
-    AuditFilters,
-    QueueFilters,
-)
+from recovery.selectors import QUEUE_AGES, QUEUE_REASONS, QUEUE_STRANDED, QueueFilters
 from recovery.vocabulary import AuditKind, WaitReason
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

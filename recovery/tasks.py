@@ -17,10 +17,6 @@ from recovery.audit.verify import audit_verification_incremental, audit_verify_j
 from recovery.metrics import SWEEP_SECONDS
 from recovery.models import Pulse
 from recovery.services.alerts import alerts_evaluate as alerts_evaluate_run
-from recovery.services.audit_export import audit_export_run
-from recovery.services.bulk import bulk_chunk_run, bulk_publish_run
-from recovery.services.bulk import bulk_resume as bulk_resume_run
-from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
 from recovery.services.pulses import operation_counts_refresh, pulse_record, queue_pulse_record
 from recovery.services.sweep import sweep as sweep_run
@@ -95,31 +91,6 @@ def audit_verify_full() -> str | None:
 
 
 @shared_task
-def bulk_chunk(batch_id: str, first: int, last: int) -> int:
-    """Do the pending items ``first``..``last`` of a bulk batch (published by the batch)."""
-    return bulk_chunk_run(batch_id=batch_id, first=first, last=last)
-
-
-@shared_task
-def bulk_publish(batch_id: str) -> int:
-    """Publish the chunks of a bulk batch just submitted or approved (published after its
-    commit, so that the request publishes one message at most)."""
-    return bulk_publish_run(batch_id=batch_id)
-
-
-@shared_task
-def bulk_resume() -> int:
-    """Beat's check: publish again the running bulk batches no worker made progress on."""
-    return len(bulk_resume_run())
-
-
-@shared_task
-def dashboard_refresh() -> int:
-    """Beat's refresh of the dashboard's rollup: the audit events since the last one, once."""
-    return dashboard_refresh_run().counted
-
-
-@shared_task
 def webhooks_deliver(promote: bool = True) -> dict[str, int]:
     """Deliver the due webhook messages (beat; and, without ``promote``, a commit's nudge)."""
     report = webhooks_deliver_run(promote=promote)
@@ -143,13 +114,3 @@ def worker_heartbeat(queue: str, sent_at: float) -> None:
     """A worker's heartbeat to ``queue`` (``console.celery.QueueHeartbeat``), run by
     whichever worker of that queue takes it: the queue is served."""
     queue_pulse_record(queue=queue, waited=time.time() - sent_at)
-
-
-# An export of a large trail runs longer than the other tasks may: its own limits.
-@shared_task(
-    soft_time_limit=settings.SETTLE_AUDIT_EXPORT_SECONDS,
-    time_limit=settings.SETTLE_AUDIT_EXPORT_SECONDS + 30,
-)
-def audit_export(export_id: str) -> str:
-    export = audit_export_run(export_id=export_id)
-    return "" if export is None else str(export.status)

@@ -11,8 +11,6 @@ One module per concern, every public name re-exported here:
 - ``operation_page``: one operation's timeline, permit history, lookup in flight, and
   what differs between intended action, evidence and receipt;
 - ``reconciliations``: the four-eyes proposals waiting for a second operator;
-- ``audit_trail``: the audit trail's filters, pages, export and health;
-- ``bulk``: what a queue filter selects for bulk work, and the batches a user may see.
 - ``health``: the system's health facts (sweeps, lookups, operations by state, stuck
   ages, checkpoints), the system's view, read by /metrics, the status page and alerts.
 """
@@ -33,21 +31,6 @@ from recovery.selectors.access import (
     provider_permissions_all,
     providers_for_user,
     providers_visible_to,
-)
-from recovery.selectors.audit_trail import (
-    AuditFilters,
-    AuditHealth,
-    AuditPage,
-    audit_events_export_for_user,
-    audit_events_for_user,
-    audit_health_for_user,
-)
-from recovery.selectors.bulk import (
-    bulk_batch_for_user,
-    bulk_batches_for_user,
-    bulk_items_for_user,
-    operations_matching_count_for_user,
-    operations_matching_for_user,
 )
 from recovery.selectors.health import (
     IN_FLIGHT_STATES,
@@ -110,9 +93,6 @@ __all__ = [
     "QUEUE_STRANDED",
     "RECONCILIATIONS_SHOWN",
     "TIMELINE_LIMIT",
-    "AuditFilters",
-    "AuditHealth",
-    "AuditPage",
     "Comparison",
     "HealthFacts",
     "OperationPage",
@@ -130,13 +110,7 @@ __all__ = [
     "approvals_for_approver",
     "approvals_for_user",
     "audit_alarms_for_user",
-    "audit_events_export_for_user",
-    "audit_events_for_user",
-    "audit_health_for_user",
     "audit_supervisor",
-    "bulk_batch_for_user",
-    "bulk_batches_for_user",
-    "bulk_items_for_user",
     "claim_cutoff",
     "evidence_record",
     "health_facts",
@@ -152,8 +126,6 @@ __all__ = [
     "operation_viewed_for_user",
     "operations_for_approver",
     "operations_for_host",
-    "operations_matching_count_for_user",
-    "operations_matching_for_user",
     "operations_queue_counts_for_user",
     "operations_queue_for_user",
     "permit_history_older",

@@ -18,6 +18,5 @@ transaction. ``locking`` states the lock order every module follows.
 - ``lookup_tasks``: what a worker does with the lookups queued, one or a batch;
 - ``signals``: late and out-of-turn signals, recorded;
 - ``claims``, ``operator``, ``reconcile``: what operators do from the console — claim,
-  look up, confirm, repair, void — with four eyes where evidence does not back it;
-- ``audit_trail``: what people do with the audit log itself (export, resolve alarms).
+  look up, confirm, repair, void — with four eyes where evidence does not back it.
 """

@@ -16,13 +16,14 @@ import pytest
 from guardian.models import UserObjectPermission
 
 from approvals.actors import Actor
-from recovery.models import AuditEvent, AuditExport
-from recovery.services.audit_export import (
+from console.models import AuditExport
+from console.services.audit_export import (
     TRAILER,
     audit_export_run,
     export_file_check,
     export_path,
 )
+from recovery.models import AuditEvent
 from recovery.services.roles import role_grant
 from tests.console.conftest import console_user
 

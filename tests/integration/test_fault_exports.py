@@ -19,9 +19,10 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from bench import seed
+from console.models import AuditExport
+from console.services.audit_export import TRAILER, export_file_check, export_path
 from recovery.audit import exported_event_hash
-from recovery.models import AuditEvent, AuditExport
-from recovery.services.audit_export import TRAILER, export_file_check, export_path
+from recovery.models import AuditEvent
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

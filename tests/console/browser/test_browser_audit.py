@@ -11,8 +11,9 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
-from recovery.models import AuditEvent, AuditExport
-from recovery.services.audit_export import TRAILER, audit_export_run, export_file_check
+from console.models import AuditExport
+from console.services.audit_export import TRAILER, audit_export_run, export_file_check
+from recovery.models import AuditEvent
 from tests.console.browser.conftest import (
     NARROW,
     WIDE,

@@ -27,15 +27,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.actors import Actor
+from console.models import AuditExport
+from console.selectors.audit_trail import AuditFilters, audit_events_export_for_user
 from recovery.audit import audit_append, audit_transaction, event_export
 from recovery.canonical import canonical_dumps
-from recovery.models import AuditEvent, AuditExport
-from recovery.selectors import (
-    audit_events_export_for_user,
-    audit_supervisor,
-    providers_visible_to,
-)
-from recovery.selectors.audit_trail import AuditFilters
+from recovery.models import AuditEvent
+from recovery.selectors import audit_supervisor, providers_visible_to
 from recovery.services.errors import Forbidden, Invalid, NotFound
 from recovery.vocabulary import AuditKind
 
@@ -163,7 +160,7 @@ def audit_export_request(
             actor=Actor.of("user", user),
             data={"format": export_format, "filters": query, "export": str(export.pk)},
         )
-    from recovery.tasks import audit_export
+    from console.tasks import audit_export
 
     transaction.on_commit(lambda: audit_export.delay(str(export.pk)))
     return export

@@ -50,9 +50,10 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from approvals.actors import Actor
+from console.models import BulkBatch, BulkItem
 from dbsql.rows import values_update
 from recovery.audit import audit_append, audit_tagged, audit_transaction
-from recovery.models import BulkBatch, BulkItem, Operation
+from recovery.models import Operation
 from recovery.permissions import ProviderPermission
 from recovery.selectors import provider_permissions_all, providers_for_user
 from recovery.services.access import actor_user
@@ -266,7 +267,7 @@ def bulk_publish_later(*, batch_id: uuid.UUID) -> bool:
     """
     try:
         current_app.send_task(
-            "recovery.tasks.bulk_publish",
+            "console.tasks.bulk_publish",
             args=[str(batch_id)],
             queue=settings.CELERY_TASK_DEFAULT_QUEUE,
         )
@@ -305,7 +306,7 @@ def bulk_publish(batch: BulkBatch, *, send: Callable[..., object] | None = None)
                 send(*args)
             else:
                 current_app.send_task(
-                    "recovery.tasks.bulk_chunk",
+                    "console.tasks.bulk_chunk",
                     args=args,
                     queue=settings.CELERY_TASK_DEFAULT_QUEUE,
                 )

@@ -52,16 +52,9 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from console.models import DashboardRefresh, DashboardRollup, DashboardWaiting
 from recovery.audit.checkpoints import CHECKPOINT_RESCAN
-from recovery.models import (
-    AuditEvent,
-    DashboardRefresh,
-    DashboardRollup,
-    DashboardWaiting,
-    Dispatch,
-    Operation,
-    State,
-)
+from recovery.models import AuditEvent, Dispatch, Operation, State
 from recovery.selectors.queue import QUEUE_AGES
 from recovery.transitions import Event
 from recovery.vocabulary import AuditKind, WaitReason

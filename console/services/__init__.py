@@ -1,0 +1,11 @@
+"""The console's own writes, one module per area; none re-exported here.
+
+Each builds on the recovery core's services (``recovery.services``) and audits through
+``recovery.audit``; nothing below the console imports these.
+
+- ``bulk``: bulk batches — submit, decide (four eyes), publish, resume;
+- ``dashboard``: the supervisor dashboard's refresh, what is stuck and its summary;
+- ``audit_export``: audit exports as jobs, written to a file by a worker;
+- ``audit_trail``: what people do with the audit log itself (export records, resolve
+  alarms).
+"""
