@@ -20,7 +20,8 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from console.models import DashboardRefresh, DashboardRollup
-from console.services.dashboard import SETTLE_BUCKETS, SETTLE_WINDOWS
+from console.services.dashboard import SETTLE_BUCKETS
+from console.services.dashboard_waiting import SETTLE_WINDOWS
 from recovery.models import Operation, Provider, State, Verdict
 from recovery.permissions import ProviderPermission
 from recovery.selectors.access import providers_for_user
