@@ -45,17 +45,9 @@ from bench.recovery import (
     celery_stop,
 )
 from canonical import canonical_params, params_digest, sha256_digest
-from recovery.models import (
-    BulkBatch,
-    BulkItem,
-    Dispatch,
-    Evidence,
-    Host,
-    Operation,
-    Provider,
-    State,
-)
-from recovery.services.bulk import Pick, bulk_submit
+from console.models import BulkBatch, BulkItem
+from console.services.bulk import Pick, bulk_submit
+from recovery.models import Dispatch, Evidence, Host, Operation, Provider, State
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure
 

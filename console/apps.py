@@ -5,3 +5,4 @@ from django.apps import AppConfig
 
 class ConsoleConfig(AppConfig):
     name = "console"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -71,7 +71,7 @@ def _beat_started(**_: object) -> None:
 beat_init.connect(_beat_started, weak=False)
 
 
-class QueueHeartbeat(bootsteps.StartStopStep):  # type: ignore[misc]
+class QueueHeartbeat(bootsteps.StartStopStep):
     """Every ``SETTLE_WORKER_HEARTBEAT_SECONDS``, publish a heartbeat to each queue this
     worker consumes; whichever worker of the queue runs it records the queue's pulse.
 

@@ -12,14 +12,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from audit.kinds import AuditKind
+from console.selectors.audit_trail import AuditFilters
 from recovery.models import Verdict
-from recovery.selectors import (
-    QUEUE_AGES,
-    QUEUE_REASONS,
-    QUEUE_STRANDED,
-    AuditFilters,
-    QueueFilters,
-)
+from recovery.selectors import QUEUE_AGES, QUEUE_REASONS, QUEUE_STRANDED, QueueFilters
 from recovery.vocabulary import WaitReason
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -351,7 +351,7 @@ SETTLE_AUDIT_VERIFY_SLICE_EVENTS = env_int(
 )
 SETTLE_AUDIT_VERIFY_FULL_SECONDS = env_int("SETTLE_AUDIT_VERIFY_FULL_SECONDS", 300, minimum=1)
 SETTLE_AUDIT_VERIFY_FULL_HOURS = env_int("SETTLE_AUDIT_VERIFY_FULL_HOURS", 24, minimum=1)
-# Bulk work (recovery.services.bulk): the most operations one batch may hold, how many
+# Bulk work (console.services.bulk): the most operations one batch may hold, how many
 # items one task message does, how long a running batch may go without progress before
 # beat publishes its pending items again (its worker died, its messages were lost), and
 # how often beat checks.
@@ -602,12 +602,12 @@ CELERY_BEAT_SCHEDULE = {
     },
     # Running bulk batches whose lease lapsed with items pending are published again.
     "bulk-resume": {
-        "task": "recovery.tasks.bulk_resume",
+        "task": "console.tasks.bulk_resume",
         "schedule": float(SETTLE_BULK_RESUME_SECONDS),
         "options": {"expires": float(SETTLE_BULK_RESUME_SECONDS)},
     },
     "dashboard-refresh": {
-        "task": "recovery.tasks.dashboard_refresh",
+        "task": "console.tasks.dashboard_refresh",
         "schedule": float(SETTLE_DASHBOARD_REFRESH_SECONDS),
         "options": {"expires": float(SETTLE_DASHBOARD_REFRESH_SECONDS)},
     },

@@ -36,7 +36,7 @@ def client_address(request: HttpRequest) -> str:
     return address or remote
 
 
-class SignInLockoutHandler(AxesDatabaseHandler):  # type: ignore[misc]
+class SignInLockoutHandler(AxesDatabaseHandler):
     """axes' database handler with a limit for each lockout parameter instead of one for all.
 
     ``AXES_LOCKOUT_PARAMETERS`` lists (username, address) first and the address alone

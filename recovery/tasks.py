@@ -10,14 +10,9 @@ import time
 from typing import Any
 
 from celery import shared_task
-from django.conf import settings
 
 from recovery.metrics import SWEEP_SECONDS
 from recovery.models import Pulse
-from recovery.services.audit_export import audit_export_run
-from recovery.services.bulk import bulk_chunk_run, bulk_publish_run
-from recovery.services.bulk import bulk_resume as bulk_resume_run
-from recovery.services.dashboard import dashboard_refresh as dashboard_refresh_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
 from recovery.services.runs import pulse_record
 from recovery.services.sweep import sweep as sweep_run
@@ -62,38 +57,3 @@ def sweep() -> dict[str, int]:
         "lookups_queued": len(report.lookups_queued),
         "published": report.published,
     }
-
-
-@shared_task
-def bulk_chunk(batch_id: str, first: int, last: int) -> int:
-    """Do the pending items ``first``..``last`` of a bulk batch (published by the batch)."""
-    return bulk_chunk_run(batch_id=batch_id, first=first, last=last)
-
-
-@shared_task
-def bulk_publish(batch_id: str) -> int:
-    """Publish the chunks of a bulk batch just submitted or approved (published after its
-    commit, so that the request publishes one message at most)."""
-    return bulk_publish_run(batch_id=batch_id)
-
-
-@shared_task
-def bulk_resume() -> int:
-    """Beat's check: publish again the running bulk batches no worker made progress on."""
-    return len(bulk_resume_run())
-
-
-@shared_task
-def dashboard_refresh() -> int:
-    """Beat's refresh of the dashboard's rollup: the audit events since the last one, once."""
-    return dashboard_refresh_run().counted
-
-
-# An export of a large trail runs longer than the other tasks may: its own limits.
-@shared_task(
-    soft_time_limit=settings.SETTLE_AUDIT_EXPORT_SECONDS,
-    time_limit=settings.SETTLE_AUDIT_EXPORT_SECONDS + 30,
-)
-def audit_export(export_id: str) -> str:
-    export = audit_export_run(export_id=export_id)
-    return "" if export is None else str(export.status)

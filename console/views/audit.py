@@ -13,28 +13,26 @@ from django.views.decorators.http import require_GET, require_POST, require_safe
 
 from approvals.actors import Actor
 from console.forms import AUDIT_KINDS, AuditFilterForm, page_queries
-from console.views.access import refusal_status_raise
-from recovery.models import AuditExport
-from recovery.selectors import (
-    audit_alarms_for_user,
+from console.models import AuditExport
+from console.selectors.audit_trail import (
     audit_events_export_for_user,
     audit_events_for_user,
     audit_health_for_user,
-    audit_supervisor,
-    providers_visible_to,
 )
-from recovery.services.audit_export import (
+from console.services.audit_export import (
     audit_export_for_user,
     audit_export_request,
     audit_exports_for_user,
     export_path,
     sealed_export,
 )
-from recovery.services.audit_trail import (
+from console.services.audit_trail import (
     ExportFormat,
     audit_alarm_resolve,
     audit_export_record,
 )
+from console.views.access import refusal_status_raise
+from recovery.selectors import audit_alarms_for_user, audit_supervisor, providers_visible_to
 from recovery.services.errors import NotFound, RecoveryError
 
 PAGE_SIZE = 50

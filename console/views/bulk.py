@@ -2,7 +2,7 @@
 
 A selection is either picked by hand (the queue's checkboxes, ``<id>.<version>``) or
 "all that match this filter" (the queue's own filter, in the URL). The preview only
-counts; submitting freezes the list (``recovery.services.bulk``) and Celery does the
+counts; submitting freezes the list (``console.services.bulk``) and Celery does the
 items; the batch's page follows them (htmx polling) and ends with a report, also as CSV.
 """
 
@@ -29,17 +29,15 @@ from console.forms import (
     moment_encode,
     picks_parse,
 )
-from console.views.access import refusal_status_raise
-from recovery.models import BulkBatch, BulkItem
-from recovery.selectors import (
+from console.models import BulkBatch, BulkItem
+from console.selectors.bulk import (
     bulk_batch_for_user,
     bulk_batches_for_user,
     bulk_items_for_user,
     operations_matching_count_for_user,
     operations_matching_for_user,
-    providers_visible_to,
 )
-from recovery.services.bulk import (
+from console.services.bulk import (
     Pick,
     bulk_actions_permitted,
     bulk_approvable,
@@ -47,6 +45,8 @@ from recovery.services.bulk import (
     bulk_decide,
     bulk_submit,
 )
+from console.views.access import refusal_status_raise
+from recovery.selectors import providers_visible_to
 from recovery.services.errors import RecoveryError
 
 FILTER_NAMES = ("state", "provider", "verdict", "reason", "age", "q")

@@ -18,14 +18,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_safe
 
 from console.charts import Bar, Series, bar_chart, legend
-from recovery.models import Verdict
-from recovery.selectors import QUEUE_AGES, QUEUE_REASONS
-from recovery.selectors.dashboard import (
+from console.selectors.dashboard import (
     OPERATOR_ACTIONS,
     Dashboard,
     dashboard_for_user,
     dashboard_providers_for_user,
 )
+from recovery.models import Verdict
+from recovery.selectors import QUEUE_AGES, QUEUE_REASONS
 from recovery.vocabulary import WaitReason
 
 VERDICT_SERIES = (

@@ -11,8 +11,6 @@ One module per concern, every public name re-exported here:
 - ``operation_page``: one operation's timeline, permit history, lookup in flight, and
   what differs between intended action, evidence and receipt;
 - ``reconciliations``: the four-eyes proposals waiting for a second operator;
-- ``audit_trail``: the audit trail's filters, pages, export and health;
-- ``bulk``: what a queue filter selects for bulk work, and the batches a user may see.
 """
 
 from __future__ import annotations
@@ -31,21 +29,6 @@ from recovery.selectors.access import (
     provider_permissions_all,
     providers_for_user,
     providers_visible_to,
-)
-from recovery.selectors.audit_trail import (
-    AuditFilters,
-    AuditHealth,
-    AuditPage,
-    audit_events_export_for_user,
-    audit_events_for_user,
-    audit_health_for_user,
-)
-from recovery.selectors.bulk import (
-    bulk_batch_for_user,
-    bulk_batches_for_user,
-    bulk_items_for_user,
-    operations_matching_count_for_user,
-    operations_matching_for_user,
 )
 from recovery.selectors.operation_page import (
     TIMELINE_LIMIT,
@@ -100,9 +83,6 @@ __all__ = [
     "QUEUE_STRANDED",
     "RECONCILIATIONS_SHOWN",
     "TIMELINE_LIMIT",
-    "AuditFilters",
-    "AuditHealth",
-    "AuditPage",
     "Comparison",
     "OperationPage",
     "OperationViewed",
@@ -118,13 +98,7 @@ __all__ = [
     "approvals_for_approver",
     "approvals_for_user",
     "audit_alarms_for_user",
-    "audit_events_export_for_user",
-    "audit_events_for_user",
-    "audit_health_for_user",
     "audit_supervisor",
-    "bulk_batch_for_user",
-    "bulk_batches_for_user",
-    "bulk_items_for_user",
     "claim_cutoff",
     "evidence_record",
     "lookup_in_flight",
@@ -139,8 +113,6 @@ __all__ = [
     "operation_viewed_for_user",
     "operations_for_approver",
     "operations_for_host",
-    "operations_matching_count_for_user",
-    "operations_matching_for_user",
     "operations_queue_counts_for_user",
     "operations_queue_for_user",
     "permit_history_older",

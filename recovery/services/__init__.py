@@ -19,6 +19,5 @@ transaction. ``locking`` states the lock order every module follows.
 - ``runs``: when the sweep and each provider's lookups last ran (read by monitoring);
 - ``signals``: late and out-of-turn signals, recorded;
 - ``claims``, ``operator``, ``reconcile``: what operators do from the console — claim,
-  look up, confirm, repair, void — with four eyes where evidence does not back it;
-- ``audit_trail``: what people do with the audit log itself (export, resolve alarms).
+  look up, confirm, repair, void — with four eyes where evidence does not back it.
 """

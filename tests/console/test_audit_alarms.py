@@ -19,7 +19,11 @@ from audit.chain import audit_append, audit_transaction
 from audit.checkpoints import audit_checkpoint
 from audit.hashing import GENESIS_HASH, event_digest
 from audit.models import AuditAlarm, AuditEvent
+from audit.signed import _checkpoints_verified
+from audit.verify import _alarms_disagree
+from console.services.audit_trail import audit_alarm_resolve
 from recovery.models import Operation
+from recovery.services.errors import Invalid, RecoveryError
 from recovery.services.locking import operation_lock
 from tests.console.conftest import client_for, console_user
 
@@ -99,6 +103,40 @@ def test_a_supervisor_resolves_it_and_the_banner_goes(alarm, supervisor):
     event = AuditEvent.objects.get(kind="audit_alarm_resolved")
     assert event.actor is not None and event.actor.name == supervisor.username
     assert "data-audit-alarms" not in client.get("/").content.decode()
+
+
+# Transactional: the checkpoints reach their file, which the verification reads, only
+# when their transaction commits.
+@pytest.mark.django_db(transaction=True)
+def test_a_supervisor_resolves_an_alarm_on_the_record(alarm, supervisor, operator):
+    """The service itself (``audit_alarm_resolve``): who may, what is refused, and a
+    resolution the full verification agrees was made on the record."""
+    sam = Actor.of("user", supervisor)
+    with pytest.raises(RecoveryError) as refused:
+        audit_alarm_resolve(
+            actor=Actor.of("user", operator), alarm_id=alarm.pk, resolution="looked"
+        )
+    assert refused.value.code == "forbidden"
+    with pytest.raises(Invalid, match="say what was done"):
+        audit_alarm_resolve(actor=sam, alarm_id=alarm.pk, resolution="  ")
+
+    audit_alarm_resolve(actor=sam, alarm_id=alarm.pk, resolution="restored from backup")
+
+    alarm.refresh_from_db()
+    assert not alarm.open and alarm.resolved_by is not None
+    assert alarm.resolved_by.name == supervisor.username
+    event = AuditEvent.objects.get(kind="audit_alarm_resolved")
+    assert event.operation_key == "" and event.data["alarm"] == alarm.pk
+    assert _alarm_problems() == []
+    with pytest.raises(Invalid, match="resolved already"):
+        audit_alarm_resolve(actor=sam, alarm_id=alarm.pk, resolution="again")
+
+
+def _alarm_problems() -> list[str]:
+    """What the full verification finds wrong with the alarms."""
+    checkpointed, problem = _checkpoints_verified()
+    assert problem is None
+    return [str(found) for found in _alarms_disagree(checkpointed.broken)]
 
 
 def test_an_empty_resolution_is_refused_with_a_message(alarm, supervisor):

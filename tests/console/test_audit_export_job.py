@@ -17,8 +17,8 @@ from guardian.models import UserObjectPermission
 
 from approvals.actors import Actor
 from audit.models import AuditEvent
-from recovery.models import AuditExport
-from recovery.services.audit_export import (
+from console.models import AuditExport
+from console.services.audit_export import (
     TRAILER,
     audit_export_run,
     export_file_check,

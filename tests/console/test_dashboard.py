@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from approvals.actors import Actor
-from recovery.services.dashboard import dashboard_refresh
+from console.services.dashboard import dashboard_refresh
 from recovery.services.roles import role_grant
 from tests.console.conftest import aged, client_for, console_user
 

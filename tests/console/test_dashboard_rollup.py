@@ -1,4 +1,4 @@
-"""The dashboard's rollup (recovery.services.dashboard): each audit event counted once,
+"""The dashboard's rollup (console.services.dashboard): each audit event counted once,
 incrementally, even by two refreshes at once. Uses the console's cast and its stuck operations."""
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.models import AuditEvent
-from recovery.models import DashboardRefresh, DashboardRollup, DashboardWaiting, Evidence, State
-from recovery.selectors.dashboard import percentile
-from recovery.services.dashboard import (
+from console.models import DashboardRefresh, DashboardRollup, DashboardWaiting
+from console.selectors.dashboard import percentile
+from console.services.dashboard import (
     HISTORY,
     SETTLE_BUCKETS,
     SETTLE_MARGIN,
     dashboard_refresh,
     settle_bucket,
 )
+from recovery.models import Evidence, State
 from recovery.services.reconcile import operation_reconcile, reconciliation_approve
 from recovery.transitions import TRANSITIONS
 from tests.conftest import PARAMS, lookup_due

@@ -430,11 +430,11 @@ def test_a_hung_or_stopped_redis_holds_no_request_and_loses_no_work(
     _wait(lambda: keys <= delivered(), 60, f"webhooks of {sorted(keys - delivered())}")
 
     def finished() -> bool:
-        status = stack.postgres.psql("SELECT status FROM recovery_bulkbatch", database)
+        status = stack.postgres.psql("SELECT status FROM console_bulkbatch", database)
         return status.split() == ["finished"]
 
     _wait(finished, 60, "the batch finished once Redis was back")
     pending = stack.postgres.psql(
-        "SELECT count(*) FROM recovery_bulkitem WHERE status = 'pending'", database
+        "SELECT count(*) FROM console_bulkitem WHERE status = 'pending'", database
     )
     assert pending.strip() == "0"

@@ -21,8 +21,8 @@ from django.test import Client
 from audit.hashing import exported_event_hash
 from audit.models import AuditEvent
 from bench import seed
-from recovery.models import AuditExport
-from recovery.services.audit_export import TRAILER, export_file_check, export_path
+from console.models import AuditExport
+from console.services.audit_export import TRAILER, export_file_check, export_path
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

@@ -686,34 +686,6 @@ def _alarm_problems() -> list[str]:
     return [str(found) for found in _alarms_disagree(checkpointed.broken)]
 
 
-def test_a_supervisor_resolves_an_alarm_on_the_record(alarm, django_user_model, provider):
-    from recovery.services.audit_trail import audit_alarm_resolve
-    from recovery.services.errors import Invalid, RecoveryError
-    from tests.console.conftest import console_user
-
-    supervisor = console_user("sue", "supervisor", provider)
-    operator = console_user("otto", "operator", provider)
-    sue = Actor.of("user", supervisor)
-    with pytest.raises(RecoveryError) as refused:
-        audit_alarm_resolve(
-            actor=Actor.of("user", operator), alarm_id=alarm.pk, resolution="looked"
-        )
-    assert refused.value.code == "forbidden"
-    with pytest.raises(Invalid, match="say what was done"):
-        audit_alarm_resolve(actor=sue, alarm_id=alarm.pk, resolution="  ")
-
-    audit_alarm_resolve(actor=sue, alarm_id=alarm.pk, resolution="restored op-1 from backup")
-
-    alarm.refresh_from_db()
-    assert not alarm.open and alarm.resolved_by is not None
-    assert alarm.resolved_by.name == "sue"
-    event = AuditEvent.objects.get(kind="audit_alarm_resolved")
-    assert event.operation_key == "" and event.data["alarm"] == alarm.pk
-    assert _alarm_problems() == []
-    with pytest.raises(Invalid, match="resolved already"):
-        audit_alarm_resolve(actor=sue, alarm_id=alarm.pk, resolution="again")
-
-
 def test_an_event_read_as_columns_hashes_as_the_model_does(operations):
     """``verify_audit`` and checkpoints read events as column tuples: every field must be
     read back to the text the model hashes (the timestamp's, the actor's, the data's)."""

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
 
 # Every `error` code a response under /api/ can carry (grepped from recovery/api.py,
-# recovery/services/, approvals/services.py, canonical/, console/views/).
+# recovery/services/, approvals/services.py, canonical/, console/services/,
+# console/views/).
 EMITTED = {
     # body parsing (api._json_body, canonical.strict_loads)
     "malformed_json",
@@ -111,18 +112,18 @@ ADMIN_ONLY = {
     "request_invalidated",
     "claimed",
     "not_claimed",
-    # bulk work from the console (recovery.services.bulk, and its confirm in reconcile)
+    # bulk work from the console (console.services.bulk, and its confirm in reconcile)
     "not_backed",
     "empty_selection",
     "selection_too_large",
     "reason_required",
     "unknown_batch",
-    # a supervisor resolving an audit alarm (recovery.services.audit_trail)
+    # a supervisor resolving an audit alarm (console.services.audit_trail)
     "resolution_required",
     "resolution_too_long",
     "unknown_alarm",
     "already_resolved",
-    # an audit export job from the console (recovery.services.audit_export)
+    # an audit export job from the console (console.services.audit_export)
     "invalid_format",
     "unknown_export",
 }
@@ -140,6 +141,7 @@ SOURCES = [
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "recovery/services").glob("*.py")),
     "canonical/__init__.py",
     "approvals/services.py",
+    *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "console/services").glob("*.py")),
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "console/views").glob("*.py")),
 ]
 

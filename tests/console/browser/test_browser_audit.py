@@ -12,8 +12,8 @@ from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
 from audit.models import AuditEvent
-from recovery.models import AuditExport
-from recovery.services.audit_export import TRAILER, audit_export_run, export_file_check
+from console.models import AuditExport
+from console.services.audit_export import TRAILER, audit_export_run, export_file_check
 from tests.console.browser.conftest import (
     NARROW,
     WIDE,

@@ -2,7 +2,7 @@
 watch the progress and read the report, then download it as CSV.
 
 The batch's chunks are done by the task's own body in this process
-(``tests.recovery.test_bulk_service.run_batch``) while the page polls; a real worker is
+(``tests.console.test_bulk_service.run_batch``) while the page polls; a real worker is
 in ``tests/integration/test_bulk_worker_killed.py``.
 """
 
@@ -13,9 +13,10 @@ import csv
 import pytest
 from playwright.sync_api import Page, expect
 
-from recovery.models import BulkBatch, Operation
+from console.models import BulkBatch
+from recovery.models import Operation
 from tests.console.browser.conftest import screenshot, screenshots_everywhere, sign_in
-from tests.recovery.test_bulk_service import run_batch
+from tests.console.test_bulk_service import run_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

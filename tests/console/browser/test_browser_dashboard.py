@@ -10,8 +10,8 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from approvals.actors import Actor
-from recovery.models import DashboardRollup
-from recovery.services.dashboard import dashboard_refresh, settle_bucket
+from console.models import DashboardRollup
+from console.services.dashboard import dashboard_refresh, settle_bucket
 from recovery.services.roles import role_grant
 from tests.console.browser.conftest import screenshots_everywhere, sign_in
 from tests.console.conftest import aged, console_user

@@ -32,13 +32,9 @@ from audit.hashing import event_export
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from canonical import canonical_dumps
-from recovery.models import AuditExport
-from recovery.selectors import (
-    audit_events_export_for_user,
-    audit_supervisor,
-    providers_visible_to,
-)
-from recovery.selectors.audit_trail import AuditFilters
+from console.models import AuditExport
+from console.selectors.audit_trail import AuditFilters, audit_events_export_for_user
+from recovery.selectors import audit_supervisor, providers_visible_to
 from recovery.services.errors import Forbidden, Invalid, NotFound
 
 logger = logging.getLogger("settle.audit")
@@ -165,7 +161,7 @@ def audit_export_request(
             actor=Actor.of("user", user),
             data={"format": export_format, "filters": query, "export": str(export.pk)},
         )
-    from recovery.tasks import audit_export
+    from console.tasks import audit_export
 
     transaction.on_commit(lambda: audit_export.delay(str(export.pk)))
     return export

@@ -3,7 +3,7 @@
 For supervisors only: a user sees the providers on which they hold the supervisor's own
 permission (``approve_reconciliations``), and nothing of the others, even those they
 operate or view. Every figure comes from what the refresh keeps
-(``recovery.services.dashboard``): what is stuck from its waiting rows (as of its last
+(``console.services.dashboard``): what is stuck from its waiting rows (as of its last
 run, every minute), the rest from the hourly rollup; the page says when each was made.
 A few small reads, however many operations there are.
 """
@@ -19,18 +19,13 @@ from django.db.models import Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from recovery.models import (
-    DashboardRefresh,
-    DashboardRollup,
-    Operation,
-    Provider,
-    State,
-    Verdict,
-)
+from console.models import DashboardRefresh, DashboardRollup
+from console.services.dashboard import SETTLE_BUCKETS
+from console.services.dashboard_waiting import SETTLE_WINDOWS
+from recovery.models import Operation, Provider, State, Verdict
 from recovery.permissions import ProviderPermission
 from recovery.selectors.access import providers_for_user
 from recovery.selectors.queue import QUEUE_AGES, QUEUE_STRANDED
-from recovery.services.dashboard import SETTLE_BUCKETS, SETTLE_WINDOWS
 from recovery.vocabulary import WaitReason
 
 LOOKUP_HOURS = 24

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the console's fixtures, imported by name, are the tests' arguments)
 """Bulk work: a frozen selection, each item done once through its own service, four eyes
 for a void batch, every item on its own chain with the batch's id, and a resumed batch.
 
@@ -19,9 +18,9 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.models import AuditEvent
-from recovery.models import BulkBatch, BulkItem, Dispatch, Operation
-from recovery.services import bulk as bulk_module
-from recovery.services.bulk import (
+from console.models import BulkBatch, BulkItem
+from console.services import bulk as bulk_module
+from console.services.bulk import (
     Pick,
     bulk_chunk_run,
     bulk_decide,
@@ -29,17 +28,10 @@ from recovery.services.bulk import (
     bulk_resume,
     bulk_submit,
 )
+from recovery.models import Dispatch, Operation
 from recovery.services.errors import Forbidden, Invalid, RecoveryError
 from recovery.services.operator import operation_claim
-from tests.console.conftest import (  # noqa: F401  (the console's cast, as fixtures)
-    console_user,
-    operator,
-    other_provider,
-    other_stuck,
-    stuck,
-    supervisor,
-    viewer,
-)
+from tests.console.conftest import console_user
 
 pytestmark = pytest.mark.django_db
 
@@ -358,7 +350,7 @@ def test_a_submission_publishes_one_message_however_many_chunks_its_batch_has(
     with django_capture_on_commit_callbacks(execute=True):
         batch = _submit(operator, "confirm", matched)
     # The request's one message; its task (a worker) publishes the four chunks.
-    assert sent == [("recovery.tasks.bulk_publish", [str(batch.pk)])]
+    assert sent == [("console.tasks.bulk_publish", [str(batch.pk)])]
     sent.clear()
     assert bulk_module.bulk_publish_run(batch_id=str(batch.pk)) == 4
-    assert [name for name, _ in sent] == ["recovery.tasks.bulk_chunk"] * 4
+    assert [name for name, _ in sent] == ["console.tasks.bulk_chunk"] * 4

@@ -2,7 +2,7 @@
 
 The chains of the operations of the providers the user may view, and for supervisors
 (``recovery.selectors.access.audit_supervisor``) the system chain. What people do with
-the log itself (export records, resolving alarms) is ``recovery.services.audit_trail``.
+the log itself (export records, resolving alarms) is ``console.services.audit_trail``.
 """
 
 from __future__ import annotations
