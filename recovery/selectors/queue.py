@@ -144,7 +144,7 @@ def queue_statement(branch: QueueBranch, sql: str, params: Sequence[Any]) -> tup
 
 # The queue's statements are written out here rather than built by the ORM: compiling
 # the annotated querysets of three branches cost a request more than PostgreSQL spent
-# running them (docs/benchmarks.md, issue 16). Each text depends only on which filters
+# running them (docs/benchmarks.md). Each text depends only on which filters
 # are set, never on their values, so it is the same text on every call and psycopg
 # prepares it. States, kinds and receipt statuses are written into the text, not sent
 # as parameters: a prepared statement's generic plan can then still prove that a
@@ -279,14 +279,13 @@ def _visible(user: Any) -> QueueBranch:
     Every provider (a superuser's): no condition at all, since every operation has a
     provider. The page's statement names this condition in each of its eight parts:
     even as a plain list of every provider, planning eight semi-joins was half of its
-    planning time (1.6 ms -> 0.8 ms).
+    planning time.
     """
     visible = providers_visible_to(user=user).values("pk")
     if not visible.query.where:
         return QueueBranch("1 = 1", ())
     # Read once by the statement, as a WITH clause: written out in each part, the
-    # object permissions' subquery was planned eight times (3.3 ms of planning for an
-    # operator's page, 1.3 ms this way).
+    # object permissions' subquery was planned eight times.
     sql, params = visible.query.sql_with_params()
     return QueueBranch(
         "o.provider_id IN (SELECT pk FROM visible_providers)",
