@@ -7,15 +7,14 @@ endpoint
     (``webhook_configured``), the URL redacted and fingerprinted.
 address check
     A URL must be http(s) with a host that resolves only to public addresses
-    (``webhook_url_addresses``): checked when an endpoint is added and again before
-    every delivery, as DNS changes.
+    (``webhook_url_addresses``, judged by ``recovery.outbound.address_refused``): checked
+    when an endpoint is added and again before every delivery, as DNS changes.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import ipaddress
 import secrets
 import socket
 import urllib.parse
@@ -30,6 +29,7 @@ from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from recovery.models import Host
+from recovery.outbound import address_refused
 from recovery.services.errors import Invalid, NotFound
 from webhooks.models import WebhookEndpoint, WebhookEvent
 from webhooks.selectors import webhook_url_redacted
@@ -58,40 +58,6 @@ def endpoint_events(endpoint: WebhookEndpoint) -> list[str]:
     return [event for event in endpoint.events.split(",") if event] or list(WebhookEvent.values)
 
 
-# Prefixes whose last 32 bits are an IPv4 address that traffic reaches: NAT64's
-# well-known prefix (RFC 6052) and the deprecated IPv4-compatible addresses (::a.b.c.d).
-_IPV4_IN_LAST_32_BITS = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("::/96"))
-# NAT64's local-use prefix (RFC 8215): where the IPv4 address sits is each network's own.
-_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
-
-
-def _ipv4_embedded(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address a packet to ``ip`` reaches, if ``ip`` is a wrapping of one."""
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if any(ip in prefix for prefix in _IPV4_IN_LAST_32_BITS):
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return None
-
-
-def _address_refused(address: str) -> bool:
-    """Whether ``address`` is loopback, private, reserved or multicast, or wraps one.
-
-    Python 3.11's ``is_global`` judges an IPv6 address by its own range alone: it calls
-    NAT64 (64:ff9b::/96 and the local-use 64:ff9b:1::/48), IPv4-compatible, 6to4 and
-    site-local (fec0::/10) addresses global whatever they lead to, so the IPv4 address a
-    wrapping carries is judged instead, and the ranges it leaves out are refused here.
-    """
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip in _NAT64_LOCAL or ip.is_site_local or ip.teredo is not None:
-            return True
-        ip = _ipv4_embedded(ip) or ip
-    return not ip.is_global or ip.is_multicast
-
-
 def webhook_url_addresses(url: str) -> tuple[urllib.parse.SplitResult, list[str]]:
     """Check ``url`` and resolve its host: the parts and the addresses it may be sent to.
 
@@ -115,7 +81,7 @@ def webhook_url_addresses(url: str) -> tuple[urllib.parse.SplitResult, list[str]
             "unresolvable_webhook_url", f"the webhook URL's host does not resolve: {exc}"
         ) from None
     addresses = sorted({str(info[4][0]) for info in found})
-    if not settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE and any(map(_address_refused, addresses)):
+    if not settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE and any(map(address_refused, addresses)):
         raise Invalid(
             "private_webhook_url",
             f"{parts.hostname} resolves to a loopback, private or reserved address "

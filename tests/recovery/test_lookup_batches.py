@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from audit.models import AuditEvent
 from audit.verify import audit_verify
-from recovery import adapters
-from recovery.adapters import ProviderConfig, evidence_lookup, evidence_lookup_many
+from recovery.adapters import ProviderConfig, evidence_lookup, evidence_lookup_many, sqlite_orders
+from recovery.adapters import journal as journal_adapter
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider
 from recovery.services import lookup_tasks
 from recovery.services.lookup_tasks import lookup_batch_run
@@ -74,7 +74,7 @@ def test_a_batch_reads_the_journal_once_and_releases_every_operation(
         reads.append(str(path))
         return builtins.open(path, *args, **kwargs)
 
-    monkeypatch.setattr(adapters, "open", counting_open, raising=False)
+    monkeypatch.setattr(journal_adapter, "open", counting_open, raising=False)
     [batch] = _batches()
     outcome = lookup_batch_run(attempt_ids=batch)
 
@@ -100,7 +100,7 @@ def test_a_batch_queries_a_sqlite_provider_once(
         connects.append(args[0])
         return real_connect(*args, **kwargs)
 
-    monkeypatch.setattr(adapters.sqlite3, "connect", counting_connect)
+    monkeypatch.setattr(sqlite_orders.sqlite3, "connect", counting_connect)
     [batch] = _batches()
     lookup_batch_run(attempt_ids=batch)
 
@@ -258,6 +258,6 @@ def test_a_line_without_backslashes_mentions_the_same_keys_by_either_reading(
     literal = {needle[1:-1]: key for needle, key in needles.items() if b"\\" not in needle}
     longest = max(len(needle) for needle in needles)
     encoded = line.encode()
-    assert adapters._mentioned_literally(encoded, literal) == adapters._mentioned(
+    assert journal_adapter._mentioned_literally(encoded, literal) == journal_adapter._mentioned(
         encoded, needles, longest
     )
