@@ -44,7 +44,7 @@ from bench.recovery import (
     celery_start,
     celery_stop,
 )
-from canonical import canonical_params, params_digest, sha256_digest
+from common.canonical import canonical_params, params_digest, sha256_digest
 from recovery.models import (
     BulkBatch,
     BulkItem,

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from http.client import HTTPException
 from typing import Any
 
-from canonical import (
+from common.canonical import (
     CanonicalError,
     canonical_dumps,
     canonical_params,

@@ -23,7 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from approvals import services as approvals
 from approvals.actors import Actor
 from approvals.models import Approver
-from canonical import CanonicalError, strict_loads
+from common.canonical import CanonicalError, strict_loads
 from dbsql.errors import database_unavailable
 from recovery import contract, selectors
 from recovery.contract import ApiError

@@ -1,6 +1,6 @@
 """The host API's contract: every request and response body, defined once.
 
-The views validate request bodies with these models (after ``canonical.strict_loads``,
+The views validate request bodies with these models (after ``common.canonical.strict_loads``,
 which refuses duplicate keys and non-finite numbers first), build every response from
 them, and ``recovery.openapi`` generates the OpenAPI document from them. A validation
 error becomes one of the API's stable error codes in one place: ``refusal``.
@@ -26,7 +26,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from approvals.services import MAX_TTL_SECONDS
-from canonical import MAX_SAFE_INTEGER
+from common.canonical import MAX_SAFE_INTEGER
 from recovery.models import State
 
 KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"

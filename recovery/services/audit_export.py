@@ -31,7 +31,7 @@ from audit.chain import audit_append, audit_transaction
 from audit.hashing import event_export
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from canonical import canonical_dumps
+from common.canonical import canonical_dumps
 from recovery.models import AuditExport
 from recovery.selectors import (
     audit_events_export_for_user,

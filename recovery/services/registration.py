@@ -9,7 +9,7 @@ from django.db import IntegrityError
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_head_new, audit_head_write, audit_transaction
 from audit.kinds import AuditKind
-from canonical import canonical_params, params_digest
+from common.canonical import canonical_params, params_digest
 from dbsql.rows import select_first
 from dbsql.writes import insert
 from recovery.models import (

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
 
 # Every `error` code a response under /api/ can carry (grepped from recovery/api.py,
-# recovery/services/, approvals/services.py, canonical/, console/views/).
+# recovery/services/, approvals/services.py, common/canonical.py, console/views/).
 EMITTED = {
     # body parsing (api._json_body, canonical.strict_loads)
     "malformed_json",
@@ -138,7 +138,7 @@ SOURCES = [
     "recovery/api.py",
     "recovery/contract.py",
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "recovery/services").glob("*.py")),
-    "canonical/__init__.py",
+    "common/canonical.py",
     "approvals/services.py",
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "console/views").glob("*.py")),
 ]
