@@ -21,6 +21,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from recovery.models import LookupAttempt, Operation, OperationClaim
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require
@@ -105,7 +106,7 @@ def version_check(locked: Operation, version: int) -> None:
     """Refuse (``stale_version``) an action on a version the operation has moved on from."""
     if locked.version != version:
         raise RecoveryError(
-            "stale_version",
+            ErrorCode.STALE_VERSION,
             f"the operation moved on: it is now {locked.state}, version {locked.version} "
             f"(you saw version {version})",
             state=locked.state,
@@ -155,7 +156,7 @@ def operator_lookup(
             queued=True,
         )
         if slot.attempt is None:
-            raise RecoveryError("lookup_in_flight", "a lookup of it is already under way")
+            raise RecoveryError(ErrorCode.LOOKUP_IN_FLIGHT, "a lookup of it is already under way")
         audit_append(
             kind=AuditKind.OPERATOR_ACTION,
             operation=locked,
@@ -184,7 +185,7 @@ def _release(operation: Operation, actor: Actor) -> None:
     locked = operator_locked(operation=operation, actor=actor)
     deleted, _ = OperationClaim.objects.filter(operation=locked).delete()
     if not deleted:
-        raise RecoveryError("not_claimed", "nobody holds a claim on it")
+        raise RecoveryError(ErrorCode.NOT_CLAIMED, "nobody holds a claim on it")
     audit_append(kind=AuditKind.CLAIM_RELEASED, operation=locked, actor=actor, data={})
 
 
