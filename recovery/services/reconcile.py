@@ -48,9 +48,7 @@ from recovery.services.locking import locking, operation_lock
 from recovery.services.operator import (
     operator_locked,
     operator_permitted,
-    operator_refusal_append,
     operator_refusals,
-    operator_refuse,
     version_check,
 )
 from recovery.services.signals import refusals_recorded
@@ -359,9 +357,7 @@ def operations_confirm_many(
                 raise _not_backed(Action.CONFIRM, latest.get(pk))
         except RecoveryError as refusal:
             outcomes[pk] = refusal
-            operator_refusal_append(
-                operation=operation, action=Action.CONFIRM, code=refusal.code, actor=actor
-            )
+            operator_refusals(operation, Action.CONFIRM, actor).append(refusal)
             continue
         audit_append(
             kind=AuditKind.OPERATOR_ACTION,
@@ -550,9 +546,6 @@ def reconciliation_reject(
                 data={"request_id": request.pk, "action": request.action, "reason": reason},
             )
             return request
-    operator_refuse(
-        operation,
-        "reject",
-        RecoveryError(ErrorCode.ALREADY_DECIDED, f"the request is already {request.status}"),
-        actor,
+    operator_refusals(operation, "reject", actor).refuse(
+        RecoveryError(ErrorCode.ALREADY_DECIDED, f"the request is already {request.status}")
     )
