@@ -35,7 +35,7 @@ run: install
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy dbsql canonical approvals audit recovery webhooks monitoring console
+	$(VENV)/bin/mypy dbsql common approvals audit recovery webhooks monitoring console
 
 test: install-dev lint
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --maxprocesses 4 $(PYTEST_ARGS)

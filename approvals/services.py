@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit, PermitEvent, ReconciliationRequest
+from common.errors import ErrorCode, SettleError
 from dbsql.clock import DatabaseNow, db_now
 from dbsql.rows import model_from_row, select_first
 from dbsql.writes import NOW, insert, insert_where, update_returning
@@ -31,18 +32,17 @@ APPROVER_TOKEN_PREFIX = "sta_"
 
 
 class Refusal:
-    NOT_AUTHORIZED = "not_authorized"
-    ACTION_MISMATCH = "action_mismatch"
-    EXPIRED = "expired"
-    REVOKED = "revoked"
-    ALREADY_CONSUMED = "already_consumed"
+    """Why a permit was not consumed: the codes a dispatch refusal answers with."""
+
+    NOT_AUTHORIZED = ErrorCode.NOT_AUTHORIZED
+    ACTION_MISMATCH = ErrorCode.ACTION_MISMATCH
+    EXPIRED = ErrorCode.EXPIRED
+    REVOKED = ErrorCode.REVOKED
+    ALREADY_CONSUMED = ErrorCode.ALREADY_CONSUMED
 
 
-class ApprovalError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class ApprovalError(SettleError):
+    """A refused approval or approver; recovery re-raises it with the permit's status."""
 
 
 def token_hash(token: str) -> str:
@@ -61,7 +61,7 @@ def approver_create(
     Its scope is at least one provider, or ``all_providers``, said explicitly.
     """
     if not (providers or all_providers):
-        raise ApprovalError("empty_scope", "an approver needs a provider, or all providers")
+        raise ApprovalError(ErrorCode.EMPTY_SCOPE, "an approver needs a provider, or all providers")
     token, hashed = new_token(APPROVER_TOKEN_PREFIX)
     approver = Approver.objects.create(
         name=name,
@@ -151,7 +151,7 @@ def approval_decide(
     the permit is valid for ``ttl_seconds`` from that moment.
     """
     if not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
-        raise ApprovalError("invalid_ttl", f"ttl_seconds must be 1..{MAX_TTL_SECONDS}")
+        raise ApprovalError(ErrorCode.INVALID_TTL, f"ttl_seconds must be 1..{MAX_TTL_SECONDS}")
     status = Approval.Status.APPROVED if approve else Approval.Status.DENIED
     fields = Approval._meta.concrete_fields
     row = update_returning(
@@ -175,8 +175,8 @@ def approval_decide(
     if row is None:
         current = Approval.objects.filter(pk=approval_id).first()
         if current is None or current.status == Approval.Status.PENDING:
-            raise ApprovalError("unknown_approval", "no such approval for this operation")
-        raise ApprovalError("already_decided", f"approval is already {current.status}")
+            raise ApprovalError(ErrorCode.UNKNOWN_APPROVAL, "no such approval for this operation")
+        raise ApprovalError(ErrorCode.ALREADY_DECIDED, f"approval is already {current.status}")
     approval = model_from_row(Approval, fields, row)
     if not approve:
         return approval, None

@@ -41,7 +41,7 @@ from audit.hashing import ChainBreak, timestamp
 from audit.keys import sign, signed_by_key
 from audit.kinds import AuditKind
 from audit.models import AuditAlarm, AuditCheckpoint
-from canonical import canonical_dumps, sha256_digest
+from common.canonical import canonical_dumps, sha256_digest
 from dbsql.rows import model_from_row
 
 logger = logging.getLogger("settle.audit")

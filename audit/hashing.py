@@ -21,7 +21,7 @@ from django.utils.dateparse import parse_datetime
 
 from approvals.actors import Actor
 from audit.models import AuditEvent
-from canonical import canonical_dumps, canonical_plain_dumps, plain_loads, safe_integer
+from common.canonical import canonical_dumps, canonical_plain_dumps, plain_loads, safe_integer
 
 GENESIS_HASH = "sha256:" + "0" * 64
 SYSTEM_CHAIN = ""

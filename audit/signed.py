@@ -29,7 +29,7 @@ from audit.models import (
     AuditCheckpoint,
 )
 from audit.signing import checkpoint_digest, checkpoint_hashes_streamed
-from canonical import plain_loads
+from common.canonical import plain_loads
 
 
 def _checkpoint_problem(

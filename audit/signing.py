@@ -18,7 +18,7 @@ from typing import Any
 from audit.hashing import timestamp
 from audit.keys import signed_by_key
 from audit.models import AuditCheckpoint, AuditVouchedHead
-from canonical import (
+from common.canonical import (
     canonical_dumps,
     canonical_plain,
     canonical_plain_dumps,

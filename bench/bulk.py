@@ -44,7 +44,7 @@ from bench.recovery import (
     celery_start,
     celery_stop,
 )
-from canonical import canonical_params, params_digest, sha256_digest
+from common.canonical import canonical_params, params_digest, sha256_digest
 from console.models import BulkBatch, BulkItem
 from console.services.bulk import Pick, bulk_submit
 from recovery.models import Dispatch, Evidence, Host, Operation, Provider, State

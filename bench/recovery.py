@@ -56,7 +56,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from bench.sqlcount import StatementCount, count_files_total, counting
-from canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
+from common.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
 from recovery.models import Dispatch, Host, LookupAttempt, Operation, Provider, State
 from recovery.services.providers import provider_configure
 

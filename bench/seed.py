@@ -39,7 +39,7 @@ from approvals.actors import Actor
 from approvals.models import Approval, Permit
 from audit.hashing import GENESIS_HASH, _content_hash, timestamp
 from audit.models import AuditEvent
-from canonical import canonical_dumps, sha256_digest
+from common.canonical import canonical_dumps, sha256_digest
 from recovery.models import Dispatch, Evidence, Host, LookupAttempt, Operation, Provider
 
 PROVIDERS = ("bench-orders", "bench-ledger")

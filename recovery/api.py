@@ -23,7 +23,8 @@ from django.views.decorators.csrf import csrf_exempt
 from approvals import services as approvals
 from approvals.actors import Actor
 from approvals.models import Approver
-from canonical import CanonicalError, strict_loads
+from common.canonical import CanonicalError, strict_loads
+from common.errors import ErrorCode, SettleError
 from dbsql.errors import database_unavailable
 from recovery import contract, selectors
 from recovery.contract import ApiError
@@ -34,7 +35,6 @@ from recovery.services import (
     callbacks,
     credentials,
     dispatch,
-    errors,
     locking,
     permits,
     registration,
@@ -43,22 +43,12 @@ from recovery.services import (
 
 logger = logging.getLogger("settle.api")
 
-# The HTTP status of each code a service raises; any other refusal is 409 Conflict.
-STATUS_BY_CODE = {
-    "unknown_operation": 404,
-    "unknown_approval": 404,
-    "unknown_permit": 404,
-    "unknown_provider": 404,
-    "unknown_webhook_message": 404,
-    "forbidden": 403,
-    "invalid_ttl": 422,
-}
-
 KEY_PATTERN = re.compile(contract.KEY_PATTERN)
 
 
-def error_response(status: int, code: str, message: str, /, **extra: Any) -> JsonResponse:
-    return JsonResponse({"error": code, "message": message, **extra}, status=status)
+def error_response(code: ErrorCode, message: str, /, **extra: Any) -> JsonResponse:
+    """The JSON body of a refusal, with the status its code carries."""
+    return JsonResponse({"error": code, "message": message, **extra}, status=code.status)
 
 
 @dataclass(frozen=True)
@@ -81,7 +71,7 @@ def _bearer(request: HttpRequest) -> str | None:
         return None
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "unauthorized", "use 'Authorization: Bearer <token>'")
+        raise ApiError(ErrorCode.UNAUTHORIZED, "use 'Authorization: Bearer <token>'")
     return token.strip()
 
 
@@ -99,18 +89,18 @@ def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
         elif approver is not None:
             caller = Caller(Actor.of("approver", approver), approver=approver)
         else:
-            raise ApiError(401, "unauthorized", "unknown or revoked token")
+            raise ApiError(ErrorCode.UNAUTHORIZED, "unknown or revoked token")
     elif "user" in allowed and request.user.is_authenticated:
         # A console session: the browser's cookie must come with its CSRF token.
         if CsrfViewMiddleware(lambda r: HttpResponse()).process_view(
             request, lambda r: HttpResponse(), (), {}
         ):
-            raise ApiError(403, "csrf_failed", "CSRF token missing or incorrect")
+            raise ApiError(ErrorCode.CSRF_FAILED, "CSRF token missing or incorrect")
         caller = Caller(Actor.of("user", request.user), user=request.user)
     else:
-        raise ApiError(401, "unauthorized", "an Authorization bearer token is required")
+        raise ApiError(ErrorCode.UNAUTHORIZED, "an Authorization bearer token is required")
     if caller.kind not in allowed:
-        raise ApiError(403, "forbidden", f"a {caller.kind} credential may not do this")
+        raise ApiError(ErrorCode.FORBIDDEN, f"a {caller.kind} credential may not do this")
     return caller
 
 
@@ -122,8 +112,7 @@ def _rate_limit(caller: Caller | None) -> None:
     wait = rate_limit_wait(credential=credential.token_hash)
     if wait:
         raise ApiError(
-            429,
-            "rate_limited",
+            ErrorCode.RATE_LIMITED,
             f"too many requests for this credential; retry in {wait} s",
             retry_after=wait,
         )
@@ -139,7 +128,9 @@ def api_view(
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if request.method not in methods:
-                response = error_response(405, "method_not_allowed", f"use {' or '.join(methods)}")
+                response = error_response(
+                    ErrorCode.METHOD_NOT_ALLOWED, f"use {' or '.join(methods)}"
+                )
                 response["Allow"] = ", ".join(methods)
                 return response
             caller: Caller | None = None
@@ -147,18 +138,15 @@ def api_view(
                 caller = _authenticate(request, auth) if auth else None
                 _rate_limit(caller)
                 return view(request, caller, *args, **kwargs)
-            except ApiError as exc:
-                response = error_response(exc.status, exc.code, exc.message, **exc.extra)
-                if exc.status == 429:
+            except SettleError as exc:
+                response = error_response(exc.code, exc.message, **exc.extra)
+                if exc.code == ErrorCode.RATE_LIMITED:
                     response["Retry-After"] = str(exc.extra["retry_after"])
                 return response
-            except errors.RecoveryError as exc:
-                status = STATUS_BY_CODE.get(exc.code, 409)
-                return error_response(status, exc.code, exc.message, **exc.extra)
             except DatabaseError as exc:
                 logger.exception("database error in %s %s", request.method, request.path)
                 message = database_unavailable(exc) or "the database refused the change; retry"
-                return error_response(503, "database_unavailable", message)
+                return error_response(ErrorCode.DATABASE_UNAVAILABLE, message)
 
         return wrapper
 
@@ -172,22 +160,22 @@ def _raw_body(request: HttpRequest) -> bytes:
     try:
         return request.body
     except RequestDataTooBig:
-        raise ApiError(413, "body_too_large", "the request body is too large") from None
+        raise ApiError(ErrorCode.BODY_TOO_LARGE, "the request body is too large") from None
 
 
 def _json_body(request: HttpRequest) -> dict[str, Any]:
     content_type = request.content_type or ""
     if content_type not in {"application/json", ""}:
-        raise ApiError(415, "unsupported_media_type", "send Content-Type: application/json")
+        raise ApiError(ErrorCode.UNSUPPORTED_MEDIA_TYPE, "send Content-Type: application/json")
     raw = _raw_body(request)
     if not raw:
-        raise ApiError(400, "malformed_json", "the request body is empty")
+        raise ApiError(ErrorCode.MALFORMED_JSON, "the request body is empty")
     try:
         body = strict_loads(raw)
     except CanonicalError as exc:
-        raise ApiError(400, exc.code, exc.message) from None
+        raise ApiError(exc.code, exc.message) from None
     if not isinstance(body, dict):
-        raise ApiError(400, "invalid_body", "the request body must be a JSON object")
+        raise ApiError(ErrorCode.INVALID_BODY, "the request body must be a JSON object")
     return body
 
 
@@ -197,7 +185,7 @@ def _parse(request: HttpRequest, model: type[contract.M]) -> contract.M:
 
 def _check_key(key: str) -> None:
     if not KEY_PATTERN.fullmatch(key):
-        raise ApiError(404, "unknown_operation", "no such operation")
+        raise ApiError(ErrorCode.UNKNOWN_OPERATION, "no such operation")
 
 
 def _operation(caller: Caller | None, key: str) -> locking.OperationRef:
@@ -207,11 +195,11 @@ def _operation(caller: Caller | None, key: str) -> locking.OperationRef:
     return locking.OperationRef(key=key, host=caller.host)
 
 
-def _uuid(value: str, code: str) -> uuid.UUID:
+def _uuid(value: str, code: ErrorCode) -> uuid.UUID:
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise ApiError(404, code, "no such id") from None
+        raise ApiError(code, "no such id") from None
 
 
 # -- endpoints ----------------------------------------------------------------------
@@ -234,9 +222,9 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
             params=body.params,
         )
     except CanonicalError as exc:
-        if exc.code == "params_too_large":
-            raise ApiError(413, "params_too_large", exc.message) from None
-        raise ApiError(422, "invalid_params", exc.message, reason=exc.code) from None
+        if exc.code == ErrorCode.PARAMS_TOO_LARGE:
+            raise ApiError(ErrorCode.PARAMS_TOO_LARGE, exc.message) from None
+        raise ApiError(ErrorCode.INVALID_PARAMS, exc.message, reason=exc.code) from None
     summary = contract.OperationSummary(
         key=operation.key,
         state=operation.state,
@@ -256,11 +244,11 @@ def _page_query(request: HttpRequest) -> tuple[int | None, int]:
     """The ``after`` cursor and ``limit`` of a history page, checked (400 if bad)."""
     after = request.GET.get("after")
     if after is not None and not (after.isascii() and after.isdigit() and len(after) <= 18):
-        raise ApiError(400, "invalid_cursor", "after: use the cursor of a next link")
+        raise ApiError(ErrorCode.INVALID_CURSOR, "after: use the cursor of a next link")
     limit = request.GET.get("limit", str(contract.HISTORY_PAGE))
     maximum = contract.HISTORY_PAGE_MAX
     if not (limit.isascii() and limit.isdigit() and len(limit) <= 4 and 1 <= int(limit) <= maximum):
-        raise ApiError(400, "invalid_page_size", f"limit: a whole number from 1 to {maximum}")
+        raise ApiError(ErrorCode.INVALID_PAGE_SIZE, f"limit: a whole number from 1 to {maximum}")
     return (int(after) if after is not None else None), int(limit)
 
 
@@ -288,7 +276,7 @@ def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonR
 
 @api_view(methods=("POST",), auth=("approver", "user"))
 def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
-    pk = _uuid(approval_id, "unknown_approval")
+    pk = _uuid(approval_id, ErrorCode.UNKNOWN_APPROVAL)
     body = _parse(request, contract.DecisionRequest)
     # The service decides who may: an approver within its scope, a user with the right.
     approval, permit = permits.approval_decision(
@@ -311,7 +299,7 @@ def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) ->
 @api_view(methods=("GET",), auth=("approver", "user"))
 def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
     """Exactly what the approver would approve: the action, its parameters, its digest."""
-    pk = _uuid(approval_id, "unknown_approval")
+    pk = _uuid(approval_id, ErrorCode.UNKNOWN_APPROVAL)
     approval = selectors.approval_for_caller(
         approval_id=pk, approver=caller.approver, user=caller.user
     )
@@ -320,7 +308,7 @@ def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> J
 
 @api_view(methods=("POST",), auth=("host", "approver"))
 def permit_revoke(request: HttpRequest, caller: Caller, permit_id: str) -> JsonResponse:
-    pk = _uuid(permit_id, "unknown_permit")
+    pk = _uuid(permit_id, ErrorCode.UNKNOWN_PERMIT)
     body = _parse(request, contract.RevokeRequest)
     # A host may revoke only its own operations' permits; an approver those in its scope.
     permit, revoked = permits.permit_revoke(
@@ -346,8 +334,9 @@ def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonRe
         actor=caller.actor,
     )
     if outcome.dispatch is None:
-        extra = {"execution_state": outcome.state} if outcome.refusal == "already_consumed" else {}
-        return error_response(409, outcome.refusal, "the permit was not consumed", **extra)
+        refusal = ErrorCode(outcome.refusal)
+        extra = {"execution_state": outcome.state} if refusal == ErrorCode.ALREADY_CONSUMED else {}
+        return error_response(refusal, "the permit was not consumed", **extra)
     held = contract.Dispatched(
         fencing_token=outcome.dispatch.fencing_token,
         permit_id=str(outcome.dispatch.permit_id),
@@ -410,7 +399,7 @@ def provider_callbacks(request: HttpRequest, caller: None, name: str) -> JsonRes
     if not signature.isascii() or not callbacks.callback_signature_valid(
         provider=provider, body=raw, signature=signature
     ):
-        raise ApiError(401, "bad_signature", "missing or wrong X-Provider-Signature")
+        raise ApiError(ErrorCode.BAD_SIGNATURE, "missing or wrong X-Provider-Signature")
     body = _parse(request, contract.CallbackRequest)
     outcome = callbacks.provider_callback(
         provider=provider,

@@ -1,6 +1,6 @@
 """The host API's contract: every request and response body, defined once.
 
-The views validate request bodies with these models (after ``canonical.strict_loads``,
+The views validate request bodies with these models (after ``common.canonical.strict_loads``,
 which refuses duplicate keys and non-finite numbers first), build every response from
 them, and ``recovery.openapi`` generates the OpenAPI document from them. A validation
 error becomes one of the API's stable error codes in one place: ``refusal``.
@@ -26,7 +26,8 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from approvals.services import MAX_TTL_SECONDS
-from canonical import MAX_SAFE_INTEGER
+from common.canonical import MAX_SAFE_INTEGER
+from common.errors import ErrorCode, SettleError
 from recovery.models import State
 
 KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"
@@ -283,50 +284,8 @@ class OperationRecord(Body):
     evidence: list[EvidenceRecord]
 
 
-# Every ``error`` code a response can carry (tests/recovery/test_openapi.py checks this
-# list against the codes raised in the source).
-ERROR_CODES = [
-    "malformed_json",
-    "duplicate_key",
-    "non_finite_number",
-    "too_deep",
-    "invalid_body",
-    "unknown_field",
-    "missing_field",
-    "invalid_field",
-    "invalid_params",
-    "params_too_large",
-    "body_too_large",
-    "unsupported_media_type",
-    "unauthorized",
-    "forbidden",
-    "csrf_failed",
-    "bad_signature",
-    "unknown_operation",
-    "unknown_provider",
-    "unknown_approval",
-    "unknown_permit",
-    "key_conflict",
-    "invalid_state",
-    "stale_state",
-    "already_decided",
-    "digest_mismatch",
-    "invalid_ttl",
-    "not_authorized",
-    "action_mismatch",
-    "expired",
-    "revoked",
-    "already_consumed",
-    "stale_fencing_token",
-    "lease_lost",
-    "method_not_allowed",
-    "not_found",
-    "database_unavailable",
-    "internal_error",
-    "rate_limited",
-    "invalid_cursor",
-    "invalid_page_size",
-]
+# Every ``error`` code a response can carry: the codes marked for the host API, in order.
+ERROR_CODES = [code.value for code in ErrorCode if code.api]
 
 
 class Error(BaseModel):
@@ -346,15 +305,8 @@ def dump(model: BaseModel) -> dict[str, Any]:
 # -- validation errors as the API's codes ---------------------------------------------
 
 
-class ApiError(Exception):
-    """A refused request, as the HTTP layer answers it: status, code, message, details."""
-
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.extra = extra
+class ApiError(SettleError):
+    """A refused request that only the HTTP layer raises (parsing, credentials, limits)."""
 
 
 def refusal(exc: ValidationError) -> ApiError:
@@ -368,13 +320,13 @@ def refusal(exc: ValidationError) -> ApiError:
     unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
     if unknown:
         return ApiError(
-            400, "unknown_field", f"unknown field(s): {', '.join(unknown)}", fields=unknown
+            ErrorCode.UNKNOWN_FIELD, f"unknown field(s): {', '.join(unknown)}", fields=unknown
         )
     first = errors[0]
     name = str(first["loc"][0]) if first["loc"] else ""
     if first["type"] == "missing":
-        return ApiError(422, "missing_field", f"{name} is required", field=name)
-    return ApiError(422, "invalid_field", f"{name}: {first['msg'].lower()}", field=name)
+        return ApiError(ErrorCode.MISSING_FIELD, f"{name} is required", field=name)
+    return ApiError(ErrorCode.INVALID_FIELD, f"{name}: {first['msg'].lower()}", field=name)
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from canonical import CanonicalError, canonical_dumps, strict_loads
+from common.canonical import CanonicalError, canonical_dumps, strict_loads
 
 
 class _Missing:

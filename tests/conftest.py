@@ -14,7 +14,7 @@ from django.db import connection
 from django.test import Client
 
 from approvals.services import approver_create
-from canonical import canonical_params, params_digest
+from common.canonical import canonical_params, params_digest
 from recovery.models import Host, Provider
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure

@@ -1,7 +1,7 @@
 """Imports point one way, down this list: an app imports only the apps below it.
 
-``canonical`` (canonical JSON and digests) and ``dbsql`` (hand-written SQL) are
-infrastructure under every app and import none. ``audit`` sits under the operation
+``common`` (canonical JSON and digests, the error codes) and ``dbsql`` (hand-written
+SQL) are infrastructure under every app and import none. ``audit`` sits under the operation
 core, which writes its events in the same transaction as each change. The core
 (``recovery``) imports none of its consumers: it records what changed
 (``recovery.changes``) and they decide what it means to them.
@@ -28,7 +28,7 @@ LAYERS = [
     "audit",
     "approvals",
     "dbsql",
-    "canonical",
+    "common",
 ]
 ABOVE = {app: LAYERS[: LAYERS.index(app)] for app in LAYERS}
 SHIPPED = LAYERS[2:]

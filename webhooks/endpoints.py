@@ -28,6 +28,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from recovery.models import Host
 from recovery.outbound import address_refused
 from recovery.services.errors import Invalid, NotFound
@@ -47,7 +48,7 @@ def _events_stored(events: Iterable[str]) -> str:
     unknown = [event for event in chosen if event not in WebhookEvent.values]
     if unknown:
         raise Invalid(
-            "invalid_webhook_events",
+            ErrorCode.INVALID_WEBHOOK_EVENTS,
             f"unknown event(s) {', '.join(unknown)}; choose from {', '.join(WebhookEvent.values)}",
         )
     return f",{','.join(chosen)}," if chosen else ""
@@ -69,21 +70,21 @@ def webhook_url_addresses(url: str) -> tuple[urllib.parse.SplitResult, list[str]
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise Invalid(
-            "invalid_webhook_url", "a webhook URL must be http:// or https:// with a host"
+            ErrorCode.INVALID_WEBHOOK_URL, "a webhook URL must be http:// or https:// with a host"
         )
     if parts.username or parts.password:
-        raise Invalid("invalid_webhook_url", "a webhook URL may not carry credentials")
+        raise Invalid(ErrorCode.INVALID_WEBHOOK_URL, "a webhook URL may not carry credentials")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         found = socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)
     except (OSError, ValueError, UnicodeError) as exc:
         raise Invalid(
-            "unresolvable_webhook_url", f"the webhook URL's host does not resolve: {exc}"
+            ErrorCode.UNRESOLVABLE_WEBHOOK_URL, f"the webhook URL's host does not resolve: {exc}"
         ) from None
     addresses = sorted({str(info[4][0]) for info in found})
     if not settings.SETTLE_WEBHOOKS_ALLOW_PRIVATE and any(map(address_refused, addresses)):
         raise Invalid(
-            "private_webhook_url",
+            ErrorCode.PRIVATE_WEBHOOK_URL,
             f"{parts.hostname} resolves to a loopback, private or reserved address "
             "(set SETTLE_WEBHOOKS_ALLOW_PRIVATE=true to deliver inside your own network)",
         )
@@ -114,9 +115,9 @@ def webhook_endpoint_add(
     """Add an endpoint for ``host_name``; the endpoint and its secret (shown this once)."""
     host = Host.objects.filter(name=host_name).first()
     if host is None:
-        raise NotFound("unknown_host", f"no host named {host_name!r}")
+        raise NotFound(ErrorCode.UNKNOWN_HOST, f"no host named {host_name!r}")
     if len(url) > 500:
-        raise Invalid("invalid_webhook_url", "a webhook URL is at most 500 characters")
+        raise Invalid(ErrorCode.INVALID_WEBHOOK_URL, "a webhook URL is at most 500 characters")
     webhook_url_addresses(url)
     secret = _secret_new()
     endpoint = WebhookEndpoint.objects.create(
@@ -131,7 +132,7 @@ def _endpoint_locked(endpoint_id: int) -> WebhookEndpoint:
         WebhookEndpoint.objects.select_for_update().select_related("host").filter(pk=endpoint_id)
     ).first()
     if endpoint is None:
-        raise NotFound("unknown_webhook_endpoint", f"no webhook endpoint {endpoint_id}")
+        raise NotFound(ErrorCode.UNKNOWN_WEBHOOK_ENDPOINT, f"no webhook endpoint {endpoint_id}")
     return endpoint
 
 

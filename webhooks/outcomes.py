@@ -28,6 +28,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require
 from recovery.services.errors import NotFound
@@ -242,13 +243,13 @@ def webhook_message_redeliver(*, message_id: int, actor: Actor) -> WebhookMessag
         .first()
     )
     if message is None:
-        raise NotFound("unknown_webhook_message", "no such webhook message")
+        raise NotFound(ErrorCode.UNKNOWN_WEBHOOK_MESSAGE, "no such webhook message")
     provider_permission_require(
         actor=actor,
         provider=message.operation.provider,
         permission=ProviderPermission.LOOKUP_OPERATIONS,
         action="redeliver webhooks of",
-        missing="unknown_webhook_message",
+        missing=ErrorCode.UNKNOWN_WEBHOOK_MESSAGE,
     )
     message.status = PENDING
     message.next_attempt_at = timezone.now()

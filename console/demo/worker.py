@@ -34,7 +34,7 @@ from typing import Any
 
 import settle_client
 
-from canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
+from common.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
 
 SCENARIOS = (
     "normal",

@@ -31,7 +31,8 @@ from audit.chain import audit_append, audit_transaction
 from audit.hashing import event_export
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from canonical import canonical_dumps
+from common.canonical import canonical_dumps
+from common.errors import ErrorCode
 from console.models import AuditExport
 from console.selectors.audit_trail import AuditFilters, audit_events_export_for_user
 from recovery.selectors import audit_supervisor, providers_visible_to
@@ -145,7 +146,7 @@ def audit_export_request(
     The record and the job commit together; the job is published after the commit.
     """
     if export_format not in EXPORT_FORMATS:
-        raise Invalid("invalid_format", f"an export is one of {', '.join(EXPORT_FORMATS)}")
+        raise Invalid(ErrorCode.INVALID_FORMAT, f"an export is one of {', '.join(EXPORT_FORMATS)}")
     providers = sorted(providers_visible_to(user=user).values_list("name", flat=True))
     with audit_transaction():
         export = AuditExport.objects.create(
@@ -223,10 +224,10 @@ def audit_export_for_user(*, user: Any, export_id: Any) -> AuditExport:
     try:
         ident = uuid.UUID(str(export_id))
     except ValueError:
-        raise NotFound("unknown_export", "no such export") from None
+        raise NotFound(ErrorCode.UNKNOWN_EXPORT, "no such export") from None
     export = AuditExport.objects.filter(pk=ident, requested_by=user).first()
     if export is None:
-        raise NotFound("unknown_export", "no such export")
+        raise NotFound(ErrorCode.UNKNOWN_EXPORT, "no such export")
     visible = set(providers_visible_to(user=user).values_list("name", flat=True))
     if not set(export.providers) <= visible:
         raise Forbidden("this export holds events of providers you no longer view")

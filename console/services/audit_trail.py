@@ -16,6 +16,7 @@ from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from audit.models import AuditAlarm
+from common.errors import ErrorCode
 from recovery.selectors import audit_alarms_for_user, audit_supervisor
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound
@@ -56,9 +57,9 @@ def audit_alarm_resolve(*, actor: Actor, alarm_id: int, resolution: str) -> Audi
         raise Forbidden("only a supervisor may resolve audit alarms")
     resolution = resolution.strip()
     if not resolution:
-        raise Invalid("resolution_required", "say what was done about it")
+        raise Invalid(ErrorCode.RESOLUTION_REQUIRED, "say what was done about it")
     if len(resolution) > RESOLUTION_MAX:
-        raise Invalid("resolution_too_long", f"at most {RESOLUTION_MAX} characters")
+        raise Invalid(ErrorCode.RESOLUTION_TOO_LONG, f"at most {RESOLUTION_MAX} characters")
     with audit_transaction():
         alarm = (
             audit_alarms_for_user(user=user)
@@ -67,9 +68,9 @@ def audit_alarm_resolve(*, actor: Actor, alarm_id: int, resolution: str) -> Audi
             .first()
         )
         if alarm is None:
-            raise NotFound("unknown_alarm", f"no alarm {alarm_id}")
+            raise NotFound(ErrorCode.UNKNOWN_ALARM, f"no alarm {alarm_id}")
         if alarm.resolved_at is not None:
-            raise Invalid("already_resolved", f"alarm {alarm_id} was resolved already")
+            raise Invalid(ErrorCode.ALREADY_RESOLVED, f"alarm {alarm_id} was resolved already")
         alarm.resolved_at = timezone.now()
         alarm.resolved_by = actor
         alarm.resolution = resolution

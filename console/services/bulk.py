@@ -52,6 +52,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from console.models import BulkBatch, BulkItem
 from console.services.bulk_items import bulk_confirm_many, bulk_item_run
 from recovery.models import Operation
@@ -99,21 +100,21 @@ def bulk_submit(
     it runs.
     """
     if action not in Action.values:
-        raise Invalid("unknown_action", f"no bulk action {action!r}")
+        raise Invalid(ErrorCode.UNKNOWN_ACTION, f"no bulk action {action!r}")
     if action not in bulk_actions_permitted(actor=actor):
         raise Forbidden(f"you may not {action} the operations of any provider")
     reason = reason.strip()
     if not reason:
-        raise Invalid("reason_required", "give a reason: it is recorded on every operation")
+        raise Invalid(ErrorCode.REASON_REQUIRED, "give a reason: it is recorded on every operation")
     unique: dict[int, Pick] = {}
     for pick in picks:
         unique.setdefault(pick.ref, pick)
     if not unique:
-        raise Invalid("empty_selection", "nothing was selected")
+        raise Invalid(ErrorCode.EMPTY_SELECTION, "nothing was selected")
     limit = settings.SETTLE_BULK_MAX_ITEMS
     if len(unique) > limit:
         raise Invalid(
-            "selection_too_large",
+            ErrorCode.SELECTION_TOO_LARGE,
             f"{len(unique)} operations are selected and a batch holds at most {limit}: "
             "narrow the filter and submit several batches",
         )
@@ -181,7 +182,7 @@ def _item(batch: BulkBatch, pick: Pick, exists: bool, now: datetime) -> BulkItem
         operation_ref=pick.ref,
         version=pick.version,
         status=ItemStatus.REFUSED,
-        code="unknown_operation",
+        code=ErrorCode.UNKNOWN_OPERATION,
         detail="no such operation",
         done_at=now,
     )
@@ -201,17 +202,17 @@ def bulk_decide(*, batch_id: uuid.UUID, approve: bool, reason: str, actor: Actor
     with audit_transaction():
         batch = BulkBatch.objects.select_for_update().filter(pk=batch_id).first()
         if batch is None:
-            raise NotFound("unknown_batch", "no such batch")
+            raise NotFound(ErrorCode.UNKNOWN_BATCH, "no such batch")
         if not bulk_approvable(batch=batch, actor=actor):
             raise Forbidden("you may not approve voids of these operations' providers")
         if batch.status != Status.PROPOSED:
-            raise RecoveryError("already_decided", f"the batch is already {batch.status}")
+            raise RecoveryError(ErrorCode.ALREADY_DECIDED, f"the batch is already {batch.status}")
         if batch.proposed_by == actor:
             raise RecoveryError(
-                "self_approval", "a proposal needs a second person: you proposed this batch"
+                ErrorCode.SELF_APPROVAL, "a proposal needs a second person: you proposed this batch"
             )
         if not reason:
-            raise Invalid("reason_required", "give a reason for the decision")
+            raise Invalid(ErrorCode.REASON_REQUIRED, "give a reason for the decision")
         batch.decided_by = actor
         batch.decided_at = now
         batch.decision_reason = reason[:500]

@@ -14,6 +14,7 @@ from django.db import connection
 from django.utils import timezone
 
 from audit.chain import audit_tagged, audit_transaction
+from common.errors import ErrorCode
 from console.models import BulkBatch, BulkItem
 from dbsql.writes import values_update
 from recovery.models import Operation
@@ -66,7 +67,7 @@ def bulk_confirm_many(batch: BulkBatch, ids: list[int]) -> int:
                     outcome.message[:500],
                 )
             else:
-                item.status, item.code = ItemStatus.REFUSED, "unknown_operation"
+                item.status, item.code = ItemStatus.REFUSED, ErrorCode.UNKNOWN_OPERATION
                 item.detail = "no such operation"
             item.done_at = now
         _outcomes_written(items)
@@ -129,7 +130,7 @@ def _item_do(batch: BulkBatch, item: BulkItem) -> tuple[str, str, str]:
     """(status, code, detail) of doing ``item`` through its single-operation service."""
     operation = item.operation
     if operation is None:
-        return ItemStatus.REFUSED, "unknown_operation", "no such operation"
+        return ItemStatus.REFUSED, ErrorCode.UNKNOWN_OPERATION, "no such operation"
     actor = batch.proposed_by
     assert actor is not None
     try:

@@ -2,8 +2,8 @@
 403 a service's refusal stands for.
 
 Who may do what is the services' rule (``recovery.services.access``): a view fetches what
-the user may see, calls the service, and turns a refusal's code into the status the host
-API gives it (``recovery.api.STATUS_BY_CODE``), so the console and the API answer alike.
+the user may see, calls the service, and answers a refusal with the status its code
+carries (``common.errors.ErrorCode``), as the host API does.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 
 from approvals.actors import Actor
-from recovery.api import STATUS_BY_CODE
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission
 from recovery.selectors import operation_for_user
@@ -34,7 +33,7 @@ def refusal_status_raise(refusal: RecoveryError) -> None:
     A user who may not see the provider gets 404, one who may see but not do gets 403
     (the service has recorded that refusal already).
     """
-    status = STATUS_BY_CODE.get(refusal.code)
+    status = refusal.code.status
     if status == 404:
         raise Http404(refusal.message) from refusal
     if status == 403:

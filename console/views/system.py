@@ -19,6 +19,7 @@ from django.template import loader
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from common.errors import ErrorCode
 from dbsql.errors import database_unavailable
 from monitoring.metrics import metrics_text
 from monitoring.selectors.health import HealthFacts, health_facts, liveness
@@ -268,9 +269,14 @@ def _wants_json(request: HttpRequest) -> bool:
     return request.path.startswith("/api/")
 
 
+def _json_error(code: ErrorCode, message: str | None = None) -> JsonResponse:
+    """An /api/ path's error body, as the host API answers: the code's status and text."""
+    return JsonResponse({"error": code, "message": message or code.message}, status=code.status)
+
+
 def not_found(request: HttpRequest, exception: Any = None) -> HttpResponse:
     if _wants_json(request):
-        return JsonResponse({"error": "not_found", "message": "no such endpoint"}, status=404)
+        return _json_error(ErrorCode.NOT_FOUND)
     return render(request, "404.html", status=404)
 
 
@@ -279,14 +285,12 @@ def server_error(request: HttpRequest) -> HttpResponse:
     unavailable = database_unavailable(sys.exc_info()[1] or Exception())
     if unavailable is not None:
         if _wants_json(request):
-            return JsonResponse(
-                {"error": "database_unavailable", "message": unavailable}, status=503
-            )
+            return _json_error(ErrorCode.DATABASE_UNAVAILABLE, unavailable)
         response = HttpResponse(loader.get_template("503.html").render(), status=503)
         response["Retry-After"] = "5"
         return response
     if _wants_json(request):
-        return JsonResponse({"error": "internal_error", "message": "unexpected error"}, status=500)
+        return _json_error(ErrorCode.INTERNAL_ERROR)
     # As Django's own server_error: no request context, so no context processor (nor
     # the database it may need) runs while something is already broken.
     return HttpResponse(loader.get_template("500.html").render(), status=500)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from canonical import first_unsafe_integer, safe_integer
+from common.canonical import first_unsafe_integer, safe_integer
 from recovery.models import Verdict
 
 MATCH: str = Verdict.MATCH.value

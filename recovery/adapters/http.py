@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from canonical import CanonicalError, strict_loads
+from common.canonical import CanonicalError, strict_loads
 from recovery.adapters.base import (
     ABSENT,
     MAX_RECORD_BYTES,

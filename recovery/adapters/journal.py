@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from canonical import CanonicalError, canonical_dumps, sha256_digest, strict_loads
+from common.canonical import CanonicalError, canonical_dumps, sha256_digest, strict_loads
 from recovery.adapters.base import (
     ABSENT,
     MAX_RECORD_BYTES,

@@ -10,7 +10,7 @@ import sqlite3
 import urllib.parse
 from typing import Any
 
-from canonical import CanonicalError, canonical_params, params_digest, strict_loads
+from common.canonical import CanonicalError, canonical_params, params_digest, strict_loads
 from recovery.adapters.base import (
     ABSENT,
     LookupResult,

@@ -18,6 +18,7 @@ from guardian.shortcuts import get_objects_for_user, get_perms
 
 from approvals.models import Approval, Approver
 from audit.models import AuditAlarm
+from common.errors import ErrorCode
 from recovery.models import Host, Operation, Provider
 from recovery.permissions import ProviderPermission
 from recovery.services.errors import NotFound
@@ -122,7 +123,7 @@ def approval_for_caller(
         approvals = approvals_for_user(user=user)
     approval = approvals.filter(pk=approval_id).first()
     if approval is None:
-        raise NotFound("unknown_approval", "no such approval")
+        raise NotFound(ErrorCode.UNKNOWN_APPROVAL, "no such approval")
     return approval
 
 
@@ -133,7 +134,7 @@ def provider_for_callback(*, name: str) -> Provider:
     if "\x00" not in name and len(name) <= 100:
         provider = Provider.objects.filter(name=name).first()
     if provider is None:
-        raise NotFound("unknown_provider", "no such provider")
+        raise NotFound(ErrorCode.UNKNOWN_PROVIDER, "no such provider")
     return provider
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from approvals.actors import Actor
 from audit.chain import audit_transaction
+from common.errors import ErrorCode
 from recovery.adapters import LookupResult, signature_valid
 from recovery.models import (
     Evidence,
@@ -48,7 +49,9 @@ def provider_callback(
     """Apply a signed provider notification unless it is stale (rule 5)."""
     operation = Operation.objects.filter(key=operation_key, provider=provider).first()
     if operation is None:
-        raise NotFound("unknown_operation", f"no operation {operation_key!r} at this provider")
+        raise NotFound(
+            ErrorCode.UNKNOWN_OPERATION, f"no operation {operation_key!r} at this provider"
+        )
     operation = operation_lock(operation)
     actor = Actor.of("provider", provider)
     last = operation.last_callback_sequence

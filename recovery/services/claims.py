@@ -13,6 +13,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from approvals.actors import Actor
+from common.errors import ErrorCode
 from recovery.models import Operation, OperationClaim
 from recovery.selectors import claim_cutoff
 from recovery.services.errors import RecoveryError
@@ -59,7 +60,7 @@ def _claimed(claim: OperationClaim) -> RecoveryError:
     holder = claim.actor
     who = holder.name if holder is not None else "someone"
     return RecoveryError(
-        "claimed",
+        ErrorCode.CLAIMED,
         f"{who} is working on it (claimed {claim.claimed_at:%Y-%m-%d %H:%M} UTC)",
         claimed_by=str(holder),
     )

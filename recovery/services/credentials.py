@@ -15,6 +15,7 @@ from approvals.actors import Actor
 from approvals.models import Approver
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from recovery.models import Host
 from recovery.services.errors import NotFound
 
@@ -39,11 +40,11 @@ def host_authenticate(*, token: str) -> Host | None:
 
 def _credential(kind: str, name: str) -> models.Model:
     if kind not in KINDS:
-        raise NotFound("unknown_credential_kind", f"a credential is one of {sorted(KINDS)}")
+        raise NotFound(ErrorCode.UNKNOWN_CREDENTIAL_KIND, f"a credential is one of {sorted(KINDS)}")
     model, _ = KINDS[kind]
     credential = model.objects.select_for_update().filter(name=name).first()  # type: ignore[attr-defined]
     if credential is None:
-        raise NotFound("unknown_credential", f"no {kind} named {name!r}")
+        raise NotFound(ErrorCode.UNKNOWN_CREDENTIAL, f"no {kind} named {name!r}")
     return credential  # type: ignore[no-any-return]
 
 

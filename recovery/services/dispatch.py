@@ -15,6 +15,7 @@ from approvals import services as approvals
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from dbsql.rows import select_first_at
 from dbsql.writes import insert, save_fields
 from recovery.models import (
@@ -137,7 +138,8 @@ def _dispatch_for_token(
             data={"dispatched": dispatch is not None},
         )
         raise RecoveryError(
-            "stale_fencing_token", "this fencing token does not hold the operation's dispatch"
+            ErrorCode.STALE_FENCING_TOKEN,
+            "this fencing token does not hold the operation's dispatch",
         )
     return dispatch, now
 
@@ -177,7 +179,7 @@ def operation_heartbeat(
                 operation=operation, signal=StaleSignal.HEARTBEAT_AFTER_LEASE, actor=actor, data={}
             )
             raise RecoveryError(
-                "lease_lost",
+                ErrorCode.LEASE_LOST,
                 f"the operation is {operation.state}; the lease is gone",
                 state=operation.state,
             )

@@ -1,22 +1,20 @@
-"""What a refused call raises: a stable ``code`` that the HTTP layer maps to a status."""
+"""What a refused call raises: ``common.errors.SettleError``, under the names callers use."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from common.errors import ErrorCode, SettleError
 
-class RecoveryError(Exception):
+
+class RecoveryError(SettleError):
     """A refused request; ``code`` is the stable error code the API returns.
 
-    A Celery task or a console view raises and handles the same error; only the HTTP
-    layer turns a code into a status (``recovery.api.STATUS_BY_CODE``).
+    A code given as its text is looked up, so an unknown one fails where it is raised.
     """
 
-    def __init__(self, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.extra = extra
+    def __init__(self, code: ErrorCode | str, message: str | None = None, **extra: Any) -> None:
+        super().__init__(ErrorCode(code), message, **extra)
 
 
 class NotFound(RecoveryError):
@@ -31,4 +29,4 @@ class Forbidden(RecoveryError):
     """The caller may see what was named but may not do this to it (code ``forbidden``)."""
 
     def __init__(self, message: str, **extra: Any) -> None:
-        super().__init__("forbidden", message, **extra)
+        super().__init__(ErrorCode.FORBIDDEN, message, **extra)

@@ -13,7 +13,7 @@ from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.chain import audit_append
 from audit.kinds import AuditKind
-from canonical import canonical_dumps, sha256_digest
+from common.canonical import canonical_dumps, sha256_digest
 from dbsql.writes import bulk_save
 from recovery.adapters import LookupResult
 from recovery.changes import RECEIPT_COMPLETE, OperationChange, changes_record

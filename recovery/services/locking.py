@@ -34,6 +34,7 @@ from django.db.models import Q, QuerySet, Subquery
 from approvals import services as approvals
 from approvals.models import Approval, Approver, Permit
 from audit.chain import audit_chain_locked
+from common.errors import ErrorCode
 from dbsql.rows import select_locked_with
 from recovery import selectors
 from recovery.models import (
@@ -109,7 +110,7 @@ def _meant(operation: Operation | OperationRef) -> QuerySet[Operation]:
 def _found(operations: QuerySet[Operation], operation: Operation | OperationRef) -> Operation:
     found = operations.first()
     if found is None:
-        raise NotFound("unknown_operation", f"no operation {operation.key!r} for this host")
+        raise NotFound(ErrorCode.UNKNOWN_OPERATION, f"no operation {operation.key!r} for this host")
     return found
 
 
@@ -120,7 +121,7 @@ def operation_lock(operation: Operation | OperationRef) -> Operation:
     else:
         found = _row_locked("t.id = %s", [operation.pk])
     if found is None:
-        raise NotFound("unknown_operation", f"no operation {operation.key!r} for this host")
+        raise NotFound(ErrorCode.UNKNOWN_OPERATION, f"no operation {operation.key!r} for this host")
     return audit_chain_locked(found)
 
 

@@ -21,6 +21,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from recovery.models import LookupAttempt, Operation, OperationClaim
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require
@@ -31,40 +32,40 @@ from recovery.services.lookups import lookup_claim, lookup_publish
 from recovery.services.signals import refusals_committed, refusals_recorded
 
 
-def operator_refusal_record(*, operation: Operation, action: str, code: str, actor: Actor) -> None:
-    """Record a refused operator action, in a transaction of its own."""
-    with audit_transaction():
-        operator_refusal_append(
-            operation=operation_lock(operation), action=action, code=code, actor=actor
+class operator_refusals(refusals_committed):
+    """The one way an operator's refused ``action`` goes on the operation's chain.
+
+    As a context it is an audit transaction whose refusal, once what it recorded is
+    committed, is recorded in a transaction of its own and raised; ``refuse`` does the
+    same for a refusal raised outside one; ``append`` writes it in the caller's
+    transaction, on an operation the caller has locked (a batch, where one item's
+    refusal must not undo the others').
+    """
+
+    def __init__(self, operation: Operation, action: str, actor: Actor) -> None:
+        super().__init__(then=self._record)
+        self.operation = operation
+        self.action = action
+        self.actor = actor
+
+    def append(self, error: RecoveryError, *, locked: Operation | None = None) -> None:
+        """The ``operator_refused`` event, on the locked operation's chain."""
+        operation = self.operation if locked is None else locked
+        audit_append(
+            kind=AuditKind.OPERATOR_REFUSED,
+            operation=operation,
+            actor=self.actor,
+            data={"action": self.action, "code": error.code, "version": operation.version},
         )
 
+    def refuse(self, error: RecoveryError) -> NoReturn:
+        """Record ``error`` (its own transaction), then raise it."""
+        self._record(error)
+        raise error
 
-def operator_refusal_append(*, operation: Operation, action: str, code: str, actor: Actor) -> None:
-    """The ``operator_refused`` event of a refused action, on the locked operation's chain."""
-    audit_append(
-        kind=AuditKind.OPERATOR_REFUSED,
-        operation=operation,
-        actor=actor,
-        data={"action": action, "code": code, "version": operation.version},
-    )
-
-
-def operator_refusals(operation: Operation, action: str, actor: Actor) -> refusals_committed:
-    """An audit transaction whose refusal, once what it recorded is committed, is
-    recorded as a refused ``action`` in a transaction of its own, then raised."""
-
-    def record(error: RecoveryError) -> None:
-        operator_refusal_record(operation=operation, action=action, code=error.code, actor=actor)
-
-    return refusals_committed(then=record)
-
-
-def operator_refuse(
-    operation: Operation, action: str, error: RecoveryError, actor: Actor
-) -> NoReturn:
-    """Record ``error`` as a refused ``action`` (its own transaction), then raise it."""
-    operator_refusal_record(operation=operation, action=action, code=error.code, actor=actor)
-    raise error
+    def _record(self, error: RecoveryError) -> None:
+        with audit_transaction():
+            self.append(error, locked=operation_lock(self.operation))
 
 
 def operator_permitted(
@@ -81,7 +82,7 @@ def operator_permitted(
             actor=actor, provider=operation.provider, permission=permission, action=action
         )
     except Forbidden as refusal:
-        operator_refuse(operation, action, refusal, actor)
+        operator_refusals(operation, action, actor).refuse(refusal)
 
 
 def operator_locked(*, operation: Operation, actor: Actor, version: int | None = None) -> Operation:
@@ -90,7 +91,7 @@ def operator_locked(*, operation: Operation, actor: Actor, version: int | None =
     Refused when the operation moved on since the ``version`` the operator saw
     (``stale_version``; a claim names none), or while someone else holds a live claim
     on it (``claimed``). Runs inside the caller's transaction, whose refusal is recorded
-    (``operator_refusals``, ``operator_refuse``).
+    (``operator_refusals``).
     """
     locked = operation_lock(operation)
     if version is not None:
@@ -105,7 +106,7 @@ def version_check(locked: Operation, version: int) -> None:
     """Refuse (``stale_version``) an action on a version the operation has moved on from."""
     if locked.version != version:
         raise RecoveryError(
-            "stale_version",
+            ErrorCode.STALE_VERSION,
             f"the operation moved on: it is now {locked.state}, version {locked.version} "
             f"(you saw version {version})",
             state=locked.state,
@@ -155,7 +156,7 @@ def operator_lookup(
             queued=True,
         )
         if slot.attempt is None:
-            raise RecoveryError("lookup_in_flight", "a lookup of it is already under way")
+            raise RecoveryError(ErrorCode.LOOKUP_IN_FLIGHT, "a lookup of it is already under way")
         audit_append(
             kind=AuditKind.OPERATOR_ACTION,
             operation=locked,
@@ -184,7 +185,7 @@ def _release(operation: Operation, actor: Actor) -> None:
     locked = operator_locked(operation=operation, actor=actor)
     deleted, _ = OperationClaim.objects.filter(operation=locked).delete()
     if not deleted:
-        raise RecoveryError("not_claimed", "nobody holds a claim on it")
+        raise RecoveryError(ErrorCode.NOT_CLAIMED, "nobody holds a claim on it")
     audit_append(kind=AuditKind.CLAIM_RELEASED, operation=locked, actor=actor, data={})
 
 
@@ -202,7 +203,7 @@ def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
     try:
         return _claim(operation, actor)
     except RecoveryError as exc:
-        operator_refuse(operation, "claim", exc, actor)
+        operator_refusals(operation, "claim", actor).refuse(exc)
 
 
 def operation_claim_release(*, operation: Operation, actor: Actor) -> None:
@@ -216,4 +217,4 @@ def operation_claim_release(*, operation: Operation, actor: Actor) -> None:
     try:
         _release(operation, actor)
     except RecoveryError as exc:
-        operator_refuse(operation, "release", exc, actor)
+        operator_refusals(operation, "release", actor).refuse(exc)

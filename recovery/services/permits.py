@@ -9,6 +9,7 @@ from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from recovery.models import (
     Host,
     Operation,
@@ -52,7 +53,7 @@ def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[A
     operation = operation_lock(operation)
     if operation.state != State.AWAITING_APPROVAL:
         raise RecoveryError(
-            "invalid_state",
+            ErrorCode.INVALID_STATE,
             f"operation is {operation.state}; no approval can be opened",
             state=operation.state,
         )
@@ -91,10 +92,12 @@ def approval_decision(
     """
     if decided_by.kind not in ("approver", "user", "system"):
         raise Forbidden(f"a {decided_by.kind} may not decide approvals")
-    approver = approver_scope(actor=decided_by, approver=approver, missing="unknown_approval")
+    approver = approver_scope(
+        actor=decided_by, approver=approver, missing=ErrorCode.UNKNOWN_APPROVAL
+    )
     with refusals_committed():
         operation = operation_lock_bound(
-            Approval, approval_id, missing="unknown_approval", approver=approver
+            Approval, approval_id, missing=ErrorCode.UNKNOWN_APPROVAL, approver=approver
         )
         if decided_by.kind == "user":
             provider_permission_require(
@@ -103,7 +106,7 @@ def approval_decision(
                 permission=ProviderPermission.DECIDE_APPROVALS,
                 action="approve or deny",
                 visible=(ProviderPermission.VIEW_OPERATIONS, ProviderPermission.DECIDE_APPROVALS),
-                missing="unknown_approval",
+                missing=ErrorCode.UNKNOWN_APPROVAL,
             )
         if reviewed_digest != operation.params_digest:
             audit_append(
@@ -117,7 +120,7 @@ def approval_decision(
                 },
             )
             raise RecoveryError(
-                "digest_mismatch",
+                ErrorCode.DIGEST_MISMATCH,
                 "the approval is for other parameters than the ones reviewed",
                 params_digest=operation.params_digest,
             )
@@ -174,9 +177,9 @@ def permit_revoke(
     within this approver's scope (else it does not exist for them); an approver acting
     is bounded by its scope whether or not its row is given.
     """
-    approver = approver_scope(actor=actor, approver=approver, missing="unknown_permit")
+    approver = approver_scope(actor=actor, approver=approver, missing=ErrorCode.UNKNOWN_PERMIT)
     operation = operation_lock_bound(
-        Permit, permit_id, missing="unknown_permit", host=host, approver=approver
+        Permit, permit_id, missing=ErrorCode.UNKNOWN_PERMIT, host=host, approver=approver
     )
     permit = Permit.objects.select_for_update().get(pk=permit_id)
     revoked = approvals.permit_revoke(permit=permit, reason=reason, actor=actor)

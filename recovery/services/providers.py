@@ -20,6 +20,7 @@ from approvals import services as approvals
 from approvals.actors import COMMAND_LINE, Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from recovery.adapters import ProviderConfig
 from recovery.models import Provider
 from recovery.services.errors import Invalid
@@ -60,26 +61,30 @@ def provider_settings_check(settings: ProviderSettings, *, has_secret: bool = Fa
     ``has_secret``: the provider already stores a secret (one need not be given again).
     """
     if not NAME_PATTERN.fullmatch(settings.name):
-        raise Invalid("invalid_name", "a provider name is letters, digits, '.', '_' or '-'")
+        raise Invalid(ErrorCode.INVALID_NAME, "a provider name is letters, digits, '.', '_' or '-'")
     if settings.adapter not in Provider.Adapter.values:
-        raise Invalid("invalid_adapter", f"adapter must be one of {Provider.Adapter.values}")
+        raise Invalid(
+            ErrorCode.INVALID_ADAPTER, f"adapter must be one of {Provider.Adapter.values}"
+        )
     if settings.adapter in {Provider.Adapter.SQLITE, Provider.Adapter.JOURNAL}:
         if not settings.path:
-            raise Invalid("missing_path", f"the {settings.adapter} adapter needs --path")
+            raise Invalid(ErrorCode.MISSING_PATH, f"the {settings.adapter} adapter needs --path")
         if not os.path.isabs(settings.path) or "\x00" in settings.path:
-            raise Invalid("invalid_path", "the path must be absolute")
+            raise Invalid(ErrorCode.INVALID_PATH, "the path must be absolute")
     if settings.adapter == Provider.Adapter.HTTP:
         if not (settings.url and (settings.secret or has_secret)):
-            raise Invalid("missing_url", "the http adapter needs --url and --secret")
+            raise Invalid(ErrorCode.MISSING_URL, "the http adapter needs --url and --secret")
         parts = urllib.parse.urlsplit(settings.url)
         if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise Invalid("invalid_url", "the URL must be http:// or https:// with a host")
+            raise Invalid(ErrorCode.INVALID_URL, "the URL must be http:// or https:// with a host")
     if settings.timeout_seconds is not None and not 0 < settings.timeout_seconds <= 60:
-        raise Invalid("invalid_timeout", "timeout must be more than 0 and at most 60 seconds")
+        raise Invalid(
+            ErrorCode.INVALID_TIMEOUT, "timeout must be more than 0 and at most 60 seconds"
+        )
     if settings.lease_seconds is not None and settings.lease_seconds < 1:
-        raise Invalid("invalid_lease", "lease must be at least 1 second")
+        raise Invalid(ErrorCode.INVALID_LEASE, "lease must be at least 1 second")
     if settings.lookup_budget is not None and settings.lookup_budget < 1:
-        raise Invalid("invalid_lookup_budget", "the lookup budget must be at least 1")
+        raise Invalid(ErrorCode.INVALID_LOOKUP_BUDGET, "the lookup budget must be at least 1")
 
 
 @audit_transaction()
@@ -93,7 +98,7 @@ def provider_save(
         else Provider.objects.select_for_update().filter(pk=provider_id).first()
     )
     if provider is None:
-        raise Invalid("unknown_provider", f"no provider with id {provider_id}")
+        raise Invalid(ErrorCode.UNKNOWN_PROVIDER, f"no provider with id {provider_id}")
     provider_settings_check(settings, has_secret=bool(provider.secret))
     before = {field: getattr(provider, field) for field in _AUDITED}
     provider.name, provider.adapter = settings.name, settings.adapter
@@ -106,7 +111,9 @@ def provider_save(
     try:
         provider.save()
     except IntegrityError:
-        raise Invalid("name_taken", f"another provider is named {settings.name!r}") from None
+        raise Invalid(
+            ErrorCode.NAME_TAKEN, f"another provider is named {settings.name!r}"
+        ) from None
     created = provider_id is None
     renamed = not created and before["name"] != provider.name
     if renamed:

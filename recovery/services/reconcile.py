@@ -36,6 +36,7 @@ from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.chain import audit_append, audit_chain_locked, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from dbsql.writes import update
 from recovery.models import Dispatch, Evidence, Operation, State, Verdict
 from recovery.permissions import ProviderPermission
@@ -47,9 +48,7 @@ from recovery.services.locking import locking, operation_lock
 from recovery.services.operator import (
     operator_locked,
     operator_permitted,
-    operator_refusal_append,
     operator_refusals,
-    operator_refuse,
     version_check,
 )
 from recovery.services.signals import refusals_recorded
@@ -113,7 +112,7 @@ def reconcile_grounds(
     if action == Action.REPAIR:
         if not _stranded(dispatch) or operation.state not in _SETTLED_SUCCEEDED | _SETTLED_FAILED:
             raise RecoveryError(
-                "not_stranded",
+                ErrorCode.NOT_STRANDED,
                 "only the running receipt of a settled operation can be repaired "
                 f"(the operation is {operation.state})",
             )
@@ -124,14 +123,16 @@ def reconcile_grounds(
         return evidence if backed else None
     event = Event.CONFIRM if action == Action.CONFIRM else Event.VOID
     if action not in (Action.CONFIRM, Action.VOID):
-        raise RecoveryError("unknown_action", f"no operator decision {action!r}")
+        raise RecoveryError(ErrorCode.UNKNOWN_ACTION, f"no operator decision {action!r}")
     if next_state(operation.state, event) is None:
-        raise RecoveryError("not_allowed", f"an operation in {operation.state} cannot be {event}ed")
+        raise RecoveryError(
+            ErrorCode.NOT_ALLOWED, f"an operation in {operation.state} cannot be {event}ed"
+        )
     if action == Action.CONFIRM:
         return evidence if _committed(evidence) else None
     if _committed(evidence):
         raise RecoveryError(
-            "evidence_matches",
+            ErrorCode.EVIDENCE_MATCHES,
             "the provider's record matches a committed effect: it happened, so it cannot be voided",
         )
     return evidence if _not_performed(evidence) else None
@@ -206,7 +207,7 @@ def operation_reconcile(
     """
     permission = DECISION_PERMISSIONS.get(action)
     if permission is None:
-        raise RecoveryError("unknown_action", f"no operator decision {action!r}")
+        raise RecoveryError(ErrorCode.UNKNOWN_ACTION, f"no operator decision {action!r}")
     held = operator_permitted(
         operation=operation, action=action, permission=permission, actor=actor
     )
@@ -248,7 +249,7 @@ def _decide(
         raise _not_backed(action, evidence)
     if not may_propose:
         raise RecoveryError(
-            "four_eyes_required",
+            ErrorCode.FOUR_EYES_REQUIRED,
             f"the evidence does not back a {action}: it needs a proposal that a second "
             "operator approves, and you may not propose one",
         )
@@ -257,7 +258,7 @@ def _decide(
     ).first()
     if pending is not None:
         raise RecoveryError(
-            "request_pending",
+            ErrorCode.REQUEST_PENDING,
             f"a proposed {pending.action} already waits for approval",
             request_id=pending.pk,
         )
@@ -290,7 +291,8 @@ def _decide(
 def _not_backed(action: str, evidence: Evidence | None) -> RecoveryError:
     verdict = evidence.verdict if evidence is not None else "none"
     return RecoveryError(
-        "not_backed", f"the latest evidence does not back a {action} (latest verdict: {verdict})"
+        ErrorCode.NOT_BACKED,
+        f"the latest evidence does not back a {action} (latest verdict: {verdict})",
     )
 
 
@@ -330,7 +332,7 @@ def operations_confirm_many(
     rows = locking(Operation.objects.filter(pk__in=[pk for pk in versions if pk not in outcomes]))
     locked = {operation.pk: audit_chain_locked(operation) for operation in rows.order_by("pk")}
     for pk in versions.keys() - locked.keys() - outcomes.keys():
-        outcomes[pk] = NotFound("unknown_operation", "no such operation")
+        outcomes[pk] = NotFound(ErrorCode.UNKNOWN_OPERATION, "no such operation")
     permitted = [op for op in locked.values() if checked[op.provider_id] is None]
     claimed = claims_check_many(permitted, actor)
     latest = _evidence_latest_many(list(locked))
@@ -355,9 +357,7 @@ def operations_confirm_many(
                 raise _not_backed(Action.CONFIRM, latest.get(pk))
         except RecoveryError as refusal:
             outcomes[pk] = refusal
-            operator_refusal_append(
-                operation=operation, action=Action.CONFIRM, code=refusal.code, actor=actor
-            )
+            operator_refusals(operation, Action.CONFIRM, actor).append(refusal)
             continue
         audit_append(
             kind=AuditKind.OPERATOR_ACTION,
@@ -481,10 +481,12 @@ def reconciliation_approve(
     with operator_refusals(operation, "approve", actor):
         locked, request = _request_locked(operation, request_id)
         if request.status != ReconciliationRequest.Status.PENDING:
-            raise RecoveryError("already_decided", f"the request is already {request.status}")
+            raise RecoveryError(
+                ErrorCode.ALREADY_DECIDED, f"the request is already {request.status}"
+            )
         if request.proposed_by == actor:
             raise RecoveryError(
-                "self_approval", "a proposal needs a second operator: you proposed this one"
+                ErrorCode.SELF_APPROVAL, "a proposal needs a second operator: you proposed this one"
             )
         backing, changed = _still_holds(locked, request)
         if changed is not None:
@@ -495,7 +497,7 @@ def reconciliation_approve(
                 actor=actor,
                 data={"request_id": request.pk, "action": request.action, "why": changed},
             )
-            raise RecoveryError("request_invalidated", f"nothing was done: {changed}")
+            raise RecoveryError(ErrorCode.REQUEST_INVALIDATED, f"nothing was done: {changed}")
         _request_closed(request, ReconciliationRequest.Status.APPROVED, actor, reason)
         audit_append(
             kind=AuditKind.RECONCILIATION_APPROVED,
@@ -544,9 +546,6 @@ def reconciliation_reject(
                 data={"request_id": request.pk, "action": request.action, "reason": reason},
             )
             return request
-    operator_refuse(
-        operation,
-        "reject",
-        RecoveryError("already_decided", f"the request is already {request.status}"),
-        actor,
+    operator_refusals(operation, "reject", actor).refuse(
+        RecoveryError(ErrorCode.ALREADY_DECIDED, f"the request is already {request.status}")
     )

@@ -9,7 +9,8 @@ from django.db import IntegrityError
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_head_new, audit_head_write, audit_transaction
 from audit.kinds import AuditKind
-from canonical import canonical_params, params_digest
+from common.canonical import canonical_params, params_digest
+from common.errors import ErrorCode
 from dbsql.rows import select_first
 from dbsql.writes import insert
 from recovery.models import (
@@ -33,7 +34,7 @@ def operation_register(
     digest = params_digest(canonical)
     provider = select_first(Provider, name=provider_name)
     if provider is None:
-        raise NotFound("unknown_provider", f"no provider named {provider_name!r}")
+        raise NotFound(ErrorCode.UNKNOWN_PROVIDER, f"no provider named {provider_name!r}")
     try:
         with audit_transaction():
             operation = Operation(
@@ -67,5 +68,7 @@ def operation_register(
         and existing.params_digest == digest
     )
     if not same:
-        raise RecoveryError("key_conflict", f"operation {key!r} exists with a different action")
+        raise RecoveryError(
+            ErrorCode.KEY_CONFLICT, f"operation {key!r} exists with a different action"
+        )
     return existing, False

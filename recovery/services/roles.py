@@ -18,6 +18,7 @@ from guardian.shortcuts import assign_perm
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission as P
 from recovery.services.errors import NotFound
@@ -45,7 +46,7 @@ def _permissions(codenames: tuple[P, ...]) -> list[Permission]:
     )
     missing = sorted(set(codenames) - {p.codename for p in found})
     if missing:  # permissions are created after migrate; a half-migrated database
-        raise NotFound("unknown_permission", f"run migrate first: no {', '.join(missing)}")
+        raise NotFound(ErrorCode.UNKNOWN_PERMISSION, f"run migrate first: no {', '.join(missing)}")
     return found
 
 
@@ -67,7 +68,7 @@ def role_grant(*, user: AbstractBaseUser, role: str, provider: Provider, actor: 
     ``viewer`` to an operator leaves them an operator. Returns the permissions granted.
     """
     if role not in ROLES:
-        raise NotFound("unknown_role", f"a role is one of {', '.join(ROLES)}")
+        raise NotFound(ErrorCode.UNKNOWN_ROLE, f"a role is one of {', '.join(ROLES)}")
     granted = []
     for permission in _permissions(ROLES[role]):
         assign_perm(permission, user, provider)

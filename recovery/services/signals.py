@@ -10,6 +10,7 @@ from typing import Any, TypeVar, cast
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_chain_locked, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from recovery.models import (
     Operation,
 )
@@ -41,7 +42,7 @@ def refusals_recorded(
                 who = actor(kwargs) if callable(actor) else kwargs.get(actor)
                 transition_refused_record(exc, who)
                 raise RecoveryError(
-                    "stale_state", f"the operation moved on ({exc.state})", state=exc.state
+                    ErrorCode.STALE_STATE, f"the operation moved on ({exc.state})", state=exc.state
                 ) from exc
 
         return cast(F, inner)

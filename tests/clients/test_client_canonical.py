@@ -17,14 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from settle_client import canonical as client
 
-import canonical as server
+from common import canonical as server
 
 MAX = 2**53 - 1
 # Every top-level package of the server (pyproject.toml's wheel packages).
 SETTLE_PACKAGES = {
     "approvals",
     "audit",
-    "canonical",
+    "common",
     "console",
     "dbsql",
     "monitoring",

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from canonical import canonical_dumps
+from common.canonical import canonical_dumps
 from recovery import adapters
 from recovery.adapters import LookupResult, ProviderConfig, evidence_lookup
 from recovery.models import Verdict

@@ -28,7 +28,7 @@ from guardian.shortcuts import assign_perm
 
 from approvals.models import Approval, Permit, PermitEvent
 from audit.models import AuditEvent
-from canonical import MAX_PARAMS_BYTES, MAX_SAFE_INTEGER
+from common.canonical import MAX_PARAMS_BYTES, MAX_SAFE_INTEGER
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider
 from recovery.permissions import ProviderPermission
 from recovery.services.providers import provider_configure

@@ -22,7 +22,7 @@ from audit.keys import sign
 from audit.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
 from audit.signing import checkpoint_digest, checkpoint_hashes_streamed
 from audit.verify import audit_verify
-from canonical import MAX_SAFE_INTEGER
+from common.canonical import MAX_SAFE_INTEGER
 from tests.recovery.test_audit_chain import _append, _only_problem, _sql, operations  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
-from canonical import (
+from common.canonical import (
     MAX_PARAMS_BYTES,
     CanonicalError,
     canonical_dumps,

@@ -12,6 +12,7 @@ from django.urls import resolve
 from openapi_spec_validator import validate
 
 from approvals.services import Refusal
+from common.errors import ErrorCode
 from recovery import contract, urls
 from recovery.openapi import openapi_document
 from tests.support.contract import ContractViolation, response_check, route_template
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
 
 # Every `error` code a response under /api/ can carry (grepped from recovery/api.py,
-# recovery/services/, approvals/services.py, canonical/, console/services/,
+# recovery/services/, approvals/services.py, common/canonical.py, console/services/,
 # console/views/).
 EMITTED = {
     # body parsing (api._json_body, canonical.strict_loads)
@@ -130,28 +131,33 @@ ADMIN_ONLY = {
 # CanonicalError codes that reach the API only as the `reason` of invalid_params.
 REASON_ONLY = {"integer_out_of_range"}
 
+# A code written as text where an error is raised or answered: every one is an ErrorCode.
 RAISERS = re.compile(
-    r"(?:ApiError\(\s*\d+,|error_response\(\s*\d+,|RecoveryError\(|NotFound\(|Invalid\("
-    r"|ApprovalError\(|CanonicalError\(|missing=)\s*\"([a-z_]+)\""
+    r"(?:ApiError\(|error_response\(|RecoveryError\(|NotFound\(|Invalid\(|SettleError\("
+    r"|ApprovalError\(|CanonicalError\(|_uuid\(\w+,|missing=)\s*(?:\d+,\s*)?\"([a-z_]+)\""
 )
 JSON_ERRORS = re.compile(r"\{\"error\": \"([a-z_]+)\"")
+MEMBERS = re.compile(r"\bErrorCode\.([A-Z_]+)\b")
 SOURCES = [
     "recovery/api.py",
     "recovery/contract.py",
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "recovery/services").glob("*.py")),
-    "canonical/__init__.py",
+    "common/canonical.py",
     "approvals/services.py",
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "console/services").glob("*.py")),
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "console/views").glob("*.py")),
 ]
+SHIPPED = ["approvals", "audit", "common", "console", "dbsql", "monitoring", "recovery", "webhooks"]
 
 
 def scanned_codes() -> set[str]:
+    """The codes the API's sources name, as members (or as text, which a test refuses)."""
     codes: set[str] = set()
     for name in SOURCES:
         text = (ROOT / name).read_text()
+        codes |= {ErrorCode[member].value for member in MEMBERS.findall(text)}
         codes |= set(RAISERS.findall(text)) | set(JSON_ERRORS.findall(text))
-    codes |= {value for key, value in vars(Refusal).items() if key.isupper()}
+    codes |= {str(value) for key, value in vars(Refusal).items() if key.isupper()}
     return codes
 
 
@@ -218,6 +224,32 @@ def test_every_error_code_the_api_can_emit_is_in_the_error_enum(document):
 def test_the_emitted_list_matches_the_codes_in_the_source():
     """A new error code in the source must be added to EMITTED (and to the enum)."""
     assert scanned_codes() - ADMIN_ONLY - REASON_ONLY == EMITTED
+
+
+def test_the_error_enum_is_exactly_the_codes_marked_for_the_api(document):
+    enum = document["components"]["schemas"]["Error"]["properties"]["error"]["enum"]
+    assert enum == [code.value for code in ErrorCode if code.api]
+    assert set(enum) == EMITTED
+
+
+def test_every_code_in_the_source_is_a_member():
+    assert scanned_codes() - {code.value for code in ErrorCode} == set()
+    assert {code.value for code in ErrorCode if not code.api} >= ADMIN_ONLY | REASON_ONLY
+
+
+def test_no_raiser_is_given_a_code_as_text():
+    """Codes are named as ErrorCode members; only common/errors.py spells their text."""
+    found = {}
+    for app in SHIPPED:
+        for path in (ROOT / app).rglob("*.py"):
+            name = str(path.relative_to(ROOT))
+            if "/migrations/" in name:
+                continue
+            text = path.read_text()
+            literal = RAISERS.findall(text) + JSON_ERRORS.findall(text)
+            if literal:
+                found[name] = literal
+    assert found == {}
 
 
 def test_the_error_schema_requires_error_and_message(document):

@@ -9,6 +9,7 @@ from approvals.actors import Actor
 from audit.chain import audit_append
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from common.errors import ErrorCode
 from recovery.models import Operation
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operation_lock
@@ -34,10 +35,10 @@ def test_a_refusal_is_raised_after_what_it_recorded_committed(flow):
     ):
         locked = operation_lock(Operation.objects.get(key="op-1"))
         audit_append(kind=AuditKind.DECISION_REFUSED, operation=locked, actor=Actor.system("t"))
-        raise RecoveryError("test_refusal", "no, and on the record")
+        raise RecoveryError(ErrorCode.NOT_ALLOWED, "no, and on the record")
     assert _kinds("op-1") == ["registered", "decision_refused"]
     # ``then`` ran once the record was committed, before the refusal went on.
-    assert seen == [("test_refusal", ["registered", "decision_refused"])]
+    assert seen == [("not_allowed", ["registered", "decision_refused"])]
 
 
 def test_any_other_error_rolls_everything_back(flow):

@@ -2,7 +2,7 @@
 
 Settle's adapters only ever *read* these records (see ``recovery.adapters``); everything that
 *writes* them lives here, so that tests and crash-test worker processes produce exactly the
-formats a real provider would. Standard library plus ``canonical`` only, so this
+formats a real provider would. Standard library plus ``common.canonical`` only, so this
 module is importable without Django being set up.
 
 Three providers:
@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from canonical import (
+from common.canonical import (
     canonical_dumps,
     canonical_params,
     params_digest,

@@ -14,6 +14,8 @@ from typing import Any
 
 import rfc8785
 
+from common.errors import ErrorCode
+
 MAX_PARAMS_BYTES = 64 * 1024
 MAX_DEPTH = 10
 # RFC 8785 serialises numbers as IEEE doubles: integers must be exact, |n| < 2^53.
@@ -43,7 +45,7 @@ def first_unsafe_integer(value: Any) -> int | None:
 class CanonicalError(ValueError):
     """Input that has no single canonical form Settle accepts; ``code`` is stable."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -53,19 +55,19 @@ def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise CanonicalError("duplicate_key", f"duplicate key {key!r} in JSON object")
+            raise CanonicalError(ErrorCode.DUPLICATE_KEY, f"duplicate key {key!r} in JSON object")
         result[key] = value
     return result
 
 
 def _refuse_constant(name: str) -> Any:
-    raise CanonicalError("non_finite_number", f"{name} is not a JSON number")
+    raise CanonicalError(ErrorCode.NON_FINITE_NUMBER, f"{name} is not a JSON number")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise CanonicalError("non_finite_number", f"{text} is out of the float range")
+        raise CanonicalError(ErrorCode.NON_FINITE_NUMBER, f"{text} is out of the float range")
     return value
 
 
@@ -81,28 +83,30 @@ def strict_loads(data: bytes | str) -> Any:
     except CanonicalError:
         raise
     except RecursionError as exc:
-        raise CanonicalError("too_deep", "JSON nesting is too deep") from exc
+        raise CanonicalError(ErrorCode.TOO_DEEP, "JSON nesting is too deep") from exc
     except (ValueError, UnicodeDecodeError) as exc:
-        raise CanonicalError("malformed_json", f"body is not valid JSON: {exc}") from exc
+        raise CanonicalError(ErrorCode.MALFORMED_JSON, f"body is not valid JSON: {exc}") from exc
 
 
 def _check_value(value: Any, depth: int) -> None:
     """Check one value; ``depth`` counts the objects and arrays around it, itself included."""
     if isinstance(value, (dict, list)) and depth > MAX_DEPTH:
-        raise CanonicalError("too_deep", f"params nest deeper than {MAX_DEPTH} levels")
+        raise CanonicalError(ErrorCode.TOO_DEEP, f"params nest deeper than {MAX_DEPTH} levels")
     if isinstance(value, bool) or value is None:
         return
     if isinstance(value, int):
         if not safe_integer(value):
-            raise CanonicalError("integer_out_of_range", f"integer {value} is outside ±(2^53-1)")
+            raise CanonicalError(
+                ErrorCode.INTEGER_OUT_OF_RANGE, f"integer {value} is outside ±(2^53-1)"
+            )
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise CanonicalError("non_finite_number", "params hold a non-finite number")
+            raise CanonicalError(ErrorCode.NON_FINITE_NUMBER, "params hold a non-finite number")
         # Such a float is written as plain integer digits, which would read back as an
         # integer outside the safe range: refuse it now rather than after a round trip.
         if value.is_integer() and MAX_SAFE_INTEGER < abs(value) < 1e21:
-            raise CanonicalError("integer_out_of_range", f"{value!r} is outside ±(2^53-1)")
+            raise CanonicalError(ErrorCode.INTEGER_OUT_OF_RANGE, f"{value!r} is outside ±(2^53-1)")
         return
     if isinstance(value, str):
         _check_text(value)
@@ -114,34 +118,36 @@ def _check_value(value: Any, depth: int) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise CanonicalError("invalid_params", "object keys must be strings")
+                raise CanonicalError(ErrorCode.INVALID_PARAMS, "object keys must be strings")
             _check_text(key)
             _check_value(item, depth + 1)
         return
-    raise CanonicalError("invalid_params", f"{type(value).__name__} is not a JSON value")
+    raise CanonicalError(ErrorCode.INVALID_PARAMS, f"{type(value).__name__} is not a JSON value")
 
 
 def _check_text(text: str) -> None:
     if "\x00" in text:
-        raise CanonicalError("invalid_params", "strings may not contain NUL characters")
+        raise CanonicalError(ErrorCode.INVALID_PARAMS, "strings may not contain NUL characters")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise CanonicalError("invalid_params", "strings must be valid Unicode") from exc
+        raise CanonicalError(ErrorCode.INVALID_PARAMS, "strings must be valid Unicode") from exc
 
 
 def canonical_params(params: Any) -> str:
     """Return the canonical JSON text of a params object, or raise ``CanonicalError``."""
     if not isinstance(params, dict):
-        raise CanonicalError("invalid_params", "params must be a JSON object")
+        raise CanonicalError(ErrorCode.INVALID_PARAMS, "params must be a JSON object")
     _check_value(params, 1)
     try:
         encoded = rfc8785.dumps(params)
     except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
-        raise CanonicalError("invalid_params", f"params cannot be canonicalised: {exc}") from exc
+        raise CanonicalError(
+            ErrorCode.INVALID_PARAMS, f"params cannot be canonicalised: {exc}"
+        ) from exc
     if len(encoded) > MAX_PARAMS_BYTES:
         raise CanonicalError(
-            "params_too_large",
+            ErrorCode.PARAMS_TOO_LARGE,
             f"params are {len(encoded)} bytes canonical; the limit is {MAX_PARAMS_BYTES}",
         )
     return encoded.decode("utf-8")

@@ -1,0 +1,1 @@
+"""Infrastructure under every app: canonical JSON and digests, and the error vocabulary."""
