@@ -185,7 +185,7 @@ def test_a_runtime_only_install_has_no_benchmarks(
     files, bench_found = json.loads(
         _output([str(runtime_venv / "bin" / "python"), "-c", code], outside, env)
     )
-    assert "recovery/management/commands/verify_audit.py" in files  # the list is the wheel's
+    assert "audit/management/commands/verify_audit.py" in files  # the list is the wheel's
     benchmarks = [
         path
         for path in files
