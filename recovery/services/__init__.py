@@ -17,7 +17,7 @@ transaction. ``locking`` states the lock order every module follows.
 - ``sweep``: background recovery, the lapsed leases and the lookups due;
 - ``lookup_tasks``: what a worker does with the lookups queued, one or a batch;
 - ``runs``: when the sweep and each provider's lookups last ran (read by monitoring);
-- ``signals``: late and out-of-turn signals, recorded;
+- ``stale_signals``: late and out-of-turn signals, recorded, never applied;
 - ``claims``, ``operator``, ``reconcile``: what operators do from the console — claim,
   look up, confirm, repair, void — with four eyes where evidence does not back it.
 """

@@ -25,7 +25,7 @@ from recovery.models import (
 )
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import OperationRef, binding, operation_lock
-from recovery.services.signals import refusals_committed, refusals_recorded, stale_signal
+from recovery.services.stale_signals import refusals_committed, refusals_recorded, stale_signal
 from recovery.transitions import Change, Event, operation_transition
 from recovery.vocabulary import StaleSignal
 

@@ -25,7 +25,7 @@ from recovery.models import (
     State,
     Verdict,
 )
-from recovery.services.signals import stale_signal
+from recovery.services.stale_signals import stale_signal
 from recovery.transitions import (
     Change,
     Event,

@@ -40,7 +40,7 @@ from recovery.services.lookups import (
 )
 from recovery.services.providers import provider_config
 from recovery.services.runs import lookups_record
-from recovery.services.signals import stale_signal
+from recovery.services.stale_signals import stale_signal
 from recovery.vocabulary import StaleSignal
 
 # -- the lookup task's service -------------------------------------------------------

@@ -39,7 +39,7 @@ from recovery.services.evidence import LOOKUP_BACKOFF_SECONDS, evidence_apply
 from recovery.services.locking import operation_lock
 from recovery.services.providers import provider_config
 from recovery.services.runs import lookups_record
-from recovery.services.signals import (
+from recovery.services.stale_signals import (
     refusals_recorded,
     stale_signal,
     transition_refused_record,

@@ -29,7 +29,7 @@ from recovery.services.claims import claim_check
 from recovery.services.errors import Forbidden, RecoveryError
 from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim, lookup_publish
-from recovery.services.signals import refusals_committed, refusals_recorded
+from recovery.services.stale_signals import refusals_committed, refusals_recorded
 
 
 class operator_refusals(refusals_committed):

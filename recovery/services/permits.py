@@ -24,7 +24,7 @@ from recovery.services.locking import (
     operation_lock,
     operation_lock_bound,
 )
-from recovery.services.signals import refusals_committed, refusals_recorded
+from recovery.services.stale_signals import refusals_committed, refusals_recorded
 from recovery.transitions import Event, operation_transition
 
 

@@ -51,7 +51,7 @@ from recovery.services.operator import (
     operator_refusals,
     version_check,
 )
-from recovery.services.signals import refusals_recorded
+from recovery.services.stale_signals import refusals_recorded
 from recovery.transitions import (
     Change,
     Event,

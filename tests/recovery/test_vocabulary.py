@@ -99,7 +99,7 @@ def test_every_stale_signal_recorded_is_a_stale_signal():
     # What the evidence rules decided (``_Judgement.signal``, typed StaleSignal), passed on;
     # and ``stale_signal``'s own parameter, written into the event's data.
     assert [entry.split(": ", 1)[1] for entry in free] == ["judgement.signal"]
-    assert free_in_data == ["recovery/services/signals.py: signal"]
+    assert free_in_data == ["recovery/services/stale_signals.py: signal"]
     assert free_judged == []
     assert members | judged | in_data == set(StaleSignal.names)
 

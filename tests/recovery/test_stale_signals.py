@@ -13,7 +13,7 @@ from common.errors import ErrorCode
 from recovery.models import Operation
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operation_lock
-from recovery.services.signals import refusals_committed
+from recovery.services.stale_signals import refusals_committed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
