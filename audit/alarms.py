@@ -131,6 +131,29 @@ def audit_file_alarm_raise(problem: str, *, checkpoint: int) -> AuditAlarm:
     return alarm
 
 
+def audit_alarm_resolved(alarm: AuditAlarm, *, actor: Actor, resolution: str) -> None:
+    """Mark ``alarm`` resolved by ``actor``, on the system chain.
+
+    The caller holds the alarm's row lock inside an ``audit_transaction`` and has
+    decided that ``actor`` may resolve it.
+    """
+    alarm.resolved_at = timezone.now()
+    alarm.resolved_by = actor
+    alarm.resolution = resolution
+    alarm.save(update_fields=["resolved_at", "resolved_by", "resolution"])
+    audit_append(
+        kind=AuditKind.AUDIT_ALARM_RESOLVED,
+        actor=actor,
+        data={
+            "alarm": alarm.pk,
+            "chain": alarm.chain,
+            "seq": alarm.seq,
+            "checkpoint": alarm.checkpoint,
+            "resolution": resolution,
+        },
+    )
+
+
 def audit_file_alarm_clear(*, repaired: list[int], checkpoint: int) -> AuditAlarm | None:
     """Resolve the open ``checkpoint_file`` alarm, the file being whole again; on the record."""
     if not AuditAlarm.objects.filter(
@@ -153,21 +176,7 @@ def audit_file_alarm_clear(*, repaired: list[int], checkpoint: int) -> AuditAlar
         )
         if alarm is None:
             return None
-        alarm.resolved_at = timezone.now()
-        alarm.resolved_by = CHECKPOINT_SIGNER
-        alarm.resolution = resolution
-        alarm.save(update_fields=["resolved_at", "resolved_by", "resolution"])
-        audit_append(
-            kind=AuditKind.AUDIT_ALARM_RESOLVED,
-            actor=CHECKPOINT_SIGNER,
-            data={
-                "alarm": alarm.pk,
-                "chain": alarm.chain,
-                "seq": alarm.seq,
-                "checkpoint": alarm.checkpoint,
-                "resolution": resolution,
-            },
-        )
+        audit_alarm_resolved(alarm, actor=CHECKPOINT_SIGNER, resolution=resolution)
     logger.warning("checkpoint_file alarm %s resolved: %s", alarm.pk, resolution)
     return alarm
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
-from django.utils import timezone
-
 from approvals.actors import Actor
+from audit.alarms import audit_alarm_resolved
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from audit.models import AuditAlarm
@@ -71,20 +70,6 @@ def audit_alarm_resolve(*, actor: Actor, alarm_id: int, resolution: str) -> Audi
             raise NotFound(ErrorCode.UNKNOWN_ALARM, f"no alarm {alarm_id}")
         if alarm.resolved_at is not None:
             raise Invalid(ErrorCode.ALREADY_RESOLVED, f"alarm {alarm_id} was resolved already")
-        alarm.resolved_at = timezone.now()
-        alarm.resolved_by = actor
-        alarm.resolution = resolution
-        alarm.save(update_fields=["resolved_at", "resolved_by", "resolution"])
-        audit_append(
-            kind=AuditKind.AUDIT_ALARM_RESOLVED,
-            actor=actor,
-            data={
-                "alarm": alarm.pk,
-                "chain": alarm.chain,
-                "seq": alarm.seq,
-                "checkpoint": alarm.checkpoint,
-                "resolution": resolution,
-            },
-        )
+        audit_alarm_resolved(alarm, actor=actor, resolution=resolution)
     logger.warning("audit alarm %s (%r) resolved by %s", alarm.pk, alarm.chain, actor)
     return alarm
