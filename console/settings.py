@@ -17,6 +17,9 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+CONSOLE_DIR = Path(__file__).resolve().parent
+# templates/ and static/ sit at the top of a checkout; a wheel ships them inside console/.
+SHIPPED_DIR = CONSOLE_DIR if (CONSOLE_DIR / "templates").is_dir() else BASE_DIR
 VAR_DIR = Path(os.environ.get("SETTLE_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
@@ -250,9 +253,8 @@ WSGI_APPLICATION = "console.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # The console's own templates first (before the admin's registration pages);
-        # they ship inside the package, so an installed Settle finds them too.
-        "DIRS": [Path(__file__).resolve().parent / "templates"],
+        # The console's own templates first (before the admin's registration pages).
+        "DIRS": [SHIPPED_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -283,8 +285,8 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-# The console's CSS, scripts and vendored htmx are the app's own static files
-# (console/static), found by the app-directories finder, so they ship with the package.
+# A wheel's console/static is the app-directories finder's already.
+STATICFILES_DIRS = [BASE_DIR / "static"] if SHIPPED_DIR == BASE_DIR else []
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
 STORAGES = {
