@@ -26,12 +26,10 @@ resolved
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -42,7 +40,6 @@ from audit.keys import sign, signed_by_key
 from audit.kinds import AuditKind
 from audit.models import AuditAlarm, AuditCheckpoint
 from common.canonical import canonical_dumps, sha256_digest
-from dbsql.rows import model_from_row
 
 logger = logging.getLogger("settle.audit")
 
@@ -184,24 +181,3 @@ def audit_file_alarm_clear(*, repaired: list[int], checkpoint: int) -> AuditAlar
 def audit_alarms_open() -> QuerySet[AuditAlarm]:
     """Every open alarm, newest first."""
     return AuditAlarm.objects.filter(resolved_at__isnull=True).order_by("-raised_at", "-id")
-
-
-def audit_alarms_open_newest(limit: int) -> list[AuditAlarm]:
-    """The first ``limit`` of ``audit_alarms_open``: the console's banner, on every page.
-
-    Its SQL is compiled once, from ``audit_alarms_open`` itself, not on each request:
-    compiling was most of its cost (0.47 ms a page against 0.18 ms, PostgreSQL).
-    """
-    sql, params = _open_newest_sql(connection.vendor, limit)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    fields = AuditAlarm._meta.concrete_fields
-    return [model_from_row(AuditAlarm, fields, row) for row in rows]
-
-
-@functools.cache
-def _open_newest_sql(vendor: str, limit: int) -> tuple[str, tuple[Any, ...]]:
-    del vendor  # part of the key only: the backend decides the SQL
-    sql, params = audit_alarms_open()[:limit].query.sql_with_params()
-    return sql, tuple(params)

@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
-from audit.alarms import audit_alarms_open_newest
+from audit.alarms import audit_alarms_open
 from audit.models import AuditAlarm
 from recovery.selectors import audit_alarms_for_user, audit_supervisor
 
@@ -29,14 +29,14 @@ def _alarms_for(request: HttpRequest) -> list[AuditAlarm]:
     """The newest open audit alarms the user may see: supervisors only, their providers'.
 
     Whether the user supervises is asked first, as the navigation asks it anyway; only
-    a supervisor's page then reads the alarms. A superuser's are every alarm, by the
-    statement compiled once; another supervisor's only their providers' chains' and the
-    system chain's (``audit_alarms_for_user``).
+    a supervisor's page then reads the alarms. A superuser's are every alarm; another
+    supervisor's only their providers' chains' and the system chain's
+    (``audit_alarms_for_user``).
     """
     if not _supervising(request):
         return []
     if request.user.is_superuser:
-        return audit_alarms_open_newest(5)
+        return list(audit_alarms_open()[:5])
     return list(audit_alarms_for_user(user=request.user).filter(resolved_at__isnull=True)[:5])
 
 
