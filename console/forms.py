@@ -68,8 +68,8 @@ class PlainSelect(forms.Select):
     """A ``<select>`` written by one format string, not by the form renderer's template
     for the select and another for each of its options.
 
-    The queue's five filters are on every queue page; rendered through templates they
-    cost more than its fifty rows (docs/benchmarks.md, issue 16). The same markup
+    The queue's five filters rendered by Django's ``Select`` measured a millisecond or
+    more of the queue page's median, and more with each provider. The same markup
     otherwise: the widget's attributes as the bound field builds them (``id``,
     ``aria-invalid``), and the first option whose value is the field's selected.
     Flat choices only (no groups).

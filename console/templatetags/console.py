@@ -120,13 +120,11 @@ _UNCLAIMED = mark_safe('<span class="muted">—</span>')
 def queue_rows(rows: list[QueueRow]) -> SafeString:
     """The queue's rows (``<tr>``), each written by one format string.
 
-    Not a template loop: with fifty rows a page, the loop's twenty-odd nodes a row and
-    its two ``{% url %}`` were most of the queue's time once its SQL was written out,
-    and ``format_html`` (Django's lazy-aware ``escape`` per argument) still half of
-    what was left (docs/benchmarks.md, issue 16). So every text goes through
-    ``html.escape`` here, which is what Django's ``escape`` calls, and the rest is
-    numbers and fixed markup. The operation's URL is reversed once: keys are URL-safe
-    already (``recovery.contract.KEY_PATTERN``), quoted as ``reverse`` quotes.
+    Not a template loop: fifty rows of twenty-odd nodes and a ``{% url %}`` each
+    measured several milliseconds more of the queue page's median. Every text goes
+    through ``html.escape`` (what Django's ``escape`` calls) and the rest is numbers and
+    fixed markup; the operation's URL is reversed once, keys being URL-safe already
+    (``recovery.contract.KEY_PATTERN``) and quoted as ``reverse`` quotes.
     """
     before, _, after = reverse("operation", args=["KEY"]).rpartition("KEY")
     now = timezone.now()
