@@ -1,6 +1,6 @@
 """A receiver that accepts and never answers holds only the webhook queue's worker: the
 default queue's worker still sweeps and settles a stranded operation in seconds, and the
-host API answers, while a flood of webhook deliveries hangs (issue 17).
+host API answers, while a flood of webhook deliveries hangs.
 
 Everything is real: a listening socket that never answers, ``celery -A console worker``
 on the default queue and another with ``-Q`` the webhook queue, beat, Redis, PostgreSQL,
