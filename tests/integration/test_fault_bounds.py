@@ -165,13 +165,18 @@ class Stack:
         self.procs.append(beat_start(directory=beat, env=self.env))
 
     def supervised(self) -> list[str]:
-        """Start again each Celery process that exited, as a process supervisor would.
+        """Start again the Celery processes if one ended, as a process supervisor would.
 
         kombu's Redis transport can end a worker on a connection reset while it closes
         its channels (an ``AttributeError`` in ``_connparams``); deployments run workers
-        under a supervisor that restarts them. What exited is returned, to be printed.
+        under a supervisor that restarts them. A worker that logged its unrecoverable
+        error may not have exited yet. What ended is returned, to be printed.
         """
-        exited = [proc.name for proc in self.procs if proc.process.poll() is not None]
+        exited = [
+            proc.name
+            for proc in self.procs
+            if proc.process.poll() is not None or "Unrecoverable error" in proc.log()
+        ]
         if exited:
             for proc in self.procs:
                 proc.kill()
