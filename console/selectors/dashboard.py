@@ -23,8 +23,7 @@ from console.models import DashboardRefresh, DashboardRollup
 from console.services.dashboard import SETTLE_BUCKETS
 from console.services.dashboard_waiting import SETTLE_WINDOWS
 from recovery.models import Operation, Provider, State, Verdict
-from recovery.permissions import ProviderPermission
-from recovery.selectors.access import providers_for_user
+from recovery.selectors.access import providers_supervised
 from recovery.selectors.queue import QUEUE_AGES, QUEUE_STRANDED
 from recovery.vocabulary import WaitReason
 
@@ -45,8 +44,7 @@ OPERATOR_ACTIONS = ("confirm", "void", "repair", "lookup", "propose", "approve",
 
 def dashboard_providers_for_user(*, user: Any) -> list[Provider]:
     """The providers ``user`` supervises, by name: all the dashboard will show them."""
-    supervising = (ProviderPermission.APPROVE_RECONCILIATIONS,)
-    return list(providers_for_user(user=user, permissions=supervising).order_by("name"))
+    return list(providers_supervised(user=user).order_by("name"))
 
 
 @dataclass(frozen=True)

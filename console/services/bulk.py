@@ -57,9 +57,10 @@ from console.models import BulkBatch, BulkItem
 from console.services.bulk_items import bulk_confirm_many, bulk_item_run
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission
-from recovery.selectors import provider_permissions_all, providers_for_user
+from recovery.selectors import provider_permissions_all, providers_supervised
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound, RecoveryError
+from recovery.services.reconcile import DECISION_PERMISSIONS
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +69,11 @@ Status = BulkBatch.Status
 ItemStatus = BulkItem.Status
 
 # What a batch of each action needs on a provider for its items to be done there.
+# A decision's own permission is the service's; a void batch is always proposed.
 ACTION_PERMISSIONS: dict[str, tuple[ProviderPermission, ...]] = {
     Action.LOOKUP: (ProviderPermission.LOOKUP_OPERATIONS,),
-    Action.CONFIRM: (ProviderPermission.CONFIRM_OPERATIONS,),
-    Action.VOID: (ProviderPermission.VOID_OPERATIONS, ProviderPermission.PROPOSE_RECONCILIATIONS),
+    Action.CONFIRM: (DECISION_PERMISSIONS[Action.CONFIRM],),
+    Action.VOID: (DECISION_PERMISSIONS[Action.VOID], ProviderPermission.PROPOSE_RECONCILIATIONS),
 }
 
 
@@ -241,13 +243,11 @@ def bulk_decide(*, batch_id: uuid.UUID, approve: bool, reason: str, actor: Actor
 
 
 def bulk_approvable(*, batch: BulkBatch, actor: Actor) -> bool:
-    """``actor`` holds ``approve_reconciliations`` on a provider of one of the batch's items."""
+    """``actor`` supervises a provider of one of the batch's items."""
     user = actor_user(actor)
     if user is None:
         return False
-    providers = providers_for_user(
-        user=user, permissions=(ProviderPermission.APPROVE_RECONCILIATIONS,)
-    )
+    providers = providers_supervised(user=user)
     return BulkItem.objects.filter(batch=batch, operation__provider__in=providers).exists()
 
 

@@ -20,13 +20,9 @@ from dbsql.writes import values_update
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission
 from recovery.services.errors import RecoveryError
+from recovery.services.four_eyes import reconciliation_approve
 from recovery.services.operator import operator_lookup, operator_permitted
-from recovery.services.reconcile import (
-    Decided,
-    operation_reconcile,
-    operations_confirm_many,
-    reconciliation_approve,
-)
+from recovery.services.reconcile import Decided, operation_reconcile, operations_confirm_many
 
 logger = logging.getLogger(__name__)
 

@@ -24,19 +24,19 @@ from recovery.permissions import ProviderPermission
 from recovery.selectors import (
     OperationPage,
     provider_permissions,
-    providers_for_user,
+    providers_supervised,
     reconciliation_request_for_user,
     reconciliation_requests_for_user,
 )
 from recovery.services.errors import RecoveryError
+from recovery.services.four_eyes import reconciliation_approve, reconciliation_reject
 from recovery.services.operator import operation_claim, operation_claim_release
 from recovery.services.reconcile import (
     DECISION_PERMISSIONS,
+    decision_route,
     evidence_latest,
     operation_reconcile,
     reconcile_grounds,
-    reconciliation_approve,
-    reconciliation_reject,
 )
 
 # The decisions an operator takes from the page; each one's permission is the service's.
@@ -61,14 +61,12 @@ def actions_context(request: HttpRequest, page: OperationPage) -> dict[str, Any]
         if permission not in held:
             continue
         try:
-            backing = reconcile_grounds(
-                operation=operation, action=action, evidence=evidence, dispatch=dispatch
+            backing = decision_route(
+                operation=operation, action=action, held=held, evidence=evidence, dispatch=dispatch
             )
         except RecoveryError:
             continue
-        direct = backing is not None
-        if direct or ProviderPermission.PROPOSE_RECONCILIATIONS in held:
-            decisions.append({"action": action, "direct": direct})
+        decisions.append({"action": action, "direct": backing is not None})
     pending = page.pending_request
     if pending is not None:  # one proposal at a time: it is decided first
         decisions = []
@@ -88,7 +86,7 @@ def actions_context(request: HttpRequest, page: OperationPage) -> dict[str, Any]
 def _outcomes(operation: Operation, dispatch: Dispatch | None) -> dict[str, Any]:
     """What a decision does besides the transition, for the sentence beside its button."""
     return {
-        # A confirm or a void completes a stranded receipt too (``_apply``).
+        # A confirm or a void completes a stranded receipt too (``apply_decision``).
         "stranded": dispatch is not None
         and dispatch.receipt_status == Dispatch.ReceiptStatus.RUNNING,
         # A repair completes it as the settled state says.
@@ -206,11 +204,7 @@ def operation_release_view(request: HttpRequest, key: str) -> HttpResponse:
 def reconciliations(request: HttpRequest) -> HttpResponse:
     """The four-eyes queue: pending proposals, oldest first, with their evidence inline."""
     rows = reconciliation_requests_for_user(user=request.user)
-    approvable = set(
-        providers_for_user(
-            user=request.user, permissions=(ProviderPermission.APPROVE_RECONCILIATIONS,)
-        ).values_list("pk", flat=True)
-    )
+    approvable = set(providers_supervised(user=request.user).values_list("pk", flat=True))
     context = {
         "rows": rows,
         "approvable": approvable,

@@ -28,6 +28,7 @@ from recovery.selectors.access import (
     provider_permissions,
     provider_permissions_all,
     providers_for_user,
+    providers_supervised,
     providers_visible_to,
 )
 from recovery.selectors.operation_page import (
@@ -122,6 +123,7 @@ __all__ = [
     "provider_permissions",
     "provider_permissions_all",
     "providers_for_user",
+    "providers_supervised",
     "providers_visible_to",
     "reconciliation_request_for_user",
     "reconciliation_requests_for_user",

@@ -138,6 +138,16 @@ def provider_for_callback(*, name: str) -> Provider:
     return provider
 
 
+def providers_supervised(*, user: Any) -> QuerySet[Provider]:
+    """The providers ``user`` supervises: those on which it holds the supervisor role's
+    own permission, ``approve_reconciliations``.
+
+    The one spelling of "a supervisor": the four-eyes queue, bulk approvals, the
+    dashboard and the audit trail's system chain all ask it.
+    """
+    return providers_for_user(user=user, permissions=(ProviderPermission.APPROVE_RECONCILIATIONS,))
+
+
 def providers_visible_to(*, user: Any) -> QuerySet[Provider]:
     """Providers whose operations ``user`` may view."""
     return providers_for_user(user=user, permissions=(ProviderPermission.VIEW_OPERATIONS,))
@@ -155,15 +165,14 @@ def operation_for_user(*, user: Any, key: str) -> Operation | None:
 def audit_supervisor(*, user: Any) -> bool:
     """Whether ``user`` may read the system chain: credential, provider and grant events.
 
-    A supervisor is a superuser, or a user who holds the supervisor role's own
-    permission (``approve_reconciliations``) on at least one provider. The system chain
+    A supervisor is a superuser, or a user who supervises at least one provider
+    (``providers_supervised``). The system chain
     is not per provider (a host token serves every provider), so any supervisor reads
     all of it; viewers and operators read only their providers' operation chains.
     """
     if user.is_superuser:
         return True
-    supervising = (ProviderPermission.APPROVE_RECONCILIATIONS,)
-    return providers_for_user(user=user, permissions=supervising).exists()
+    return providers_supervised(user=user).exists()
 
 
 def audit_alarms_for_user(*, user: Any) -> QuerySet[AuditAlarm]:
@@ -179,9 +188,7 @@ def audit_alarms_for_user(*, user: Any) -> QuerySet[AuditAlarm]:
         return alarms.none()
     if user.is_superuser:
         return alarms
-    supervised = providers_for_user(
-        user=user, permissions=(ProviderPermission.APPROVE_RECONCILIATIONS,)
-    )
+    supervised = providers_supervised(user=user)
     chains = Operation.objects.filter(provider__in=supervised).values("key")
     # The system chain only for a supervisor: one who supervises no provider sees none.
     return alarms.filter(Q(chain__in=chains) | Q(chain="")).filter(Exists(supervised))

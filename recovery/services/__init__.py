@@ -19,5 +19,6 @@ transaction. ``locking`` states the lock order every module follows.
 - ``runs``: when the sweep and each provider's lookups last ran (read by monitoring);
 - ``stale_signals``: late and out-of-turn signals, recorded, never applied;
 - ``claims``, ``operator``, ``reconcile``: what operators do from the console — claim,
-  look up, confirm, repair, void — with four eyes where evidence does not back it.
+  look up, confirm, repair, void — proposed where evidence does not back it;
+- ``four_eyes``: a second operator approves or rejects what was proposed.
 """

@@ -14,10 +14,8 @@ backed
     decision is taken at once by anyone holding its permission (``DECISION_PERMISSIONS``).
 four eyes
     An unbacked decision becomes a ``ReconciliationRequest`` (``propose_reconciliations``)
-    that a different user holding ``approve_reconciliations`` approves or rejects. It is
-    bound to the operation's version and latest evidence as the proposer saw them: if
-    either moved on, approving it invalidates it instead. Approving and the change it
-    approves are one transaction.
+    that a different user holding ``approve_reconciliations`` approves or rejects
+    (``recovery.services.four_eyes``).
 refused outright
     Voiding an operation whose latest evidence matches a committed record: the provider
     says it happened.
@@ -34,7 +32,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from audit.chain import audit_append, audit_chain_locked, audit_transaction
+from audit.chain import audit_append, audit_chain_locked
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
 from dbsql.writes import update
@@ -44,7 +42,7 @@ from recovery.services.access import provider_permission_require
 from recovery.services.claims import claims_check_many
 from recovery.services.errors import NotFound, RecoveryError
 from recovery.services.evidence import receipt_complete, receipt_grounds
-from recovery.services.locking import locking, operation_lock
+from recovery.services.locking import locking
 from recovery.services.operator import (
     operator_locked,
     operator_permitted,
@@ -138,6 +136,33 @@ def reconcile_grounds(
     return evidence if _not_performed(evidence) else None
 
 
+def decision_route(
+    *,
+    operation: Operation,
+    action: str,
+    held: frozenset[str],
+    evidence: Evidence | None,
+    dispatch: Dispatch | None,
+) -> Evidence | None:
+    """How someone holding ``held`` takes ``action`` now: the evidence that backs it (taken
+    at once), or None (proposed for four eyes); ``RecoveryError`` if they may not.
+
+    What the evidence does not back is proposed only by someone who also holds
+    ``propose_reconciliations`` (else ``four_eyes_required``). Pure, as
+    ``reconcile_grounds``: the operation page offers exactly what the service will do.
+    """
+    backing = reconcile_grounds(
+        operation=operation, action=action, evidence=evidence, dispatch=dispatch
+    )
+    if backing is None and ProviderPermission.PROPOSE_RECONCILIATIONS not in held:
+        raise RecoveryError(
+            ErrorCode.FOUR_EYES_REQUIRED,
+            f"the evidence does not back a {action}: it needs a proposal that a second "
+            "operator approves, and you may not propose one",
+        )
+    return backing
+
+
 @dataclass(frozen=True)
 class Decided:
     """What an operator's decision came to: done now, or proposed for four eyes."""
@@ -153,7 +178,7 @@ class Decided:
         )
 
 
-def _apply(
+def apply_decision(
     operation: Operation,
     action: str,
     actor: Actor,
@@ -211,10 +236,9 @@ def operation_reconcile(
     held = operator_permitted(
         operation=operation, action=action, permission=permission, actor=actor
     )
-    may_propose = ProviderPermission.PROPOSE_RECONCILIATIONS in held
     with operator_refusals(operation, action, actor):
         locked = operator_locked(operation=operation, version=version, actor=actor)
-        return _decide(locked, action, version, reason, actor, may_propose, propose)
+        return _decide(locked, action, version, reason, actor, held, propose)
 
 
 def _decide(
@@ -223,14 +247,21 @@ def _decide(
     version: int,
     reason: str,
     actor: Actor,
-    may_propose: bool,
+    held: frozenset[str],
     propose: bool = True,
 ) -> Decided:
     evidence = evidence_latest(locked)
     dispatch = Dispatch.of(locked)
-    backing = reconcile_grounds(
-        operation=locked, action=action, evidence=evidence, dispatch=dispatch
-    )
+    if propose:
+        backing = decision_route(
+            operation=locked, action=action, held=held, evidence=evidence, dispatch=dispatch
+        )
+    else:
+        backing = reconcile_grounds(
+            operation=locked, action=action, evidence=evidence, dispatch=dispatch
+        )
+        if backing is None:
+            raise _not_backed(action, evidence)
     if backing is not None:
         audit_append(
             kind=AuditKind.OPERATOR_ACTION,
@@ -243,16 +274,8 @@ def _decide(
                 "evidence_id": backing.pk,
             },
         )
-        _apply(locked, action, actor, reason, evidence=backing)
+        apply_decision(locked, action, actor, reason, evidence=backing)
         return Decided(locked, action)
-    if not propose:
-        raise _not_backed(action, evidence)
-    if not may_propose:
-        raise RecoveryError(
-            ErrorCode.FOUR_EYES_REQUIRED,
-            f"the evidence does not back a {action}: it needs a proposal that a second "
-            "operator approves, and you may not propose one",
-        )
     pending = ReconciliationRequest.objects.filter(
         operation_key=locked.key, status=ReconciliationRequest.Status.PENDING
     ).first()
@@ -306,7 +329,7 @@ def operations_confirm_many(
     permission per provider (``provider_permission_require``), the version each was
     picked at (``version_check``), claims (``claims_check_many``), what the evidence
     backs (``reconcile_grounds``), the transitions (``operation_transition_many``) and
-    the stranded receipts (as ``_apply``). Each operation is refused on its own, with
+    the stranded receipts (as ``apply_decision``). Each operation is refused on its own, with
     what the single call raises; a refusal is recorded on the chain (``operator_refused``)
     of an operation ``actor`` may see. The operations are locked in id order; each at
     most once.
@@ -376,7 +399,7 @@ def operations_confirm_many(
                 operation,
                 Event.CONFIRM,
                 data={"reason": reason, **receipt_grounds(backing, None)},
-                fields={"next_lookup_at": None, "receipt_running": False},  # as _apply
+                fields={"next_lookup_at": None, "receipt_running": False},  # as apply_decision
             )
         )
     refused = operation_transition_many(changes=changes, actor=actor)
@@ -408,144 +431,3 @@ def _evidence_latest_many(operation_ids: list[int]) -> dict[int, Evidence]:
     for evidence in rows:
         latest.setdefault(evidence.operation_id, evidence)
     return latest
-
-
-def _request_locked(
-    operation: Operation, request_id: int
-) -> tuple[Operation, ReconciliationRequest]:
-    """The operation, then its request (the lock order: operation, then approvals rows)."""
-    locked = operation_lock(operation)
-    request = ReconciliationRequest.objects.select_for_update().get(
-        pk=request_id, operation_key=locked.key
-    )
-    return locked, request
-
-
-def _request_closed(request: ReconciliationRequest, status: str, actor: Actor, reason: str) -> None:
-    request.status = status
-    request.decided_by = actor
-    request.decided_at = timezone.now()
-    request.decision_reason = reason[:500]
-    request.save(update_fields=["status", "decided_by", "decided_at", "decision_reason"])
-
-
-def _changed_since(locked: Operation, request: ReconciliationRequest) -> str | None:
-    """What moved on since the request was proposed, or None."""
-    if locked.version != request.operation_version:
-        return (
-            f"the operation moved on: it is now {locked.state}, version {locked.version} "
-            f"(proposed at version {request.operation_version})"
-        )
-    latest = evidence_latest(locked)
-    if (latest.pk if latest is not None else None) != request.evidence_seen:
-        verdict = latest.verdict if latest is not None else "none"
-        return f"new evidence arrived since it was proposed (latest verdict: {verdict})"
-    return None
-
-
-def _still_holds(
-    locked: Operation, request: ReconciliationRequest
-) -> tuple[Evidence | None, str | None]:
-    """The evidence backing the proposal now (if any), or what moved on since it was made."""
-    changed = _changed_since(locked, request)
-    if changed is not None:
-        return None, changed
-    try:
-        backing = reconcile_grounds(
-            operation=locked,
-            action=request.action,
-            evidence=evidence_latest(locked),
-            dispatch=Dispatch.of(locked),
-        )
-    except RecoveryError as exc:
-        return None, exc.message
-    return backing, None
-
-
-@refusals_recorded()
-def reconciliation_approve(
-    *, operation: Operation, request_id: int, reason: str, actor: Actor
-) -> Decided:
-    """Approve another operator's proposal and take the decision, in one transaction.
-
-    Refused without ``approve_reconciliations``, for the proposer (``self_approval``)
-    and for a request already decided; a request whose operation or evidence moved on
-    since the proposal is invalidated (``request_invalidated``).
-    """
-    operator_permitted(
-        operation=operation,
-        action="approve",
-        permission=ProviderPermission.APPROVE_RECONCILIATIONS,
-        actor=actor,
-    )
-    with operator_refusals(operation, "approve", actor):
-        locked, request = _request_locked(operation, request_id)
-        if request.status != ReconciliationRequest.Status.PENDING:
-            raise RecoveryError(
-                ErrorCode.ALREADY_DECIDED, f"the request is already {request.status}"
-            )
-        if request.proposed_by == actor:
-            raise RecoveryError(
-                ErrorCode.SELF_APPROVAL, "a proposal needs a second operator: you proposed this one"
-            )
-        backing, changed = _still_holds(locked, request)
-        if changed is not None:
-            _request_closed(request, ReconciliationRequest.Status.INVALIDATED, actor, changed)
-            audit_append(
-                kind=AuditKind.RECONCILIATION_INVALIDATED,
-                operation=locked,
-                actor=actor,
-                data={"request_id": request.pk, "action": request.action, "why": changed},
-            )
-            raise RecoveryError(ErrorCode.REQUEST_INVALIDATED, f"nothing was done: {changed}")
-        _request_closed(request, ReconciliationRequest.Status.APPROVED, actor, reason)
-        audit_append(
-            kind=AuditKind.RECONCILIATION_APPROVED,
-            operation=locked,
-            actor=actor,
-            data={
-                "request_id": request.pk,
-                "action": request.action,
-                "reason": reason,
-                "proposed_by": str(request.proposed_by),
-            },
-        )
-        _apply(
-            locked,
-            request.action,
-            actor,
-            request.reason,
-            evidence=backing,
-            request=None if backing is not None else request,
-        )
-        return Decided(locked, request.action, request)
-
-
-def reconciliation_reject(
-    *, operation: Operation, request_id: int, reason: str, actor: Actor
-) -> ReconciliationRequest:
-    """Reject a pending proposal; nothing else changes.
-
-    Needs ``approve_reconciliations``: a proposer withdraws their own this way only if
-    they may also approve proposals.
-    """
-    operator_permitted(
-        operation=operation,
-        action="reject",
-        permission=ProviderPermission.APPROVE_RECONCILIATIONS,
-        actor=actor,
-    )
-    with audit_transaction():
-        locked, request = _request_locked(operation, request_id)
-        if request.status == ReconciliationRequest.Status.PENDING:
-            _request_closed(request, ReconciliationRequest.Status.REJECTED, actor, reason)
-            audit_append(
-                kind=AuditKind.RECONCILIATION_REJECTED,
-                operation=locked,
-                actor=actor,
-                data={"request_id": request.pk, "action": request.action, "reason": reason},
-            )
-            return request
-    operator_refusals(operation, "reject", actor).refuse(
-        RecoveryError(ErrorCode.ALREADY_DECIDED, f"the request is already {request.status}")
-    )

@@ -25,7 +25,8 @@ from console.services.dashboard import (
     settle_bucket,
 )
 from recovery.models import Evidence, State
-from recovery.services.reconcile import operation_reconcile, reconciliation_approve
+from recovery.services.four_eyes import reconciliation_approve
+from recovery.services.reconcile import operation_reconcile
 from recovery.transitions import TRANSITIONS
 from tests.conftest import PARAMS, lookup_due
 from tests.support.providers import sqlite_provider_commit

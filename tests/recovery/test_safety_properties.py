@@ -86,15 +86,12 @@ from recovery.services.dispatch import (
     operation_report,
 )
 from recovery.services.errors import RecoveryError
+from recovery.services.four_eyes import reconciliation_approve, reconciliation_reject
 from recovery.services.lookup_tasks import lookup_attempt_run
 from recovery.services.lookups import operation_lookup
 from recovery.services.permits import approval_decision, approval_open, permit_revoke
 from recovery.services.providers import provider_configure
-from recovery.services.reconcile import (
-    operation_reconcile,
-    reconciliation_approve,
-    reconciliation_reject,
-)
+from recovery.services.reconcile import operation_reconcile
 from recovery.services.registration import operation_register
 from recovery.services.resume import LOOKUP_POLL_SECONDS, Decision, operation_resume
 from recovery.services.roles import OPERATOR, SUPERVISOR

@@ -23,14 +23,11 @@ from audit.models import AuditEvent
 from recovery.models import Operation, OperationClaim, Provider
 from recovery.permissions import ProviderPermission as P
 from recovery.services.errors import RecoveryError
+from recovery.services.four_eyes import reconciliation_approve, reconciliation_reject
 from recovery.services.operator import operation_claim, operation_claim_release, operator_lookup
 from recovery.services.permits import approval_decision, permit_revoke
 from recovery.services.providers import provider_configure
-from recovery.services.reconcile import (
-    operation_reconcile,
-    reconciliation_approve,
-    reconciliation_reject,
-)
+from recovery.services.reconcile import operation_reconcile
 from tests.conftest import PARAMS, Flow, digest_of
 from tests.console.conftest import Stuck
 
