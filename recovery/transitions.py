@@ -114,31 +114,14 @@ def operation_transition(
 
     ``fields`` are other columns written by the same UPDATE (``recovered`` and so on).
     The in-memory ``operation`` is updated to match the row, and the change handed to
-    its recorders (``recovery.changes``) in the same transaction.
+    its recorders (``recovery.changes``) in the same transaction. A batch of one
+    (``operation_transition_many``) whose refusal is raised.
     """
-    change = Change(operation, event, data, fields)
-    target = _target(change)
-    # Appended first, so that the chain's new head is written by the same UPDATE.
-    audited = _audited(change, target, actor)
-    head = audit_head_fields(operation)
-    changed = update(
-        Operation,
-        where={"pk": operation.pk, "state": operation.state, "version": operation.version},
-        values={"state": target, "updated_at": timezone.now(), **head, **fields},
-        expressions={
-            "version": '"version" + 1',
-            **(
-                {}
-                if "receipt_running" in fields
-                else {"receipt_running": _RECEIPT_RUNNING.format(row="recovery_operation")}
-            ),
-        },
+    refused = operation_transition_many(
+        changes=[Change(operation, event, data, fields)], actor=actor
     )
-    if changed != 1:
-        audit_retract(audited)
-        raise TransitionRefused(operation, event, "stale (state, version)")
-    _moved(change, target, head)
-    changes_record([_recorded(change, target)])
+    if refused:
+        raise refused[0]
     return operation
 
 
@@ -166,13 +149,7 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
     if connection.vendor != "postgresql":
         for change in changes:
             try:
-                operation_transition(
-                    operation=change.operation,
-                    event=change.event,
-                    actor=actor,
-                    data=change.data,
-                    **change.fields,
-                )
+                _transition_row(change, actor)
             except TransitionRefused as exc:
                 refused.append(exc)
         return refused
@@ -241,6 +218,33 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
     audit_retract_many(retracted)
     changes_record(recorded)
     return refused
+
+
+def _transition_row(change: Change, actor: Actor) -> None:
+    """One change in a statement of its own, where one per batch is not to be had."""
+    operation = change.operation
+    target = _target(change)
+    # Appended first, so that the chain's new head is written by the same UPDATE.
+    audited = _audited(change, target, actor)
+    head = audit_head_fields(operation)
+    changed = update(
+        Operation,
+        where={"pk": operation.pk, "state": operation.state, "version": operation.version},
+        values={"state": target, "updated_at": timezone.now(), **head, **change.fields},
+        expressions={
+            "version": '"version" + 1',
+            **(
+                {}
+                if "receipt_running" in change.fields
+                else {"receipt_running": _RECEIPT_RUNNING.format(row="recovery_operation")}
+            ),
+        },
+    )
+    if changed != 1:
+        audit_retract(audited)
+        raise TransitionRefused(operation, change.event, "stale (state, version)")
+    _moved(change, target, head)
+    changes_record([_recorded(change, target)])
 
 
 def _recorded(change: Change, target: str) -> OperationChange:

@@ -41,11 +41,6 @@ LOOKUP_BACKOFF_SECONDS = (5, 15, 45, 120, 300, 900)
 LOOKUP_BACKOFF_JITTER = 0.2
 
 
-def _receipt(operation: Operation) -> Dispatch | None:
-    """The operation's dispatch, which holds the host's receipt (under the operation lock)."""
-    return Dispatch.of(operation)
-
-
 def evidence_apply(
     *,
     operation: Operation,
@@ -59,32 +54,39 @@ def evidence_apply(
     Only ``match`` releases (rule 4); a verified record of "not performed" fails the
     operation; contradicting the host's own report is a conflict for an operator
     (rule 5); anything arriving after a verified completion is a stale signal.
-    Must run inside the caller's transaction with ``operation`` locked.
+    Must run inside the caller's transaction with ``operation`` locked. A batch of one
+    (``evidence_apply_many``) whose refused transition is raised, to roll it back.
     """
-    now = timezone.now()
-    evidence = _evidence_new(operation, result, source, now)
-    evidence.save()
-    if lookup is not None:
-        _lookup_finished(lookup, evidence, now)
-        lookup.save(update_fields=["evidence", "finished_at", "status"])
-    _evidence_audit(operation, evidence, actor)
-    _evidence_decide(operation, evidence, actor, _receipt(operation))
-    return evidence
+    applied = evidence_apply_many(
+        found=[EvidenceFound(operation, lookup, result)], source=source, actor=actor
+    )
+    if applied.refused:
+        raise applied.refused[0]
+    return applied.evidences[0]
 
 
 @dataclass(frozen=True)
 class EvidenceFound:
-    """One lookup's answer in a batch: the locked operation, its attempt, what was found."""
+    """One answer: the locked operation, the lookup attempt that asked (if one did), and
+    what was found."""
 
     operation: Operation
-    lookup: LookupAttempt
+    lookup: LookupAttempt | None
     result: LookupResult
+
+
+@dataclass(frozen=True)
+class EvidenceApplied:
+    """The evidence stored, in the order it was found, and the transitions refused."""
+
+    evidences: list[Evidence]
+    refused: list[TransitionRefused]
 
 
 def evidence_apply_many(
     *, found: list[EvidenceFound], source: str, actor: Actor
-) -> list[TransitionRefused]:
-    """``evidence_apply`` for a batch, in a few statements; the refusals, each on its own.
+) -> EvidenceApplied:
+    """``evidence_apply`` for a batch, in a few statements; each refusal on its own.
 
     Evidence rows are inserted in one statement and the attempts closed in one; each
     operation is then judged by the same rules (``_evidence_judge``), and the batch's
@@ -96,14 +98,17 @@ def evidence_apply_many(
     Must run inside the caller's transaction with every operation locked.
     """
     if not found:
-        return []
+        return EvidenceApplied([], [])
     now = timezone.now()
     evidences = Evidence.objects.bulk_create(
         [_evidence_new(item.operation, item.result, source, now) for item in found]
     )
+    lookups = []
     for item, evidence in zip(found, evidences, strict=True):
-        _lookup_finished(item.lookup, evidence, now)
-    bulk_save([item.lookup for item in found], ["evidence", "finished_at", "status"])
+        if item.lookup is not None:
+            _lookup_finished(item.lookup, evidence, now)
+            lookups.append(item.lookup)
+    bulk_save(lookups, ["evidence", "finished_at", "status"])
     receipts = {
         dispatch.operation_id: dispatch
         for dispatch in Dispatch.objects.filter(operation__in=[item.operation for item in found])
@@ -118,7 +123,7 @@ def evidence_apply_many(
             judged.append((item.operation, evidence, receipt, judgement))
             continue
         try:  # a stale signal, or an inconclusive lookup: rarely many, one by one
-            _judgement_apply(item.operation, evidence, actor, receipt, judgement)
+            _judgement_apply(item.operation, evidence, actor, judgement)
         except TransitionRefused as exc:
             refused.append((exc, evidence))
     # Every transition of the batch in one compare-and-set statement.
@@ -147,7 +152,7 @@ def evidence_apply_many(
             actor=actor,
             data={"event": refusal.event, "reason": refusal.reason, "evidence_id": evidence.pk},
         )
-    return [refusal for refusal, _ in refused]
+    return EvidenceApplied(evidences, [refusal for refusal, _ in refused])
 
 
 def _evidence_new(operation: Operation, result: LookupResult, source: str, now: Any) -> Evidence:
@@ -199,14 +204,6 @@ class _Judgement:
     recover: bool = False
     signal: StaleSignal | None = None
     inconclusive: bool = False
-
-
-def _evidence_decide(
-    operation: Operation, evidence: Evidence, actor: Actor, receipt: Dispatch | None
-) -> None:
-    """The rules: what ``evidence`` does to ``operation`` (whose receipt is ``receipt``)."""
-    judgement = _evidence_judge(operation, evidence, receipt)
-    _judgement_apply(operation, evidence, actor, receipt, judgement)
 
 
 def _evidence_ref(evidence: Evidence) -> dict[str, Any]:
@@ -262,32 +259,16 @@ def _evidence_judge(
 
 
 def _judgement_apply(
-    operation: Operation,
-    evidence: Evidence,
-    actor: Actor,
-    receipt: Dispatch | None,
-    judgement: _Judgement,
+    operation: Operation, evidence: Evidence, actor: Actor, judgement: _Judgement
 ) -> None:
+    """A judgement without a transition of its own: a stale signal, or an inconclusive
+    lookup counted (which escalates once the provider's lookup budget is spent)."""
     if judgement.signal:
         stale_signal(
             operation=operation, signal=judgement.signal, actor=actor, data=_evidence_ref(evidence)
         )
     elif judgement.inconclusive:
         _inconclusive(operation, actor, _evidence_ref(evidence))
-    elif judgement.change is not None:
-        change = judgement.change
-        operation_transition(
-            operation=operation, event=change.event, actor=actor, data=change.data, **change.fields
-        )
-        if judgement.recover:
-            assert receipt is not None
-            receipt_complete(
-                operation=operation,
-                dispatch=receipt,
-                succeeded=evidence.provider_status == "committed",
-                actor=actor,
-                evidence=evidence,
-            )
 
 
 def _inconclusive(operation: Operation, actor: Actor, ref: dict[str, Any]) -> None:

@@ -70,6 +70,13 @@ def operations_locked() -> QuerySet[Operation]:
     return locking(Operation.objects.all())
 
 
+def operations_locked_by_id(ids: Any) -> dict[int, Operation]:
+    """Lock the operations ``ids`` names (a list or a subquery), in id order, their chains
+    with them; by id. The order every batch takes them in."""
+    operations = locking(Operation.objects.filter(pk__in=ids)).order_by("pk")
+    return {operation.pk: audit_chain_locked(operation) for operation in operations}
+
+
 def operation_lock_bound(
     record: type[Approval] | type[Permit],
     pk: Any,

@@ -25,7 +25,7 @@ from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from dbsql.writes import insert
-from recovery.adapters import LookupResult, evidence_lookup
+from recovery.adapters import LookupResult, evidence_lookup_many
 from recovery.metrics import lookup_timed
 from recovery.models import (
     LOOKUP_IN_FLIGHT,
@@ -35,16 +35,15 @@ from recovery.models import (
     Provider,
     State,
 )
-from recovery.services.evidence import LOOKUP_BACKOFF_SECONDS, evidence_apply
-from recovery.services.locking import operation_lock
+from recovery.services.evidence import (
+    LOOKUP_BACKOFF_SECONDS,
+    EvidenceFound,
+    evidence_apply_many,
+)
+from recovery.services.locking import operation_lock, operations_locked_by_id
 from recovery.services.providers import provider_config
 from recovery.services.runs import lookups_record
-from recovery.services.stale_signals import (
-    refusals_recorded,
-    stale_signal,
-    transition_refused_record,
-)
-from recovery.transitions import TransitionRefused
+from recovery.services.stale_signals import refusals_recorded, stale_signal
 from recovery.vocabulary import StaleSignal
 
 logger = logging.getLogger(__name__)
@@ -206,66 +205,83 @@ def lookup_abandon(
     )
 
 
-def lookup_finish(*, attempt: LookupAttempt, result: LookupResult, actor: Actor) -> Operation:
-    """Apply what a lookup found, under the operation lock, and close the attempt.
+def lookups_finish(
+    *, attempts: list[LookupAttempt], results: dict[int, LookupResult], actor: Actor
+) -> dict[int, Operation]:
+    """Apply what the lookups found (``results``, by attempt id) and close the attempts,
+    under the operations' locks, in one transaction; the operations afterwards, by id.
 
-    Whatever happened since the lookup started is judged by the current state (rule 5).
+    Whatever happened since a lookup started is judged by the current state (rule 5).
     An operation still in ``reconcile`` is looked at again after ``RECONCILE_RECHECK``.
     A lookup that outlived its lease and was abandoned or taken over meanwhile applies
     nothing: its successor's answer counts, once; the late answer is recorded.
     """
-    try:
-        with audit_transaction():
-            locked = operation_lock(attempt.operation)
-            if not _still_holds(attempt):
+    with audit_transaction():
+        operations = operations_locked_by_id([attempt.operation_id for attempt in attempts])
+        holding = set(
+            LookupAttempt.objects.filter(
+                pk__in=[attempt.pk for attempt in attempts], status=LookupAttempt.Status.RUNNING
+            ).values_list("pk", "started_at")
+        )
+        found = []
+        for attempt in attempts:
+            operation = operations[attempt.operation_id]
+            result = results[attempt.pk]
+            if (attempt.pk, attempt.started_at) not in holding:
                 stale_signal(
-                    operation=locked,
+                    operation=operation,
                     signal=StaleSignal.LOOKUP_SUPERSEDED,
                     actor=actor,
                     data={"lookup_id": attempt.pk, "verdict": result.verdict},
                 )
-                return locked
-            evidence_apply(
-                operation=locked,
-                result=result,
-                source=Evidence.Source.LOOKUP,
-                actor=actor,
-                lookup=attempt,
+                continue
+            attempt.operation = operation
+            found.append(EvidenceFound(operation, attempt, result))
+        evidence_apply_many(found=found, source=Evidence.Source.LOOKUP, actor=actor)
+        reconcile = [item.operation for item in found if item.operation.state == State.RECONCILE]
+        if reconcile:
+            recheck_at = timezone.now() + RECONCILE_RECHECK
+            Operation.objects.filter(pk__in=[operation.pk for operation in reconcile]).update(
+                next_lookup_at=recheck_at
             )
-            if locked.state == State.RECONCILE:
-                locked.next_lookup_at = timezone.now() + RECONCILE_RECHECK
-                Operation.objects.filter(pk=locked.pk).update(next_lookup_at=locked.next_lookup_at)
-            return locked
-    except TransitionRefused as exc:
-        transition_refused_record(exc, actor)
-        LookupAttempt.objects.filter(pk=attempt.pk, status=LookupAttempt.Status.RUNNING).update(
-            status=LookupAttempt.Status.FINISHED, finished_at=timezone.now()
+            for operation in reconcile:
+                operation.next_lookup_at = recheck_at
+    return operations
+
+
+def lookups_run(*, attempts: list[LookupAttempt], actor: Actor) -> dict[int, Operation]:
+    """Read the providers' records for claimed attempts and apply them; the operations
+    afterwards, by id.
+
+    Each provider is read once for all its attempts (``evidence_lookup_many``), outside
+    any transaction and holding no database lock; the answers are applied together
+    (``lookups_finish``).
+    """
+    results: dict[int, LookupResult] = {}
+    by_provider: dict[int, list[LookupAttempt]] = {}
+    for attempt in attempts:
+        by_provider.setdefault(attempt.operation.provider_id, []).append(attempt)
+    for mine in by_provider.values():
+        provider = mine[0].operation.provider
+        with lookup_timed(provider.name):
+            found = evidence_lookup_many(
+                config=provider_config(provider),
+                wanted={attempt.operation.key: attempt.operation.params_digest for attempt in mine},
+            )
+        for attempt in mine:
+            results[attempt.pk] = found[attempt.operation.key]
+    operations = lookups_finish(attempts=attempts, results=results, actor=actor) if attempts else {}
+    for mine in by_provider.values():
+        lookups_record(
+            provider=mine[0].operation.provider,
+            verdicts=[results[attempt.pk].verdict for attempt in mine],
         )
-        return Operation.objects.select_related("provider").get(pk=attempt.operation_id)
-
-
-def _still_holds(attempt: LookupAttempt) -> bool:
-    """Whether ``attempt`` is still running as this caller started it (under the lock)."""
-    return LookupAttempt.objects.filter(
-        pk=attempt.pk, status=LookupAttempt.Status.RUNNING, started_at=attempt.started_at
-    ).exists()
+    return operations
 
 
 def lookup_run(*, attempt: LookupAttempt, actor: Actor) -> Operation:
-    """Read the provider's record for a claimed attempt and apply it.
-
-    The network call runs outside any transaction and holds no database lock.
-    """
-    operation = attempt.operation
-    with lookup_timed(operation.provider.name):
-        result = evidence_lookup(
-            config=provider_config(operation.provider),
-            operation_key=operation.key,
-            params_digest=operation.params_digest,
-        )
-    finished = lookup_finish(attempt=attempt, result=result, actor=actor)
-    lookups_record(provider=operation.provider, verdicts=[result.verdict])
-    return finished
+    """``lookups_run`` for one claimed attempt: the operation afterwards."""
+    return lookups_run(attempts=[attempt], actor=actor)[attempt.operation_id]
 
 
 @refusals_recorded()

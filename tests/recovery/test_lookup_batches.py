@@ -23,7 +23,7 @@ from audit.verify import audit_verify
 from recovery.adapters import ProviderConfig, evidence_lookup, evidence_lookup_many, sqlite_orders
 from recovery.adapters import journal as journal_adapter
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider
-from recovery.services import lookup_tasks
+from recovery.services import locking, lookup_tasks, lookups
 from recovery.services.lookup_tasks import lookup_batch_run
 from recovery.services.sweep import sweep
 from tests.conftest import PARAMS
@@ -117,7 +117,7 @@ def test_a_stale_row_in_a_batch_is_refused_and_recorded_alone(
         sqlite_provider_commit(provider_db, operation_key=key, params=PARAMS, reference=key)
     [batch] = _batches()
     calls = []
-    real_locked = lookup_tasks._operations_locked
+    real_locked = locking.operations_locked_by_id
 
     def locked_then_moved_on(ids: Any) -> dict[int, Operation]:
         operations = real_locked(ids)
@@ -126,7 +126,9 @@ def test_a_stale_row_in_a_batch_is_refused_and_recorded_alone(
             Operation.objects.filter(key="op-2").update(version=F("version") + 1)
         return operations
 
-    monkeypatch.setattr(lookup_tasks, "_operations_locked", locked_then_moved_on)
+    # Starting the attempts locks them once, applying the answers once more.
+    monkeypatch.setattr(lookup_tasks, "operations_locked_by_id", locked_then_moved_on)
+    monkeypatch.setattr(lookups, "operations_locked_by_id", locked_then_moved_on)
     lookup_batch_run(attempt_ids=batch)
 
     states = dict(Operation.objects.values_list("key", "state"))
