@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from approvals.actors import ActorField
 from audit.models import ChainHolder
@@ -259,6 +261,18 @@ class Dispatch(Leased, models.Model):
         return cls.objects.filter(operation=operation).first()
 
 
+def claim_cutoff(now: datetime | None = None) -> datetime:
+    """Claims last touched before this have lapsed: the one statement of that rule."""
+    idle = timedelta(minutes=settings.SETTLE_CLAIM_IDLE_MINUTES)
+    return (now or timezone.now()) - idle
+
+
+class OperationClaimQuerySet(models.QuerySet["OperationClaim"]):
+    def live(self) -> OperationClaimQuerySet:
+        """The claims that have not lapsed (``claim_cutoff``)."""
+        return self.filter(touched_at__gt=claim_cutoff())
+
+
 class OperationClaim(models.Model):
     """An operator working on an operation, so that a second one does not.
 
@@ -274,8 +288,14 @@ class OperationClaim(models.Model):
     claimed_at = models.DateTimeField()
     touched_at = models.DateTimeField()
 
+    objects = OperationClaimQuerySet.as_manager()
+
     def __str__(self) -> str:
         return f"{self.operation_id} claimed by {self.actor}"
+
+    @property
+    def lapsed(self) -> bool:
+        return self.touched_at <= claim_cutoff()
 
 
 class Verdict(models.TextChoices):

@@ -37,7 +37,6 @@ from recovery.params_diff import (
     provider_params,
 )
 from recovery.selectors.access import providers_visible_to
-from recovery.selectors.queue import claim_cutoff
 from recovery.selectors.records import _history_lines, _iso, _who, operation_record_of
 from recovery.vocabulary import StaleSignal
 
@@ -379,7 +378,7 @@ def operation_page(*, viewed: OperationViewed) -> OperationPage:
     operation = viewed.operation
     dispatch = _related(operation, "dispatch")
     claim = _related(operation, "claim")
-    if claim is not None and claim.touched_at <= claim_cutoff():
+    if claim is not None and claim.lapsed:
         claim = None
     permits = operation_permits(operation_key=operation.key)
     evidence = list(operation.evidence.order_by("captured_at", "id"))

@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Field
 from django.utils import timezone
@@ -29,6 +28,7 @@ from recovery.models import (
     OperationClaim,
     Provider,
     State,
+    claim_cutoff,
 )
 from recovery.selectors.access import providers_visible_to
 from recovery.vocabulary import WaitReason
@@ -225,12 +225,6 @@ _PAGE_FIELDS = tuple(
         (Operation, "state"),  # the reason: text, as it comes
     )
 )
-
-
-def claim_cutoff(now: datetime | None = None) -> datetime:
-    """Claims last touched before this have lapsed (``recovery.services.claims``)."""
-    idle = timedelta(minutes=settings.SETTLE_CLAIM_IDLE_MINUTES)
-    return (now or timezone.now()) - idle
 
 
 def _time(value: datetime) -> Any:

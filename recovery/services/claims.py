@@ -15,27 +15,15 @@ from django.utils import timezone
 from approvals.actors import Actor
 from common.errors import ErrorCode
 from recovery.models import Operation, OperationClaim
-from recovery.selectors import claim_cutoff
 from recovery.services.errors import RecoveryError
-
-
-def claim_live(operation: Operation) -> OperationClaim | None:
-    """The operation's claim, if it has not lapsed."""
-    return OperationClaim.objects.filter(operation=operation, touched_at__gt=claim_cutoff()).first()
 
 
 def claim_check(operation: Operation, actor: Actor) -> RecoveryError | None:
     """Refuse ``actor`` if someone else holds a live claim; touch the claim if they hold it.
 
-    Runs with ``operation`` locked (claims change only under that lock).
+    Runs with ``operation`` locked (claims change only under that lock). A batch of one.
     """
-    claim = claim_live(operation)
-    if claim is None:
-        return None
-    if claim.actor != actor:
-        return _claimed(claim)
-    OperationClaim.objects.filter(pk=claim.pk).update(touched_at=timezone.now())
-    return None
+    return claims_check_many([operation], actor).get(operation.pk)
 
 
 def claims_check_many(operations: list[Operation], actor: Actor) -> dict[int, RecoveryError]:
@@ -43,10 +31,9 @@ def claims_check_many(operations: list[Operation], actor: Actor) -> dict[int, Re
 
     One read of their live claims and one touch of ``actor``'s own among them.
     """
-    live = OperationClaim.objects.filter(operation__in=operations, touched_at__gt=claim_cutoff())
     refusals = {}
     own = []
-    for claim in live:
+    for claim in OperationClaim.objects.live().filter(operation__in=operations):
         if claim.actor != actor:
             refusals[claim.operation_id] = _claimed(claim)
         else:
