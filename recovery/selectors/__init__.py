@@ -7,7 +7,8 @@ One module per concern, every public name re-exported here:
 - ``access``: who may see what — the providers, operations and approvals a host, an
   approver or a console user may read, and who supervises the audit trail;
 - ``records``: the API objects built from rows (approval, permit, evidence, operation);
-- ``queue``: the console's queue — filters, pages, counts, the jump to one operation;
+- ``queue``: the console's queue — filters, pages, counts;
+- ``jump``: the one operation a key, an id or a provider's reference names;
 - ``operation_page``: one operation's timeline, permit history, lookup in flight, and
   what differs between intended action, evidence and receipt;
 - ``reconciliations``: the four-eyes proposals waiting for a second operator;
@@ -31,6 +32,7 @@ from recovery.selectors.access import (
     providers_supervised,
     providers_visible_to,
 )
+from recovery.selectors.jump import operation_jump_for_user
 from recovery.selectors.operation_page import (
     TIMELINE_LIMIT,
     Comparison,
@@ -56,7 +58,6 @@ from recovery.selectors.queue import (
     QueueFilters,
     QueuePage,
     QueueRow,
-    operation_jump_for_user,
     operations_queue_counts_for_user,
     operations_queue_for_user,
 )
