@@ -18,6 +18,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from approvals.actors import Actor
+from common.errors import ErrorCode
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission
 from recovery.selectors import provider_permissions
@@ -50,7 +51,7 @@ def provider_permission_require(
     permission: ProviderPermission,
     action: str,
     visible: tuple[ProviderPermission, ...] = (ProviderPermission.VIEW_OPERATIONS,),
-    missing: str = "unknown_operation",
+    missing: ErrorCode = ErrorCode.UNKNOWN_OPERATION,
 ) -> frozenset[str]:
     """Refuse unless ``actor`` holds ``permission`` on ``provider``; what it holds, if so.
 
@@ -60,7 +61,7 @@ def provider_permission_require(
     """
     held = actor_permissions(actor=actor, provider=provider)
     if not held & set(visible):
-        raise NotFound(missing, f"no such {missing.removeprefix('unknown_')}")
+        raise NotFound(missing, f"no such {missing.value.removeprefix('unknown_')}")
     if permission not in held:
         raise Forbidden(f"you may not {action} this provider's operations")
     return held

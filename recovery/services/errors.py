@@ -8,13 +8,7 @@ from common.errors import ErrorCode, SettleError
 
 
 class RecoveryError(SettleError):
-    """A refused request; ``code`` is the stable error code the API returns.
-
-    A code given as its text is looked up, so an unknown one fails where it is raised.
-    """
-
-    def __init__(self, code: ErrorCode | str, message: str | None = None, **extra: Any) -> None:
-        super().__init__(ErrorCode(code), message, **extra)
+    """A refused request; ``code`` (an ``ErrorCode``) is the stable code the API returns."""
 
 
 class NotFound(RecoveryError):

@@ -81,7 +81,7 @@ def operation_lock_bound(
     record: type[Approval] | type[Permit],
     pk: Any,
     *,
-    missing: str,
+    missing: ErrorCode,
     host: Host | None = None,
     approver: Approver | None = None,
 ) -> Operation:

@@ -28,7 +28,9 @@ from recovery.services.stale_signals import refusals_committed, refusals_recorde
 from recovery.transitions import Event, operation_transition
 
 
-def approver_scope(*, actor: Actor, approver: Approver | None, missing: str) -> Approver | None:
+def approver_scope(
+    *, actor: Actor, approver: Approver | None, missing: ErrorCode
+) -> Approver | None:
     """The approver whose scope bounds ``actor``: the credential given, or the one it names.
 
     A caller that passes no credential row does not lift an approver's scope: it is
@@ -43,7 +45,7 @@ def approver_scope(*, actor: Actor, approver: Approver | None, missing: str) -> 
         return None
     found = approvals.approver_for(actor=actor)
     if found is None:
-        raise NotFound(missing, f"no such {missing.removeprefix('unknown_')}")
+        raise NotFound(missing, f"no such {missing.value.removeprefix('unknown_')}")
     return found
 
 

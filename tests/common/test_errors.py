@@ -31,11 +31,10 @@ def test_the_documents_codes_are_exactly_the_members_marked_for_the_api() -> Non
     assert {ErrorCode(value) for value in enum} == {code for code in ErrorCode if code.api}
 
 
-def test_a_code_given_as_text_is_its_member_and_an_unknown_one_fails() -> None:
-    assert RecoveryError("stale_state").code is ErrorCode.STALE_STATE
+def test_an_error_says_its_codes_message_unless_given_one() -> None:
     assert RecoveryError(ErrorCode.STALE_STATE).message == ErrorCode.STALE_STATE.message
-    with pytest.raises(ValueError):
-        RecoveryError("no_such_code")
+    assert RecoveryError(ErrorCode.STALE_STATE, "moved on").message == "moved on"
+    assert RecoveryError(ErrorCode.STALE_STATE).status == 409
 
 
 def test_every_layers_error_is_one_settle_error() -> None:
