@@ -22,7 +22,7 @@ from recovery.permissions import ProviderPermission
 from recovery.services.errors import RecoveryError
 from recovery.services.four_eyes import reconciliation_approve
 from recovery.services.operator import operator_lookup, operator_permitted
-from recovery.services.reconcile import Decided, operation_reconcile, operations_confirm_many
+from recovery.services.reconcile import Decided, operation_reconcile, operations_reconcile_many
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ ItemStatus = BulkItem.Status
 
 
 def bulk_confirm_many(batch: BulkBatch, ids: list[int]) -> int:
-    """The confirm of ``ids`` in one transaction (``operations_confirm_many``); how many.
+    """The confirm of ``ids`` in one transaction (``operations_reconcile_many``); how many.
 
     A bulk confirm is the one action thousands of operations take at once, so its chunk
     is read and written set-wise: the items and their operations locked (in that order,
@@ -45,10 +45,12 @@ def bulk_confirm_many(batch: BulkBatch, ids: list[int]) -> int:
             .order_by("pk")
         )
         assert batch.proposed_by is not None
-        outcomes = operations_confirm_many(
+        outcomes = operations_reconcile_many(
             picks=[(item.operation, item.version) for item in items if item.operation],
+            action=Action.CONFIRM,
             reason=batch.reason,
             actor=batch.proposed_by,
+            propose=False,
         )
         now = timezone.now()
         for item in items:

@@ -15,7 +15,7 @@ lookups (``lookup_batch_run``) locks its operations in one statement, in id orde
 their attempts; two batches over the same rows take them in the same order. A chunk of a
 bulk batch (``console.services.bulk``) locks its own items first (rows nothing else
 locks, ``SKIP LOCKED``), then their operations in id order, as one operator action or
-``operations_confirm_many`` does.
+``operations_reconcile_many`` does.
 
 Nothing else is locked: rows of other operations are never touched, the audit log has
 no global head (an operation's chain is guarded by the operation's lock; the system

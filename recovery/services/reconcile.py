@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from audit.chain import audit_append, audit_chain_locked
+from audit.chain import audit_append
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
 from dbsql.writes import update
@@ -42,14 +42,9 @@ from recovery.services.access import provider_permission_require
 from recovery.services.claims import claims_check_many
 from recovery.services.errors import NotFound, RecoveryError
 from recovery.services.evidence import receipt_complete, receipt_grounds
-from recovery.services.locking import locking
-from recovery.services.operator import (
-    operator_locked,
-    operator_permitted,
-    operator_refusals,
-    version_check,
-)
-from recovery.services.stale_signals import refusals_recorded
+from recovery.services.locking import operations_locked_by_id
+from recovery.services.operator import operator_refusals, version_check
+from recovery.services.stale_signals import refusals_committed, refusals_recorded
 from recovery.transitions import (
     Change,
     Event,
@@ -188,29 +183,59 @@ def apply_decision(
     request: ReconciliationRequest | None = None,
 ) -> None:
     """Take the decision: the transition (confirm, void) and the stranded receipt, if any."""
-    grounds = receipt_grounds(evidence, request)
-    if action in (Action.CONFIRM, Action.VOID):
+    change = _decision_change(operation, action, reason, evidence, request)
+    if change is not None:
         operation_transition(
             operation=operation,
-            event=Event.CONFIRM if action == Action.CONFIRM else Event.VOID,
+            event=change.event,
             actor=actor,
-            data={"reason": reason, **grounds},
-            next_lookup_at=None,
-            receipt_running=False,  # completed below if it is still running
+            data=change.data,
+            **change.fields,
         )
-    dispatch = Dispatch.of(operation)
-    if _stranded(dispatch):
-        assert dispatch is not None
-        if action == Action.REPAIR:  # no transition to say the receipt is complete
-            update(Operation, where={"pk": operation.pk}, values={"receipt_running": False})
-        receipt_complete(
-            operation=operation,
-            dispatch=dispatch,
-            succeeded=operation.state in _SETTLED_SUCCEEDED,
-            actor=actor,
-            evidence=evidence,
-            request=request,
-        )
+    _receipt_settled(operation, Dispatch.of(operation), action, actor, evidence, request)
+
+
+def _decision_change(
+    operation: Operation,
+    action: str,
+    reason: str,
+    evidence: Evidence | None,
+    request: ReconciliationRequest | None,
+) -> Change | None:
+    """A confirm's or a void's transition, naming what backs it; a repair has none."""
+    if action not in (Action.CONFIRM, Action.VOID):
+        return None
+    return Change(
+        operation,
+        Event.CONFIRM if action == Action.CONFIRM else Event.VOID,
+        data={"reason": reason, **receipt_grounds(evidence, request)},
+        # The receipt is completed next if it is still running.
+        fields={"next_lookup_at": None, "receipt_running": False},
+    )
+
+
+def _receipt_settled(
+    operation: Operation,
+    dispatch: Dispatch | None,
+    action: str,
+    actor: Actor,
+    evidence: Evidence | None,
+    request: ReconciliationRequest | None,
+) -> None:
+    """Complete a stranded receipt as the decision settled the operation."""
+    if not _stranded(dispatch):
+        return
+    assert dispatch is not None
+    if action == Action.REPAIR:  # no transition to say the receipt is complete
+        update(Operation, where={"pk": operation.pk}, values={"receipt_running": False})
+    receipt_complete(
+        operation=operation,
+        dispatch=dispatch,
+        succeeded=operation.state in _SETTLED_SUCCEEDED,
+        actor=actor,
+        evidence=evidence,
+        request=request,
+    )
 
 
 @refusals_recorded()
@@ -225,57 +250,135 @@ def operation_reconcile(
 ) -> Decided:
     """Confirm, void or repair now if the evidence backs it; otherwise propose it.
 
-    Refused without the action's own permission (``DECISION_PERMISSIONS``); what the
-    evidence does not back is proposed only by an actor who also holds
-    ``propose_reconciliations`` (else ``four_eyes_required``), and never when
-    ``propose`` is off (``not_backed``: a bulk confirm takes only what the evidence backs).
+    ``operations_reconcile_many`` of one operation: its refusal is recorded on the
+    operation's chain, committed, then raised.
+    """
+    with refusals_committed():
+        outcome = operations_reconcile_many(
+            picks=[(operation, version)],
+            action=action,
+            reason=reason,
+            actor=actor,
+            propose=propose,
+        )[operation.pk]
+        if isinstance(outcome, RecoveryError):
+            raise outcome
+    return outcome
+
+
+def operations_reconcile_many(
+    *,
+    picks: list[tuple[Operation, int]],
+    action: str,
+    reason: str,
+    actor: Actor,
+    propose: bool = True,
+) -> dict[int, Decided | RecoveryError]:
+    """Confirm, void or repair each operation now if the evidence backs it, otherwise
+    propose it; in the caller's ``audit_transaction``: each one's outcome, by id.
+
+    ``picks``: each operation and the version the actor saw it at. Refused, each on its
+    own: without the action's own permission on the operation's provider
+    (``DECISION_PERMISSIONS``; an operation the actor may not even see is ``NotFound``
+    and neither locked nor recorded), on a version it moved on from
+    (``version_check``), under another's live claim (``claims_check_many``), where the
+    evidence rules the action out, and where it does not back the action but the actor
+    may not propose (``decision_route``) or ``propose`` is off (``not_backed``: a bulk
+    confirm takes only what the evidence backs). Each refusal is recorded on the chain
+    (``operator_refused``). The operations are locked in id order, each at most once; the
+    transitions are one statement (``operation_transition_many``).
     """
     permission = DECISION_PERMISSIONS.get(action)
     if permission is None:
         raise RecoveryError(ErrorCode.UNKNOWN_ACTION, f"no operator decision {action!r}")
-    held = operator_permitted(
-        operation=operation, action=action, permission=permission, actor=actor
-    )
-    with operator_refusals(operation, action, actor):
-        locked = operator_locked(operation=operation, version=version, actor=actor)
-        return _decide(locked, action, version, reason, actor, held, propose)
+    outcomes: dict[int, Decided | RecoveryError] = {}
+    versions = {operation.pk: version for operation, version in picks}
+    held: dict[int, frozenset[str] | RecoveryError] = {}
+    for operation, _ in picks:
+        if operation.provider_id not in held:
+            try:
+                held[operation.provider_id] = provider_permission_require(
+                    actor=actor, provider=operation.provider, permission=permission, action=action
+                )
+            except RecoveryError as refused_here:
+                held[operation.provider_id] = refused_here
+        hidden = held[operation.provider_id]
+        if isinstance(hidden, NotFound):  # not theirs to see: neither locked nor recorded
+            outcomes[operation.pk] = hidden
+    locked = operations_locked_by_id([pk for pk in versions if pk not in outcomes])
+    for pk in versions.keys() - locked.keys() - outcomes.keys():
+        outcomes[pk] = NotFound(ErrorCode.UNKNOWN_OPERATION, "no such operation")
+    permitted = [op for op in locked.values() if isinstance(held[op.provider_id], frozenset)]
+    claimed = claims_check_many(permitted, actor)
+    latest = _evidence_latest_many(list(locked))
+    dispatches = {d.operation_id: d for d in Dispatch.objects.filter(operation_id__in=list(locked))}
+    changes = []
+    taken: dict[int, Evidence] = {}
+    for pk, operation in locked.items():
+        evidence, dispatch = latest.get(pk), dispatches.get(pk)
+        try:
+            rights = held[operation.provider_id]
+            if isinstance(rights, RecoveryError):
+                raise rights
+            version_check(operation, versions[pk])
+            if pk in claimed:
+                raise claimed[pk]
+            if propose:
+                backing = decision_route(
+                    operation=operation,
+                    action=action,
+                    held=rights,
+                    evidence=evidence,
+                    dispatch=dispatch,
+                )
+            else:
+                backing = reconcile_grounds(
+                    operation=operation, action=action, evidence=evidence, dispatch=dispatch
+                )
+                if backing is None:
+                    raise _not_backed(action, evidence)
+            if backing is None:
+                request = _proposed(operation, action, versions[pk], reason, actor, evidence)
+                outcomes[pk] = Decided(operation, action, request)
+                continue
+        except RecoveryError as refusal:
+            outcomes[pk] = refusal
+            operator_refusals(operation, action, actor).append(refusal)
+            continue
+        audit_append(
+            kind=AuditKind.OPERATOR_ACTION,
+            operation=operation,
+            actor=actor,
+            data={
+                "action": action,
+                "reason": reason,
+                "version": versions[pk],
+                "evidence_id": backing.pk,
+            },
+        )
+        taken[pk] = backing
+        change = _decision_change(operation, action, reason, backing, None)
+        if change is not None:
+            changes.append(change)
+    refused = operation_transition_many(changes=changes, actor=actor)
+    if refused:  # each is locked and its version checked: nothing can have moved it
+        raise refused[0]
+    for pk, backing in taken.items():
+        _receipt_settled(locked[pk], dispatches.get(pk), action, actor, backing, None)
+        outcomes[pk] = Decided(locked[pk], action)
+    return outcomes
 
 
-def _decide(
+def _proposed(
     locked: Operation,
     action: str,
     version: int,
     reason: str,
     actor: Actor,
-    held: frozenset[str],
-    propose: bool = True,
-) -> Decided:
-    evidence = evidence_latest(locked)
-    dispatch = Dispatch.of(locked)
-    if propose:
-        backing = decision_route(
-            operation=locked, action=action, held=held, evidence=evidence, dispatch=dispatch
-        )
-    else:
-        backing = reconcile_grounds(
-            operation=locked, action=action, evidence=evidence, dispatch=dispatch
-        )
-        if backing is None:
-            raise _not_backed(action, evidence)
-    if backing is not None:
-        audit_append(
-            kind=AuditKind.OPERATOR_ACTION,
-            operation=locked,
-            actor=actor,
-            data={
-                "action": action,
-                "reason": reason,
-                "version": version,
-                "evidence_id": backing.pk,
-            },
-        )
-        apply_decision(locked, action, actor, reason, evidence=backing)
-        return Decided(locked, action)
+    evidence: Evidence | None,
+) -> ReconciliationRequest:
+    """A proposal for four eyes, bound to the version and the evidence the proposer saw;
+    one at a time per operation (``request_pending``)."""
     pending = ReconciliationRequest.objects.filter(
         operation_key=locked.key, status=ReconciliationRequest.Status.PENDING
     ).first()
@@ -308,7 +411,7 @@ def _decide(
             "evidence_id": request.evidence_seen,
         },
     )
-    return Decided(locked, action, request)
+    return request
 
 
 def _not_backed(action: str, evidence: Evidence | None) -> RecoveryError:
@@ -317,107 +420,6 @@ def _not_backed(action: str, evidence: Evidence | None) -> RecoveryError:
         ErrorCode.NOT_BACKED,
         f"the latest evidence does not back a {action} (latest verdict: {verdict})",
     )
-
-
-def operations_confirm_many(
-    *, picks: list[tuple[Operation, int]], reason: str, actor: Actor
-) -> dict[int, Decided | RecoveryError]:
-    """``operation_reconcile(action="confirm", propose=False)`` for many operations at
-    once, in the caller's ``audit_transaction``: each one's outcome, by operation id.
-
-    The same rules, read and written set-wise (a bulk confirm of thousands): the
-    permission per provider (``provider_permission_require``), the version each was
-    picked at (``version_check``), claims (``claims_check_many``), what the evidence
-    backs (``reconcile_grounds``), the transitions (``operation_transition_many``) and
-    the stranded receipts (as ``apply_decision``). Each operation is refused on its own, with
-    what the single call raises; a refusal is recorded on the chain (``operator_refused``)
-    of an operation ``actor`` may see. The operations are locked in id order; each at
-    most once.
-    """
-    outcomes: dict[int, Decided | RecoveryError] = {}
-    versions = {operation.pk: version for operation, version in picks}
-    checked: dict[int, RecoveryError | None] = {}
-    for operation, _ in picks:
-        if operation.provider_id not in checked:
-            try:
-                provider_permission_require(
-                    actor=actor,
-                    provider=operation.provider,
-                    permission=DECISION_PERMISSIONS[Action.CONFIRM],
-                    action=Action.CONFIRM,
-                )
-                checked[operation.provider_id] = None
-            except RecoveryError as refused_here:
-                checked[operation.provider_id] = refused_here
-        hidden = checked[operation.provider_id]
-        if isinstance(hidden, NotFound):  # not theirs to see: neither locked nor recorded
-            outcomes[operation.pk] = hidden
-    rows = locking(Operation.objects.filter(pk__in=[pk for pk in versions if pk not in outcomes]))
-    locked = {operation.pk: audit_chain_locked(operation) for operation in rows.order_by("pk")}
-    for pk in versions.keys() - locked.keys() - outcomes.keys():
-        outcomes[pk] = NotFound(ErrorCode.UNKNOWN_OPERATION, "no such operation")
-    permitted = [op for op in locked.values() if checked[op.provider_id] is None]
-    claimed = claims_check_many(permitted, actor)
-    latest = _evidence_latest_many(list(locked))
-    dispatches = {d.operation_id: d for d in Dispatch.objects.filter(operation_id__in=list(locked))}
-    changes = []
-    backing_of: dict[int, Evidence] = {}
-    for pk, operation in locked.items():
-        try:
-            forbidden = checked[operation.provider_id]
-            if forbidden is not None:
-                raise forbidden
-            version_check(operation, versions[pk])
-            if pk in claimed:
-                raise claimed[pk]
-            backing = reconcile_grounds(
-                operation=operation,
-                action=Action.CONFIRM,
-                evidence=latest.get(pk),
-                dispatch=dispatches.get(pk),
-            )
-            if backing is None:
-                raise _not_backed(Action.CONFIRM, latest.get(pk))
-        except RecoveryError as refusal:
-            outcomes[pk] = refusal
-            operator_refusals(operation, Action.CONFIRM, actor).append(refusal)
-            continue
-        audit_append(
-            kind=AuditKind.OPERATOR_ACTION,
-            operation=operation,
-            actor=actor,
-            data={
-                "action": Action.CONFIRM,
-                "reason": reason,
-                "version": versions[pk],
-                "evidence_id": backing.pk,
-            },
-        )
-        backing_of[pk] = backing
-        changes.append(
-            Change(
-                operation,
-                Event.CONFIRM,
-                data={"reason": reason, **receipt_grounds(backing, None)},
-                fields={"next_lookup_at": None, "receipt_running": False},  # as apply_decision
-            )
-        )
-    refused = operation_transition_many(changes=changes, actor=actor)
-    if refused:  # each is locked and its version checked: nothing can have moved it
-        raise refused[0]
-    for pk, backing in backing_of.items():
-        operation, dispatch = locked[pk], dispatches.get(pk)
-        if _stranded(dispatch):
-            assert dispatch is not None
-            receipt_complete(
-                operation=operation,
-                dispatch=dispatch,
-                succeeded=True,
-                actor=actor,
-                evidence=backing,
-            )
-        outcomes[pk] = Decided(operation, Action.CONFIRM)
-    return outcomes
 
 
 def _evidence_latest_many(operation_ids: list[int]) -> dict[int, Evidence]:
