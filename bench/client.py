@@ -42,8 +42,8 @@ import django  # noqa: E402
 django.setup()
 
 from approvals.services import approver_create  # noqa: E402
-from bench.api import analyze, scratch_database  # noqa: E402
-from bench.api import connection as db  # noqa: E402
+from bench.api_postgres import analyze, scratch_database  # noqa: E402
+from bench.api_postgres import connection as db  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402
 from recovery.services.providers import provider_configure  # noqa: E402
 from tests.procs.fleet import FleetSpec, fleet_run  # noqa: E402

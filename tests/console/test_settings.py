@@ -148,7 +148,7 @@ def test_a_redis_broker_gets_a_visibility_timeout_longer_than_any_task(tmp_path)
 
 def test_prepared_statements_are_on_for_postgresql_and_can_be_turned_off(monkeypatch):
     """On by default; off for a pooler that cannot keep them (transaction-mode PgBouncer)."""
-    from console.settings import _database, _db_bounds
+    from console.settings_database import _database, _db_bounds
 
     monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle")
     monkeypatch.delenv("SETTLE_DB_PREPARED_STATEMENTS", raising=False)
@@ -164,7 +164,7 @@ def test_prepared_statements_are_on_for_postgresql_and_can_be_turned_off(monkeyp
 
 def test_postgresql_connections_compile_nothing_unless_the_url_says(monkeypatch):
     """No JIT: the queue's counts spent up to a second compiling (docs/benchmarks.md)."""
-    from console.settings import _database
+    from console.settings_database import _database
 
     monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle")
     assert _database()["OPTIONS"]["options"].startswith("-c jit=off ")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from settle_client import errors
 from settle_client._protocol import Outcome
 from settle_client.approver import Approval, Approver, AsyncApprover, Decided
+from settle_client.async_host import AsyncAttempt, AsyncHost
 from settle_client.canonical import CanonicalError, canonical_params, params_digest
 from settle_client.errors import (
     ApiError,
@@ -27,7 +28,7 @@ from settle_client.errors import (
     SettleError,
     TransportError,
 )
-from settle_client.host import AsyncAttempt, AsyncHost, Attempt, Host
+from settle_client.host import Attempt, Host
 from settle_client.provider import Callbacks, signature, signed
 
 __all__ = [

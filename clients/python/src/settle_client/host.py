@@ -1,27 +1,25 @@
 """Hosts: run an action crash-safely, blocking (``Host``) or with asyncio (``AsyncHost``).
 
 Both drive the one protocol in ``settle_client._protocol``; they differ only in how they
-wait, call and heartbeat (a thread, or a task, while the effect runs).
+wait, call and heartbeat (a thread, or a task, while the effect runs). This module holds
+the blocking ``Host``, its ``Attempt`` and heartbeat threads; ``AsyncHost`` is in
+``settle_client.async_host`` and importable from here too.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import inspect
-import os
-import re
-import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 import httpx
 
 from settle_client import errors
-from settle_client._http import AsyncTransport, SyncTransport
+from settle_client._http import SyncTransport
+from settle_client._options import RETRY_HEARTBEAT_SECONDS, Lifecycle, _Options, _reference
+from settle_client._options import default_worker as default_worker
 from settle_client._protocol import (
     Call,
     Effect,
@@ -29,85 +27,15 @@ from settle_client._protocol import (
     Outcome,
     Run,
     Sleep,
-    Step,
     lease_seconds,
     lifecycle,
     operation_path,
 )
-from settle_client.canonical import CanonicalError, params_digest
+from settle_client.async_host import AsyncAttempt as AsyncAttempt
+from settle_client.async_host import AsyncHost as AsyncHost
 
-Lifecycle = Generator[Step, Any, Outcome]
-# Heartbeats while the lease's length is not known yet, or after one failed to arrive.
-RETRY_HEARTBEAT_SECONDS = 0.5
 # How long a Host's heartbeat watch thread outlives the last dispatch it held.
 WATCH_IDLE_SECONDS = 60.0
-
-
-def default_worker() -> str:
-    """``<hostname>-<pid>``, spelled as Settle accepts a worker's name."""
-    name = re.sub(r"[^A-Za-z0-9._:@~-]", "-", f"{socket.gethostname()}-{os.getpid()}")
-    return ("w" + name if not name[:1].isalnum() else name)[:200]
-
-
-def _digest(params: dict[str, Any]) -> str:
-    try:
-        return params_digest(params)
-    except CanonicalError as exc:
-        cls = errors.ParamsTooLarge if exc.reason == "params_too_large" else errors.InvalidParams
-        raise cls(str(exc), code=cls.code, reason=exc.reason) from None
-
-
-def _reference(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-class _Options:
-    """What ``Host`` and ``AsyncHost`` share: their bounds, and building a ``Run``."""
-
-    def __init__(
-        self,
-        *,
-        worker: str | None,
-        approval_timeout: float,
-        settle_timeout: float,
-        poll_interval: float,
-        heartbeat_interval: float | None,
-    ) -> None:
-        self.worker = worker or default_worker()
-        self.approval_timeout = approval_timeout
-        self.settle_timeout = settle_timeout
-        self.poll_interval = poll_interval
-        self.heartbeat_interval = heartbeat_interval
-
-    def spec(
-        self,
-        key: str,
-        action: str,
-        provider: str,
-        params: dict[str, Any],
-        on_approval: Callable[[str], object] | None,
-    ) -> Run:
-        return Run(
-            key=key,
-            action=action,
-            provider=provider,
-            params=params,
-            digest=_digest(params),
-            worker=self.worker,
-            approval_timeout=self.approval_timeout,
-            settle_timeout=self.settle_timeout,
-            poll_interval=self.poll_interval,
-            on_approval=on_approval,
-        )
-
-    def beat_after(self, lease: float) -> float:
-        """Seconds to the next heartbeat, a third of the lease left (or as configured)."""
-        if self.heartbeat_interval is not None:
-            return self.heartbeat_interval
-        return max(0.05, lease / 3) if lease > 0 else RETRY_HEARTBEAT_SECONDS
-
-
-# -- blocking ----------------------------------------------------------------------------
 
 
 class Host:
@@ -378,178 +306,3 @@ class _Watch:
                     break
                 self.changed.wait(max(0.0, self.wakes_at - now))
             self.thread = None
-
-
-# -- asyncio -----------------------------------------------------------------------------
-
-
-class AsyncHost:
-    """``Host`` for asyncio: ``await host.run(...)``, ``async with host.action(...)``.
-
-    The effect may be a coroutine function, or a plain one (run in a thread, so the
-    heartbeat keeps going).
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        token: str,
-        *,
-        worker: str | None = None,
-        timeout: float = 30.0,
-        retries: int = 3,
-        approval_timeout: float = 300.0,
-        settle_timeout: float = 120.0,
-        poll_interval: float = 0.5,
-        heartbeat_interval: float | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self.options = _Options(
-            worker=worker,
-            approval_timeout=approval_timeout,
-            settle_timeout=settle_timeout,
-            poll_interval=poll_interval,
-            heartbeat_interval=heartbeat_interval,
-        )
-        self.http = AsyncTransport(
-            base_url, token, timeout=timeout, retries=retries, transport=transport
-        )
-
-    async def run(
-        self,
-        key: str,
-        *,
-        action: str,
-        provider: str,
-        params: dict[str, Any],
-        effect: Callable[[str], Awaitable[Any]] | Callable[[str], Any],
-        on_approval: Callable[[str], object] | None = None,
-    ) -> Outcome:
-        """As ``Host.run``."""
-        async with self.action(
-            key, action=action, provider=provider, params=params, on_approval=on_approval
-        ) as attempt:
-            if attempt.fencing_token is not None:
-                try:
-                    if inspect.iscoroutinefunction(effect):
-                        value = await effect(attempt.fencing_token)
-                    else:
-                        value = await asyncio.to_thread(effect, attempt.fencing_token)
-                        if inspect.isawaitable(value):
-                            value = await value
-                    attempt.reference = _reference(value)
-                except Exception as exc:
-                    attempt.error = exc
-        assert attempt.outcome is not None
-        return attempt.outcome
-
-    def action(
-        self,
-        key: str,
-        *,
-        action: str,
-        provider: str,
-        params: dict[str, Any],
-        on_approval: Callable[[str], object] | None = None,
-    ) -> AsyncAttempt:
-        """As ``Host.action``, with ``async with``."""
-        spec = self.options.spec(key, action, provider, params, on_approval)
-        return AsyncAttempt(self, lifecycle(spec), spec)
-
-    async def operation(self, key: str) -> dict[str, Any]:
-        return await self.http.call(Call("GET", operation_path(key)))
-
-    async def operation_history(self, key: str) -> list[dict[str, Any]]:
-        """As ``Host.operation_history``."""
-        lines: list[dict[str, Any]] = []
-        path: str | None = operation_path(key, "/history")
-        while path:
-            page = await self.http.call(Call("GET", path))
-            lines += page["lines"]
-            path = page["next"]
-        return lines
-
-    async def drive(self, steps: Lifecycle, value: Any = None) -> Effect | Outcome:
-        failure: errors.SettleError | None = None
-        while True:
-            try:
-                step = steps.send(value) if failure is None else steps.throw(failure)
-            except StopIteration as stop:
-                outcome: Outcome = stop.value
-                return outcome
-            value, failure = None, None
-            if isinstance(step, Effect):
-                return step
-            if isinstance(step, Sleep):
-                await asyncio.sleep(step.seconds)
-                continue
-            try:
-                value = await self.http.call(step)
-            except errors.SettleError as exc:
-                failure = exc
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
-
-    async def __aenter__(self) -> AsyncHost:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-
-class AsyncAttempt:
-    """One ``AsyncHost.run`` in the context-manager form."""
-
-    def __init__(self, host: AsyncHost, steps: Lifecycle, spec: Run) -> None:
-        self.host = host
-        self.steps = steps
-        self.spec = spec
-        self.fencing_token: str | None = None
-        self.reference: str | None = None
-        self.error: BaseException | None = None
-        self.outcome: Outcome | None = None
-        self._heartbeat: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> AsyncAttempt:
-        step = await self.host.drive(self.steps)
-        if isinstance(step, Outcome):
-            self.outcome = step
-            return self
-        self.fencing_token = step.fencing_token
-        self._heartbeat = asyncio.create_task(self._beat(step))
-        return self
-
-    async def _beat(self, effect: Effect) -> None:
-        call = Call("POST", self.spec.path("/heartbeat"), {"fencing_token": effect.fencing_token})
-        options = self.host.options
-        wait = options.beat_after(effect.lease_seconds) if effect.lease_seconds else 0.0
-        while True:
-            await asyncio.sleep(wait)
-            try:
-                answer = await self.host.http.call(call)
-            except errors.FencingError:
-                return
-            except errors.SettleError:
-                wait = RETRY_HEARTBEAT_SECONDS
-                continue
-            wait = options.beat_after(lease_seconds(answer.get("lease_expires_at")))
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if self._heartbeat is None:
-            return
-        self._heartbeat.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._heartbeat
-        if isinstance(exc, KeyboardInterrupt | SystemExit | asyncio.CancelledError):
-            return
-        error = exc if exc is not None else self.error
-        step = await self.host.drive(self.steps, EffectResult(self.reference, error))
-        if isinstance(step, Effect):
-            raise errors.ProtocolError("Settle handed out a second dispatch")
-        self.outcome = step
