@@ -40,7 +40,7 @@ def refusals_recorded(
                 return function(*args, **kwargs)
             except TransitionRefused as exc:
                 who = actor(kwargs) if callable(actor) else kwargs.get(actor)
-                transition_refused_record(exc, who)
+                _transition_refused_record(exc, who)
                 raise RecoveryError(
                     ErrorCode.STALE_STATE, f"the operation moved on ({exc.state})", state=exc.state
                 ) from exc
@@ -93,7 +93,7 @@ def stale_signal(
     )
 
 
-def transition_refused_record(exc: TransitionRefused, actor: Actor | None) -> None:
+def _transition_refused_record(exc: TransitionRefused, actor: Actor | None) -> None:
     """Record a refused transition in a transaction of its own (the change rolled back)."""
     with audit_transaction():
         operation = operations_locked().filter(key=exc.operation_key).first()
