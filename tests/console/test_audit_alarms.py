@@ -2,7 +2,7 @@
 the record.
 
 The alarm comes from a real checkpoint over a chain rewritten as a forger with SQL
-access would (``tests/recovery/test_audit_chain.py`` covers what a checkpoint finds).
+access would (``tests/audit/test_audit_chain.py`` covers what a checkpoint finds).
 """
 
 from __future__ import annotations
