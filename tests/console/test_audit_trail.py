@@ -28,7 +28,7 @@ from audit.chain import audit_append, audit_transaction
 from audit.hashing import exported_event_hash
 from audit.kinds import AuditKind
 from audit.models import AuditEvent, AuditVerification
-from tests.console.conftest import console_user
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db
 

@@ -27,7 +27,7 @@ from console.services.dashboard import (
 from recovery.models import Evidence, State
 from recovery.services.reconcile import operation_reconcile, reconciliation_approve
 from recovery.transitions import TRANSITIONS
-from tests.conftest import PARAMS, lookup_due
+from tests.support.flow import PARAMS, lookup_due
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db

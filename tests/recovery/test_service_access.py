@@ -31,8 +31,8 @@ from recovery.services.reconcile import (
     reconciliation_approve,
     reconciliation_reject,
 )
-from tests.conftest import PARAMS, Flow, digest_of
-from tests.console.conftest import Stuck
+from tests.support.console import Stuck
+from tests.support.flow import PARAMS, Flow, digest_of
 
 pytestmark = pytest.mark.django_db
 
