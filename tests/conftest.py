@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
@@ -17,6 +18,7 @@ from approvals.services import approver_create
 from recovery.models import Host, Provider
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
+from tests.support.console import Stuck, console_user
 from tests.support.contract import response_check
 from tests.support.flow import Api, Flow
 from tests.support.providers import sqlite_provider_init
@@ -156,3 +158,22 @@ def host(host_api: Api) -> Host:
 @pytest.fixture
 def flow(host_api: Api, approver_api: Api, provider: Provider) -> Flow:
     return Flow(host_api, approver_api, provider)
+
+
+# The console's operator and viewer of ``orders``, and its queue: the tests of several apps
+# use them, not only the console's.
+
+
+@pytest.fixture
+def operator(provider: Provider) -> User:
+    return console_user("olivia", "operator", provider)
+
+
+@pytest.fixture
+def viewer(provider: Provider) -> User:
+    return console_user("victor", "viewer", provider)
+
+
+@pytest.fixture
+def stuck(flow: Flow, provider_db: Path) -> Stuck:
+    return Stuck(flow, provider_db)

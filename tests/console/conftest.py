@@ -5,6 +5,9 @@ provider, whose operator is the outsider. Operations reach the queue through the
 API, the way they do in production: registered, approved, dispatched, the worker's
 lease lapses, a fresh worker's resume queues a lookup of the record, and a background
 worker (the task's body, run here) looks it up.
+
+The operator, the viewer and ``stuck``, which other apps' tests use too, are in
+``tests/conftest.py``; the helpers behind them in ``tests/support/console.py``.
 """
 
 from __future__ import annotations
@@ -32,16 +35,6 @@ def other_provider(db: None, tmp_path: Path) -> Provider:
 
 
 @pytest.fixture
-def operator(provider: Provider) -> User:
-    return console_user("olivia", "operator", provider)
-
-
-@pytest.fixture
-def viewer(provider: Provider) -> User:
-    return console_user("victor", "viewer", provider)
-
-
-@pytest.fixture
 def supervisor(provider: Provider) -> User:
     return console_user("sam", "supervisor", provider)
 
@@ -50,11 +43,6 @@ def supervisor(provider: Provider) -> User:
 def outsider(other_provider: Provider) -> User:
     """An operator, but of the other provider."""
     return console_user("oscar", "operator", other_provider)
-
-
-@pytest.fixture
-def stuck(flow: Flow, provider_db: Path) -> Stuck:
-    return Stuck(flow, provider_db)
 
 
 @pytest.fixture
