@@ -37,5 +37,7 @@ lint: install-dev
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy dbsql common approvals audit recovery webhooks monitoring console
 
+# What it runs is pyproject.toml's testpaths: tests/ and the client library's tests in
+# clients/python/tests that need no live server.
 test: install-dev lint
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --maxprocesses 4 $(PYTEST_ARGS)

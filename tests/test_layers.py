@@ -53,3 +53,31 @@ def test_an_app_never_imports_the_layers_above_it(app: str) -> None:
         for path in (ROOT / app).rglob("*.py")
     }
     assert {name: above for name, above in wrong.items() if above} == {}
+
+
+def _conftest_imports(path: Path) -> list[str]:
+    """The imports in a module that name a conftest module, wherever in it they stand."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            modules = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        if any("conftest" in module.split(".") for module in modules):
+            found.append(ast.unparse(node))
+    return found
+
+
+@pytest.mark.parametrize("folder", ["tests", "clients/python/tests"])
+def test_no_test_module_imports_from_a_conftest(folder: str) -> None:
+    """Conftest files hold fixtures and hooks, which pytest finds by name; anything a test
+    imports lives in a module of its own (``tests/support``), so it has one name."""
+    assert (ROOT / folder).is_dir()
+    wrong = {
+        str(path.relative_to(ROOT)): _conftest_imports(path)
+        for path in (ROOT / folder).rglob("*.py")
+    }
+    assert {name: imports for name, imports in wrong.items() if imports} == {}

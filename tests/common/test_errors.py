@@ -13,7 +13,7 @@ from recovery.openapi import openapi_document
 from recovery.services.errors import Forbidden, NotFound, RecoveryError
 from recovery.services.locking import OperationRef, operation_read
 from recovery.services.operator import operator_lookup
-from tests.console.conftest import client_for
+from tests.support.console import client_for
 
 STATUSES = {400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503}
 

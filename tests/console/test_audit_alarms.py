@@ -2,7 +2,7 @@
 the record.
 
 The alarm comes from a real checkpoint over a chain rewritten as a forger with SQL
-access would (``tests/recovery/test_audit_chain.py`` covers what a checkpoint finds).
+access would (``tests/audit/test_audit_chain.py`` covers what a checkpoint finds).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from console.services.audit_trail import audit_alarm_resolve
 from recovery.models import Operation
 from recovery.services.errors import Invalid, RecoveryError
 from recovery.services.locking import operation_lock
-from tests.console.conftest import client_for, console_user
+from tests.support.console import client_for, console_user
 
 pytestmark = pytest.mark.django_db
 

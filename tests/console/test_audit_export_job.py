@@ -25,7 +25,7 @@ from console.services.audit_export import (
     export_path,
 )
 from recovery.services.roles import role_grant
-from tests.console.conftest import console_user
+from tests.support.console import console_user
 
 
 @pytest.fixture

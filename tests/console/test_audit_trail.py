@@ -28,7 +28,7 @@ from audit.chain import audit_append, audit_transaction
 from audit.hashing import exported_event_hash
 from audit.kinds import AuditKind
 from audit.models import AuditEvent, AuditVerification
-from tests.console.conftest import console_user
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db
 
@@ -382,7 +382,7 @@ def test_an_export_streams_from_a_server_side_cursor(signed_in, supervisor, trai
 
 
 def _tamper(sql: str, params: list[Any]) -> None:
-    """As a table owner would (tests/recovery/test_audit_chain.py): triggers off, then on.
+    """As a table owner would (tests/audit/test_audit_chain.py): triggers off, then on.
 
     The append-only triggers are PostgreSQL's; on SQLite the edit needs nothing switched off.
     """

@@ -2,7 +2,7 @@
 for a void batch, every item on its own chain with the batch's id, and a resumed batch.
 
 Operations reach the queue through the host API and the provider's record, as in
-production (``tests.console.conftest.Stuck``); the Celery worker's part is done here
+production (``tests.support.console.Stuck``); the Celery worker's part is done here
 by the task's own body (``bulk_chunk_run``). A real worker killed mid-batch is in
 ``tests/integration/test_bulk_worker_killed.py``.
 """
@@ -31,7 +31,7 @@ from console.services.bulk import (
 from recovery.models import Dispatch, Operation
 from recovery.services.errors import Forbidden, Invalid, RecoveryError
 from recovery.services.operator import operation_claim
-from tests.console.conftest import console_user
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from console.services.dashboard import dashboard_refresh
 from recovery.services.roles import role_grant
-from tests.console.conftest import aged, client_for, console_user
+from tests.support.console import aged, client_for, console_user
 
 pytestmark = pytest.mark.django_db
 

@@ -28,7 +28,7 @@ from recovery.models import Evidence, State
 from recovery.services.four_eyes import reconciliation_approve
 from recovery.services.reconcile import operation_reconcile
 from recovery.transitions import TRANSITIONS
-from tests.conftest import PARAMS, lookup_due
+from tests.support.flow import PARAMS, lookup_due
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db

@@ -11,8 +11,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from tests.conftest import Api
-from tests.console.conftest import console_user
+from tests.support.console import console_user
+from tests.support.flow import Api
 
 pytestmark = pytest.mark.django_db
 

@@ -19,8 +19,8 @@ from recovery.selectors import TIMELINE_LIMIT, operation_timeline
 from recovery.selectors.operation_page import PERMIT_LINES
 from recovery.services.locking import operation_lock
 from recovery.services.lookup_tasks import lookup_attempt_run
-from tests.conftest import PARAMS, digest_of
-from tests.console.conftest import queue_lookup
+from tests.support.console import queue_lookup
+from tests.support.flow import PARAMS, digest_of
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
@@ -257,8 +257,8 @@ def test_a_journal_record_without_params_flags_the_digest_and_says_why_no_more(
     client, operator, host_api, approver_api, tmp_path
 ):
     from recovery.services.providers import provider_configure
-    from tests.conftest import Flow
-    from tests.console.conftest import Stuck
+    from tests.support.console import Stuck
+    from tests.support.flow import Flow
     from tests.support.providers import journal_append
 
     journal = tmp_path / "journal.jsonl"

@@ -11,7 +11,7 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from recovery.models import Evidence, LookupAttempt, Operation
 from recovery.services.lookup_tasks import lookup_attempt_run
-from tests.console.conftest import client_for
+from tests.support.console import client_for
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db

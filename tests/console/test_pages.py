@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tests.console.conftest import console_user
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db
 

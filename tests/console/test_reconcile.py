@@ -20,8 +20,8 @@ from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.models import AuditEvent
 from recovery.models import Dispatch, Operation, OperationClaim, Provider
-from tests.conftest import PARAMS, lookup_due
-from tests.console.conftest import client_for, console_user
+from tests.support.console import client_for, console_user
+from tests.support.flow import PARAMS, lookup_due
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db

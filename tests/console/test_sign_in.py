@@ -7,7 +7,7 @@ import time_machine
 from axes.models import AccessAttempt, AccessLog
 from django.test import Client
 
-from tests.console.conftest import PASSWORD, console_user
+from tests.support.console import PASSWORD, console_user
 
 pytestmark = pytest.mark.django_db
 

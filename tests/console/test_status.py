@@ -15,7 +15,7 @@ from approvals.actors import COMMAND_LINE
 from audit.checkpoints import audit_checkpoint
 from recovery.models import Operation, Pulse
 from recovery.services.runs import pulse_record
-from tests.console.conftest import Stuck, client_for
+from tests.support.console import Stuck, client_for
 from webhooks.endpoints import webhook_endpoint_add, webhook_endpoint_disable
 from webhooks.models import WebhookMessage
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from approvals.actors import COMMAND_LINE
 from audit.models import AuditEvent
-from tests.console.conftest import console_user
+from tests.support.console import console_user
 from webhooks.endpoints import webhook_endpoint_add
 from webhooks.models import WebhookEndpoint, WebhookMessage
 

@@ -27,7 +27,7 @@ from dbsql.writes import (
     values_update,
 )
 from recovery.models import Operation, OperationClaim, Provider
-from tests.conftest import PARAMS
+from tests.support.flow import PARAMS
 
 pytestmark = pytest.mark.django_db
 

@@ -36,14 +36,6 @@ from recovery.services.lookups import SWEEPER_ACTOR
 from recovery.services.permits import approval_decision, approval_open
 from recovery.services.registration import operation_register
 from recovery.services.sweep import sweep
-from tests.conftest import PARAMS, digest_of
-from tests.integration.conftest import (
-    Http,
-    Procs,
-    Settle,
-    assert_audit_intact,
-    operation,
-)
 from tests.integration.test_crash_recovery import (
     assert_one_dispatch_one_consumption,
     assert_recovered_receipt,
@@ -54,7 +46,9 @@ from tests.support.celery_procs import (
     REPO_ROOT,
     redis_start,
 )
+from tests.support.flow import PARAMS, digest_of
 from tests.support.gunicorn import gunicorn_running
+from tests.support.live import Http, Procs, Settle, assert_audit_intact, operation
 from tests.support.providers import http_provider_control, sqlite_provider_commit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]

@@ -26,7 +26,7 @@ from console.services.bulk import Pick, bulk_resume, bulk_submit
 from recovery.models import Host, Operation
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure
-from tests.integration.conftest import assert_audit_intact
+from tests.support.live import assert_audit_intact
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from recovery.models import Dispatch
-from tests.integration.conftest import (
+from tests.support.live import (
     PARAMS,
     REPO_ROOT,
     Procs,

@@ -20,8 +20,8 @@ import pytest
 
 from audit.models import AuditEvent
 from recovery.models import Dispatch, Evidence, LookupAttempt, Verdict
-from tests.conftest import lookup_due
-from tests.integration.conftest import (
+from tests.support.flow import lookup_due
+from tests.support.live import (
     PARAMS,
     Procs,
     ProviderHandle,

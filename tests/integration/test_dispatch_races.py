@@ -19,7 +19,7 @@ from django.db import connection
 from audit.models import AuditEvent
 from dbsql.clock import db_now
 from recovery.models import Dispatch
-from tests.integration.conftest import (
+from tests.support.live import (
     Procs,
     Settle,
     assert_audit_intact,

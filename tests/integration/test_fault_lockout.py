@@ -14,7 +14,7 @@ import httpx
 import pytest
 from django.db import connection
 
-from tests.console.conftest import PASSWORD, console_user
+from tests.support.console import PASSWORD, console_user
 from tests.support.gunicorn import database_url, gunicorn_running
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]

@@ -19,7 +19,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.actors import COMMAND_LINE
-from tests.conftest import Api, Flow
+from tests.support.flow import Api, Flow
 from tests.support.webhook_receiver import (
     Receiver,
     Silent,

@@ -39,7 +39,6 @@ from django.db import connection
 from approvals.services import approver_create
 from audit.verify import audit_verify
 from recovery.services.credentials import host_create
-from tests.integration.conftest import Http, ProviderHandle
 from tests.procs.fleet import FleetSpec, fleet_run
 from tests.support.gunicorn import (
     GunicornServer,
@@ -49,6 +48,7 @@ from tests.support.gunicorn import (
     pg_deadlocks,
     pg_wait_for_other_sessions,
 )
+from tests.support.live import Http, ProviderHandle
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

@@ -20,7 +20,7 @@ from approvals.actors import Actor
 from audit.models import AuditEvent
 from recovery.models import Dispatch, Evidence, LookupAttempt, Verdict
 from recovery.services.lookups import operation_lookup
-from tests.integration.conftest import (
+from tests.support.live import (
     PARAMS,
     Http,
     ProviderHandle,

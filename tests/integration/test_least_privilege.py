@@ -38,8 +38,8 @@ from recovery.management.commands.db_grants import AUDIT_TABLES
 from recovery.models import Operation
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
-from tests.integration.conftest import Http, resume_polled, wait_lease_lapsed
 from tests.support.gunicorn import GunicornServer, database_url, gunicorn_running
+from tests.support.live import Http, resume_polled, wait_lease_lapsed
 from tests.support.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -39,8 +39,8 @@ from recovery.services.credentials import host_create
 from recovery.services.dispatch import operation_dispatch, operation_heartbeat
 from recovery.services.locking import operation_lock
 from recovery.services.providers import provider_configure
-from tests.conftest import Api
-from tests.integration.conftest import WAIT, LookupWorker, wait_lease_lapsed
+from tests.support.flow import Api
+from tests.support.live import WAIT, LookupWorker, wait_lease_lapsed
 from tests.support.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}

@@ -20,7 +20,7 @@ from monitoring.services.alerts import alerts_evaluate
 from recovery.models import Operation, Provider, Pulse
 from recovery.services.providers import provider_configure
 from recovery.services.runs import lookups_record, pulse_record
-from tests.console.conftest import Stuck, aged
+from tests.support.console import Stuck, aged
 from tests.support.providers import _free_port, sqlite_provider_init
 
 

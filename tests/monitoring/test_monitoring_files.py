@@ -16,7 +16,7 @@ from prometheus_client.metrics import MetricWrapperBase
 import recovery.metrics
 import webhooks.metrics
 from monitoring.metrics import HealthCollector
-from tests.conftest import STRICT
+from tests.support.strict import STRICT
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "settle-rules.yml"

@@ -15,7 +15,7 @@ from approvals.models import Permit, PermitEvent
 from audit.models import AuditEvent
 from recovery.models import Dispatch, LookupAttempt, Operation, Provider
 from recovery.services.lookups import operation_lookup
-from tests.conftest import PARAMS, digest_of, lookup_due
+from tests.support.flow import PARAMS, digest_of, lookup_due
 from tests.support.providers import (
     sqlite_provider_commit,
     sqlite_provider_init,

@@ -13,7 +13,7 @@ from approvals.models import PermitEvent
 from audit.models import AuditEvent
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation
 from recovery.permissions import ProviderPermission
-from tests.conftest import PARAMS, digest_of, lookups_published
+from tests.support.flow import PARAMS, digest_of, lookups_published
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db

@@ -26,7 +26,7 @@ from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provid
 from recovery.services import locking, lookup_tasks, lookups
 from recovery.services.lookup_tasks import lookup_batch_run
 from recovery.services.sweep import sweep
-from tests.conftest import PARAMS
+from tests.support.flow import PARAMS
 from tests.support.providers import (
     digest_of,
     journal_append,

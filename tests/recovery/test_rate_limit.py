@@ -11,7 +11,7 @@ import time_machine
 from approvals.models import PermitEvent
 from audit.models import AuditEvent
 from recovery import ratelimit
-from tests.conftest import PARAMS
+from tests.support.flow import PARAMS
 
 pytestmark = pytest.mark.django_db
 

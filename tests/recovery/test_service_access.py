@@ -28,8 +28,8 @@ from recovery.services.operator import operation_claim, operation_claim_release,
 from recovery.services.permits import approval_decision, permit_revoke
 from recovery.services.providers import provider_configure
 from recovery.services.reconcile import operation_reconcile
-from tests.conftest import PARAMS, Flow, digest_of
-from tests.console.conftest import Stuck
+from tests.support.console import Stuck
+from tests.support.flow import PARAMS, Flow, digest_of
 
 pytestmark = pytest.mark.django_db
 

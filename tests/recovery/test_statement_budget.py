@@ -14,7 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from recovery.models import Dispatch
-from tests.conftest import PARAMS, digest_of, lookup_due, queued_lookups_run
+from tests.support.flow import PARAMS, digest_of, lookup_due, queued_lookups_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

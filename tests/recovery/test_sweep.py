@@ -18,7 +18,7 @@ from recovery.services.evidence import LOOKUP_BACKOFF_JITTER, LOOKUP_BACKOFF_SEC
 from recovery.services.lookup_tasks import _attempt_begin, lookup_attempt_run
 from recovery.services.lookups import SWEEPER_ACTOR, lookup_run
 from recovery.services.sweep import sweep
-from tests.conftest import PARAMS
+from tests.support.flow import PARAMS
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from recovery.models import Operation, State
 from recovery.services.locking import operation_lock
 from recovery.services.registration import operation_register
 from recovery.transitions import TRANSITIONS, Event, TransitionRefused, operation_transition
-from tests.conftest import PARAMS
+from tests.support.flow import PARAMS
 
 pytestmark = pytest.mark.django_db
 
@@ -90,7 +90,7 @@ def test_a_service_whose_transition_is_refused_records_it_and_raises_stale_state
     from approvals.models import Approval, Approver
     from recovery.services.errors import RecoveryError
     from recovery.services.permits import approval_decision
-    from tests.conftest import digest_of
+    from tests.support.flow import digest_of
 
     flow.register("op-s")
     approval_id = flow.host_api.post("/api/v1/operations/op-s/approvals").json()["approval_id"]

@@ -22,7 +22,7 @@ from recovery.models import Dispatch, Operation, State
 from recovery.services.lookup_tasks import lookup_batch_run
 from recovery.services.sweep import leases_sweep, sweep
 from recovery.transitions import Change, Event, operation_transition_many
-from tests.conftest import PARAMS
+from tests.support.flow import PARAMS
 from tests.support.providers import sqlite_provider_commit
 
 SYSTEM = Actor.system("test")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tests.support.webhook_receiver import Receiver
 
 if TYPE_CHECKING:
-    from tests.conftest import Flow
+    from tests.support.flow import Flow
 
 
 def released(flow: Flow, key: str = "op-1") -> None:

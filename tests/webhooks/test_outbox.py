@@ -123,7 +123,7 @@ def test_a_recovery_reports_the_release_with_its_evidence_and_the_repaired_recei
     flow, endpoint, receiver, provider_db
 ):
     from recovery.models import Dispatch
-    from tests.conftest import PARAMS
+    from tests.support.flow import PARAMS
     from tests.support.providers import sqlite_provider_commit
 
     flow.approved()

@@ -1,6 +1,6 @@
 """Host.run, its context-manager form and AsyncHost against a live Settle.
 
-Each request and answer is checked against the server's API document (conftest).
+Each request and answer is checked against the server's API document (api_contract).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import settle_client
-from conftest import AsyncContractTransport, Contract, ContractTransport
+from api_contract import AsyncContractTransport, Contract, ContractTransport
 from settle_client import errors
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7", "rate": 1.5}

@@ -13,19 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.console.conftest import PASSWORD
-
-CHROMIUM = os.environ.get("SETTLE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-SCREENSHOTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "screenshots"
-WIDE, NARROW = 1280, 390
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, WIDE
 
 
 @pytest.fixture(scope="module")
@@ -59,43 +47,3 @@ def page(browser: Browser, live_server) -> Iterator[Page]:
     opened = context.new_page()
     yield opened
     context.close()
-
-
-def sign_in(page: Page, username: str) -> None:
-    page.goto("/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url("**/")
-
-
-def screenshot(page: Page, name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    return path
-
-
-def assert_no_overflow(page: Page) -> None:
-    """Nothing sticks out sideways: the page is no wider than the window."""
-    widths = page.evaluate(
-        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
-    )
-    wide = page.evaluate(
-        """[...document.querySelectorAll('*')]
-            .filter(e => e.scrollWidth > document.documentElement.clientWidth)
-            .slice(0, 8).map(e => e.tagName + '.' + e.className + ':' + e.scrollWidth)"""
-    )
-    assert widths[0] <= widths[1], f"page is {widths[0]}px wide in {widths[1]}px: {wide}"
-
-
-def screenshots_everywhere(page: Page, name: str) -> None:
-    """``name``-light/dark-1280/390: each checked for overflow; back to light and wide."""
-    for scheme in ("light", "dark"):
-        page.emulate_media(color_scheme=scheme)
-        for width in (WIDE, NARROW):
-            page.set_viewport_size({"width": width, "height": 800})
-            assert_no_overflow(page)
-            screenshot(page, f"{name}-{scheme}-{width}")
-    page.emulate_media(color_scheme="light")
-    page.set_viewport_size({"width": WIDE, "height": 800})

@@ -14,7 +14,8 @@ from playwright.sync_api import Page, expect
 from audit.models import AuditEvent
 from console.models import AuditExport
 from console.services.audit_export import TRAILER, audit_export_run, export_file_check
-from tests.console.browser.conftest import (
+from tests.console.test_audit_trail import GENESIS, offline_hash
+from tests.support.browser import (
     NARROW,
     WIDE,
     assert_no_overflow,
@@ -22,8 +23,7 @@ from tests.console.browser.conftest import (
     screenshots_everywhere,
     sign_in,
 )
-from tests.console.conftest import console_user
-from tests.console.test_audit_trail import GENESIS, offline_hash
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

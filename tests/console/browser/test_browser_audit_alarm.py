@@ -13,9 +13,9 @@ from audit.checkpoints import audit_checkpoint
 from audit.models import AuditAlarm
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
-from tests.console.browser.conftest import screenshots_everywhere, sign_in
-from tests.console.conftest import console_user
 from tests.console.test_audit_alarms import _forge
+from tests.support.browser import screenshots_everywhere, sign_in
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,8 +13,8 @@ from approvals.actors import Actor
 from console.models import DashboardRollup
 from console.services.dashboard import dashboard_refresh, settle_bucket
 from recovery.services.roles import role_grant
-from tests.console.browser.conftest import screenshots_everywhere, sign_in
-from tests.console.conftest import aged, console_user
+from tests.support.browser import screenshots_everywhere, sign_in
+from tests.support.console import aged, console_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

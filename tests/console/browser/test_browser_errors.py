@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.console.browser.conftest import screenshots_everywhere, sign_in
+from tests.support.browser import screenshots_everywhere, sign_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,8 +7,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.conftest import PARAMS
-from tests.console.browser.conftest import (
+from tests.support.browser import (
     NARROW,
     WIDE,
     assert_no_overflow,
@@ -16,7 +15,8 @@ from tests.console.browser.conftest import (
     screenshots_everywhere,
     sign_in,
 )
-from tests.console.conftest import aged
+from tests.support.console import aged
+from tests.support.flow import PARAMS
 from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db(transaction=True)

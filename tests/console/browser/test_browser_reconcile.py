@@ -7,12 +7,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from approvals.models import ReconciliationRequest
 from recovery.models import Operation
-from tests.console.browser.conftest import (
-    WIDE,
-    screenshot,
-    screenshots_everywhere,
-    sign_in,
-)
+from tests.support.browser import WIDE, screenshot, screenshots_everywhere, sign_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,8 +11,8 @@ from playwright.sync_api import Page, expect
 
 from recovery.models import Pulse
 from recovery.services.runs import pulse_record
-from tests.console.browser.conftest import screenshots_everywhere, sign_in
-from tests.console.conftest import console_user
+from tests.support.browser import screenshots_everywhere, sign_in
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

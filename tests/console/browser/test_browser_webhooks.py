@@ -16,7 +16,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from approvals.actors import COMMAND_LINE
-from tests.console.browser.conftest import screenshots_everywhere, sign_in
+from tests.support.browser import screenshots_everywhere, sign_in
 from tests.support.webhook_receiver import Receiver, receiver_serve
 from webhooks.delivery import webhooks_deliver
 from webhooks.endpoints import webhook_endpoint_add

@@ -28,7 +28,7 @@ from audit.verify import audit_verify
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
 from recovery.services.registration import operation_register
-from tests.conftest import PARAMS
+from tests.support.flow import PARAMS
 
 # Transactional: checkpoints reach their file only when their transaction commits.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -23,7 +23,7 @@ from audit.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
 from audit.signing import checkpoint_digest, checkpoint_hashes_streamed
 from audit.verify import audit_verify
 from common.canonical import MAX_SAFE_INTEGER
-from tests.recovery.test_audit_chain import _append, _only_problem, _sql, operations  # noqa: F401
+from tests.audit.test_audit_chain import _append, _only_problem, _sql, operations  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

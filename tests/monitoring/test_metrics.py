@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitoring.services.pulses import operation_counts_refresh
 from recovery.models import Operation, Pulse
 from recovery.services.runs import pulse_record
-from tests.console.conftest import Stuck, aged
+from tests.support.console import Stuck, aged
 
 TOKEN = "metrics-token-for-the-tests-0123456789"
 

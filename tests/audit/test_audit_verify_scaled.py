@@ -160,7 +160,7 @@ def test_a_checkpoint_after_a_backlog_holds_one_batch_of_chains_at_a_time(
 def operations_many(host, provider) -> list[str]:
     """Six registered operations (six chains), and the system chain."""
     from recovery.services.registration import operation_register
-    from tests.conftest import PARAMS
+    from tests.support.flow import PARAMS
 
     keys = [f"op-{n}" for n in range(6)]
     for key in keys:
