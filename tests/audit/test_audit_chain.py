@@ -28,49 +28,11 @@ from audit.verify import audit_verify
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
 from recovery.services.registration import operation_register
+from tests.support.audit import _append, _only_problem, _sql
 from tests.support.flow import PARAMS
 
 # Transactional: checkpoints reach their file only when their transaction commits.
 pytestmark = pytest.mark.django_db(transaction=True)
-
-AUDIT_TABLES = ("audit_auditevent", "audit_auditcheckpoint")
-
-
-@pytest.fixture
-def operations(host, provider) -> list[Operation]:
-    """Three registered operations: three chains of one event each."""
-    return [
-        operation_register(
-            host=host, key=f"op-{n}", action="payment.send", provider_name="orders", params=PARAMS
-        )[0]
-        for n in range(3)
-    ]
-
-
-def _append(operation: Operation, count: int) -> None:
-    for number in range(count):
-        with audit_transaction():
-            audit_append(kind="test", operation=operation_lock(operation), data={"n": number})
-
-
-def _sql(sql: str, params: list | None = None) -> None:
-    """Run SQL as a table owner would, with the append-only triggers switched off."""
-    if connection.vendor == "sqlite" and sql.startswith("TRUNCATE "):
-        sql = sql.replace("TRUNCATE ", "DELETE FROM ", 1)  # SQLite's spelling of it
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            for table in AUDIT_TABLES:
-                cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-        cursor.execute(sql, params or [])
-        if connection.vendor == "postgresql":
-            for table in AUDIT_TABLES:
-                cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-
-
-def _only_problem() -> str:
-    problems = [str(problem) for problem in audit_verify()]
-    assert len(problems) == 1, problems
-    return problems[0]
 
 
 def test_each_operation_has_a_chain_of_its_own(operations):

@@ -23,7 +23,7 @@ from audit.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
 from audit.signing import checkpoint_digest, checkpoint_hashes_streamed
 from audit.verify import audit_verify
 from common.canonical import MAX_SAFE_INTEGER
-from tests.audit.test_audit_chain import _append, _only_problem, _sql, operations  # noqa: F401
+from tests.support.audit import _append, _only_problem, _sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -106,7 +106,7 @@ def _sign_in(heads: dict) -> AuditCheckpoint:
 
 
 def test_a_stored_checkpoint_with_chains_outside_ascii_verifies_and_its_edit_is_found(
-    operations,  # noqa: F811
+    operations,
 ):
     audit_checkpoint()
     heads = {"op-1": [1, "sha256:a"], "\ue000": [2, "sha256:b"], "\U0001f600": [3, "sha256:c"]}
@@ -119,7 +119,7 @@ def test_a_stored_checkpoint_with_chains_outside_ascii_verifies_and_its_edit_is_
     assert problem == "checkpoint #2 was edited (its digest does not match)"
 
 
-def test_a_stored_checkpoint_edited_in_one_head_is_found_streamed(operations):  # noqa: F811
+def test_a_stored_checkpoint_edited_in_one_head_is_found_streamed(operations):
     audit_checkpoint()
     head = AuditCheckpoint.objects.get().heads["op-2"]
     _sql(
@@ -130,7 +130,7 @@ def test_a_stored_checkpoint_edited_in_one_head_is_found_streamed(operations):  
 
 
 def test_a_checkpoint_file_line_longer_than_a_piece_is_hashed_in_pieces(
-    operations,  # noqa: F811
+    operations,
     settings,
     monkeypatch,
 ):
@@ -154,7 +154,7 @@ def test_a_checkpoint_file_line_longer_than_a_piece_is_hashed_in_pieces(
 
 @pytest.mark.parametrize("code_points", [True, False])
 def test_signed_chains_without_events_are_found_by_the_merge_in_either_order(
-    operations,  # noqa: F811
+    operations,
     monkeypatch,
     code_points,
 ):
@@ -176,7 +176,7 @@ def test_signed_chains_without_events_are_found_by_the_merge_in_either_order(
     )
 
 
-def test_a_vouched_head_deleted_is_named_after_every_row_is_checked(operations):  # noqa: F811
+def test_a_vouched_head_deleted_is_named_after_every_row_is_checked(operations):
     audit_checkpoint()
     AuditVouchedHead.objects.filter(chain__in=["op-0", "op-2"]).delete()
     assert _only_problem() == "its vouched head is missing (deleted)"
@@ -189,7 +189,7 @@ def test_a_vouched_head_deleted_is_named_after_every_row_is_checked(operations):
 
 @pytest.mark.parametrize("heads", [[], "op-1", 7])
 def test_a_checkpoint_whose_heads_are_not_an_object_is_found_edited(
-    operations,  # noqa: F811
+    operations,
     heads,
 ):
     audit_checkpoint()

@@ -12,14 +12,12 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.utils import timezone
 
 from approvals.actors import Actor
 from audit.alarms import audit_alarms_open
 from audit.chain import audit_append, audit_transaction
 from audit.checkpoints import audit_checkpoint
-from audit.hashing import GENESIS_HASH, event_digest
 from audit.models import AuditAlarm, AuditEvent
 from audit.signed import _checkpoints_verified
 from audit.verify import _alarms_disagree
@@ -27,30 +25,10 @@ from console.services.audit_trail import audit_alarm_resolve
 from recovery.models import Operation
 from recovery.services.errors import Invalid, RecoveryError
 from recovery.services.locking import operation_lock
+from tests.support.audit import _forge
 from tests.support.console import client_for, console_user
 
 pytestmark = pytest.mark.django_db
-
-
-def _forge(key: str) -> None:
-    """Edit the chain's first event and recompute every hash, triggers off (PostgreSQL)."""
-    prev = GENESIS_HASH
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE audit_auditevent DISABLE TRIGGER USER")
-        for event in AuditEvent.objects.filter(operation_key=key).order_by("seq"):
-            if event.seq == 1:
-                event.actor = Actor.system("forged")
-            event.prev_hash = prev
-            event.hash = event_digest(event)
-            cursor.execute(
-                "UPDATE audit_auditevent SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
-                [event.actor.stored if event.actor else "", prev, event.hash, event.pk],
-            )
-            prev = event.hash
-        if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE audit_auditevent ENABLE TRIGGER USER")
-    Operation.objects.filter(key=key).update(audit_hash=prev)
 
 
 @pytest.fixture

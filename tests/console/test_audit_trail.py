@@ -28,26 +28,10 @@ from audit.chain import audit_append, audit_transaction
 from audit.hashing import exported_event_hash
 from audit.kinds import AuditKind
 from audit.models import AuditEvent, AuditVerification
+from tests.support.audit import GENESIS, offline_hash
 from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db
-
-GENESIS = "sha256:" + "0" * 64
-
-
-def offline_hash(record: dict[str, Any]) -> str:
-    """What the README tells an auditor to run: no Settle code, only the exported fields."""
-    data = record["data"]
-    content = {
-        "seq": int(record["seq"]),
-        "at": record["at"],
-        "kind": record["kind"],
-        "operation_key": record["chain"],
-        "actor": record["actor"],
-        "data": json.loads(data) if isinstance(data, str) else data,
-    }
-    digest = hashlib.sha256(record["prev_hash"].encode("ascii") + rfc8785.dumps(content))
-    return "sha256:" + digest.hexdigest()
 
 
 def _events(response) -> list[int]:

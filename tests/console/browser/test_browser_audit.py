@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 from audit.models import AuditEvent
 from console.models import AuditExport
 from console.services.audit_export import TRAILER, audit_export_run, export_file_check
-from tests.console.test_audit_trail import GENESIS, offline_hash
+from tests.support.audit import GENESIS, offline_hash
 from tests.support.browser import (
     NARROW,
     WIDE,

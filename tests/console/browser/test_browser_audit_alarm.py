@@ -13,7 +13,7 @@ from audit.checkpoints import audit_checkpoint
 from audit.models import AuditAlarm
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
-from tests.console.test_audit_alarms import _forge
+from tests.support.audit import _forge
 from tests.support.browser import screenshots_everywhere, sign_in
 from tests.support.console import console_user
 

@@ -1,0 +1,85 @@
+"""The audit log as the tamper tests touch it: events appended, SQL run as a table owner
+with the append-only triggers off, a chain forged with its hashes recomputed, and the
+hash an auditor computes offline from an export."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import rfc8785
+from django.db import connection
+
+from approvals.actors import Actor
+from audit.chain import audit_append, audit_transaction
+from audit.hashing import GENESIS_HASH, event_digest
+from audit.models import AuditEvent
+from audit.verify import audit_verify
+from recovery.models import Operation
+from recovery.services.locking import operation_lock
+
+AUDIT_TABLES = ("audit_auditevent", "audit_auditcheckpoint")
+GENESIS = "sha256:" + "0" * 64
+
+
+def _append(operation: Operation, count: int) -> None:
+    for number in range(count):
+        with audit_transaction():
+            audit_append(kind="test", operation=operation_lock(operation), data={"n": number})
+
+
+def _sql(sql: str, params: list | None = None) -> None:
+    """Run SQL as a table owner would, with the append-only triggers switched off."""
+    if connection.vendor == "sqlite" and sql.startswith("TRUNCATE "):
+        sql = sql.replace("TRUNCATE ", "DELETE FROM ", 1)  # SQLite's spelling of it
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for table in AUDIT_TABLES:
+                cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        cursor.execute(sql, params or [])
+        if connection.vendor == "postgresql":
+            for table in AUDIT_TABLES:
+                cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+
+
+def _only_problem() -> str:
+    problems = [str(problem) for problem in audit_verify()]
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+def _forge(key: str) -> None:
+    """Edit the chain's first event and recompute every hash, triggers off (PostgreSQL)."""
+    prev = GENESIS_HASH
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("ALTER TABLE audit_auditevent DISABLE TRIGGER USER")
+        for event in AuditEvent.objects.filter(operation_key=key).order_by("seq"):
+            if event.seq == 1:
+                event.actor = Actor.system("forged")
+            event.prev_hash = prev
+            event.hash = event_digest(event)
+            cursor.execute(
+                "UPDATE audit_auditevent SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
+                [event.actor.stored if event.actor else "", prev, event.hash, event.pk],
+            )
+            prev = event.hash
+        if connection.vendor == "postgresql":
+            cursor.execute("ALTER TABLE audit_auditevent ENABLE TRIGGER USER")
+    Operation.objects.filter(key=key).update(audit_hash=prev)
+
+
+def offline_hash(record: dict[str, Any]) -> str:
+    """What the README tells an auditor to run: no Settle code, only the exported fields."""
+    data = record["data"]
+    content = {
+        "seq": int(record["seq"]),
+        "at": record["at"],
+        "kind": record["kind"],
+        "operation_key": record["chain"],
+        "actor": record["actor"],
+        "data": json.loads(data) if isinstance(data, str) else data,
+    }
+    digest = hashlib.sha256(record["prev_hash"].encode("ascii") + rfc8785.dumps(content))
+    return "sha256:" + digest.hexdigest()
