@@ -25,22 +25,16 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.services import approver_create
-from audit.models import AuditCheckpoint, AuditEvent, AuditVerification
+from audit.models import AuditCheckpoint, AuditVerification
 from audit.verify import audit_verify
 from console.celery import app as celery_app
 from dbsql.clock import db_now
-from recovery.models import Dispatch, Evidence, LookupAttempt, Operation
+from recovery.models import Dispatch, Evidence, LookupAttempt
 from recovery.services.credentials import host_create
 from recovery.services.dispatch import operation_dispatch
-from recovery.services.lookups import SWEEPER_ACTOR
 from recovery.services.permits import approval_decision, approval_open
 from recovery.services.registration import operation_register
 from recovery.services.sweep import sweep
-from tests.integration.test_crash_recovery import (
-    assert_one_dispatch_one_consumption,
-    assert_recovered_receipt,
-    crash,
-)
 from tests.support.celery_fixtures import test_database_url
 from tests.support.celery_procs import (
     REPO_ROOT,
@@ -48,7 +42,20 @@ from tests.support.celery_procs import (
 )
 from tests.support.flow import PARAMS, digest_of
 from tests.support.gunicorn import gunicorn_running
-from tests.support.live import Http, Procs, Settle, assert_audit_intact, operation
+from tests.support.live import (
+    Http,
+    Procs,
+    Settle,
+    _nobody_resumed,
+    _state,
+    _transitions,
+    _wait,
+    assert_audit_intact,
+    assert_one_dispatch_one_consumption,
+    assert_recovered_receipt,
+    crash,
+    operation,
+)
 from tests.support.providers import http_provider_control, sqlite_provider_commit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -56,35 +63,9 @@ pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 LOOKUP_TASK = "recovery.tasks.lookup_attempt"
 
 
-def _wait(predicate: Any, timeout: float, what: str, step: float = 0.1) -> float:
-    """Poll until ``predicate()``; return the seconds it took, fail after ``timeout``."""
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(step)
-    return time.monotonic() - started
-
-
 def _wait_lease_lapsed(key: str) -> None:
     dispatch = Dispatch.objects.filter(operation__key=key)
     _wait(lambda: dispatch.get().lease_expires_at < db_now(), 10, f"{key}'s lease lapsed")
-
-
-def _state(key: str) -> str:
-    return str(Operation.objects.filter(key=key).values_list("state", flat=True).get())
-
-
-def _transitions(key: str, event: str) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(operation_key=key, kind="transition", data__event=event))
-
-
-def _nobody_resumed(key: str) -> None:
-    """Every change after the dispatch was the sweeper's: no host resumed or looked up."""
-    transitions = AuditEvent.objects.filter(operation_key=key, kind="transition")
-    later = [t for t in transitions if t.data["event"] not in ("approve", "dispatch")]
-    assert later and {t.actor for t in later} == {SWEEPER_ACTOR}, later
-    assert not LookupAttempt.objects.filter(operation__key=key).exclude(trigger="task").exists()
 
 
 # -- 1. a dead worker's operation settles by itself ------------------------------------------

@@ -12,7 +12,6 @@ what it found.
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,10 @@ from tests.support.live import (
     Procs,
     ProviderHandle,
     Settle,
-    Worker,
     assert_audit_intact,
+    assert_one_dispatch_one_consumption,
+    assert_recovered_receipt,
+    crash,
     last_verdict,
     operation,
     permit_events,
@@ -50,25 +51,6 @@ pytestmark = [
 ]
 
 ADAPTERS = ("sqlite", "journal", "http")
-
-
-def crash(procs: Procs, key: str, provider: ProviderHandle, point: str, *extra: str) -> Worker:
-    """A worker resumes, wins the dispatch, gets to ``point`` and is SIGKILLed there."""
-    worker = procs.start(
-        key=key, provider=provider, extra=["--crash-point", point, *extra], name="doomed"
-    )
-    answer = worker.answer
-    assert answer["status"] == 200 and answer["body"]["decision"] == "dispatch", answer
-    assert answer["body"]["fencing_token"]
-    if point == "after_effect":
-        worker.wait_for("effect_committed")
-    worker.wait_for("holding")
-    assert worker.kill() == -signal.SIGKILL
-    assert "reported" not in worker.event_names()
-    # The dead worker left a stranded receipt behind.
-    assert operation(key).state == "dispatched"
-    assert Dispatch.objects.get(operation__key=key).receipt_status == "running"
-    return worker
 
 
 # What resume answers when it has just queued a lookup for the background worker.
@@ -102,27 +84,6 @@ def assert_settled_by_the_background_lookup(key: str) -> None:
     attempt = LookupAttempt.objects.filter(operation__key=key).latest("pk")
     assert (attempt.trigger, attempt.status) == ("resume", "finished")
     assert attempt.evidence == Evidence.objects.filter(operation__key=key).last()
-
-
-def assert_one_dispatch_one_consumption(key: str) -> None:
-    assert Dispatch.objects.filter(operation__key=key).count() == 1
-    assert permit_of(key).status == "consumed"
-    assert permit_events(key, "consumed") == 1
-    assert AuditEvent.objects.filter(operation_key=key, kind="permit_consumed").count() == 1
-
-
-def assert_recovered_receipt(key: str) -> None:
-    dispatch = Dispatch.objects.select_related("receipt_evidence").get(operation__key=key)
-    assert dispatch.receipt_status == "succeeded"
-    assert dispatch.receipt_recovered is True
-    evidence = dispatch.receipt_evidence
-    assert evidence is not None
-    assert evidence.operation.key == key
-    assert evidence.verdict == Verdict.MATCH
-    assert evidence.provider_status == "committed"
-    assert evidence == Evidence.objects.filter(operation__key=key).last()
-    op = operation(key)
-    assert (op.state, op.recovered) == ("released", True)
 
 
 # -- 1. commit, then die ------------------------------------------------------------------

@@ -24,11 +24,18 @@ from typing import Any
 import pytest
 
 from approvals.actors import COMMAND_LINE
-from tests.integration.test_background_recovery import _nobody_resumed, _state, _wait
-from tests.integration.test_crash_recovery import assert_recovered_receipt, crash
 from tests.support.celery_procs import REPO_ROOT, child_environment
 from tests.support.gunicorn import _LOCAL, database_url, gunicorn_running
-from tests.support.live import Procs, Settle, assert_audit_intact
+from tests.support.live import (
+    Procs,
+    Settle,
+    _nobody_resumed,
+    _state,
+    _wait,
+    assert_audit_intact,
+    assert_recovered_receipt,
+    crash,
+)
 from tests.support.strict import STRICT
 from tests.support.webhook_receiver import Receiver, receiver_serve
 from webhooks.endpoints import webhook_endpoint_add

@@ -17,9 +17,17 @@ import pytest
 
 from approvals.actors import COMMAND_LINE
 from recovery.models import Dispatch
-from tests.integration.test_background_recovery import _nobody_resumed, _state, _transitions, _wait
-from tests.integration.test_crash_recovery import assert_recovered_receipt, crash
-from tests.support.live import Procs, Settle, assert_audit_intact
+from tests.support.live import (
+    Procs,
+    Settle,
+    _nobody_resumed,
+    _state,
+    _transitions,
+    _wait,
+    assert_audit_intact,
+    assert_recovered_receipt,
+    crash,
+)
 from tests.support.webhook_receiver import Silent, silent_serve
 from webhooks.endpoints import webhook_endpoint_add
 from webhooks.models import WebhookMessage

@@ -29,9 +29,11 @@ from django.core.servers.basehttp import ThreadedWSGIServer
 
 from approvals.models import Permit
 from approvals.selectors import permit_history
+from audit.models import AuditEvent
 from audit.verify import audit_verify
 from dbsql.clock import db_now
-from recovery.models import Dispatch, Evidence, Operation, Provider
+from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider, Verdict
+from recovery.services.lookups import SWEEPER_ACTOR
 from tests.support.celery_procs import Proc
 from tests.support.providers import digest_of, http_provider_history
 
@@ -477,3 +479,75 @@ def last_verdict(key: str) -> str:
 def assert_audit_intact() -> None:
     breaks = list(audit_verify())
     assert breaks == [], breaks
+
+
+# -- after a crash ------------------------------------------------------------------------
+
+
+def crash(procs: Procs, key: str, provider: ProviderHandle, point: str, *extra: str) -> Worker:
+    """A worker resumes, wins the dispatch, gets to ``point`` and is SIGKILLed there."""
+    worker = procs.start(
+        key=key, provider=provider, extra=["--crash-point", point, *extra], name="doomed"
+    )
+    answer = worker.answer
+    assert answer["status"] == 200 and answer["body"]["decision"] == "dispatch", answer
+    assert answer["body"]["fencing_token"]
+    if point == "after_effect":
+        worker.wait_for("effect_committed")
+    worker.wait_for("holding")
+    assert worker.kill() == -signal.SIGKILL
+    assert "reported" not in worker.event_names()
+    # The dead worker left a stranded receipt behind.
+    assert operation(key).state == "dispatched"
+    assert Dispatch.objects.get(operation__key=key).receipt_status == "running"
+    return worker
+
+
+def assert_one_dispatch_one_consumption(key: str) -> None:
+    assert Dispatch.objects.filter(operation__key=key).count() == 1
+    assert permit_of(key).status == "consumed"
+    assert permit_events(key, "consumed") == 1
+    assert AuditEvent.objects.filter(operation_key=key, kind="permit_consumed").count() == 1
+
+
+def assert_recovered_receipt(key: str) -> None:
+    dispatch = Dispatch.objects.select_related("receipt_evidence").get(operation__key=key)
+    assert dispatch.receipt_status == "succeeded"
+    assert dispatch.receipt_recovered is True
+    evidence = dispatch.receipt_evidence
+    assert evidence is not None
+    assert evidence.operation.key == key
+    assert evidence.verdict == Verdict.MATCH
+    assert evidence.provider_status == "committed"
+    assert evidence == Evidence.objects.filter(operation__key=key).last()
+    op = operation(key)
+    assert (op.state, op.recovered) == ("released", True)
+
+
+# -- waiting on the background ------------------------------------------------------------
+
+
+def _wait(predicate: Any, timeout: float, what: str, step: float = 0.1) -> float:
+    """Poll until ``predicate()``; return the seconds it took, fail after ``timeout``."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(step)
+    return time.monotonic() - started
+
+
+def _state(key: str) -> str:
+    return str(Operation.objects.filter(key=key).values_list("state", flat=True).get())
+
+
+def _transitions(key: str, event: str) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(operation_key=key, kind="transition", data__event=event))
+
+
+def _nobody_resumed(key: str) -> None:
+    """Every change after the dispatch was the sweeper's: no host resumed or looked up."""
+    transitions = AuditEvent.objects.filter(operation_key=key, kind="transition")
+    later = [t for t in transitions if t.data["event"] not in ("approve", "dispatch")]
+    assert later and {t.actor for t in later} == {SWEEPER_ACTOR}, later
+    assert not LookupAttempt.objects.filter(operation__key=key).exclude(trigger="task").exists()
