@@ -15,31 +15,12 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.utils import timezone
-from prometheus_client.parser import text_string_to_metric_families
 
 from monitoring.services.pulses import operation_counts_refresh
 from recovery.models import Operation, Pulse
 from recovery.services.runs import pulse_record
 from tests.support.console import Stuck, aged
-
-TOKEN = "metrics-token-for-the-tests-0123456789"
-
-
-def scrape(client: Client, token: str | None = TOKEN) -> Any:
-    headers = {} if token is None else {"HTTP_AUTHORIZATION": f"Bearer {token}"}
-    return client.get("/metrics", **headers)
-
-
-def samples(client: Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of a scrape, by (name, sorted labels)."""
-    response = scrape(client)
-    assert response.status_code == 200, response.content
-    assert response["Content-Type"].startswith("text/plain; version=")
-    found = {}
-    for family in text_string_to_metric_families(response.content.decode()):
-        for sample in family.samples:
-            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return found
+from tests.support.monitoring import TOKEN, samples, scrape
 
 
 @pytest.fixture

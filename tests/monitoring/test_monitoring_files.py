@@ -5,41 +5,18 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-from pathlib import Path
 
-import pytest
-import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 import recovery.metrics
 import webhooks.metrics
 from monitoring.metrics import HealthCollector
-from tests.support.strict import STRICT
+from tests.support.monitoring import DEPLOY, RULES, promtool, rule_expressions, run
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-RULES = DEPLOY / "prometheus" / "settle-rules.yml"
 RULES_TEST = DEPLOY / "prometheus" / "settle-rules.test.yml"
 DASHBOARD = DEPLOY / "grafana" / "settle.json"
 METRIC = re.compile(r"\bsettle_[a-z0-9_]+\b")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
-
-
-def promtool() -> str:
-    """Debian's promtool (`apt-get install prometheus`, as .ci/run does); CI may not lack it."""
-    found = shutil.which("promtool") or (
-        "/usr/bin/promtool" if Path("/usr/bin/promtool").exists() else None
-    )
-    if found is None:
-        if STRICT:
-            pytest.fail("promtool is missing: apt-get install -y prometheus")
-        pytest.skip("promtool is not installed (apt-get install -y prometheus)")
-    return found
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=RULES.parent, capture_output=True, text=True, timeout=60)
 
 
 def exported() -> set[str]:
@@ -64,11 +41,6 @@ def test_the_rules_unit_tests_show_beat_silent_fires():
     assert "alertname: SettleBeatSilent" in text and "exp_alerts:\n          - exp_labels" in text
     result = run(promtool(), "test", "rules", str(RULES_TEST))
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def rule_expressions() -> dict[str, str]:
-    groups = yaml.safe_load(RULES.read_text())["groups"]
-    return {rule["alert"]: rule["expr"] for group in groups for rule in group["rules"]}
 
 
 def test_every_rule_names_only_metrics_settle_exports(db: None):

@@ -113,7 +113,7 @@ def test_a_failing_endpoints_first_success_brings_its_waiting_messages_forward(
 def test_delivery_outcomes_are_counted_and_the_backlog_is_scraped(
     flow, endpoint, receiver, client, settings, django_capture_on_commit_callbacks
 ):
-    from tests.monitoring.test_metrics import TOKEN, samples
+    from tests.support.monitoring import TOKEN, samples
 
     settings.SETTLE_METRICS_TOKEN = TOKEN
     flow.approved()
