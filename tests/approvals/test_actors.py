@@ -9,7 +9,7 @@ from django.db import transaction
 from approvals.actors import Actor
 from approvals.models import PermitEvent
 from approvals.services import approval_request, permit_consume
-from tests.approvals.test_permit_consume import BINDING, HOST, _decide
+from tests.support.approvals import BINDING, HOST, _decide
 
 pytestmark = pytest.mark.django_db
 

@@ -16,33 +16,16 @@ from approvals.services import (
     ApprovalError,
     Binding,
     Refusal,
-    approval_decide,
     approval_request,
     permit_consume,
     permit_revoke,
 )
+from tests.support.approvals import BINDING, HOST, _decide
 
 pytestmark = pytest.mark.django_db
 
-HOST = Actor("host", "1", "a")
 ALICE = Actor("approver", "1", "alice")
 BOB = Actor("approver", "2", "bob")
-BINDING = Binding(
-    operation_key="op-1",
-    action="payment.send",
-    provider="orders",
-    params_digest="sha256:" + "a" * 64,
-)
-
-
-def _decide(approval: Approval, *, approve: bool, by: str, ttl_seconds: int):
-    return approval_decide(
-        approval_id=approval.pk,
-        binding=BINDING,
-        approve=approve,
-        decided_by=by,
-        ttl_seconds=ttl_seconds,
-    )
 
 
 def _permit(ttl_seconds: int = 300) -> Permit:
