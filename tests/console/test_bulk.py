@@ -18,8 +18,7 @@ from django.test import Client
 from audit.models import AuditEvent
 from console.models import BulkBatch, BulkItem
 from recovery.models import Operation, Provider
-from tests.console.test_bulk_service import run_batch
-from tests.support.console import client_for, console_user
+from tests.support.console import client_for, console_user, run_batch
 
 pytestmark = pytest.mark.django_db
 

@@ -31,22 +31,13 @@ from console.services.bulk import (
 from recovery.models import Dispatch, Operation
 from recovery.services.errors import Forbidden, Invalid, RecoveryError
 from recovery.services.operator import operation_claim
-from tests.support.console import console_user
+from tests.support.console import console_user, run_batch
 
 pytestmark = pytest.mark.django_db
 
 
 def _actor(user) -> Actor:
     return Actor.of("user", user)
-
-
-def run_batch(batch: BulkBatch) -> int:
-    """Every chunk of the batch, as a worker runs its messages; how many chunks."""
-    chunks: list[tuple[str, int, int]] = []
-    bulk_publish(batch, send=lambda *args: chunks.append(args))
-    for batch_id, first, last in chunks:
-        bulk_chunk_run(batch_id=batch_id, first=first, last=last)
-    return len(chunks)
 
 
 def _submit(user, action: str, operations: list[Operation], **kwargs) -> BulkBatch:

@@ -13,6 +13,8 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from audit.chain import audit_transaction
+from console.models import BulkBatch
+from console.services.bulk import bulk_chunk_run, bulk_publish
 from recovery.models import Dispatch, LookupAttempt, Operation, Provider
 from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim
@@ -118,3 +120,12 @@ def queue_lookup(operation: Operation) -> LookupAttempt:
         )
     assert slot.attempt is not None
     return slot.attempt
+
+
+def run_batch(batch: BulkBatch) -> int:
+    """Every chunk of the batch, as a worker runs its messages; how many chunks."""
+    chunks: list[tuple[str, int, int]] = []
+    bulk_publish(batch, send=lambda *args: chunks.append(args))
+    for batch_id, first, last in chunks:
+        bulk_chunk_run(batch_id=batch_id, first=first, last=last)
+    return len(chunks)

@@ -15,8 +15,8 @@ from playwright.sync_api import Page, expect
 
 from console.models import BulkBatch
 from recovery.models import Operation
-from tests.console.test_bulk_service import run_batch
 from tests.support.browser import screenshot, screenshots_everywhere, sign_in
+from tests.support.console import run_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
