@@ -20,8 +20,8 @@ from recovery.selectors.operation_page import PERMIT_LINES
 from recovery.services.locking import operation_lock
 from recovery.services.lookup_tasks import lookup_attempt_run
 from tests.support.console import queue_lookup
-from tests.support.flow import PARAMS, digest_of
-from tests.support.providers import sqlite_provider_commit
+from tests.support.flow import PARAMS
+from tests.support.providers import digest_of, sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
 

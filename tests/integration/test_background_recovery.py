@@ -40,7 +40,7 @@ from tests.support.celery_procs import (
     REPO_ROOT,
     redis_start,
 )
-from tests.support.flow import PARAMS, digest_of
+from tests.support.flow import PARAMS
 from tests.support.gunicorn import gunicorn_running
 from tests.support.live import (
     Http,
@@ -56,7 +56,7 @@ from tests.support.live import (
     crash,
     operation,
 )
-from tests.support.providers import http_provider_control, sqlite_provider_commit
+from tests.support.providers import digest_of, http_provider_control, sqlite_provider_commit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

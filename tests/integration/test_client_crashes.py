@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from recovery.models import Dispatch
+from tests.support.flow import PARAMS
 from tests.support.live import (
-    PARAMS,
     REPO_ROOT,
     Procs,
     ProviderHandle,

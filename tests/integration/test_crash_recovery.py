@@ -19,9 +19,8 @@ import pytest
 
 from audit.models import AuditEvent
 from recovery.models import Dispatch, Evidence, LookupAttempt, Verdict
-from tests.support.flow import lookup_due
+from tests.support.flow import PARAMS, lookup_due
 from tests.support.live import (
-    PARAMS,
     Procs,
     ProviderHandle,
     Settle,

@@ -20,8 +20,8 @@ from approvals.actors import Actor
 from audit.models import AuditEvent
 from recovery.models import Dispatch, Evidence, LookupAttempt, Verdict
 from recovery.services.lookups import operation_lookup
+from tests.support.flow import PARAMS
 from tests.support.live import (
-    PARAMS,
     Http,
     ProviderHandle,
     Settle,

@@ -24,8 +24,9 @@ from approvals.services import approver_create
 from recovery.models import Evidence, LookupAttempt, Operation
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
+from tests.support.flow import PARAMS
 from tests.support.gunicorn import database_url, gunicorn_running
-from tests.support.live import PARAMS, Http, LookupWorker, wait_lease_lapsed
+from tests.support.live import Http, LookupWorker, wait_lease_lapsed
 from tests.support.providers import (
     digest_of,
     http_provider_control,

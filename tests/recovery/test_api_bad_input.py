@@ -32,7 +32,8 @@ from common.canonical import MAX_PARAMS_BYTES, MAX_SAFE_INTEGER
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider
 from recovery.permissions import ProviderPermission
 from recovery.services.providers import provider_configure
-from tests.support.flow import PARAMS, Api, digest_of
+from tests.support.flow import PARAMS, Api
+from tests.support.providers import digest_of
 
 pytestmark = pytest.mark.django_db
 

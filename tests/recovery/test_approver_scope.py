@@ -16,7 +16,8 @@ from approvals.services import approver_create
 from audit.models import AuditEvent
 from recovery.models import Operation
 from recovery.services.providers import provider_configure
-from tests.support.flow import PARAMS, Api, digest_of
+from tests.support.flow import PARAMS, Api
+from tests.support.providers import digest_of
 
 pytestmark = pytest.mark.django_db
 

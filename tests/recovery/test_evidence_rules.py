@@ -15,8 +15,9 @@ from approvals.models import Permit, PermitEvent
 from audit.models import AuditEvent
 from recovery.models import Dispatch, LookupAttempt, Operation, Provider
 from recovery.services.lookups import operation_lookup
-from tests.support.flow import PARAMS, digest_of, lookup_due
+from tests.support.flow import PARAMS, lookup_due
 from tests.support.providers import (
+    digest_of,
     sqlite_provider_commit,
     sqlite_provider_init,
     sqlite_provider_tamper,

@@ -13,8 +13,8 @@ from approvals.models import PermitEvent
 from audit.models import AuditEvent
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation
 from recovery.permissions import ProviderPermission
-from tests.support.flow import PARAMS, digest_of, lookups_published
-from tests.support.providers import sqlite_provider_commit
+from tests.support.flow import PARAMS, lookups_published
+from tests.support.providers import digest_of, sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
 

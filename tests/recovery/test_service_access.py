@@ -29,7 +29,8 @@ from recovery.services.permits import approval_decision, permit_revoke
 from recovery.services.providers import provider_configure
 from recovery.services.reconcile import operation_reconcile
 from tests.support.console import Stuck
-from tests.support.flow import PARAMS, Flow, digest_of
+from tests.support.flow import PARAMS, Flow
+from tests.support.providers import digest_of
 
 pytestmark = pytest.mark.django_db
 

@@ -90,7 +90,7 @@ def test_a_service_whose_transition_is_refused_records_it_and_raises_stale_state
     from approvals.models import Approval, Approver
     from recovery.services.errors import RecoveryError
     from recovery.services.permits import approval_decision
-    from tests.support.flow import digest_of
+    from tests.support.providers import digest_of
 
     flow.register("op-s")
     approval_id = flow.host_api.post("/api/v1/operations/op-s/approvals").json()["approval_id"]

@@ -19,8 +19,8 @@ from recovery.models import Dispatch, LookupAttempt, Operation, Provider
 from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim
 from recovery.services.roles import role_grant, roles_ensure
-from tests.support.flow import PARAMS, Flow, digest_of, lookup_due
-from tests.support.providers import sqlite_provider_commit
+from tests.support.flow import PARAMS, Flow, lookup_due
+from tests.support.providers import digest_of, sqlite_provider_commit
 
 PASSWORD = "a-password-for-tests-only"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.test import Client
 
-from common.canonical import canonical_params, params_digest
 from recovery.models import Provider
+from tests.support.providers import digest_of
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}
 
@@ -64,10 +64,6 @@ def lookups_published() -> list[int]:
             message.ack()
         messages.close()
     return attempt_ids
-
-
-def digest_of(params: dict[str, Any]) -> str:
-    return params_digest(canonical_params(params))
 
 
 @dataclass

@@ -35,12 +35,12 @@ from dbsql.clock import db_now
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider, Verdict
 from recovery.services.lookups import SWEEPER_ACTOR
 from tests.support.celery_procs import Proc
+from tests.support.flow import PARAMS
 from tests.support.providers import digest_of, http_provider_history
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER_SCRIPT = REPO_ROOT / "tests" / "procs" / "worker.py"
 
-PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}
 WAIT = 30.0  # the bound on any single wait for a worker
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
