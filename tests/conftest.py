@@ -177,3 +177,13 @@ def viewer(provider: Provider) -> User:
 @pytest.fixture
 def stuck(flow: Flow, provider_db: Path) -> Stuck:
     return Stuck(flow, provider_db)
+
+
+# ``ledger``, a second provider: the console's outsider works on it, and the alerts tests
+# tell its operations from those of ``orders``.
+@pytest.fixture
+def other_provider(db: None, tmp_path: Path) -> Provider:
+    path = tmp_path / "ledger.sqlite3"
+    sqlite_provider_init(path)
+    created, _ = provider_configure(name="ledger", adapter="sqlite", path=str(path))
+    return created

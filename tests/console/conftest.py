@@ -6,8 +6,8 @@ API, the way they do in production: registered, approved, dispatched, the worker
 lease lapses, a fresh worker's resume queues a lookup of the record, and a background
 worker (the task's body, run here) looks it up.
 
-The operator, the viewer and ``stuck``, which other apps' tests use too, are in
-``tests/conftest.py``; the helpers behind them in ``tests/support/console.py``.
+The operator, the viewer, ``stuck`` and ``other_provider``, which other apps' tests use
+too, are in ``tests/conftest.py``; the helpers behind them in ``tests/support/console.py``.
 """
 
 from __future__ import annotations
@@ -20,18 +20,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from recovery.models import Provider
-from recovery.services.providers import provider_configure
 from tests.support.console import Stuck, console_user
 from tests.support.flow import Api, Flow
-from tests.support.providers import sqlite_provider_init
-
-
-@pytest.fixture
-def other_provider(db: None, tmp_path: Path) -> Provider:
-    path = tmp_path / "ledger.sqlite3"
-    sqlite_provider_init(path)
-    created, _ = provider_configure(name="ledger", adapter="sqlite", path=str(path))
-    return created
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +17,9 @@ from django.utils import timezone
 from monitoring.models import AlertRule, AlertState
 from monitoring.services.alerts import alerts_evaluate
 from recovery.models import Operation, Provider, Pulse
-from recovery.services.providers import provider_configure
 from recovery.services.runs import lookups_record, pulse_record
 from tests.support.console import Stuck, aged
-from tests.support.providers import _free_port, sqlite_provider_init
+from tests.support.providers import _free_port
 
 
 class Receiver:
@@ -61,19 +59,6 @@ def receiver() -> Iterator[Receiver]:
     server = Receiver()
     yield server
     server.close()
-
-
-@pytest.fixture
-def stuck(flow: Any, provider_db: Path) -> Stuck:
-    return Stuck(flow, provider_db)
-
-
-@pytest.fixture
-def other_provider(db: None, tmp_path: Path) -> Provider:
-    path = tmp_path / "other.sqlite3"
-    sqlite_provider_init(path)
-    created, _ = provider_configure(name="ledger", adapter="sqlite", path=str(path))
-    return created
 
 
 def rule(provider: Provider | None, kind: str, url: str, **fields: Any) -> AlertRule:
