@@ -81,3 +81,44 @@ def test_no_test_module_imports_from_a_conftest(folder: str) -> None:
         for path in (ROOT / folder).rglob("*.py")
     }
     assert {name: imports for name, imports in wrong.items() if imports} == {}
+
+
+def _test_module_imports(path: Path, root: Path) -> list[str]:
+    """The imports in a module that name a test module (``test_*``), wherever they stand.
+
+    ``from package import name`` names a test module only if ``name`` is a module file
+    there: ``tests.support.celery_fixtures.test_database_url`` is a fixture, not one.
+    """
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules = [alias.name.split(".") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = path.parents[node.level - 1] if node.level else root
+            parts = (node.module or "").split(".") if node.module else []
+            package = base.joinpath(*parts)
+            modules = [parts] + [
+                [*parts, alias.name]
+                for alias in node.names
+                if (package / f"{alias.name}.py").is_file() or (package / alias.name).is_dir()
+            ]
+        else:
+            continue
+        if any(part.startswith("test_") for module in modules for part in module):
+            found.append(ast.unparse(node))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("folder", "root"), [("tests", "."), ("clients/python/tests", "clients/python")]
+)
+def test_no_module_imports_from_a_test_module(folder: str, root: str) -> None:
+    """A helper two test modules share lives in ``tests/support`` (a fixture in the nearest
+    conftest): importing a test module runs its module-level code and, under its name, can
+    bring its tests and fixtures into the importer's namespace."""
+    assert (ROOT / folder).is_dir()
+    wrong = {
+        str(path.relative_to(ROOT)): _test_module_imports(path, ROOT / root)
+        for path in (ROOT / folder).rglob("*.py")
+    }
+    assert {name: imports for name, imports in wrong.items() if imports} == {}
