@@ -9,7 +9,7 @@ from django.db import transaction
 from approvals.actors import Actor
 from approvals.models import PermitEvent
 from approvals.services import approval_request, permit_consume
-from tests.support.approvals import BINDING, HOST, _decide
+from tests.support.approvals import BINDING, HOST, approval_decided
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,7 @@ def test_the_stored_text_reads_back_exactly(stored: str) -> None:
 def test_history_keeps_the_credential_reference_not_a_name() -> None:
     approval, _ = approval_request(binding=BINDING, requested_by=HOST)
     approver = Actor("approver", "41", "alice-phone")
-    _, permit = _decide(approval, approve=True, by=approver, ttl_seconds=60)
+    _, permit = approval_decided(approval, approve=True, by=approver, ttl_seconds=60)
     assert permit is not None
     with transaction.atomic():
         permit_consume(binding=BINDING, presented_digest=BINDING.params_digest, actor=HOST)

@@ -20,7 +20,7 @@ from approvals.services import (
     permit_consume,
     permit_revoke,
 )
-from tests.support.approvals import BINDING, HOST, _decide
+from tests.support.approvals import BINDING, HOST, approval_decided
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +31,7 @@ BOB = Actor("approver", "2", "bob")
 def _permit(ttl_seconds: int = 300) -> Permit:
     approval, created = approval_request(binding=BINDING, requested_by=HOST)
     assert created
-    _, permit = _decide(approval, approve=True, by=ALICE, ttl_seconds=ttl_seconds)
+    _, permit = approval_decided(approval, approve=True, by=ALICE, ttl_seconds=ttl_seconds)
     assert permit is not None
     return permit
 
@@ -99,9 +99,9 @@ def test_revoking_a_consumed_permit_changes_nothing_but_is_recorded():
 
 def test_an_approval_is_decided_once():
     approval, _ = approval_request(binding=BINDING, requested_by=HOST)
-    _decide(approval, approve=False, by=ALICE, ttl_seconds=60)
+    approval_decided(approval, approve=False, by=ALICE, ttl_seconds=60)
     with pytest.raises(ApprovalError) as error:
-        _decide(approval, approve=True, by=BOB, ttl_seconds=60)
+        approval_decided(approval, approve=True, by=BOB, ttl_seconds=60)
     assert error.value.code == "already_decided"
     assert not Permit.objects.exists()
     assert Approval.objects.get().status == "denied"
@@ -111,7 +111,7 @@ def test_an_approval_is_decided_once():
 def test_ttl_outside_the_allowed_range_is_refused(ttl):
     approval, _ = approval_request(binding=BINDING, requested_by=HOST)
     with pytest.raises(ApprovalError):
-        _decide(approval, approve=True, by=ALICE, ttl_seconds=ttl)
+        approval_decided(approval, approve=True, by=ALICE, ttl_seconds=ttl)
     assert Approval.objects.get().status == "pending"
 
 

@@ -28,7 +28,7 @@ from audit.verify import audit_verify
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
 from recovery.services.registration import operation_register
-from tests.support.audit import _append, _only_problem, _sql
+from tests.support.audit import events_append, only_problem, sql_as_owner
 from tests.support.flow import PARAMS
 
 # Transactional: checkpoints reach their file only when their transaction commits.
@@ -36,8 +36,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_each_operation_has_a_chain_of_its_own(operations):
-    _append(operations[0], 2)
-    _append(operations[2], 1)
+    events_append(operations[0], 2)
+    events_append(operations[2], 1)
     chains = {
         key: list(AuditEvent.objects.filter(operation_key=key).order_by("seq"))
         for key in ("op-0", "op-1", "op-2")
@@ -85,7 +85,7 @@ def test_a_rolled_back_block_leaves_no_event_and_no_gap(operations):
     with pytest.raises(ZeroDivisionError), audit_transaction():
         audit_append(kind="rolled-back", operation=operation_lock(operations[0]))
         1 / 0  # noqa: B018
-    _append(operations[0], 1)
+    events_append(operations[0], 1)
     kinds = list(
         AuditEvent.objects.filter(operation_key="op-0").order_by("seq").values_list("kind", "seq")
     )
@@ -132,8 +132,8 @@ def test_postgres_refuses_to_change_audit_records(operations, statement):
 
 
 def test_an_edited_event_is_named(operations):
-    _append(operations[1], 3)
-    _sql(
+    events_append(operations[1], 3)
+    sql_as_owner(
         "UPDATE audit_auditevent SET actor = 'forged' WHERE operation_key = %s AND seq = %s",
         ["op-1", 3],
     )
@@ -142,46 +142,46 @@ def test_an_edited_event_is_named(operations):
 
 
 def test_a_deleted_event_is_named(operations):
-    _append(operations[1], 3)
-    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 2])
-    assert _only_problem() == "chain 'op-1', event #2: this event is missing (deleted)"
+    events_append(operations[1], 3)
+    sql_as_owner("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 2])
+    assert only_problem() == "chain 'op-1', event #2: this event is missing (deleted)"
 
 
 def test_events_cut_from_the_tail_are_found_by_the_checkpoint(operations):
-    _append(operations[1], 3)
+    events_append(operations[1], 3)
     audit_checkpoint()
-    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
-    problem = _only_problem()
+    sql_as_owner("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
+    problem = only_problem()
     assert problem.startswith("chain 'op-1', event #3: events after #2 are missing")
     assert "checkpoint #1 names #4 (cut)" in problem
 
 
 def test_a_truncated_log_is_found_by_the_checkpoints(operations):
     audit_checkpoint()
-    _sql("TRUNCATE audit_auditevent")
-    assert "every event of this chain is missing" in _only_problem()
+    sql_as_owner("TRUNCATE audit_auditevent")
+    assert "every event of this chain is missing" in only_problem()
 
 
 def test_truncating_events_and_checkpoints_is_found_by_the_checkpoint_file(operations):
     audit_checkpoint()
-    _sql("TRUNCATE audit_auditevent")
-    _sql("TRUNCATE audit_auditcheckpoint")
-    assert _only_problem() == ("checkpoint #1 of the checkpoint file is missing from the database")
+    sql_as_owner("TRUNCATE audit_auditevent")
+    sql_as_owner("TRUNCATE audit_auditcheckpoint")
+    assert only_problem() == ("checkpoint #1 of the checkpoint file is missing from the database")
 
 
 def test_a_deleted_newest_checkpoint_is_found_by_the_checkpoint_file(operations):
     audit_checkpoint()
-    _append(operations[0], 1)
+    events_append(operations[0], 1)
     audit_checkpoint()
-    _sql("DELETE FROM audit_auditcheckpoint WHERE number = 2")
-    assert _only_problem() == ("checkpoint #2 of the checkpoint file is missing from the database")
+    sql_as_owner("DELETE FROM audit_auditcheckpoint WHERE number = 2")
+    assert only_problem() == ("checkpoint #2 of the checkpoint file is missing from the database")
 
 
 def test_checkpoint_file_lines_spelled_otherwise_are_read_and_still_verify(operations, settings):
     """Lines not byte for byte what this version writes (an older writer's spacing and
     key order) are parsed and checked on their own, as before."""
     audit_checkpoint()
-    _append(operations[0], 1)
+    events_append(operations[0], 1)
     audit_checkpoint()
     path = settings.SETTLE_AUDIT_CHECKPOINT_FILE
     written = path.read_text("utf-8")
@@ -194,7 +194,7 @@ def test_checkpoint_file_lines_spelled_otherwise_are_read_and_still_verify(opera
     assert list(audit_verify()) == []
     lines[1]["watermark"] += 1
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert _only_problem() == (
+    assert only_problem() == (
         "checkpoint #2 was edited (its digest does not match) (checkpoint file, line 2)"
     )
 
@@ -207,7 +207,7 @@ def _rewrite_chain(key: str, edit_seq: int) -> None:
             event.actor = Actor.system("forged")
         event.prev_hash = prev
         digest = event_digest(event)
-        _sql(
+        sql_as_owner(
             "UPDATE audit_auditevent SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
             [event.actor.stored if event.actor else "", prev, digest, event.pk],
         )
@@ -215,16 +215,16 @@ def _rewrite_chain(key: str, edit_seq: int) -> None:
 
 
 def test_a_full_rewrite_with_recomputed_hashes_is_found_by_the_signed_checkpoint(operations):
-    _append(operations[1], 3)
+    events_append(operations[1], 3)
     audit_checkpoint()
     _rewrite_chain("op-1", 2)
-    assert _only_problem() == (
+    assert only_problem() == (
         "chain 'op-1', event #4: differs from what checkpoint #1 signed (rewritten)"
     )
 
 
 def test_a_checkpoint_re_signed_without_the_key_is_refused(operations, settings):
-    _append(operations[1], 2)
+    events_append(operations[1], 2)
     audit_checkpoint()
     _rewrite_chain("op-1", 2)
     # The forger recomputes the checkpoint too, but signs with a key of their own.
@@ -236,25 +236,25 @@ def test_a_checkpoint_re_signed_without_the_key_is_refused(operations, settings)
     checkpoint.heads = heads
     checkpoint.digest = checkpoint_digest(checkpoint)
     checkpoint.signature = sign(checkpoint.digest)
-    _sql(
+    sql_as_owner(
         "UPDATE audit_auditcheckpoint SET heads = %s, digest = %s, signature = %s WHERE number = 1",
         [json.dumps(heads), checkpoint.digest, checkpoint.signature],
     )
     settings.SETTLE_AUDIT_KEY = real_key
-    assert _only_problem() == "checkpoint #1 is not signed by the audit key"
+    assert only_problem() == "checkpoint #1 is not signed by the audit key"
 
 
 def test_a_missing_checkpoint_file_is_a_problem(operations, settings):
     audit_checkpoint()
     settings.SETTLE_AUDIT_CHECKPOINT_FILE.unlink()
-    assert _only_problem().startswith("the checkpoint file")
+    assert only_problem().startswith("the checkpoint file")
 
 
 def test_checkpoints_vouch_only_for_what_moved(operations):
     first = audit_checkpoint()
     assert first is not None and set(first.heads) == {"", "op-0", "op-1", "op-2"}
     assert audit_checkpoint() is None  # nothing new
-    _append(operations[2], 1)
+    events_append(operations[2], 1)
     second = audit_checkpoint()
     assert second is not None and second.prev_digest == first.digest
     assert second.heads["op-2"][0] == 2
@@ -279,7 +279,7 @@ def test_concurrent_appenders_on_many_operations_keep_every_chain_linear(host, p
         try:
             operation = Operation.objects.get(key=key)
             barrier.wait(timeout=10)
-            _append(operation, 15)
+            events_append(operation, 15)
         except BaseException as exc:  # reported below, on the test's thread
             errors.append(exc)
         finally:
@@ -299,9 +299,9 @@ def test_concurrent_appenders_on_many_operations_keep_every_chain_linear(host, p
 
 def test_a_cut_inside_the_window_is_found_by_the_operations_own_head(operations):
     """No checkpoint yet, but the operation's row still names its newest event."""
-    _append(operations[1], 2)
-    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 3])
-    assert _only_problem() == (
+    events_append(operations[1], 2)
+    sql_as_owner("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 3])
+    assert only_problem() == (
         "chain 'op-1', event #3: the operation's row names a different head for its chain"
     )
 
@@ -316,7 +316,7 @@ def test_stored_heads_are_compared_in_ranges_that_follow_the_chains(host, provid
             host=host, key=key, action="payment.send", provider_name="orders", params=PARAMS
         )
     for key in keys[::2]:
-        _append(Operation.objects.get(key=key), 2)
+        events_append(Operation.objects.get(key=key), 2)
     assert list(audit_verify(chunk_size=chunk_size)) == []
     # Each problem alone: a cut tail (op-3, between appended chains), a chain wholly
     # deleted (op-5: no event left, its row still names #1), the last operation's head
@@ -331,7 +331,7 @@ def test_stored_heads_are_compared_in_ranges_that_follow_the_chains(host, provid
             3,
         ),
     ):
-        _sql(sql, params)
+        sql_as_owner(sql, params)
         problems = [str(found) for found in audit_verify(chunk_size=chunk_size)]
         assert problems == [
             f"chain {key!r}, event #{seq}: the operation's row names a different head for its chain"
@@ -350,12 +350,12 @@ def test_stored_heads_are_compared_in_ranges_that_follow_the_chains(host, provid
 
 
 def test_a_cut_that_also_rewinds_the_operations_head_is_found_by_the_checkpoint(operations):
-    _append(operations[1], 2)
+    events_append(operations[1], 2)
     audit_checkpoint()
-    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 3])
+    sql_as_owner("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq = %s", ["op-1", 3])
     previous = AuditEvent.objects.get(operation_key="op-1", seq=2)
     Operation.objects.filter(key="op-1").update(audit_seq=2, audit_hash=previous.hash)
-    assert "checkpoint #1 names #3 (cut)" in _only_problem()
+    assert "checkpoint #1 names #3 (cut)" in only_problem()
 
 
 # -- checkpoints extend what was signed, never replace it ---------------------------
@@ -365,14 +365,14 @@ def _reinsert_chain(key: str, edit_seq: int) -> None:
     """Rewrite a chain as a forger would: every event deleted, then inserted again with
     new ids, one edited and every hash from there recomputed; the stored head moved too."""
     events = list(AuditEvent.objects.filter(operation_key=key).order_by("seq"))
-    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s", [key])
+    sql_as_owner("DELETE FROM audit_auditevent WHERE operation_key = %s", [key])
     prev = GENESIS_HASH
     for event in events:
         if event.seq == edit_seq:
             event.actor = Actor.system("forged")
         event.prev_hash = prev
         event.hash = event_digest(event)
-        _sql(
+        sql_as_owner(
             "INSERT INTO audit_auditevent (seq, at, kind, operation_key, actor, data,"
             " prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             [
@@ -396,10 +396,10 @@ def _reinsert_chain(key: str, edit_seq: int) -> None:
 def test_a_routine_checkpoint_after_a_rewrite_refuses_to_sign_it_and_raises_the_alarm(
     operations, caplog
 ):
-    _append(operations[1], 3)
+    events_append(operations[1], 3)
     first = audit_checkpoint()
     _reinsert_chain("op-1", 2)
-    _append(operations[2], 1)  # another chain moves meanwhile, and holds
+    events_append(operations[2], 1)  # another chain moves meanwhile, and holds
 
     with caplog.at_level("ERROR", logger="settle.audit"):
         second = audit_checkpoint()
@@ -420,12 +420,12 @@ def test_a_routine_checkpoint_after_a_rewrite_refuses_to_sign_it_and_raises_the_
 
 
 def test_a_chain_rewritten_in_place_is_refused_when_it_next_moves(operations):
-    _append(operations[1], 3)
+    events_append(operations[1], 3)
     audit_checkpoint()
     _rewrite_chain("op-1", 2)  # same ids: no checkpoint sees it move ...
     rewritten = AuditEvent.objects.get(operation_key="op-1", seq=4)
     Operation.objects.filter(key="op-1").update(audit_seq=4, audit_hash=rewritten.hash)
-    _append(Operation.objects.get(key="op-1"), 1)  # ... until the operation moves on
+    events_append(Operation.objects.get(key="op-1"), 1)  # ... until the operation moves on
     checkpoint = audit_checkpoint()
     assert checkpoint is not None and "op-1" not in checkpoint.heads
     assert checkpoint.broken[0]["chain"] == "op-1"
@@ -433,25 +433,25 @@ def test_a_chain_rewritten_in_place_is_refused_when_it_next_moves(operations):
 
 
 def test_a_cut_tail_with_a_rewound_head_is_refused_when_the_chain_grows_again(operations):
-    _append(operations[1], 3)
+    events_append(operations[1], 3)
     audit_checkpoint()  # signs op-1 at #4
-    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
+    sql_as_owner("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
     kept = AuditEvent.objects.get(operation_key="op-1", seq=2)
     Operation.objects.filter(key="op-1").update(audit_seq=2, audit_hash=kept.hash)
-    _append(Operation.objects.get(key="op-1"), 3)  # grows again to #5, over the cut
+    events_append(Operation.objects.get(key="op-1"), 3)  # grows again to #5, over the cut
     checkpoint = audit_checkpoint()
     assert checkpoint is not None and "op-1" not in checkpoint.heads
     assert checkpoint.broken == [
         {"chain": "op-1", "seq": 4, "reason": "differs from what checkpoint #1 signed (rewritten)"}
     ]
-    assert "differs from what checkpoint #1 signed" in _only_problem()
+    assert "differs from what checkpoint #1 signed" in only_problem()
 
 
 def test_a_chain_cut_below_its_signed_head_is_refused(operations):
-    _append(operations[1], 3)
+    events_append(operations[1], 3)
     audit_checkpoint()
     _reinsert_chain("op-1", 2)
-    _sql("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
+    sql_as_owner("DELETE FROM audit_auditevent WHERE operation_key = %s AND seq > %s", ["op-1", 2])
     kept = AuditEvent.objects.get(operation_key="op-1", seq=2)
     Operation.objects.filter(key="op-1").update(audit_seq=2, audit_hash=kept.hash)
     checkpoint = audit_checkpoint()
@@ -466,20 +466,20 @@ def test_a_chain_cut_below_its_signed_head_is_refused(operations):
 
 
 def test_a_chain_still_broken_keeps_one_open_alarm(operations):
-    _append(operations[1], 1)
+    events_append(operations[1], 1)
     audit_checkpoint()
     _reinsert_chain("op-1", 1)
     audit_checkpoint()
-    _append(Operation.objects.get(key="op-1"), 1)
+    events_append(Operation.objects.get(key="op-1"), 1)
     third = audit_checkpoint()
     assert third is not None and third.broken[0]["chain"] == "op-1"
     assert AuditAlarm.objects.count() == 1
 
 
 def test_a_checkpoint_reads_only_the_events_since_the_signed_head(operations, monkeypatch):
-    _append(operations[1], 5)
+    events_append(operations[1], 5)
     audit_checkpoint()  # signs op-1 at #6
-    _append(Operation.objects.get(key="op-1"), 2)
+    events_append(Operation.objects.get(key="op-1"), 2)
     read: dict[str, list[int]] = {}
     real = checkpoints.extension_break
 
@@ -495,12 +495,12 @@ def test_a_checkpoint_reads_only_the_events_since_the_signed_head(operations, mo
 
 
 def test_a_forged_vouched_head_is_refused_and_named(operations):
-    _append(operations[1], 2)
+    events_append(operations[1], 2)
     audit_checkpoint()
     _reinsert_chain("op-1", 1)
     forged = AuditEvent.objects.get(operation_key="op-1", seq=3)
     AuditVouchedHead.objects.filter(chain="op-1").update(hash=forged.hash)  # no key to sign
-    _append(Operation.objects.get(key="op-1"), 1)
+    events_append(Operation.objects.get(key="op-1"), 1)
     checkpoint = audit_checkpoint()
     assert checkpoint is not None
     assert checkpoint.broken[0]["reason"] == (
@@ -514,13 +514,13 @@ def test_a_deleted_vouched_head_lets_a_checkpoint_sign_but_verify_still_finds_th
     """The limit of what one checkpoint proves: with its vouched head gone too, a chain
     looks new to the next checkpoint. Every checkpoint's signature still stands, and
     ``verify_audit`` checks every chain against all of them."""
-    _append(operations[1], 3)
+    events_append(operations[1], 3)
     audit_checkpoint()
     _reinsert_chain("op-1", 2)
     AuditVouchedHead.objects.filter(chain="op-1").delete()
     checkpoint = audit_checkpoint()
     assert checkpoint is not None and "op-1" in checkpoint.heads
-    assert _only_problem() == (
+    assert only_problem() == (
         "chain 'op-1', event #4: differs from what checkpoint #1 signed (rewritten)"
     )
 
@@ -530,7 +530,7 @@ def test_verify_checks_each_chain_against_every_checkpoint_not_only_the_newest(
 ):
     """A checkpoint made by a key holder over a rewritten chain (as the code before this
     one did) does not hide what an earlier checkpoint signed."""
-    _append(operations[1], 3)
+    events_append(operations[1], 3)
     first = audit_checkpoint()
     assert first is not None
     _reinsert_chain("op-1", 2)
@@ -552,21 +552,21 @@ def test_verify_checks_each_chain_against_every_checkpoint_not_only_the_newest(
         checkpoint=2,
         signature=sign(vouched_digest(chain="op-1", seq=4, hash=rewritten.hash, checkpoint=2)),
     )
-    assert _only_problem() == (
+    assert only_problem() == (
         "chain 'op-1', event #4: differs from what checkpoint #1 signed (rewritten)"
     )
 
 
 def test_a_rolled_back_vouched_head_is_named_by_verify(operations):
-    _append(operations[1], 1)
+    events_append(operations[1], 1)
     audit_checkpoint()
     old = AuditVouchedHead.objects.get(chain="op-1")
-    _append(Operation.objects.get(key="op-1"), 1)
+    events_append(Operation.objects.get(key="op-1"), 1)
     audit_checkpoint()
     AuditVouchedHead.objects.filter(chain="op-1").update(
         seq=old.seq, hash=old.hash, checkpoint=old.checkpoint, signature=old.signature
     )
-    assert _only_problem() == (
+    assert only_problem() == (
         "chain 'op-1', event #2: its vouched head is not the newest head the checkpoints "
         "signed (rolled back)"
     )
@@ -590,8 +590,8 @@ def test_a_cut_of_the_system_chain_inside_the_window_is_found_by_its_head(provid
     from recovery.services.providers import provider_configure
 
     provider_configure(name="ledger", adapter="journal", path=str(tmp_path / "j.jsonl"))
-    _sql("DELETE FROM audit_auditevent WHERE operation_key = '' AND seq = 2")
-    assert _only_problem() == (
+    sql_as_owner("DELETE FROM audit_auditevent WHERE operation_key = '' AND seq = 2")
+    assert only_problem() == (
         "the system chain, event #2: the system chain's head row names a different head"
     )
 
@@ -613,7 +613,7 @@ def test_a_rewritten_system_chain_is_refused_by_the_next_checkpoint(provider, tm
 
 @pytest.fixture
 def alarm(operations) -> AuditAlarm:
-    _append(operations[1], 1)
+    events_append(operations[1], 1)
     audit_checkpoint()
     _reinsert_chain("op-1", 1)
     audit_checkpoint()

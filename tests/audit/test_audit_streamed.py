@@ -23,7 +23,7 @@ from audit.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
 from audit.signing import checkpoint_digest, checkpoint_hashes_streamed
 from audit.verify import audit_verify
 from common.canonical import MAX_SAFE_INTEGER
-from tests.support.audit import _append, _only_problem, _sql
+from tests.support.audit import events_append, only_problem, sql_as_owner
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,7 +114,9 @@ def test_a_stored_checkpoint_with_chains_outside_ascii_verifies_and_its_edit_is_
     checkpointed, problem = signed_heads._checkpoints_verified()
     assert problem is None and sorted(checkpointed.digests) == [1, 2]
     heads["\ue000"] = [2, "sha256:d"]
-    _sql("UPDATE audit_auditcheckpoint SET heads = %s WHERE number = 2", [json.dumps(heads)])
+    sql_as_owner(
+        "UPDATE audit_auditcheckpoint SET heads = %s WHERE number = 2", [json.dumps(heads)]
+    )
     _, problem = signed_heads._checkpoints_verified()
     assert problem == "checkpoint #2 was edited (its digest does not match)"
 
@@ -122,11 +124,11 @@ def test_a_stored_checkpoint_with_chains_outside_ascii_verifies_and_its_edit_is_
 def test_a_stored_checkpoint_edited_in_one_head_is_found_streamed(operations):
     audit_checkpoint()
     head = AuditCheckpoint.objects.get().heads["op-2"]
-    _sql(
+    sql_as_owner(
         "UPDATE audit_auditcheckpoint SET heads = %s WHERE number = 1",
         [json.dumps({**AuditCheckpoint.objects.get().heads, "op-2": [head[0], "sha256:x"]})],
     )
-    assert _only_problem() == "checkpoint #1 was edited (its digest does not match)"
+    assert only_problem() == "checkpoint #1 was edited (its digest does not match)"
 
 
 def test_a_checkpoint_file_line_longer_than_a_piece_is_hashed_in_pieces(
@@ -136,7 +138,7 @@ def test_a_checkpoint_file_line_longer_than_a_piece_is_hashed_in_pieces(
 ):
     monkeypatch.setattr(signed_heads, "_FILE_PIECE", 16)
     audit_checkpoint()
-    _append(operations[1], 1)
+    events_append(operations[1], 1)
     audit_checkpoint()
     parsed: list[str] = []
     real = signed_heads.plain_loads
@@ -147,7 +149,7 @@ def test_a_checkpoint_file_line_longer_than_a_piece_is_hashed_in_pieces(
     written = path.read_text("utf-8")
     signed = AuditEvent.objects.get(operation_key="op-2", seq=1).hash
     path.write_text(written.replace(signed, "sha256:" + "f" * 64, 1))
-    assert _only_problem() == (
+    assert only_problem() == (
         "checkpoint #1 was edited (its digest does not match) (checkpoint file, line 1)"
     )
 
@@ -167,11 +169,11 @@ def test_signed_chains_without_events_are_found_by_the_merge_in_either_order(
         "__init__",
         lambda order: setattr(order, "code_points", code_points),
     )
-    _append(operations[1], 1)
+    events_append(operations[1], 1)
     audit_checkpoint()
     assert list(audit_verify()) == []
-    _sql("DELETE FROM audit_auditevent WHERE operation_key IN ('op-0', 'op-2')")
-    assert _only_problem() == (
+    sql_as_owner("DELETE FROM audit_auditevent WHERE operation_key IN ('op-0', 'op-2')")
+    assert only_problem() == (
         "chain 'op-0', event #1: every event of this chain is missing; checkpoint #1 names 1"
     )
 
@@ -179,10 +181,10 @@ def test_signed_chains_without_events_are_found_by_the_merge_in_either_order(
 def test_a_vouched_head_deleted_is_named_after_every_row_is_checked(operations):
     audit_checkpoint()
     AuditVouchedHead.objects.filter(chain__in=["op-0", "op-2"]).delete()
-    assert _only_problem() == "its vouched head is missing (deleted)"
+    assert only_problem() == "its vouched head is missing (deleted)"
     forged = AuditVouchedHead.objects.get(chain="op-1")
     AuditVouchedHead.objects.filter(pk=forged.pk).update(seq=forged.seq + 1)
-    assert _only_problem() == (
+    assert only_problem() == (
         f"chain 'op-1', event #{forged.seq + 1}: its vouched head is not signed by the audit key"
     )
 
@@ -193,5 +195,7 @@ def test_a_checkpoint_whose_heads_are_not_an_object_is_found_edited(
     heads,
 ):
     audit_checkpoint()
-    _sql("UPDATE audit_auditcheckpoint SET heads = %s WHERE number = 1", [json.dumps(heads)])
-    assert _only_problem() == "checkpoint #1 was edited (its digest does not match)"
+    sql_as_owner(
+        "UPDATE audit_auditcheckpoint SET heads = %s WHERE number = 1", [json.dumps(heads)]
+    )
+    assert only_problem() == "checkpoint #1 was edited (its digest does not match)"

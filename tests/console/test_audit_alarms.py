@@ -25,7 +25,7 @@ from console.services.audit_trail import audit_alarm_resolve
 from recovery.models import Operation
 from recovery.services.errors import Invalid, RecoveryError
 from recovery.services.locking import operation_lock
-from tests.support.audit import _forge
+from tests.support.audit import chain_forge
 from tests.support.console import client_for, console_user
 
 pytestmark = pytest.mark.django_db
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.django_db
 def alarm(stuck) -> AuditAlarm:
     operation = stuck.unknown("pay-forged")
     audit_checkpoint()
-    _forge(operation.key)
+    chain_forge(operation.key)
     stuck.unknown("pay-other")
     with audit_transaction():  # the operation moves on, over the rewritten head
         locked = operation_lock(Operation.objects.get(key=operation.key))

@@ -46,15 +46,15 @@ from tests.support.live import (
     Http,
     Procs,
     Settle,
-    _nobody_resumed,
-    _state,
-    _transitions,
-    _wait,
     assert_audit_intact,
+    assert_nobody_resumed,
     assert_one_dispatch_one_consumption,
     assert_recovered_receipt,
     crash,
     operation,
+    state_of,
+    transitions_of,
+    wait_until,
 )
 from tests.support.providers import digest_of, http_provider_control, sqlite_provider_commit
 
@@ -65,7 +65,7 @@ LOOKUP_TASK = "recovery.tasks.lookup_attempt"
 
 def _wait_lease_lapsed(key: str) -> None:
     dispatch = Dispatch.objects.filter(operation__key=key)
-    _wait(lambda: dispatch.get().lease_expires_at < db_now(), 10, f"{key}'s lease lapsed")
+    wait_until(lambda: dispatch.get().lease_expires_at < db_now(), 10, f"{key}'s lease lapsed")
 
 
 # -- 1. a dead worker's operation settles by itself ------------------------------------------
@@ -82,8 +82,8 @@ def test_a_stranded_operation_is_released_by_the_sweeper_with_nobody_calling_res
 
     crash(procs, key, provider, "after_effect")
     lease = Dispatch.objects.get(operation__key=key).lease_expires_at
-    _wait(lambda: _state(key) == "released", 30, f"{key} released by the sweeper")
-    released_at = _transitions(key, "evidence_match")[0].at
+    wait_until(lambda: state_of(key) == "released", 30, f"{key} released by the sweeper")
+    released_at = transitions_of(key, "evidence_match")[0].at
     lag = (released_at - lease).total_seconds()
     print(f"\nlease lapsed → released by the sweeper in {lag:.2f} s")
     assert lag <= 5.0, lag  # lease + a few seconds: beat sweeps every second here
@@ -91,9 +91,9 @@ def test_a_stranded_operation_is_released_by_the_sweeper_with_nobody_calling_res
     assert provider.effects(key) == 1
     assert_one_dispatch_one_consumption(key)
     assert_recovered_receipt(key)
-    [lost] = _transitions(key, "lease_lost")
+    [lost] = transitions_of(key, "lease_lost")
     assert lost.data["reason"] == "no heartbeat or report before the lease expired"
-    _nobody_resumed(key)
+    assert_nobody_resumed(key)
     assert_audit_intact()
 
 
@@ -124,8 +124,8 @@ def test_the_same_lookup_task_delivered_twice_changes_state_once(
     worker.wait_for_log(f"Task {LOOKUP_TASK}[", timeout=30, count=4)  # 2 received, 2 done
     worker.wait_for_log("succeeded in", timeout=30, count=2)
 
-    assert _state(key) == "released"
-    assert len(_transitions(key, "evidence_match")) == 1
+    assert state_of(key) == "released"
+    assert len(transitions_of(key, "evidence_match")) == 1
     assert Evidence.objects.filter(operation__key=key).count() == 1
     assert LookupAttempt.objects.filter(operation__key=key).count() == 1
     assert_recovered_receipt(key)
@@ -203,8 +203,8 @@ def test_two_sweeps_at_once_never_handle_one_operation_twice(make_provider: Any)
     )
     assert per_operation == Counter(dict.fromkeys(keys, 1))
     for key in keys:
-        assert len(_transitions(key, "lease_lost")) == 1, key
-        assert _state(key) == "unknown"
+        assert len(transitions_of(key, "lease_lost")) == 1, key
+        assert state_of(key) == "unknown"
     assert_audit_intact()
 
 
@@ -233,7 +233,7 @@ def test_a_worker_killed_mid_lookup_completes_the_lookup_after_redelivery_once(
         )
     )
     [attempt_id] = report.lookups_queued
-    _wait(
+    wait_until(
         lambda: LookupAttempt.objects.get(pk=attempt_id).status == "running",
         30,
         "the lookup started",
@@ -245,12 +245,12 @@ def test_a_worker_killed_mid_lookup_completes_the_lookup_after_redelivery_once(
 
     # The pool process's message is requeued (task_reject_on_worker_lost), delivered
     # again, finds the attempt's lease alive, waits it out and then runs it.
-    waited = _wait(lambda: _state(key) == "released", 60, f"{key} released after redelivery")
+    waited = wait_until(lambda: state_of(key) == "released", 60, f"{key} released after redelivery")
     print(f"\nreleased {waited:.1f} s after the kill (the lookup lease is 10 s)")
     log = worker.log()
     assert "WorkerLostError" in log or "Worker exited prematurely" in log
     assert f"Task {LOOKUP_TASK}[" in log and "retry: Retry in" in log  # waited for the lease
-    assert len(_transitions(key, "evidence_match")) == 1
+    assert len(transitions_of(key, "evidence_match")) == 1
     assert Evidence.objects.filter(operation__key=key).count() == 1
     [attempt] = LookupAttempt.objects.filter(operation__key=key)
     assert (attempt.pk, attempt.status) == (attempt_id, "finished")
@@ -361,12 +361,12 @@ def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_b
             )
             print(f"a sweep with the broker down took {time.monotonic() - started:.2f} s")
             assert report.publish_failed and report.published == 0
-            assert _state(dead) == "unknown"
+            assert state_of(dead) == "unknown"
             assert LookupAttempt.objects.get(operation__key=dead).status == "queued"
 
             redis, _ = redis_start(redis_dir, port)  # back, empty: the messages never were
-            waited = _wait(
-                lambda: _state(dead) == _state(resumed) == "released",
+            waited = wait_until(
+                lambda: state_of(dead) == state_of(resumed) == "released",
                 90,
                 "released once Redis is back",
             )
@@ -377,14 +377,14 @@ def test_with_redis_down_the_host_api_answers_and_the_sweep_resumes_when_it_is_b
     finally:
         redis.stop()
 
-    assert _state("while-down-ok") == "released"
+    assert state_of("while-down-ok") == "released"
     for key in (dead, resumed):
         assert_recovered_receipt(key)
         statuses = Counter(
             LookupAttempt.objects.filter(operation__key=key).values_list("status", flat=True)
         )
         assert statuses["finished"] == 1 and statuses["abandoned"] >= 1, (key, statuses)
-        assert len(_transitions(key, "evidence_match")) == 1
+        assert len(transitions_of(key, "evidence_match")) == 1
         assert operation(key).recovered is True
     assert_audit_intact()
 
@@ -416,12 +416,12 @@ def test_with_no_broker_configured_a_real_worker_and_beat_recover_through_the_fi
     settle.approved(key, provider.name)
     crash(procs, key, provider, "after_effect")
 
-    _wait(lambda: _state(key) == "released", 30, f"{key} released by the sweeper")
+    wait_until(lambda: state_of(key) == "released", 30, f"{key} released by the sweeper")
     # The filesystem broker under the var dir carried the messages (its exchange table).
     assert (var / "broker" / "control" / "settle.exchange").exists()
     assert not (REPO_ROOT / "control").exists()
     assert_recovered_receipt(key)
-    _nobody_resumed(key)
+    assert_nobody_resumed(key)
     assert_audit_intact()
 
 
@@ -446,11 +446,11 @@ def test_beat_signs_audit_checkpoints_and_verifies_the_log_on_schedule(
     celery_procs("worker", env)
     celery_procs("beat", env)
     settle.approved("cp-1", provider.name)
-    _wait(lambda: AuditCheckpoint.objects.exists(), 30, "a first checkpoint by beat")
+    wait_until(lambda: AuditCheckpoint.objects.exists(), 30, "a first checkpoint by beat")
     first = AuditCheckpoint.objects.order_by("-number").first()
     assert first is not None and "cp-1" in first.heads
     settle.approved("cp-2", provider.name)  # events after it: the next one covers them
-    _wait(
+    wait_until(
         lambda: AuditCheckpoint.objects.filter(
             number__gt=first.number, heads__has_key="cp-2"
         ).exists(),
@@ -463,4 +463,6 @@ def test_beat_signs_audit_checkpoints_and_verifies_the_log_on_schedule(
     )
     assert list(audit_verify()) == []
     # Beat verifies the whole log too, and keeps the outcome for the audit trail page.
-    _wait(lambda: AuditVerification.objects.filter(ok=True).exists(), 30, "beat's verification")
+    wait_until(
+        lambda: AuditVerification.objects.filter(ok=True).exists(), 30, "beat's verification"
+    )

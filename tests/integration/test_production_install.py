@@ -29,12 +29,12 @@ from tests.support.gunicorn import _LOCAL, database_url, gunicorn_running
 from tests.support.live import (
     Procs,
     Settle,
-    _nobody_resumed,
-    _state,
-    _wait,
     assert_audit_intact,
+    assert_nobody_resumed,
     assert_recovered_receipt,
     crash,
+    state_of,
+    wait_until,
 )
 from tests.support.strict import STRICT
 from tests.support.webhook_receiver import Receiver, receiver_serve
@@ -138,18 +138,18 @@ def test_a_runtime_only_install_releases_a_stranded_operation_and_delivers_its_w
     key = "installed-commit"
     settle.approved(key, provider.name)
     crash(procs, key, provider, "after_effect")  # dispatched, receipt running, effect committed
-    _wait(lambda: _state(key) == "released", 30, f"{key} released by the installed worker")
+    wait_until(lambda: state_of(key) == "released", 30, f"{key} released by the installed worker")
 
     assert provider.effects(key) == 1
     assert_recovered_receipt(key)
-    _nobody_resumed(key)
+    assert_nobody_resumed(key)
     assert_audit_intact()
 
     def released_received() -> bool:
         types = [json.loads(item.body)["type"] for item in receiver.received]
         return "operation.released" in types
 
-    _wait(released_received, 30, "the release delivered by the installed webhook worker")
+    wait_until(released_received, 30, "the release delivered by the installed webhook worker")
     assert all(item.verified[secret] for item in receiver.received)
     assert "Task webhooks.tasks.webhooks_deliver[" in webhooks.log()
     assert "Task webhooks.tasks.webhooks_deliver[" not in worker.log()

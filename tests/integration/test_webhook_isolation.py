@@ -20,13 +20,13 @@ from recovery.models import Dispatch
 from tests.support.live import (
     Procs,
     Settle,
-    _nobody_resumed,
-    _state,
-    _transitions,
-    _wait,
     assert_audit_intact,
+    assert_nobody_resumed,
     assert_recovered_receipt,
     crash,
+    state_of,
+    transitions_of,
+    wait_until,
 )
 from tests.support.webhook_receiver import Silent, silent_serve
 from webhooks.endpoints import webhook_endpoint_add
@@ -76,7 +76,7 @@ def test_a_receiver_that_never_answers_slows_neither_the_sweep_nor_the_host_api(
         started = time.monotonic()
         settle.approved(f"flood-{n:03d}", provider.name)
         slowest = max(slowest, time.monotonic() - started)
-    _wait(lambda: silent.accepted > 0, 30, "deliveries hanging on the silent receiver")
+    wait_until(lambda: silent.accepted > 0, 30, "deliveries hanging on the silent receiver")
 
     key = "stranded-during-the-flood"
     started = time.monotonic()
@@ -84,8 +84,8 @@ def test_a_receiver_that_never_answers_slows_neither_the_sweep_nor_the_host_api(
     slowest = max(slowest, time.monotonic() - started)
     crash(procs, key, provider, "after_effect")  # dispatched, effect committed, worker dead
     lease = Dispatch.objects.get(operation__key=key).lease_expires_at
-    _wait(lambda: _state(key) == "released", 60, f"{key} released by the sweeper")
-    released_at = _transitions(key, "evidence_match")[0].at
+    wait_until(lambda: state_of(key) == "released", 60, f"{key} released by the sweeper")
+    released_at = transitions_of(key, "evidence_match")[0].at
     lag = (released_at - lease).total_seconds()
     print(
         f"\nwith {silent.accepted} deliveries hanging: lease lapsed → released in {lag:.2f} s; "
@@ -101,5 +101,5 @@ def test_a_receiver_that_never_answers_slows_neither_the_sweep_nor_the_host_api(
     assert "Task webhooks.tasks.webhooks_deliver[" not in worker.log()
     assert provider.effects(key) == 1
     assert_recovered_receipt(key)
-    _nobody_resumed(key)
+    assert_nobody_resumed(key)
     assert_audit_intact()

@@ -16,7 +16,7 @@ BINDING = Binding(
 )
 
 
-def _decide(approval: Approval, *, approve: bool, by: str, ttl_seconds: int):
+def approval_decided(approval: Approval, *, approve: bool, by: str, ttl_seconds: int):
     return approval_decide(
         approval_id=approval.pk,
         binding=BINDING,

@@ -23,13 +23,13 @@ AUDIT_TABLES = ("audit_auditevent", "audit_auditcheckpoint")
 GENESIS = "sha256:" + "0" * 64
 
 
-def _append(operation: Operation, count: int) -> None:
+def events_append(operation: Operation, count: int) -> None:
     for number in range(count):
         with audit_transaction():
             audit_append(kind="test", operation=operation_lock(operation), data={"n": number})
 
 
-def _sql(sql: str, params: list | None = None) -> None:
+def sql_as_owner(sql: str, params: list | None = None) -> None:
     """Run SQL as a table owner would, with the append-only triggers switched off."""
     if connection.vendor == "sqlite" and sql.startswith("TRUNCATE "):
         sql = sql.replace("TRUNCATE ", "DELETE FROM ", 1)  # SQLite's spelling of it
@@ -43,13 +43,13 @@ def _sql(sql: str, params: list | None = None) -> None:
                 cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
 
 
-def _only_problem() -> str:
+def only_problem() -> str:
     problems = [str(problem) for problem in audit_verify()]
     assert len(problems) == 1, problems
     return problems[0]
 
 
-def _forge(key: str) -> None:
+def chain_forge(key: str) -> None:
     """Edit the chain's first event and recompute every hash, triggers off (PostgreSQL)."""
     prev = GENESIS_HASH
     with connection.cursor() as cursor:

@@ -527,7 +527,7 @@ def assert_recovered_receipt(key: str) -> None:
 # -- waiting on the background ------------------------------------------------------------
 
 
-def _wait(predicate: Any, timeout: float, what: str, step: float = 0.1) -> float:
+def wait_until(predicate: Any, timeout: float, what: str, step: float = 0.1) -> float:
     """Poll until ``predicate()``; return the seconds it took, fail after ``timeout``."""
     started = time.monotonic()
     while not predicate():
@@ -537,15 +537,15 @@ def _wait(predicate: Any, timeout: float, what: str, step: float = 0.1) -> float
     return time.monotonic() - started
 
 
-def _state(key: str) -> str:
+def state_of(key: str) -> str:
     return str(Operation.objects.filter(key=key).values_list("state", flat=True).get())
 
 
-def _transitions(key: str, event: str) -> list[AuditEvent]:
+def transitions_of(key: str, event: str) -> list[AuditEvent]:
     return list(AuditEvent.objects.filter(operation_key=key, kind="transition", data__event=event))
 
 
-def _nobody_resumed(key: str) -> None:
+def assert_nobody_resumed(key: str) -> None:
     """Every change after the dispatch was the sweeper's: no host resumed or looked up."""
     transitions = AuditEvent.objects.filter(operation_key=key, kind="transition")
     later = [t for t in transitions if t.data["event"] not in ("approve", "dispatch")]

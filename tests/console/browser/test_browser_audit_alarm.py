@@ -13,7 +13,7 @@ from audit.checkpoints import audit_checkpoint
 from audit.models import AuditAlarm
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
-from tests.support.audit import _forge
+from tests.support.audit import chain_forge
 from tests.support.browser import screenshots_everywhere, sign_in
 from tests.support.console import console_user
 
@@ -26,7 +26,7 @@ def broken(stuck, provider):
     console_user("otto", "operator", provider)
     stuck.unknown("pay-2026-000117")
     audit_checkpoint()
-    _forge("pay-2026-000117")
+    chain_forge("pay-2026-000117")
     with audit_transaction():
         locked = operation_lock(Operation.objects.get(key="pay-2026-000117"))
         audit_append(kind="test", operation=locked)
