@@ -108,8 +108,7 @@ def lookup_claim(
         ),
     )
     if not insert([attempt], unless_conflict=True):
-        # Read under a row lock; it may have ended since the INSERT (a refused lookup's
-        # attempt is closed outside the operation's lock, see ``lookup_finish``).
+        # Read under a row lock: it may have ended since the INSERT saw it.
         in_flight = (
             LookupAttempt.objects.select_for_update()
             .filter(operation=operation, status__in=LOOKUP_IN_FLIGHT)

@@ -442,7 +442,7 @@ class SafetyMachine(RuleBasedStateMachine):
         return ""
 
     def _model_evidence(self, m: OpModel, verdict: str, status: str, source: str) -> None:
-        """Predict ``_evidence_decide`` (rules 4 and 5)."""
+        """Predict ``_evidence_judge`` (rules 4 and 5)."""
         m.evidence.append((verdict, status))
         committed = verdict == Verdict.MATCH and status == COMMITTED
         not_performed = verdict == Verdict.MATCH and status == FAILED_STATUS
