@@ -20,8 +20,8 @@ from webhooks.endpoints import (
     webhook_endpoint_rotate,
     webhook_url_addresses,
 )
-from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookMessage
-from webhooks.selectors import CONFIGURE_PERMISSION, webhook_url_redacted
+from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookMessage, webhook_url_redacted
+from webhooks.selectors import CONFIGURE_PERMISSION
 
 
 class WebhookEndpointForm(forms.ModelForm):  # type: ignore[type-arg]

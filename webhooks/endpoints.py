@@ -32,8 +32,7 @@ from common.errors import ErrorCode
 from recovery.models import Host
 from recovery.outbound import address_refused
 from recovery.services.errors import Invalid, NotFound
-from webhooks.models import WebhookEndpoint, WebhookEvent
-from webhooks.selectors import webhook_url_redacted
+from webhooks.models import WebhookEndpoint, WebhookEvent, webhook_url_redacted
 
 ENABLED = WebhookEndpoint.Status.ENABLED
 DISABLED = WebhookEndpoint.Status.DISABLED

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import urllib.parse
+
 from django.db import models
 from django.db.models import Q
 
 from recovery.models import Host, Operation
+
+
+def webhook_url_redacted(url: str) -> str:
+    """``url``'s scheme, host and port; what follows, if anything, shown as ``/…``."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    rest = "/…" if parts.path not in ("", "/") or parts.query or parts.fragment else "/"
+    return f"{parts.scheme}://{host}{rest}"
 
 
 class WebhookEvent(models.TextChoices):
@@ -49,8 +59,6 @@ class WebhookEndpoint(models.Model):
 
     def __str__(self) -> str:
         # Shown wherever an endpoint is named (admin titles, choices): never its token.
-        from webhooks.selectors import webhook_url_redacted
-
         return f"{self.host_id}: {webhook_url_redacted(self.url)}"
 
 

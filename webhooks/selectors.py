@@ -9,14 +9,13 @@ endpoints (``webhook_url_for_user``).
 
 from __future__ import annotations
 
-import urllib.parse
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet
 
 from recovery.selectors.access import providers_visible_to
-from webhooks.models import WebhookEndpoint, WebhookMessage
+from webhooks.models import WebhookEndpoint, WebhookMessage, webhook_url_redacted
 
 
 def webhook_endpoints_for_user(*, user: Any) -> QuerySet[WebhookEndpoint]:
@@ -27,14 +26,6 @@ def webhook_endpoints_for_user(*, user: Any) -> QuerySet[WebhookEndpoint]:
 
 # Who may add, rotate and disable endpoints (the admin's) may read their URLs in full.
 CONFIGURE_PERMISSION = "webhooks.change_webhookendpoint"
-
-
-def webhook_url_redacted(url: str) -> str:
-    """``url``'s scheme, host and port; what follows, if anything, shown as ``/…``."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    rest = "/…" if parts.path not in ("", "/") or parts.query or parts.fragment else "/"
-    return f"{parts.scheme}://{host}{rest}"
 
 
 def webhook_url_for_user(*, user: Any, url: str) -> str:

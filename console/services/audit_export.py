@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -162,9 +163,10 @@ def audit_export_request(
             actor=Actor.of("user", user),
             data={"format": export_format, "filters": query, "export": str(export.pk)},
         )
-    from console.tasks import audit_export
-
-    transaction.on_commit(lambda: audit_export.delay(str(export.pk)))
+    # By name, as bulk work publishes: the task module imports this one.
+    transaction.on_commit(
+        lambda: current_app.send_task("console.tasks.audit_export", args=[str(export.pk)])
+    )
     return export
 
 

@@ -20,8 +20,7 @@ from tests.support.browser import screenshots_everywhere, sign_in
 from tests.support.webhook_receiver import Receiver, receiver_serve
 from webhooks.delivery import webhooks_deliver
 from webhooks.endpoints import webhook_endpoint_add
-from webhooks.models import WebhookMessage
-from webhooks.selectors import webhook_url_redacted
+from webhooks.models import WebhookMessage, webhook_url_redacted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
