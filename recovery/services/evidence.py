@@ -136,13 +136,13 @@ def evidence_apply_many(
         )
     ]
     gone = {refusal.operation_key for refusal, _ in refused}
-    _receipts_recover(
-        [
-            (operation, receipt, evidence)
+    receipts_complete(
+        completions=[
+            ReceiptCompletion(operation, receipt, evidence.provider_status == "committed", evidence)
             for operation, evidence, receipt, judgement in judged
             if judgement.recover and receipt is not None and operation.key not in gone
         ],
-        actor,
+        actor=actor,
     )
     operations = {item.operation.key: item.operation for item in found}
     for refusal, evidence in refused:
@@ -307,6 +307,18 @@ RECEIPT_RECOVERED_FIELDS = [
 ]
 
 
+@dataclass(frozen=True)
+class ReceiptCompletion:
+    """A stranded receipt to complete, as ``succeeded`` or not, and what backs it:
+    verified ``evidence``, or a four-eyes ``request`` where no evidence did; one of them."""
+
+    operation: Operation
+    dispatch: Dispatch
+    succeeded: bool
+    evidence: Evidence | None = None
+    request: ReconciliationRequest | None = None
+
+
 def receipt_complete(
     *,
     operation: Operation,
@@ -316,31 +328,28 @@ def receipt_complete(
     evidence: Evidence | None = None,
     request: ReconciliationRequest | None = None,
 ) -> None:
-    """Complete a stranded receipt as a recovery receipt, pointing at what backs it.
-
-    Verified ``evidence``, or a four-eyes ``request`` where no evidence did; one of them.
-    Must run with ``operation`` locked (its dispatch changes only under that lock).
-    """
-    grounds = _receipt_completed(dispatch, succeeded, evidence, request, timezone.now())
-    dispatch.save(update_fields=RECEIPT_RECOVERED_FIELDS)
-    _receipt_audit(operation, dispatch, grounds, actor)
-    changes_record([_receipt_change(operation, dispatch, grounds)])
+    """Complete a stranded receipt as a recovery receipt, pointing at what backs it:
+    ``receipts_complete`` of one."""
+    completion = ReceiptCompletion(operation, dispatch, succeeded, evidence, request)
+    receipts_complete(completions=[completion], actor=actor)
 
 
-def _receipts_recover(recovered: list[tuple[Operation, Dispatch, Evidence]], actor: Actor) -> None:
-    """``receipt_complete`` from verified evidence for a batch, in one UPDATE."""
+def receipts_complete(*, completions: list[ReceiptCompletion], actor: Actor) -> None:
+    """Complete stranded receipts as recovery receipts, each pointing at what backs it,
+    in one UPDATE. Must run with their operations locked (a dispatch changes only under
+    its operation's lock)."""
     now = timezone.now()
     grounds = [
-        _receipt_completed(dispatch, evidence.provider_status == "committed", evidence, None, now)
-        for _, dispatch, evidence in recovered
+        _receipt_completed(item.dispatch, item.succeeded, item.evidence, item.request, now)
+        for item in completions
     ]
-    bulk_save([dispatch for _, dispatch, _ in recovered], RECEIPT_RECOVERED_FIELDS)
-    for (operation, dispatch, _), ground in zip(recovered, grounds, strict=True):
-        _receipt_audit(operation, dispatch, ground, actor)
+    bulk_save([item.dispatch for item in completions], RECEIPT_RECOVERED_FIELDS)
+    for item, ground in zip(completions, grounds, strict=True):
+        _receipt_audit(item.operation, item.dispatch, ground, actor)
     changes_record(
         [
-            _receipt_change(operation, dispatch, ground)
-            for (operation, dispatch, _), ground in zip(recovered, grounds, strict=True)
+            _receipt_change(item.operation, item.dispatch, ground)
+            for item, ground in zip(completions, grounds, strict=True)
         ]
     )
 
