@@ -8,9 +8,10 @@ the client's venv lists must not import Settle's code, which that venv does not 
 
 from __future__ import annotations
 
-import ast
 import tomllib
 from pathlib import Path
+
+from tests.support.imports import top_level_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENT = ROOT / "clients" / "python"
@@ -42,11 +43,5 @@ def test_the_client_venv_runs_no_module_that_needs_settle() -> None:
     settle |= {"django", "tests", "bench"}
     wrong = {}
     for path in _test_modules(CLIENT):
-        imported = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                imported |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                imported.add(node.module.split(".")[0])
-        wrong[path.name] = sorted(imported & settle)
+        wrong[path.name] = sorted(top_level_imports(path) & settle)
     assert {name: found for name, found in wrong.items() if found} == {}

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.imports import top_level_imports
+
 ROOT = Path(__file__).resolve().parents[1]
 # Top first; "bench" and "tests" stand above them all.
 LAYERS = [
@@ -34,22 +36,11 @@ ABOVE = {app: LAYERS[: LAYERS.index(app)] for app in LAYERS}
 SHIPPED = LAYERS[2:]
 
 
-def _imports(path: Path) -> set[str]:
-    """The top-level packages a module imports, wherever in it the import stands."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module.split(".")[0])
-    return found
-
-
 @pytest.mark.parametrize("app", SHIPPED)
 def test_an_app_never_imports_the_layers_above_it(app: str) -> None:
     assert (ROOT / app).is_dir()
     wrong = {
-        str(path.relative_to(ROOT)): sorted(_imports(path) & set(ABOVE[app]))
+        str(path.relative_to(ROOT)): sorted(top_level_imports(path) & set(ABOVE[app]))
         for path in (ROOT / app).rglob("*.py")
     }
     assert {name: above for name, above in wrong.items() if above} == {}
