@@ -50,3 +50,12 @@ class AuditKind(models.TextChoices):
     WEBHOOK_CONFIGURED = "webhook_configured", "Webhook endpoint configured"
     WEBHOOK_REDELIVERED = "webhook_redelivered", "Webhook redelivered"
     ALERT_RULE_CONFIGURED = "alert_rule_configured", "Alert rule configured"
+    # The system chain: who signed in to the console, how, and with which roles.
+    SIGNED_IN = "signed_in", "Signed in"
+    SIGNED_OUT = "signed_out", "Signed out"
+    SIGN_IN_FAILED = "sign_in_failed", "Sign-in failed"
+    SIGN_IN_REFUSED = "sign_in_refused", "Sign-in refused"
+    ROLES_SYNCED = "roles_synced", "Roles synced from the directory"
+    SESSIONS_ENDED = "sessions_ended", "Sessions ended"
+    PASSKEY_ADDED = "passkey_added", "Passkey registered"
+    PASSKEY_REMOVED = "passkey_removed", "Passkey removed"

@@ -145,6 +145,17 @@ class ErrorCode(StrEnum):
     # an audit export from the console
     INVALID_FORMAT = "invalid_format", 409, "no such export format"
     UNKNOWN_EXPORT = "unknown_export", 409, "no such export"
+    # single sign-on refused (identity.oidc): each a page of its own, and an audit event
+    SSO_FAILED = "sso_failed", 401, "the identity provider's answer could not be verified"
+    SSO_NONCE_MISMATCH = "sso_nonce_mismatch", 401, "the ID token is not for this sign-in"
+    SSO_ISSUER_UNKNOWN = (
+        "sso_issuer_unknown",
+        401,
+        "the ID token's issuer is not the one configured",
+    )
+    SSO_GROUP_NOT_ALLOWED = "sso_group_not_allowed", 403, "none of your groups may sign in here"
+    SSO_EMAIL_TAKEN = "sso_email_taken", 403, "another account has this e-mail address"
+    SSO_ACCOUNT_INACTIVE = "sso_account_inactive", 403, "this account is deactivated"
 
 
 class SettleError(Exception):

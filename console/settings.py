@@ -19,6 +19,7 @@ from console.settings_celery import *  # noqa: F403
 from console.settings_database import *  # noqa: F403
 from console.settings_env import *  # noqa: F403
 from console.settings_env import BASE_DIR, SHIPPED_DIR, VAR_DIR, env_int, env_str
+from console.settings_identity import *  # noqa: F403
 from console.settings_monitoring import *  # noqa: F403
 from console.settings_security import *  # noqa: F403
 
@@ -33,11 +34,18 @@ INSTALLED_APPS = [
     "template_partials",
     "guardian",
     "axes",
+    # Sign-in (identity): local accounts, OpenID Connect, passkeys.
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "allauth.mfa",
     "approvals",
     "audit",
     "recovery",
     "webhooks",
     "monitoring",
+    "identity",
     "console",
 ]
 # The benchmarks (bench/) are in a checkout, never in the wheel: an app only where importable.
@@ -59,6 +67,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     # Last, as django-axes asks: it turns a locked-out sign-in into its 429 answer.
     "axes.middleware.AxesMiddleware",
 ]

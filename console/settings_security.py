@@ -36,7 +36,7 @@ if SETTLE_BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 # How many proxies, each appending the address it was reached from to X-Forwarded-For,
 # stand in front of the web processes: the client's address is that many entries from
-# the header's right (console.signin.client_address). Read only behind the proxy.
+# the header's right (identity.throttle.client_address). Read only behind the proxy.
 SETTLE_PROXY_COUNT = env_int("SETTLE_PROXY_COUNT", 1, minimum=1)
 SESSION_COOKIE_HTTPONLY = True
 # Messages wait in the session, on the server: a shown-once token or webhook secret in
@@ -46,7 +46,8 @@ MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 AUTHENTICATION_BACKENDS = [
     # First: a locked-out sign-in is refused before any password is checked.
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # A password; once single sign-on is on, a superuser's alone (identity.backends).
+    "identity.backends.PasswordBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
 ANONYMOUS_USER_NAME = None  # guardian: no anonymous user row
@@ -66,10 +67,11 @@ SETTLE_LOGIN_ADDRESS_FAILURE_LIMIT = env_int(
     "SETTLE_LOGIN_ADDRESS_FAILURE_LIMIT", 4 * AXES_FAILURE_LIMIT, minimum=1
 )
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("SETTLE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
-# In this order: console.signin.SignInLockoutHandler gives each its own limit.
+# In this order: identity.throttle.SignInLockoutHandler gives each its own limit.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
-AXES_HANDLER = "console.signin.SignInLockoutHandler"
-AXES_CLIENT_IP_CALLABLE = "console.signin.client_address"
+AXES_HANDLER = "identity.throttle.SignInLockoutHandler"
+AXES_CLIENT_IP_CALLABLE = "identity.throttle.client_address"
+AXES_USERNAME_CALLABLE = "identity.throttle.username_of"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import re
 
+from allauth.account.views import LogoutView
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
-from django.urls import include, path, register_converter
+from django.urls import include, path, re_path, register_converter
 from django.urls.converters import StringConverter
 
 from console.views import audit, bulk, dashboard, operations, queue, reconcile, system, webhooks
+from identity.views import SignInView
 from recovery.contract import KEY_PATTERN
 
 _KEY = re.compile(KEY_PATTERN)
@@ -74,16 +75,14 @@ urlpatterns = [
         )
         for decision in ("approve", "reject")
     ),
-    path(
-        "login/",
-        auth_views.LoginView.as_view(
-            redirect_authenticated_user=True,
-            # FormView treats PUT as POST; a sign-in is a POST.
-            http_method_names=["get", "head", "post", "options"],
-        ),
-        name="login",
-    ),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # django-allauth's sign-in (a password, a passkey, or single sign-on) and sign-out.
+    path("login/", SignInView.as_view(), name="login"),
+    # A POST, from the sign-out button on every page (a GET would be a link to forge).
+    path("logout/", LogoutView.as_view(http_method_names=["post", "options"]), name="logout"),
+    # allauth's other pages: single sign-on's callbacks, passkeys, password change. No
+    # mail is sent, so none that needs mail (reset by e-mail, e-mail addresses).
+    re_path(r"^accounts/(password/reset|email|confirm-email|signup)/", system.not_found),
+    path("accounts/", include("allauth.urls")),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
     path("audit/", audit.audit_trail, name="audit"),
     path("audit/export.csv", audit.audit_export_csv, name="audit-export-csv"),

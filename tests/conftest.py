@@ -41,6 +41,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = 1
 
 
+@pytest.fixture(autouse=True)
+def _cache_of_its_own(settings: Any, request: pytest.FixtureRequest) -> None:
+    """Each test its own cache: the sign-in limits (allauth's, the failures recorded per
+    address) count in it, and the checkout's file cache outlives a test and a run."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": request.node.nodeid,
+        }
+    }
+
+
 def _flush_past_audit_triggers() -> None:
     """Let the test runner's flush TRUNCATE the append-only audit tables (PostgreSQL).
 

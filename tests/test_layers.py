@@ -24,6 +24,7 @@ LAYERS = [
     "bench",
     "tests",
     "console",
+    "identity",
     "monitoring",
     "webhooks",
     "recovery",

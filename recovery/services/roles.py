@@ -1,5 +1,8 @@
 """Console roles: what a viewer, an operator and a supervisor may do, per provider.
 
+Two more roles hold one of a supervisor's duties each: ``decide_approvals`` and
+``approve_reconciliations``.
+
 role
     A named set of the object permissions on ``Provider`` (``recovery.permissions``).
     Each role is also a ``Group`` holding exactly those permissions, so that the admin
@@ -37,6 +40,9 @@ ROLES: dict[str, tuple[P, ...]] = {
     "viewer": VIEWER,
     "operator": OPERATOR,
     "supervisor": SUPERVISOR,
+    # One duty of a supervisor's each, for a directory group that holds just that duty.
+    "decide_approvals": (*VIEWER, P.DECIDE_APPROVALS),
+    "approve_reconciliations": (*VIEWER, P.APPROVE_RECONCILIATIONS),
 }
 
 
@@ -51,7 +57,7 @@ def _permissions(codenames: tuple[P, ...]) -> list[Permission]:
 
 
 def roles_ensure() -> dict[str, Group]:
-    """Create or correct the three role groups; running it again changes nothing."""
+    """Create or correct the role groups; running it again changes nothing."""
     groups = {}
     for name, codenames in ROLES.items():
         group, _ = Group.objects.get_or_create(name=name)

@@ -205,7 +205,7 @@ class Stack:
         response = client.post(
             "/login/",
             data={
-                "username": "boss",
+                "login": "boss",
                 "password": PASSWORD,
                 "csrfmiddlewaretoken": client.cookies["csrftoken"],
             },

@@ -33,7 +33,7 @@ def _sign_in(base: str, username: str, password: str, address: str) -> int:
         answer = client.post(
             "/login/",
             data={
-                "username": username,
+                "login": username,
                 "password": password,
                 "csrfmiddlewaretoken": token.group(1).decode(),
             },

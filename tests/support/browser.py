@@ -25,7 +25,7 @@ WIDE, NARROW = 1280, 390
 
 def sign_in(page: Page, username: str) -> None:
     page.goto("/login/")
-    page.fill("#id_username", username)
+    page.fill("#id_login", username)
     page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url("**/")

@@ -13,7 +13,7 @@ from recovery.services.roles import ROLES, role_grant, roles_ensure
 
 class Command(BaseCommand):
     help = (
-        "Give a console user a role (viewer, operator, supervisor) on one provider: the "
+        "Give a console user a role (viewer, operator, supervisor, ...) on one provider: the "
         "role's object permissions on that provider. Adds, never removes; audited."
     )
 

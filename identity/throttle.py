@@ -1,4 +1,5 @@
-"""Who is signing in from where: the client's address, and django-axes' two limits on it.
+"""Who is signing in from where: the client's address, the username tried, and
+django-axes' two limits on them.
 
 The address is what the sign-in throttle keys on and what axes records for every attempt
 (its access logs and lockout log lines), so each names the same client.
@@ -61,3 +62,13 @@ class SignInLockoutHandler(AxesDatabaseHandler):
         pair = self.filter_user_attempts(request, credentials)[0]
         count, _ = pair.delete()
         return int(count)
+
+
+def username_of(request: HttpRequest, credentials: dict[str, Any] | None = None) -> str | None:
+    """The username a sign-in tries: the console's form names it ``login`` (allauth's),
+    the admin's ``username``; ``authenticate`` passes it as ``username`` either way."""
+    if credentials and credentials.get("username"):
+        return str(credentials["username"])
+    data = getattr(request, "POST", {})
+    found = data.get("login") or data.get("username")
+    return str(found) if found else None

@@ -1,0 +1,130 @@
+"""Who the console's users are: single sign-on through OpenID Connect, passkeys, and
+how long a session lasts (django-allauth does the protocols; ``identity`` the rules).
+
+One identity provider is configured by the plain names (``SETTLE_OIDC_ISSUER`` and the
+rest), with the id ``sso``; more are named in ``SETTLE_OIDC_PROVIDERS`` and each read from
+the same names with its id in them (``SETTLE_OIDC_PARTNER_ISSUER`` for ``partner``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from console.settings_env import env_int, env_str
+
+# The one the plain names configure; its callback is /accounts/oidc/sso/login/callback/.
+SETTLE_OIDC_DEFAULT_ID = "sso"
+_ID = re.compile(r"[a-z][a-z0-9-]{0,29}")
+
+
+@dataclass(frozen=True)
+class OidcProvider:
+    """One identity provider, as the environment configures it."""
+
+    id: str
+    issuer: str
+    client_id: str
+    client_secret: str
+    label: str
+    groups_claim: str
+    allowed_groups: tuple[str, ...]
+
+
+def _oidc_provider(provider_id: str, prefix: str) -> OidcProvider | None:
+    issuer = env_str(f"{prefix}_ISSUER", "").strip().rstrip("/")
+    if not issuer:
+        return None
+    if not issuer.startswith(("https://", "http://")):
+        raise ImproperlyConfigured(f"{prefix}_ISSUER={issuer!r} is not an http(s) URL")
+    client_id = env_str(f"{prefix}_CLIENT_ID", "")
+    secret = env_str(f"{prefix}_CLIENT_SECRET", "")
+    if not client_id or not secret:
+        raise ImproperlyConfigured(f"{prefix}_ISSUER is set: set {prefix}_CLIENT_ID and _SECRET")
+    groups = env_str(f"{prefix}_ALLOWED_GROUPS", "")
+    return OidcProvider(
+        id=provider_id,
+        issuer=issuer,
+        client_id=client_id,
+        client_secret=secret,
+        label=env_str(f"{prefix}_LABEL", "Sign in with single sign-on"),
+        groups_claim=env_str(f"{prefix}_GROUPS_CLAIM", "groups") or "groups",
+        allowed_groups=tuple(g.strip() for g in groups.split(",") if g.strip()),
+    )
+
+
+def _oidc_providers() -> tuple[OidcProvider, ...]:
+    found = []
+    plain = _oidc_provider(SETTLE_OIDC_DEFAULT_ID, "SETTLE_OIDC")
+    if plain:
+        found.append(plain)
+    for provider_id in (p.strip() for p in env_str("SETTLE_OIDC_PROVIDERS", "").split(",")):
+        if not provider_id:
+            continue
+        if not _ID.fullmatch(provider_id) or provider_id == SETTLE_OIDC_DEFAULT_ID:
+            raise ImproperlyConfigured(
+                f"SETTLE_OIDC_PROVIDERS: {provider_id!r} is not a lower-case name other than sso"
+            )
+        prefix = "SETTLE_OIDC_" + provider_id.upper().replace("-", "_")
+        provider = _oidc_provider(provider_id, prefix)
+        if provider is None:
+            raise ImproperlyConfigured(
+                f"SETTLE_OIDC_PROVIDERS names {provider_id}: set {prefix}_ISSUER"
+            )
+        found.append(provider)
+    return tuple(found)
+
+
+SETTLE_OIDC = _oidc_providers()
+# With single sign-on on, password sign-in is for superusers alone (break-glass).
+SETTLE_SSO_ENABLED = bool(SETTLE_OIDC)
+# Directory groups to Settle roles (``identity.rolemap``), reviewed like code; read at
+# start-up, so a bad file stops it with the line at fault.
+_ROLE_MAP = env_str("SETTLE_OIDC_ROLE_MAP", "")
+SETTLE_OIDC_ROLE_MAP = Path(_ROLE_MAP) if _ROLE_MAP else None
+if SETTLE_OIDC_ROLE_MAP and not SETTLE_OIDC_ROLE_MAP.is_file():
+    raise ImproperlyConfigured(f"SETTLE_OIDC_ROLE_MAP={_ROLE_MAP!r} is not a file")
+
+SOCIALACCOUNT_PROVIDERS = {
+    "openid_connect": {
+        # PKCE (S256) on every sign-in; the state is allauth's, the nonce Settle's
+        # (identity.oidc), both kept in the session and good for one callback.
+        "OAUTH_PKCE_ENABLED": True,
+        "APPS": [
+            {
+                "provider_id": p.id,
+                "name": p.label,
+                "client_id": p.client_id,
+                "secret": p.client_secret,
+                "settings": {"server_url": p.issuer, "fetch_userinfo": True},
+            }
+            for p in SETTLE_OIDC
+        ],
+    }
+}
+SOCIALACCOUNT_ADAPTER = "identity.adapters.SocialAccountAdapter"
+ACCOUNT_ADAPTER = "identity.adapters.AccountAdapter"
+# The first sign-in creates the user, from the directory's claims, with no form to fill.
+SOCIALACCOUNT_AUTO_SIGNUP = True
+# The subject identifier is the identity: never sign in to a local account, nor link to
+# one, because its e-mail address matches (identity.adapters refuses the collision).
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_STORE_TOKENS = False
+SOCIALACCOUNT_QUERY_EMAIL = False
+SOCIALACCOUNT_REQUESTS_TIMEOUT = env_int("SETTLE_OIDC_TIMEOUT_SECONDS", 5, minimum=1)
+# Local accounts are made by `manage.py createsuperuser` and the admin, never by sign-up;
+# a username signs in (the directory's users sign in through it, not here).
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "password1*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_LOGOUT_ON_GET = False
+ACCOUNT_SESSION_REMEMBER = None
+ACCOUNT_PREVENT_ENUMERATION = True
+# django-axes throttles password sign-in (console.settings_security); allauth's own
+# limits, kept in the cache, would count each failure a second time.
+ACCOUNT_RATE_LIMITS = {"login_failed": None}

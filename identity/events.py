@@ -1,0 +1,156 @@
+"""Every sign-in, sign-out, failure and refusal, on the audit log's system chain.
+
+Django sends the sign-in signals for every way in (the console's form, the admin's, single
+sign-on, a passkey); the receivers here turn each into one audit event and a counter.
+A signed-in person's roles from the directory are synced in the same transaction as
+their sign-in event (``identity.roles``).
+
+Failures and refusals come from people who are not signed in: to keep one address from
+filling the log, each address has its first ``SETTLE_REFUSALS_RECORDED_PER_MINUTE``
+recorded a minute; the rest are logged and counted (``settle_sign_ins_total``) only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
+from django.core.cache import cache
+from django.dispatch import receiver
+from django.http import HttpRequest
+from django.utils import timezone
+
+from approvals.actors import Actor
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
+from common.errors import ErrorCode
+from identity.metrics import BREAK_GLASS_SIGN_INS, SIGN_INS
+from identity.oidc import SsoClaims
+from identity.roles import roles_sync
+from identity.throttle import client_address, username_of
+
+log = logging.getLogger(__name__)
+
+SIGN_IN = Actor.system("sign-in")
+# The session keeps the directory's word of the signed-in person: the console says from
+# it why someone has no role, without a query.
+SSO_SESSION_KEY = "settle_sso"
+
+
+def _method(request: HttpRequest) -> str:
+    """How this sign-in was made: sso, passkey or password (allauth's record of it)."""
+    if getattr(request, "settle_sso", None) is not None:
+        return "sso"
+    records = request.session.get("account_authentication_methods", []) if request else []
+    methods = [r.get("method") for r in records if isinstance(r, dict)]
+    if methods and methods[0] == "mfa":  # a passkey alone, with no password before it
+        return "passkey"
+    return "password"
+
+
+def _user_data(user: AbstractBaseUser) -> dict[str, Any]:
+    return {"user": user.get_username(), "user_id": user.pk}
+
+
+@receiver(user_logged_in, dispatch_uid="settle-signed-in")
+@audit_transaction()
+def signed_in(sender: Any, request: HttpRequest | None, user: AbstractBaseUser, **_: Any) -> None:
+    if request is None or not request.META:
+        # A login with no HTTP request behind it (Client.force_login): nobody signed in.
+        return
+    method = _method(request)
+    sso: SsoClaims | None = getattr(request, "settle_sso", None)
+    data: dict[str, Any] = {
+        **_user_data(user),
+        "method": method,
+        "address": client_address(request),
+    }
+    if sso is not None:
+        data.update(idp=sso.idp, subject=sso.subject, groups=sso.groups)
+        request.session[SSO_SESSION_KEY] = {"idp": sso.idp, "groups": sso.groups}
+        roles_sync(
+            user=user,
+            idp=sso.idp,
+            subject=sso.subject,
+            groups=sso.groups,
+            actor=Actor.system(f"sso:{sso.idp}"),
+        )
+    if method == "password" and settings.SETTLE_SSO_ENABLED:
+        data["break_glass"] = True
+        BREAK_GLASS_SIGN_INS.inc()
+        log.warning("break-glass password sign-in of superuser %s", user.get_username())
+    SIGN_INS.labels(method, "signed_in").inc()
+    audit_append(kind=AuditKind.SIGNED_IN, actor=Actor.of("user", user), data=data)
+
+
+@receiver(user_logged_out, dispatch_uid="settle-signed-out")
+@audit_transaction()
+def signed_out(
+    sender: Any, request: HttpRequest | None, user: AbstractBaseUser | None, **_: Any
+) -> None:
+    if user is None or request is None:
+        return
+    audit_append(
+        kind=AuditKind.SIGNED_OUT,
+        actor=Actor.of("user", user),
+        data={**_user_data(user), "address": client_address(request)},
+    )
+
+
+def _recordable(request: HttpRequest) -> bool:
+    """Whether this address may still put a failure on the log in this minute."""
+    minute = int(timezone.now().timestamp() // 60)
+    key = f"identity:failures:{client_address(request)}:{minute}"
+    try:
+        cache.add(key, 0, timeout=120)
+        count = cache.incr(key)
+    except Exception:  # the cache is down: record, as before the cache was there
+        log.exception("sign-in failure counter unavailable")
+        return True
+    return int(count) <= settings.SETTLE_REFUSALS_RECORDED_PER_MINUTE
+
+
+@receiver(user_login_failed, dispatch_uid="settle-sign-in-failed")
+def sign_in_failed(
+    sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **_: Any
+) -> None:
+    if request is None:
+        return
+    if getattr(request, "axes_locked_out", False):
+        reason = "locked_out"
+    elif getattr(request, "settle_password_off", False):
+        reason = "password_sign_in_off"  # single sign-on is on and this is no superuser
+    else:
+        reason = "wrong_credentials"
+    SIGN_INS.labels("password", "failed").inc()
+    data = {"username": username_of(request, credentials) or "", "reason": reason}
+    _failure_record(request, AuditKind.SIGN_IN_FAILED, data)
+
+
+def sign_in_refused(
+    request: HttpRequest, code: ErrorCode, claims: SsoClaims | None, **detail: Any
+) -> None:
+    """A single sign-on the identity provider allowed and Settle refused, or could not verify."""
+    SIGN_INS.labels("sso", "refused").inc()
+    data: dict[str, Any] = {"code": str(code), **detail}
+    if claims is not None:
+        data.update(
+            idp=claims.idp,
+            subject=claims.subject,
+            issuer=claims.issuer,
+            email=claims.email,
+            groups=claims.groups,
+        )
+    _failure_record(request, AuditKind.SIGN_IN_REFUSED, data)
+
+
+@audit_transaction()
+def _failure_record(request: HttpRequest, kind: AuditKind, data: dict[str, Any]) -> None:
+    data = {**data, "address": client_address(request)}
+    if not _recordable(request):
+        log.warning("%s not recorded (this address's limit a minute): %s", kind, data)
+        return
+    audit_append(kind=kind, actor=SIGN_IN, data=data)
