@@ -50,18 +50,22 @@ def _discovery(idp: IdentityProvider) -> dict[str, Any]:
     return document
 
 
-def _authorize_url(idp: IdentityProvider, *, state: str, nonce: str, verifier: str) -> str:
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
+def _authorize_url(
+    idp: IdentityProvider, *, state: str, nonce: str | None, verifier: str | None
+) -> str:
     query = {
         "response_type": "code",
         "client_id": CLIENT_ID,
         "redirect_uri": REDIRECT_URI,
         "scope": "openid profile email",
         "state": state,
-        "nonce": nonce,
-        "code_challenge": challenge.rstrip(b"=").decode(),
-        "code_challenge_method": "S256",
     }
+    if nonce is not None:
+        query["nonce"] = nonce
+    if verifier is not None:
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
+        query["code_challenge"] = challenge.rstrip(b"=").decode()
+        query["code_challenge_method"] = "S256"
     return f"{_discovery(idp)['authorization_endpoint']}?{urlencode(query)}"
 
 
@@ -77,24 +81,44 @@ def _verified(idp: IdentityProvider, id_token: str, **checks: Any) -> dict[str, 
     return claims
 
 
-def _code_flow(idp: IdentityProvider, username: str, **checks: Any) -> Issued:
-    """Sign ``username`` in through the authorization endpoint, exchange the code."""
+def _code_flow(
+    idp: IdentityProvider,
+    username: str,
+    *,
+    with_nonce: bool = True,
+    with_pkce: bool = True,
+    secret_in: str = "header",
+    **checks: Any,
+) -> Issued:
+    """Sign ``username`` in through the authorization endpoint, exchange the code.
+
+    ``secret_in``: the client authenticates with HTTP Basic (``header``) or in the form
+    (``body``, which allauth's client prefers when discovery offers both).
+    """
     state, nonce, verifier = (secrets.token_urlsafe(32) for _ in range(3))
-    back = idp.authorize(_authorize_url(idp, state=state, nonce=nonce, verifier=verifier), username)
+    url = _authorize_url(
+        idp,
+        state=state,
+        nonce=nonce if with_nonce else None,
+        verifier=verifier if with_pkce else None,
+    )
+    back = idp.authorize(url, username)
     assert back.startswith(REDIRECT_URI + "?")
     query = parse_qs(urlsplit(back).query)
     assert query["state"] == [state]
+    form = {
+        "grant_type": "authorization_code",
+        "code": query["code"][0],
+        "redirect_uri": REDIRECT_URI,
+    }
+    if with_pkce:
+        form["code_verifier"] = verifier
+    auth: tuple[str, str] | None = (CLIENT_ID, SECRET)
+    if secret_in == "body":
+        form.update(client_id=CLIENT_ID, client_secret=SECRET)
+        auth = None
     with _http() as http:
-        response = http.post(
-            _discovery(idp)["token_endpoint"],
-            data={
-                "grant_type": "authorization_code",
-                "code": query["code"][0],
-                "redirect_uri": REDIRECT_URI,
-                "code_verifier": verifier,
-            },
-            auth=(CLIENT_ID, SECRET),
-        )
+        response = http.post(_discovery(idp)["token_endpoint"], data=form, auth=auth)
     assert response.status_code == 200, response.text
     tokens = response.json()
     checks.setdefault("issuer", idp.issuer)
@@ -149,6 +173,16 @@ def test_a_code_flow_hands_out_a_signed_id_token_with_the_directorys_claims(
     assert userinfo["sub"] == claims["sub"]
     assert userinfo["email"] == "alice@example.com"
     assert userinfo["groups"] == ["settle-operators"]
+
+
+def test_a_flow_without_nonce_or_pkce_and_the_secret_in_the_body_works_too(
+    provider: IdentityProvider,
+) -> None:
+    """What allauth's openid_connect client sends unless told otherwise: no nonce, no
+    PKCE, client_secret_post."""
+    issued = _code_flow(provider, "alice", with_nonce=False, with_pkce=False, secret_in="body")
+    assert "nonce" not in issued.claims
+    assert issued.claims["groups"] == ["settle-operators"]
 
 
 def test_the_sub_is_stable_and_the_directory_may_set_it(provider: IdentityProvider) -> None:
