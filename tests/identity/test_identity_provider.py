@@ -137,7 +137,8 @@ def _userinfo(idp: IdentityProvider, access_token: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def provider(idp: IdentityProvider) -> IdentityProvider:
+def idp_alice(idp: IdentityProvider) -> IdentityProvider:
+    """The IdP with this module's client, and Alice (an operator) in its directory."""
     idp.client(client_id=CLIENT_ID, secret=SECRET, redirect_uris=[REDIRECT_URI])
     idp.directory.person("alice", groups=["settle-operators"])
     return idp
@@ -156,11 +157,11 @@ def test_discovery_names_the_issuer_its_keys_and_endpoints(idp: IdentityProvider
 
 
 def test_a_code_flow_hands_out_a_signed_id_token_with_the_directorys_claims(
-    provider: IdentityProvider,
+    idp_alice: IdentityProvider,
 ) -> None:
-    issued = _code_flow(provider, "alice")
+    issued = _code_flow(idp_alice, "alice")
     claims = issued.claims
-    assert claims["iss"] == provider.issuer
+    assert claims["iss"] == idp_alice.issuer
     assert claims["aud"] == CLIENT_ID
     assert claims["nonce"] == issued.nonce
     assert claims["email"] == "alice@example.com"
@@ -169,80 +170,80 @@ def test_a_code_flow_hands_out_a_signed_id_token_with_the_directorys_claims(
     assert claims["groups"] == ["settle-operators"]
     assert claims["sub"]
     # Userinfo tells the same of the same person.
-    userinfo = _userinfo(provider, issued.tokens["access_token"])
+    userinfo = _userinfo(idp_alice, issued.tokens["access_token"])
     assert userinfo["sub"] == claims["sub"]
     assert userinfo["email"] == "alice@example.com"
     assert userinfo["groups"] == ["settle-operators"]
 
 
 def test_a_flow_without_nonce_or_pkce_and_the_secret_in_the_body_works_too(
-    provider: IdentityProvider,
+    idp_alice: IdentityProvider,
 ) -> None:
     """What allauth's openid_connect client sends unless told otherwise: no nonce, no
     PKCE, client_secret_post."""
-    issued = _code_flow(provider, "alice", with_nonce=False, with_pkce=False, secret_in="body")
+    issued = _code_flow(idp_alice, "alice", with_nonce=False, with_pkce=False, secret_in="body")
     assert "nonce" not in issued.claims
     assert issued.claims["groups"] == ["settle-operators"]
 
 
-def test_the_sub_is_stable_and_the_directory_may_set_it(provider: IdentityProvider) -> None:
-    first = _code_flow(provider, "alice").claims["sub"]
-    assert _code_flow(provider, "alice").claims["sub"] == first
-    provider.directory.person("bob", groups=[], sub="bob-at-the-idp")
-    assert _code_flow(provider, "bob").claims["sub"] == "bob-at-the-idp"
+def test_the_sub_is_stable_and_the_directory_may_set_it(idp_alice: IdentityProvider) -> None:
+    first = _code_flow(idp_alice, "alice").claims["sub"]
+    assert _code_flow(idp_alice, "alice").claims["sub"] == first
+    idp_alice.directory.person("bob", groups=[], sub="bob-at-the-idp")
+    assert _code_flow(idp_alice, "bob").claims["sub"] == "bob-at-the-idp"
 
 
-def test_a_change_of_groups_counts_from_the_next_token(provider: IdentityProvider) -> None:
-    assert _code_flow(provider, "alice").claims["groups"] == ["settle-operators"]
-    provider.directory.groups("alice", ["settle-viewers", "finance"])
-    issued = _code_flow(provider, "alice")
+def test_a_change_of_groups_counts_from_the_next_token(idp_alice: IdentityProvider) -> None:
+    assert _code_flow(idp_alice, "alice").claims["groups"] == ["settle-operators"]
+    idp_alice.directory.groups("alice", ["settle-viewers", "finance"])
+    issued = _code_flow(idp_alice, "alice")
     assert issued.claims["groups"] == ["settle-viewers", "finance"]
-    assert _userinfo(provider, issued.tokens["access_token"])["groups"] == [
+    assert _userinfo(idp_alice, issued.tokens["access_token"])["groups"] == [
         "settle-viewers",
         "finance",
     ]
 
 
-def test_the_groups_claim_is_named_by_the_directory(provider: IdentityProvider) -> None:
-    provider.directory.groups_claim("roles")
-    issued = _code_flow(provider, "alice")
+def test_the_groups_claim_is_named_by_the_directory(idp_alice: IdentityProvider) -> None:
+    idp_alice.directory.groups_claim("roles")
+    issued = _code_flow(idp_alice, "alice")
     assert issued.claims["roles"] == ["settle-operators"]
     assert "groups" not in issued.claims
-    assert _userinfo(provider, issued.tokens["access_token"])["roles"] == ["settle-operators"]
+    assert _userinfo(idp_alice, issued.tokens["access_token"])["roles"] == ["settle-operators"]
 
 
 def test_the_nonce_fault_gives_a_nonce_other_than_the_requests(
-    provider: IdentityProvider,
+    idp_alice: IdentityProvider,
 ) -> None:
-    provider.directory.fault(nonce="wrong")
-    issued = _code_flow(provider, "alice")
+    idp_alice.directory.fault(nonce="wrong")
+    issued = _code_flow(idp_alice, "alice")
     assert issued.claims["nonce"] != issued.nonce
-    provider.directory.clear_faults()
-    issued = _code_flow(provider, "alice")
+    idp_alice.directory.clear_faults()
+    issued = _code_flow(idp_alice, "alice")
     assert issued.claims["nonce"] == issued.nonce
 
 
-def test_the_expired_fault_gives_a_token_past_its_exp(provider: IdentityProvider) -> None:
-    provider.directory.fault(expired=True)
-    issued = _code_flow(provider, "alice", options={"verify_exp": False})
+def test_the_expired_fault_gives_a_token_past_its_exp(idp_alice: IdentityProvider) -> None:
+    idp_alice.directory.fault(expired=True)
+    issued = _code_flow(idp_alice, "alice", options={"verify_exp": False})
     # Past by an hour: beyond any clock leeway a client allows.
     assert issued.claims["exp"] < time.time() - 3000
     with pytest.raises(jwt.ExpiredSignatureError):
-        _verified(provider, issued.tokens["id_token"], issuer=provider.issuer)
+        _verified(idp_alice, issued.tokens["id_token"], issuer=idp_alice.issuer)
 
 
 def test_the_issuer_fault_names_the_other_issuer_in_discovery_and_token(
-    provider: IdentityProvider,
+    idp_alice: IdentityProvider,
 ) -> None:
     elsewhere = "http://elsewhere.example"
-    provider.directory.fault(issuer=elsewhere)
-    assert _discovery(provider)["issuer"] == elsewhere
-    issued = _code_flow(provider, "alice", issuer=elsewhere)
+    idp_alice.directory.fault(issuer=elsewhere)
+    assert _discovery(idp_alice)["issuer"] == elsewhere
+    issued = _code_flow(idp_alice, "alice", issuer=elsewhere)
     assert issued.claims["iss"] == elsewhere
     with pytest.raises(jwt.InvalidIssuerError):
-        _verified(provider, issued.tokens["id_token"], issuer=provider.issuer)
-    provider.directory.clear_faults()
-    assert _discovery(provider)["issuer"] == provider.issuer
+        _verified(idp_alice, issued.tokens["id_token"], issuer=idp_alice.issuer)
+    idp_alice.directory.clear_faults()
+    assert _discovery(idp_alice)["issuer"] == idp_alice.issuer
 
 
 def test_an_unknown_fault_is_refused(idp: IdentityProvider) -> None:
@@ -251,20 +252,23 @@ def test_an_unknown_fault_is_refused(idp: IdentityProvider) -> None:
 
 
 def test_someone_removed_or_with_a_wrong_password_cannot_sign_in(
-    provider: IdentityProvider,
+    idp_alice: IdentityProvider,
 ) -> None:
     state, nonce, verifier = "s", "n", secrets.token_urlsafe(32)
-    url = _authorize_url(provider, state=state, nonce=nonce, verifier=verifier)
-    with pytest.raises(SignInRefused):
-        provider.authorize(url, "alice", "not-her-password")
-    provider.directory.remove("alice")
-    with pytest.raises(SignInRefused):
-        provider.authorize(url, "alice")
-    with pytest.raises(SignInRefused):
-        provider.authorize(url, "nobody")
+    url = _authorize_url(idp_alice, state=state, nonce=nonce, verifier=verifier)
+    assert idp_alice.authorize(url, "alice").startswith(REDIRECT_URI + "?code=")
+    # The IdP's own sign-in form refuses them, and says so.
+    refused = "username and/or password you specified are not correct"
+    with pytest.raises(SignInRefused, match=refused):
+        idp_alice.authorize(url, "alice", "not-her-password")
+    idp_alice.directory.remove("alice")
+    with pytest.raises(SignInRefused, match=refused):
+        idp_alice.authorize(url, "alice")
+    with pytest.raises(SignInRefused, match=refused):
+        idp_alice.authorize(url, "nobody")
 
 
-def test_a_redirect_uri_the_client_does_not_have_is_refused(provider: IdentityProvider) -> None:
-    url = _authorize_url(provider, state="s", nonce="n", verifier=secrets.token_urlsafe(32))
+def test_a_redirect_uri_the_client_does_not_have_is_refused(idp_alice: IdentityProvider) -> None:
+    url = _authorize_url(idp_alice, state="s", nonce="n", verifier=secrets.token_urlsafe(32))
     with pytest.raises(SignInRefused):
-        provider.authorize(url.replace("localhost%3A9", "localhost%3A10"), "alice")
+        idp_alice.authorize(url.replace("localhost%3A9", "localhost%3A10"), "alice")
