@@ -41,6 +41,7 @@ from tests.support.celery_procs import REPO_ROOT
 from tests.support.console import PASSWORD
 from tests.support.idp.directory import (
     CLIENTS_FILE,
+    DIRECTORY_FILE,
     FAULTS,
     empty,
     json_read,
@@ -185,7 +186,7 @@ class IdentityProvider:
         self.issuer = url
         self.state = state
         self.log_path = log
-        self.directory = Directory(state / "directory.json")
+        self.directory = Directory(state / DIRECTORY_FILE)
 
     @property
     def discovery_url(self) -> str:
