@@ -24,8 +24,9 @@ from tests.support.flow import Api, Flow
 from tests.support.providers import sqlite_provider_init
 from tests.support.strict import STRICT
 
-# Real Celery processes (queue, celery_env, celery_procs), for any test that needs them.
-pytest_plugins = ["tests.support.celery_fixtures"]
+# Real Celery processes (queue, celery_env, celery_procs), and a real OpenID Connect
+# provider (identity_provider, idp), for any test that needs them.
+pytest_plugins = ["tests.support.celery_fixtures", "tests.support.oidc"]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
