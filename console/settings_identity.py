@@ -88,23 +88,29 @@ SETTLE_OIDC_ROLE_MAP = Path(_ROLE_MAP) if _ROLE_MAP else None
 if SETTLE_OIDC_ROLE_MAP and not SETTLE_OIDC_ROLE_MAP.is_file():
     raise ImproperlyConfigured(f"SETTLE_OIDC_ROLE_MAP={_ROLE_MAP!r} is not a file")
 
-SOCIALACCOUNT_PROVIDERS = {
-    "openid_connect": {
-        # PKCE (S256) on every sign-in; the state is allauth's, the nonce Settle's
-        # (identity.oidc), both kept in the session and good for one callback.
-        "OAUTH_PKCE_ENABLED": True,
-        "APPS": [
-            {
-                "provider_id": p.id,
-                "name": p.label,
-                "client_id": p.client_id,
-                "secret": p.client_secret,
-                "settings": {"server_url": p.issuer, "fetch_userinfo": True},
-            }
-            for p in SETTLE_OIDC
-        ],
+
+def socialaccount_providers(providers: tuple[OidcProvider, ...]) -> dict[str, object]:
+    """allauth's SOCIALACCOUNT_PROVIDERS for these identity providers."""
+    return {
+        "openid_connect": {
+            # PKCE (S256) on every sign-in; the state is allauth's, the nonce Settle's
+            # (identity.oidc), both kept in the session and good for one callback.
+            "OAUTH_PKCE_ENABLED": True,
+            "APPS": [
+                {
+                    "provider_id": p.id,
+                    "name": p.label,
+                    "client_id": p.client_id,
+                    "secret": p.client_secret,
+                    "settings": {"server_url": p.issuer, "fetch_userinfo": True},
+                }
+                for p in providers
+            ],
+        }
     }
-}
+
+
+SOCIALACCOUNT_PROVIDERS = socialaccount_providers(SETTLE_OIDC)
 SOCIALACCOUNT_ADAPTER = "identity.adapters.SocialAccountAdapter"
 ACCOUNT_ADAPTER = "identity.adapters.AccountAdapter"
 # The first sign-in creates the user, from the directory's claims, with no form to fill.
@@ -123,7 +129,7 @@ ACCOUNT_LOGIN_METHODS = {"username"}
 ACCOUNT_SIGNUP_FIELDS = ["username*", "password1*"]
 ACCOUNT_EMAIL_VERIFICATION = "none"
 ACCOUNT_LOGOUT_ON_GET = False
-ACCOUNT_SESSION_REMEMBER = None
+ACCOUNT_SESSION_REMEMBER = True  # no checkbox: a session lasts its maximum age
 ACCOUNT_PREVENT_ENUMERATION = True
 # django-axes throttles password sign-in (console.settings_security); allauth's own
 # limits, kept in the cache, would count each failure a second time.

@@ -84,7 +84,7 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
             idp=claims.idp,
             subject=claims.subject,
             groups=[],
-            actor=Actor.system(f"sso:{claims.idp}"),
+            actor=Actor.system(f"sso-{claims.idp}"),
         )
 
     def on_authentication_error(

@@ -10,3 +10,8 @@ class IdentityConfig(AppConfig):
     def ready(self) -> None:
         # The audit events of sign-in, sign-out and failures are signal receivers.
         from identity import events  # noqa: F401
+        from identity.rolemap import role_map
+
+        # Read now, so that a mistake in the role map stops every process at start-up
+        # (web, worker, beat) instead of the first sign-on.
+        role_map()

@@ -76,7 +76,7 @@ def signed_in(sender: Any, request: HttpRequest | None, user: AbstractBaseUser, 
             idp=sso.idp,
             subject=sso.subject,
             groups=sso.groups,
-            actor=Actor.system(f"sso:{sso.idp}"),
+            actor=Actor.system(f"sso-{sso.idp}"),
         )
     if method == "password" and settings.SETTLE_SSO_ENABLED:
         data["break_glass"] = True

@@ -59,6 +59,14 @@ def _start(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[s
             {"SETTLE_WEBHOOK_TIMEOUT_SECONDS": "10", "SETTLE_WEBHOOK_LEASE_SECONDS": "10"},
             "SETTLE_WEBHOOK_LEASE_SECONDS=10 must exceed SETTLE_WEBHOOK_TIMEOUT_SECONDS=10",
         ),
+        (
+            {"SETTLE_OIDC_ISSUER": "https://id.example.com"},
+            "SETTLE_OIDC_ISSUER is set: set SETTLE_OIDC_CLIENT_ID and _SECRET",
+        ),
+        ({"SETTLE_OIDC_ISSUER": "id.example.com"}, "SETTLE_OIDC_ISSUER='id.example.com' is not"),
+        ({"SETTLE_OIDC_PROVIDERS": "Partner"}, "SETTLE_OIDC_PROVIDERS: 'Partner' is not a"),
+        ({"SETTLE_OIDC_PROVIDERS": "partner"}, "set SETTLE_OIDC_PARTNER_ISSUER"),
+        ({"SETTLE_OIDC_ROLE_MAP": "/nowhere/roles.toml"}, "SETTLE_OIDC_ROLE_MAP='/nowhere/"),
     ],
 )
 def test_bad_value_fails_at_start_up_with_a_clear_message(env, message, tmp_path):
@@ -270,3 +278,77 @@ def test_the_rate_limit_is_counted_in_the_brokers_redis_unless_told(env, cache, 
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == cache.format(var=tmp_path / "var")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[groups."ops"]\nadmin = ["*"]', "\"ops\": 'admin' is not a role"),
+        ('[groups."ops"]\noperator = "orders"', '."ops".operator is not a list of provider'),
+        ("[groups\n", "roles.toml: "),
+        ('[people."ops"]\nviewer = ["*"]', "unknown tables ['people']"),
+        ('[idp.partner.teams."ops"]\nviewer = ["*"]', "[idp.partner] holds only a groups table"),
+    ],
+)
+def test_a_mistake_in_the_role_map_stops_start_up_saying_where(text, message, tmp_path):
+    role_map = tmp_path / "roles.toml"
+    role_map.write_text(text)
+    result = _start({"SETTLE_OIDC_ROLE_MAP": str(role_map)}, tmp_path)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_each_identity_provider_is_read_from_its_own_names(tmp_path):
+    script = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print([(p.id, p.issuer, p.client_id, p.label, p.groups_claim, p.allowed_groups) "
+        "for p in settings.SETTLE_OIDC]); "
+        "print([a['provider_id'] for a in "
+        "settings.SOCIALACCOUNT_PROVIDERS['openid_connect']['APPS']])"
+    )
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SETTLE_OIDC")}
+    environment |= {
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "SETTLE_VAR_DIR": str(tmp_path / "var"),
+        "SETTLE_OIDC_ISSUER": "https://id.example.com/",
+        "SETTLE_OIDC_CLIENT_ID": "settle",
+        "SETTLE_OIDC_CLIENT_SECRET": "s",
+        "SETTLE_OIDC_ALLOWED_GROUPS": "ops, leads,",
+        "SETTLE_OIDC_LABEL": "Sign in with Okta",
+        "SETTLE_OIDC_PROVIDERS": "partner-co",
+        "SETTLE_OIDC_PARTNER_CO_ISSUER": "https://partner.example.com",
+        "SETTLE_OIDC_PARTNER_CO_CLIENT_ID": "settle-p",
+        "SETTLE_OIDC_PARTNER_CO_CLIENT_SECRET": "p",
+        "SETTLE_OIDC_PARTNER_CO_GROUPS_CLAIM": "roles",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    providers, apps = result.stdout.splitlines()
+    assert providers == str(
+        [
+            (
+                "sso",
+                "https://id.example.com",
+                "settle",
+                "Sign in with Okta",
+                "groups",
+                ("ops", "leads"),
+            ),
+            (
+                "partner-co",
+                "https://partner.example.com",
+                "settle-p",
+                "Sign in with single sign-on",
+                "roles",
+                (),
+            ),
+        ]
+    )
+    assert apps == str(["sso", "partner-co"])
