@@ -61,11 +61,13 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
         try:
             claims = claims_checked(sociallogin)
         except SsoRefused as refused:
-            if refused.code is ErrorCode.SSO_GROUP_NOT_ALLOWED and sociallogin.is_existing:
+            dropped = refused.code is ErrorCode.SSO_GROUP_NOT_ALLOWED and sociallogin.is_existing
+            if dropped:
                 # Out of every allowed group: whatever the directory gave before goes.
                 self._roles_drop(sociallogin, refused.claims)
             sign_in_refused(request, refused.code, refused.claims, **refused.detail)
-            raise ImmediateHttpResponse(refusal_page(request, refused.code)) from None
+            page = refusal_page(request, refused.code, roles_removed=dropped)
+            raise ImmediateHttpResponse(page) from None
         if not sociallogin.is_existing and claims.email:
             taken = get_user_model().objects.filter(email__iexact=claims.email).exists()
             if taken:
