@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management import call_command
 from django.core.management.base import OutputWrapper
 from django.db import connection, connections
 from django.test import Client
 
 from approvals.actors import Actor
+from bench.scratch import scratch_database_use
 from monitoring.metrics import metrics_dir
 from monitoring.services.pulses import operation_counts_refresh
 from recovery.metrics import LOOKUPS
@@ -89,17 +89,7 @@ class MetricsBenchmark:
         self.stdout.write(json.dumps(figures))
 
     def _scratch_database(self, scratch: Path) -> None:
-        settings_dict = connection.settings_dict
-        if connection.vendor == "postgresql":
-            name = f"{settings_dict['NAME']}_benchmet"
-            with connection._nodb_cursor() as cursor:
-                cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                cursor.execute(f'CREATE DATABASE "{name}"')
-        else:
-            name = str(scratch / "bench.sqlite3")
-        connection.close()
-        settings_dict["NAME"] = name
-        call_command("migrate", verbosity=0, interactive=False)
+        scratch_database_use(scratch, "_benchmet")
 
     def _operations(self, count: int, providers: int) -> None:
         host = Host.objects.create(name="bench-fleet", token_hash="sha256:" + uuid.uuid4().hex)

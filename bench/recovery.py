@@ -44,17 +44,16 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from celery import current_app as celery_app
 from django.conf import settings
-from django.core.management import call_command
 from django.core.management.base import CommandError, OutputWrapper
 from django.db import connection, connections
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from approvals.actors import Actor
+from bench.scratch import scratch_database_use
 from bench.sqlcount import StatementCount, count_files_total, counting
 from common.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
 from recovery.models import Dispatch, Host, LookupAttempt, Operation, Provider, State
@@ -130,23 +129,7 @@ class RecoveryBenchmark:
 
     def _scratch_database(self, scratch: Path) -> str:
         """Point this process at a fresh scratch database; its URL, for the workers."""
-        settings_dict = connection.settings_dict
-        url = os.environ.get("DATABASE_URL", "")
-        if connection.vendor == "postgresql":
-            name = f"{settings_dict['NAME']}{self.scratch_suffix}"
-            # The maintenance database: the configured one need not exist.
-            with connection._nodb_cursor() as cursor:
-                cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                cursor.execute(f'CREATE DATABASE "{name}"')
-            parts = urlsplit(url)
-            url = urlunsplit(parts._replace(path=f"/{name}"))
-        else:
-            name = str(scratch / "bench.sqlite3")
-            url = f"sqlite:///{name}"
-        connection.close()
-        settings_dict["NAME"] = name
-        call_command("migrate", verbosity=0, interactive=False)
-        return url
+        return scratch_database_use(scratch, self.scratch_suffix)
 
     def _providers(self, scratch: Path, count: int, resumed: int) -> tuple[Provider, Provider]:
         host = Host.objects.create(name="bench-fleet", token_hash="sha256:" + uuid.uuid4().hex)

@@ -11,7 +11,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from allauth.socialaccount.models import SocialAccount
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from audit.hashing import SYSTEM_CHAIN
 from audit.kinds import AuditKind
@@ -251,3 +253,22 @@ def test_the_sign_in_page_offers_the_provider_and_hides_passwords_under_break_gl
     assert b'data-sso="sso"' in page.content
     assert b"Sign in with the directory" in page.content
     assert b'<details class="break-glass"' in page.content
+
+
+def test_a_page_once_signed_in_by_single_sign_on_costs_what_it_costs_a_password_user(
+    sso: IdentityProvider, provider: Provider, settings: Any
+) -> None:
+    sso.directory.person("ada", groups=["settle-operators"])
+    by_sso = Client()
+    sso_sign_in(by_sso, sso, "ada")
+    console_user("olivia", "operator", provider)
+    settings.SETTLE_SSO_ENABLED = False  # a password signs in a non-superuser again
+    by_password = Client()
+    assert by_password.post("/login/", {"login": "olivia", "password": PASSWORD}).status_code == 302
+    counted = []
+    for client in (by_sso, by_password):
+        client.get("/")
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get("/").status_code == 200
+        counted.append([q["sql"].split(" WHERE")[0] for q in queries])
+    assert counted[0] == counted[1]  # roles are synced at sign-in, never on a page
