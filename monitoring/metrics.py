@@ -4,7 +4,7 @@ Two kinds of figure, kept apart on purpose:
 
 events (counters, histograms)
     Declared by the app where the thing happens (``recovery.metrics``,
-    ``webhooks.metrics``) and bumped by the
+    ``webhooks.metrics``, ``identity.metrics``) and bumped by the
     process where it happened (a web process for a host-API request, a worker for a
     lookup or a sweep), in prometheus-client's multiprocess mode: each process writes
     its own file under ``PROMETHEUS_MULTIPROC_DIR`` (the setting ``SETTLE_METRICS_DIR``)

@@ -8,6 +8,7 @@ import re
 
 from prometheus_client.metrics import MetricWrapperBase
 
+import identity.metrics
 import recovery.metrics
 import webhooks.metrics
 from monitoring.metrics import HealthCollector
@@ -22,7 +23,7 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 def exported() -> set[str]:
     """Every sample name /metrics can carry: the counters and histograms, and the gauges."""
     names = set()
-    for module in (recovery.metrics, webhooks.metrics):
+    for module in (recovery.metrics, webhooks.metrics, identity.metrics):
         for value in vars(module).values():
             if isinstance(value, MetricWrapperBase):
                 names |= {value._name + suffix for suffix in SUFFIXES[value._type]}
