@@ -58,8 +58,9 @@ def _user_data(user: AbstractBaseUser) -> dict[str, Any]:
 @receiver(user_logged_in, dispatch_uid="settle-signed-in")
 @audit_transaction()
 def signed_in(sender: Any, request: HttpRequest | None, user: AbstractBaseUser, **_: Any) -> None:
-    if request is None or not request.META:
-        # A login with no HTTP request behind it (Client.force_login): nobody signed in.
+    if request is None or "REMOTE_ADDR" not in request.META:
+        # A login with no HTTP request behind it (Client.force_login, whose request has
+        # only what login() itself put in META): nobody signed in.
         return
     method = _method(request)
     sso: SsoClaims | None = getattr(request, "settle_sso", None)
@@ -100,7 +101,7 @@ def signed_out(
     )
 
 
-def _recordable(request: HttpRequest) -> bool:
+def _recordable(request: HttpRequest, kind: str, data: dict[str, Any]) -> bool:
     """Whether this address may still put a failure on the log in this minute."""
     minute = int(timezone.now().timestamp() // 60)
     key = f"identity:failures:{client_address(request)}:{minute}"
@@ -110,10 +111,14 @@ def _recordable(request: HttpRequest) -> bool:
     except Exception:  # the cache is down: record, as before the cache was there
         log.exception("sign-in failure counter unavailable")
         return True
-    return int(count) <= settings.SETTLE_REFUSALS_RECORDED_PER_MINUTE
+    if int(count) <= settings.SETTLE_REFUSALS_RECORDED_PER_MINUTE:
+        return True
+    log.warning("%s not recorded (this address's limit a minute): %s", kind, data)
+    return False
 
 
 @receiver(user_login_failed, dispatch_uid="settle-sign-in-failed")
+@audit_transaction()
 def sign_in_failed(
     sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **_: Any
 ) -> None:
@@ -126,16 +131,22 @@ def sign_in_failed(
     else:
         reason = "wrong_credentials"
     SIGN_INS.labels("password", "failed").inc()
-    data = {"username": username_of(request, credentials) or "", "reason": reason}
-    _failure_record(request, AuditKind.SIGN_IN_FAILED, data)
+    data = {
+        "username": username_of(request, credentials) or "",
+        "reason": reason,
+        "address": client_address(request),
+    }
+    if _recordable(request, AuditKind.SIGN_IN_FAILED, data):
+        audit_append(kind=AuditKind.SIGN_IN_FAILED, actor=SIGN_IN, data=data)
 
 
+@audit_transaction()
 def sign_in_refused(
     request: HttpRequest, code: ErrorCode, claims: SsoClaims | None, **detail: Any
 ) -> None:
     """A single sign-on the identity provider allowed and Settle refused, or could not verify."""
     SIGN_INS.labels("sso", "refused").inc()
-    data: dict[str, Any] = {"code": str(code), **detail}
+    data: dict[str, Any] = {"code": str(code), **detail, "address": client_address(request)}
     if claims is not None:
         data.update(
             idp=claims.idp,
@@ -144,13 +155,5 @@ def sign_in_refused(
             email=claims.email,
             groups=claims.groups,
         )
-    _failure_record(request, AuditKind.SIGN_IN_REFUSED, data)
-
-
-@audit_transaction()
-def _failure_record(request: HttpRequest, kind: AuditKind, data: dict[str, Any]) -> None:
-    data = {**data, "address": client_address(request)}
-    if not _recordable(request):
-        log.warning("%s not recorded (this address's limit a minute): %s", kind, data)
-        return
-    audit_append(kind=kind, actor=SIGN_IN, data=data)
+    if _recordable(request, AuditKind.SIGN_IN_REFUSED, data):
+        audit_append(kind=AuditKind.SIGN_IN_REFUSED, actor=SIGN_IN, data=data)
