@@ -181,6 +181,20 @@ def test_postgresql_connections_compile_nothing_unless_the_url_says(monkeypatch)
     assert _database()["OPTIONS"]["options"].endswith(" -c jit=on")
 
 
+def _settings_printed(code: str, environment: dict[str, str], *command: str) -> str:
+    """What ``code`` prints in a Python started with ``command`` in ``environment``."""
+    result = subprocess.run(
+        [sys.executable, *command, "-c", code],
+        cwd=ROOT,
+        env={"DJANGO_SETTINGS_MODULE": "console.settings", **environment},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 def _session_settings(env: dict[str, str], tmp_path: Path, *command: str) -> list[str]:
     """The bounds a process started with ``command`` puts on its PostgreSQL sessions."""
     code = (
@@ -192,19 +206,9 @@ def _session_settings(env: dict[str, str], tmp_path: Path, *command: str) -> lis
     environment |= {
         "SETTLE_VAR_DIR": str(tmp_path / "var"),
         "DATABASE_URL": "postgres://settle@db:5432/settle",
-        "DJANGO_SETTINGS_MODULE": "console.settings",
         **env,
     }
-    result = subprocess.run(
-        [sys.executable, *command, "-c", code],
-        cwd=ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.split()
+    return _settings_printed(code, environment, *command).split()
 
 
 def test_the_web_and_workers_bound_statements_and_commands_take_their_own_bound(tmp_path):
@@ -308,7 +312,6 @@ def test_each_identity_provider_is_read_from_its_own_names(tmp_path):
     )
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SETTLE_OIDC")}
     environment |= {
-        "DJANGO_SETTINGS_MODULE": "console.settings",
         "SETTLE_VAR_DIR": str(tmp_path / "var"),
         "SETTLE_OIDC_ISSUER": "https://id.example.com/",
         "SETTLE_OIDC_CLIENT_ID": "settle",
@@ -321,16 +324,7 @@ def test_each_identity_provider_is_read_from_its_own_names(tmp_path):
         "SETTLE_OIDC_PARTNER_CO_CLIENT_SECRET": "p",
         "SETTLE_OIDC_PARTNER_CO_GROUPS_CLAIM": "roles",
     }
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    providers, apps = result.stdout.splitlines()
+    providers, apps = _settings_printed(script, environment).splitlines()
     assert providers == str(
         [
             (

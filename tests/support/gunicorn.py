@@ -21,9 +21,7 @@ not gone within ``stop_timeout``. Every wait is bounded.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -36,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.celery_procs import child_environment
+from tests.support.processes import process_stop
 from tests.support.providers import _free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -142,20 +141,7 @@ def gunicorn_start(
 
 def gunicorn_stop(server: GunicornServer, stop_timeout: float = 20.0) -> int | None:
     """Graceful stop (SIGTERM), then SIGKILL to the whole group; reap. Returns the exit code."""
-    process = server.process
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=stop_timeout)
-        except subprocess.TimeoutExpired:
-            # Still not reaped, so the group id is still this master's: kill it and its
-            # workers together.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=10)
-    return process.returncode
+    return process_stop(server.process, stop_timeout)
 
 
 @contextlib.contextmanager

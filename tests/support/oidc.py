@@ -24,7 +24,6 @@ import contextlib
 import html.parser
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from tests.support.idp.directory import (
     json_read,
     json_write,
 )
+from tests.support.processes import process_stop
 from tests.support.providers import _free_port
 
 # Where allauth's sign-in page is at the IdP (tests/support/idp/urls.py).
@@ -237,17 +237,7 @@ class IdentityProvider:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL to its process group if it is not gone in ``timeout``."""
-        process = self.process
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=10)
+        process_stop(self.process, timeout)
 
 
 def _key_write(path: Path) -> None:
