@@ -45,8 +45,11 @@ def _method(request: HttpRequest) -> str:
     if getattr(request, "settle_sso", None) is not None:
         return "sso"
     records = request.session.get("account_authentication_methods", []) if request else []
-    methods = [r.get("method") for r in records if isinstance(r, dict)]
-    if methods and methods[0] == "mfa":  # a passkey alone, with no password before it
+    # A passkey alone is allauth's "mfa" record marked passwordless; a passkey asked
+    # after a password is a second record, and the sign-in is still the password's.
+    if any(
+        isinstance(r, dict) and r.get("method") == "mfa" and r.get("passwordless") for r in records
+    ):
         return "passkey"
     return "password"
 
