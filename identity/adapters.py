@@ -8,9 +8,13 @@ merged. Every refusal is a page with a stable code, and an audit event.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from allauth.account import app_settings as account_settings
 from allauth.account.adapter import DefaultAccountAdapter
+from allauth.account.authentication import get_authentication_records
+from allauth.core import context
 from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from allauth.socialaccount.models import SocialLogin
@@ -40,6 +44,21 @@ def refusal_page(request: HttpRequest, code: ErrorCode, **context: Any) -> HttpR
 class AccountAdapter(DefaultAccountAdapter):
     def is_open_for_signup(self, request: HttpRequest) -> bool:
         return False
+
+    def is_reauthentication_required(self, *, app: str, **kwargs: Any) -> bool:
+        """A sign-in less than ``ACCOUNT_REAUTHENTICATION_TIMEOUT`` ago counts as the
+        confirmation that registering or removing a passkey asks for.
+
+        allauth counts only a confirmation made after sign-in: someone who signed in a
+        minute ago would be asked again, and someone who signed in by single sign-on,
+        with no password and no passkey yet, has nothing allauth can ask for, and could
+        never register their first passkey.
+        """
+        request = context.request
+        records = get_authentication_records(request, request.user)
+        if records and time.time() - records[-1]["at"] < account_settings.REAUTHENTICATION_TIMEOUT:
+            return False
+        return bool(super().is_reauthentication_required(app=app, **kwargs))
 
     def get_client_ip(self, request: HttpRequest) -> str:
         # allauth's own limits (sign-in attempts an address a minute) key on the same
