@@ -17,6 +17,7 @@ from allauth.mfa.signals import authenticator_added, authenticator_removed
 from allauth.mfa.webauthn.internal.auth import parse_registration_response
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -33,7 +34,7 @@ def _passkey_data(user: AbstractBaseUser, authenticator: Authenticator) -> dict[
     return {
         "user": user.get_username(),
         "user_id": user.pk,
-        "authenticator_id": authenticator.pk,
+        "authenticator_id": authenticator.pk or getattr(authenticator, "_settle_id", None),
         "name": authenticator.data.get("name", ""),
     }
 
@@ -67,6 +68,13 @@ def passkey_added(
     )
 
 
+@receiver(pre_delete, sender=Authenticator, dispatch_uid="settle-passkey-deleting")
+def _passkey_deleting(sender: Any, instance: Authenticator, **_: Any) -> None:
+    # allauth deletes the row before it sends authenticator_removed, and Django clears
+    # the primary key on delete: the event names the passkey by the id kept here.
+    instance._settle_id = instance.pk  # type: ignore[attr-defined]
+
+
 @receiver(authenticator_removed, dispatch_uid="settle-passkey-removed")
 @audit_transaction()
 def passkey_removed(
@@ -83,7 +91,10 @@ def passkey_removed(
     audit_append(
         kind=AuditKind.PASSKEY_REMOVED,
         actor=Actor.of("user", user),
-        data=_passkey_data(owner, authenticator),
+        data={
+            **_passkey_data(owner, authenticator),
+            "credential_id": passkey_credential(authenticator)["credential_id"],
+        },
     )
 
 
