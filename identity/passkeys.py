@@ -72,7 +72,7 @@ def passkey_added(
 def _passkey_deleting(sender: Any, instance: Authenticator, **_: Any) -> None:
     # allauth deletes the row before it sends authenticator_removed, and Django clears
     # the primary key on delete: the event names the passkey by the id kept here.
-    instance._settle_id = instance.pk  # type: ignore[attr-defined]
+    instance._settle_id = instance.pk
 
 
 @receiver(authenticator_removed, dispatch_uid="settle-passkey-removed")
