@@ -8,6 +8,7 @@ merged. Every refusal is a page with a stable code, and an audit event.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -26,7 +27,7 @@ from django.shortcuts import render
 
 from approvals.actors import Actor
 from common.errors import ErrorCode
-from identity.events import sign_in_refused
+from identity.events import SSO_PENDING_SESSION_KEY, sign_in_refused
 from identity.oidc import NonceProvider, SsoClaims, SsoRefused, claims_checked
 from identity.roles import roles_sync
 from identity.throttle import client_address
@@ -94,6 +95,9 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
             sign_in_refused(request, ErrorCode.SSO_ACCOUNT_INACTIVE, claims)
             raise ImmediateHttpResponse(refusal_page(request, ErrorCode.SSO_ACCOUNT_INACTIVE))
         request.settle_sso = claims  # type: ignore[attr-defined]
+        # When allauth then asks for the person's passkey, the sign-in ends on a later
+        # request: the session keeps the claims until then (identity.events).
+        request.session[SSO_PENDING_SESSION_KEY] = dataclasses.asdict(claims)
 
     def _roles_drop(self, sociallogin: SocialLogin, claims: SsoClaims | None) -> None:
         if claims is None:
@@ -103,7 +107,7 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
             idp=claims.idp,
             subject=claims.subject,
             groups=[],
-            actor=Actor.system(f"sso:{claims.idp}"),
+            actor=Actor.system(f"sso-{claims.idp}"),
         )
 
     def on_authentication_error(
