@@ -12,7 +12,7 @@ from django.test import Client, RequestFactory
 
 from console.settings_identity import _require_passkey_for
 from identity.passkeys import PasskeyRequiredMiddleware
-from tests.support.console import console_user
+from tests.support.console import PASSWORD, console_user
 
 pytestmark = pytest.mark.django_db
 
@@ -167,3 +167,16 @@ def test_middleware_costs_nothing_when_not_required(supervisor, django_assert_nu
     request.session = {}
     with django_assert_num_queries(0):
         assert _through_middleware(request) == 1
+
+
+def test_confirmation_page_is_a_console_page_that_takes_the_password(supervisor):
+    client = _signed_in(supervisor)  # no sign-in step recorded: registering asks again
+    page = client.get("/accounts/reauthenticate/?next=/accounts/2fa/webauthn/add/")
+    assert page.status_code == 200
+    assert b'class="card narrow"' in page.content
+    confirmed = client.post(
+        "/accounts/reauthenticate/?next=/accounts/2fa/webauthn/add/", {"password": PASSWORD}
+    )
+    assert confirmed.status_code == 302
+    assert confirmed["Location"] == "/accounts/2fa/webauthn/add/"
+    assert client.get("/accounts/2fa/webauthn/add/").status_code == 200
