@@ -14,7 +14,6 @@ from typing import Any
 from allauth.account.authentication import get_authentication_records
 from allauth.mfa.models import Authenticator
 from allauth.mfa.signals import authenticator_added, authenticator_removed
-from allauth.mfa.webauthn.internal.auth import parse_registration_response
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models.signals import pre_delete
@@ -23,6 +22,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from fido2 import cbor
 from fido2.utils import websafe_encode
+from fido2.webauthn import RegistrationResponse
 
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
@@ -41,7 +41,8 @@ def _passkey_data(user: AbstractBaseUser, authenticator: Authenticator) -> dict[
 
 def passkey_credential(authenticator: Authenticator) -> dict[str, str]:
     """The credential id and COSE public key (base64url) of a passkey's registration."""
-    response = parse_registration_response(authenticator.data["credential"])
+    # fido2's own parser, as the verification of signed decisions will use it.
+    response = RegistrationResponse.from_dict(authenticator.data["credential"])
     credential = response.response.attestation_object.auth_data.credential_data
     assert credential is not None  # a registration always carries its credential
     return {
@@ -111,6 +112,9 @@ class PasskeyRequiredMiddleware:
     """With ``SETTLE_REQUIRE_PASSKEY_FOR=supervisor``, a supervisor who has not used a
     passkey in this session is sent to the page that says why, from every page but the
     passkey pages, sign-in, sign-out and static files.
+
+    A supervisor as the navigation knows one (``audit_supervisor``): anyone holding
+    ``approve_reconciliations`` on a provider, and superusers, who hold it on all.
 
     Asked on every request rather than once at sign-in: a role granted while a session
     is open applies from its next request, as every other role change does. The passkey
