@@ -8,6 +8,8 @@ class IdentityConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The audit events of sign-in, sign-out, failures and passkeys added and
-        # removed are signal receivers.
-        from identity import events, passkeys  # noqa: F401
+        # The audit events of passkeys added and removed are signal receivers too.
+        import identity.passkeys  # noqa: F401
+
+        # The audit events of sign-in, sign-out and failures are signal receivers.
+        from identity import events  # noqa: F401
