@@ -68,6 +68,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    # After allauth's: a supervisor who has not used a passkey sees only the passkey pages.
+    "identity.passkeys.PasskeyRequiredMiddleware",
     # Last, as django-axes asks: it turns a locked-out sign-in into its 429 answer.
     "axes.middleware.AxesMiddleware",
 ]

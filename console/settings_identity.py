@@ -134,3 +134,29 @@ ACCOUNT_PREVENT_ENUMERATION = True
 # django-axes throttles password sign-in (console.settings_security); allauth's own
 # limits, kept in the cache, would count each failure a second time.
 ACCOUNT_RATE_LIMITS = {"login_failed": None}
+
+# Passkeys (allauth.mfa's WebAuthn, fido2 underneath: the library that will also verify
+# signed approval decisions). No authenticator codes and no recovery codes: a lost
+# passkey is replaced by a superuser removing it, after which its owner registers another.
+MFA_SUPPORTED_TYPES = ["webauthn"]
+MFA_PASSKEY_LOGIN_ENABLED = True
+# A passkey stands for its owner only if its owner unlocked it (PIN, fingerprint):
+# presence alone (a key left plugged in) is refused, at registration and at sign-in.
+MFA_WEBAUTHN_USER_VERIFICATION = "required"
+# The origin is checked against the host the browser reached, always.
+MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = False
+# Who must have used a passkey in their session before the console serves them:
+# nobody (empty), or every supervisor (identity.passkeys.PasskeyRequiredMiddleware).
+_PASSKEY_REQUIRED_FOR = ("", "supervisor")
+
+
+def _require_passkey_for() -> str:
+    value = env_str("SETTLE_REQUIRE_PASSKEY_FOR", "").strip()
+    if value not in _PASSKEY_REQUIRED_FOR:
+        raise ImproperlyConfigured(
+            f"SETTLE_REQUIRE_PASSKEY_FOR={value!r}: leave it empty or set it to supervisor"
+        )
+    return value
+
+
+SETTLE_REQUIRE_PASSKEY_FOR = _require_passkey_for()

@@ -6,9 +6,10 @@ from allauth.account.views import LogoutView
 from django.contrib import admin
 from django.urls import include, path, re_path, register_converter
 from django.urls.converters import StringConverter
+from django.views.generic import RedirectView
 
 from console.views import audit, bulk, dashboard, operations, queue, reconcile, system, webhooks
-from identity.views import SignInView
+from identity.views import SignInView, passkey_required
 from recovery.contract import KEY_PATTERN
 
 _KEY = re.compile(KEY_PATTERN)
@@ -82,6 +83,9 @@ urlpatterns = [
     # allauth's other pages: single sign-on's callbacks, passkeys, password change. No
     # mail is sent, so none that needs mail (reset by e-mail, e-mail addresses).
     re_path(r"^accounts/(password/reset|email|confirm-email|signup)/", system.not_found),
+    # Passkeys are the only second factor: allauth's two-factor overview is their list.
+    path("accounts/2fa/", RedirectView.as_view(pattern_name="mfa_list_webauthn")),
+    path("passkey-required/", passkey_required, name="passkey-required"),
     path("accounts/", include("allauth.urls")),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
     path("audit/", audit.audit_trail, name="audit"),

@@ -8,9 +8,14 @@ merged. Every refusal is a page with a stable code, and an audit event.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any
 
+from allauth.account import app_settings as account_settings
 from allauth.account.adapter import DefaultAccountAdapter
+from allauth.account.authentication import get_authentication_records
+from allauth.core import context
 from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from allauth.socialaccount.models import SocialLogin
@@ -22,7 +27,7 @@ from django.shortcuts import render
 
 from approvals.actors import Actor
 from common.errors import ErrorCode
-from identity.events import sign_in_refused
+from identity.events import SSO_PENDING_SESSION_KEY, sign_in_refused
 from identity.oidc import NonceProvider, SsoClaims, SsoRefused, claims_checked
 from identity.roles import roles_sync
 from identity.throttle import client_address
@@ -40,6 +45,21 @@ def refusal_page(request: HttpRequest, code: ErrorCode, **context: Any) -> HttpR
 class AccountAdapter(DefaultAccountAdapter):
     def is_open_for_signup(self, request: HttpRequest) -> bool:
         return False
+
+    def is_reauthentication_required(self, *, app: str, **kwargs: Any) -> bool:
+        """A sign-in less than ``ACCOUNT_REAUTHENTICATION_TIMEOUT`` ago counts as the
+        confirmation that registering or removing a passkey asks for.
+
+        allauth counts only a confirmation made after sign-in: someone who signed in a
+        minute ago would be asked again, and someone who signed in by single sign-on,
+        with no password and no passkey yet, has nothing allauth can ask for, and could
+        never register their first passkey.
+        """
+        request = context.request
+        records = get_authentication_records(request, request.user)
+        if records and time.time() - records[-1]["at"] < account_settings.REAUTHENTICATION_TIMEOUT:
+            return False
+        return bool(super().is_reauthentication_required(app=app, **kwargs))
 
     def get_client_ip(self, request: HttpRequest) -> str:
         # allauth's own limits (sign-in attempts an address a minute) key on the same
@@ -77,6 +97,9 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
             sign_in_refused(request, ErrorCode.SSO_ACCOUNT_INACTIVE, claims)
             raise ImmediateHttpResponse(refusal_page(request, ErrorCode.SSO_ACCOUNT_INACTIVE))
         request.settle_sso = claims  # type: ignore[attr-defined]
+        # When allauth then asks for the person's passkey, the sign-in ends on a later
+        # request: the session keeps the claims until then (identity.events).
+        request.session[SSO_PENDING_SESSION_KEY] = dataclasses.asdict(claims)
 
     def _roles_drop(self, sociallogin: SocialLogin, claims: SsoClaims | None) -> None:
         if claims is None:

@@ -8,6 +8,9 @@ class IdentityConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # The audit events of passkeys added and removed are signal receivers too.
+        import identity.passkeys  # noqa: F401
+
         # The audit events of sign-in, sign-out and failures are signal receivers.
         from identity import events  # noqa: F401
         from identity.rolemap import role_map

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from allauth.account.authentication import get_authentication_records
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
@@ -38,15 +39,38 @@ SIGN_IN = Actor.system("sign-in")
 # The session keeps the directory's word of the signed-in person: the console says from
 # it why someone has no role, without a query.
 SSO_SESSION_KEY = "settle_sso"
+SSO_PENDING_SESSION_KEY = "settle_sso_pending"
 
 
-def _method(request: HttpRequest) -> str:
+def _sso_claims(request: HttpRequest, user: AbstractBaseUser) -> SsoClaims | None:
+    """The directory's claims of this sign-in, if single sign-on made it.
+
+    On the request at the callback; in the session when allauth asked for the person's
+    passkey first (its second step for single sign-on too) and the sign-in ends on that
+    step's request. Kept claims count only if allauth's record of this user's sign-in
+    has the same subject: claims of an abandoned sign-in never name a later one.
+    """
+    pending = request.session.pop(SSO_PENDING_SESSION_KEY, None)
+    claims: SsoClaims | None = getattr(request, "settle_sso", None)
+    if claims is not None or not isinstance(pending, dict):
+        return claims
+    kept = SsoClaims(**pending)
+    records = get_authentication_records(request, user)
+    if any(r.get("method") == "socialaccount" and r.get("uid") == kept.subject for r in records):
+        return kept
+    return None
+
+
+def _method(request: HttpRequest, sso: SsoClaims | None) -> str:
     """How this sign-in was made: sso, passkey or password (allauth's record of it)."""
-    if getattr(request, "settle_sso", None) is not None:
+    if sso is not None:
         return "sso"
     records = request.session.get("account_authentication_methods", []) if request else []
-    methods = [r.get("method") for r in records if isinstance(r, dict)]
-    if methods and methods[0] == "mfa":  # a passkey alone, with no password before it
+    # A passkey alone is allauth's "mfa" record marked passwordless; a passkey asked
+    # after a password is a second record, and the sign-in is still the password's.
+    if any(
+        isinstance(r, dict) and r.get("method") == "mfa" and r.get("passwordless") for r in records
+    ):
         return "passkey"
     return "password"
 
@@ -62,8 +86,8 @@ def signed_in(sender: Any, request: HttpRequest | None, user: AbstractBaseUser, 
         # A login with no HTTP request behind it (Client.force_login, whose request has
         # only what login() itself put in META): nobody signed in.
         return
-    method = _method(request)
-    sso: SsoClaims | None = getattr(request, "settle_sso", None)
+    sso = _sso_claims(request, user)
+    method = _method(request, sso)
     data: dict[str, Any] = {
         **_user_data(user),
         "method": method,

@@ -1,11 +1,16 @@
-"""The sign-in page: django-allauth's, offering each configured identity provider."""
+"""The sign-in page (django-allauth's, offering each configured identity provider and
+passkeys), and the page that holds a supervisor until they have used a passkey."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from allauth.account.views import LoginView
+from allauth.mfa.models import Authenticator
 from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 
 
 class SignInView(LoginView):
@@ -16,3 +21,17 @@ class SignInView(LoginView):
         context: dict[str, Any] = super().get_context_data(**kwargs)
         context["sso_providers"] = settings.SETTLE_OIDC
         return context
+
+
+@login_required
+def passkey_required(request: HttpRequest) -> HttpResponse:
+    """Where ``PasskeyRequiredMiddleware`` holds a supervisor: register a passkey, or
+    prove the one registered (allauth's reauthentication with it records the use)."""
+    has_passkey = Authenticator.objects.filter(
+        user_id=request.user.pk, type=Authenticator.Type.WEBAUTHN
+    ).exists()
+    return render(
+        request,
+        "identity/passkey_required.html",
+        {"has_passkey": has_passkey},
+    )

@@ -1,0 +1,162 @@
+"""Passkeys: their audit events, and the console held until a supervisor has used one.
+
+allauth.mfa does the WebAuthn ceremonies (fido2 underneath) and keeps each passkey as an
+``Authenticator`` with its registration response. Here Settle records every passkey
+added or removed on the system chain, with the public key that a later signed decision
+is checked against, even after the passkey itself is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from allauth.account.authentication import get_authentication_records
+from allauth.mfa.models import Authenticator
+from allauth.mfa.signals import authenticator_added, authenticator_removed
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models.signals import pre_delete
+from django.dispatch import receiver
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from fido2 import cbor
+from fido2.utils import websafe_encode
+from fido2.webauthn import RegistrationResponse
+
+from approvals.actors import Actor
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
+from recovery.selectors import audit_supervisor
+
+
+def _passkey_data(user: AbstractBaseUser, authenticator: Authenticator) -> dict[str, Any]:
+    return {
+        "user": user.get_username(),
+        "user_id": user.pk,
+        "authenticator_id": authenticator.pk or getattr(authenticator, "_settle_id", None),
+        "name": authenticator.data.get("name", ""),
+    }
+
+
+def passkey_credential(authenticator: Authenticator) -> dict[str, str]:
+    """The credential id and COSE public key (base64url) of a passkey's registration."""
+    # fido2's own parser, as the verification of signed decisions will use it.
+    response = RegistrationResponse.from_dict(authenticator.data["credential"])
+    credential = response.response.attestation_object.auth_data.credential_data
+    assert credential is not None  # a registration always carries its credential
+    return {
+        "credential_id": websafe_encode(credential.credential_id),
+        "public_key": websafe_encode(cbor.encode(dict(credential.public_key))),
+    }
+
+
+@receiver(authenticator_added, dispatch_uid="settle-passkey-added")
+@audit_transaction()
+def passkey_added(
+    sender: Any,
+    request: HttpRequest,
+    user: AbstractBaseUser,
+    authenticator: Authenticator,
+    **_: Any,
+) -> None:
+    if authenticator.type != Authenticator.Type.WEBAUTHN:
+        return
+    audit_append(
+        kind=AuditKind.PASSKEY_ADDED,
+        actor=Actor.of("user", user),
+        data={**_passkey_data(user, authenticator), **passkey_credential(authenticator)},
+    )
+
+
+@receiver(pre_delete, sender=Authenticator, dispatch_uid="settle-passkey-deleting")
+def _passkey_deleting(sender: Any, instance: Authenticator, **_: Any) -> None:
+    # allauth deletes the row before it sends authenticator_removed, and Django clears
+    # the primary key on delete: the event names the passkey by the id kept here.
+    instance._settle_id = instance.pk
+
+
+@receiver(authenticator_removed, dispatch_uid="settle-passkey-removed")
+@audit_transaction()
+def passkey_removed(
+    sender: Any,
+    request: HttpRequest,
+    user: AbstractBaseUser,
+    authenticator: Authenticator,
+    **_: Any,
+) -> None:
+    if authenticator.type != Authenticator.Type.WEBAUTHN:
+        return
+    # The passkey's owner, whoever removed it (allauth sends the one signed in).
+    owner = authenticator.user
+    audit_append(
+        kind=AuditKind.PASSKEY_REMOVED,
+        actor=Actor.of("user", user),
+        data={
+            **_passkey_data(owner, authenticator),
+            "credential_id": passkey_credential(authenticator)["credential_id"],
+        },
+    )
+
+
+def passkey_used(request: HttpRequest, user: AbstractBaseUser) -> bool:
+    """Whether ``user`` proved a passkey in this session: to sign in, as the second
+    factor of a password or single sign-on, or to confirm it is still them."""
+    return any(
+        record.get("method") == "mfa" and record.get("type") == Authenticator.Type.WEBAUTHN
+        for record in get_authentication_records(request, user)
+    )
+
+
+class PasskeyRequiredMiddleware:
+    """With ``SETTLE_REQUIRE_PASSKEY_FOR=supervisor``, a supervisor who has not used a
+    passkey in this session is sent to the page that says why, from every page but the
+    passkey pages, sign-in, sign-out and static files.
+
+    A supervisor as the navigation knows one (``audit_supervisor``): anyone holding
+    ``approve_reconciliations`` on a provider, and superusers, who hold it on all.
+
+    Asked on every request rather than once at sign-in: a role granted while a session
+    is open applies from its next request, as every other role change does. The passkey
+    mark is allauth's own record of the session's sign-in steps (no query); only a
+    signed-in user without it costs one statement, the one the navigation asks anyway
+    (whether the user supervises), whose answer is left on the request for it.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if settings.SETTLE_REQUIRE_PASSKEY_FOR and self._held(request):
+            url = reverse("passkey-required")
+            if getattr(request, "htmx", False):
+                held = HttpResponse(status=403)
+                held["HX-Redirect"] = url
+                return held
+            return HttpResponseRedirect(url)
+        return self.get_response(request)
+
+    def _held(self, request: HttpRequest) -> bool:
+        if request.path_info.startswith(_exempt_paths()):
+            return False
+        user = request.user
+        if not user.is_authenticated or passkey_used(request, user):
+            return False
+        supervising = audit_supervisor(user=user)
+        request._settle_supervising = supervising  # type: ignore[attr-defined]
+        return supervising
+
+
+def _exempt_paths() -> tuple[str, ...]:
+    """What a held supervisor may still reach: enough to register a passkey, prove it,
+    or leave. The host API signs in with tokens, never a session."""
+    return (
+        "/" + settings.STATIC_URL.lstrip("/"),
+        reverse("passkey-required"),
+        reverse("mfa_index"),  # registering, listing, proving: /accounts/2fa/
+        reverse("account_reauthenticate"),
+        reverse("login"),
+        reverse("logout"),
+        reverse("account_logout"),
+        "/api/",
+    )
