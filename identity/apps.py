@@ -8,5 +8,6 @@ class IdentityConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The audit events of sign-in, sign-out and failures are signal receivers.
-        from identity import events  # noqa: F401
+        # The audit events of sign-in, sign-out and failures are signal receivers; so
+        # are a session's stamps at sign-in and the end of a deactivated user's sessions.
+        from identity import events, sessions  # noqa: F401

@@ -6,6 +6,9 @@ from typing import Any
 
 from allauth.account.views import LoginView
 from django.conf import settings
+from django.http import HttpResponse
+
+from identity.sessions import session_expiry_set
 
 
 class SignInView(LoginView):
@@ -16,3 +19,11 @@ class SignInView(LoginView):
         context: dict[str, Any] = super().get_context_data(**kwargs)
         context["sso_providers"] = settings.SETTLE_OIDC
         return context
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        response: HttpResponse = super().form_valid(form)
+        if self.request.user.is_authenticated:
+            # allauth's form sets the session's expiry after the sign-in (its "remember
+            # me": 0, until the browser closes, counted from each write): fix it again.
+            session_expiry_set(self.request)
+        return response
