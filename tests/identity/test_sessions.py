@@ -3,8 +3,12 @@ written at most once a minute, a user's sessions ended, and a deactivated user's
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import time_machine
@@ -195,3 +199,29 @@ def test_a_lost_role_applies_to_an_open_session_at_its_next_request(provider, op
     UserObjectPermission.objects.filter(user=operator).delete()
     assert client.get("/operations/op-1/").status_code == 404
     assert b"op-1" not in client.get("/").content
+
+
+def _settings_shown(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    show = (
+        "from django.conf import settings as s; "
+        "print(s.SESSION_COOKIE_AGE, s.SETTLE_SESSION_IDLE_MINUTES, s.SESSION_SAVE_EVERY_REQUEST)"
+    )
+    environment = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "DATABASE_URL"}}
+    return subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", show],
+        cwd=Path(__file__).resolve().parents[2],
+        env=environment | {"SETTLE_VAR_DIR": str(tmp_path / "var"), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_session_lengths_come_from_the_environment(tmp_path):
+    default = _settings_shown({}, tmp_path)
+    assert default.stdout.strip().splitlines()[-1] == "43200 30 False"
+    env = {"SETTLE_SESSION_MAX_AGE_MINUTES": "60", "SETTLE_SESSION_IDLE_MINUTES": "10"}
+    assert _settings_shown(env, tmp_path).stdout.strip().splitlines()[-1] == "3600 10 False"
+    bad = _settings_shown({"SETTLE_SESSION_IDLE_MINUTES": "0"}, tmp_path)
+    assert bad.returncode != 0
+    assert "SETTLE_SESSION_IDLE_MINUTES=0 is below the minimum of 1" in bad.stderr
