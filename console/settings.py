@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "allauth.socialaccount",
     "allauth.socialaccount.providers.openid_connect",
     "allauth.mfa",
+    # Each user's sessions, to end them (identity.sessions).
+    "allauth.usersessions",
     "approvals",
     "audit",
     "recovery",
@@ -64,6 +66,10 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Signs out a session idle too long (identity.sessions); then usersessions' own,
+    # which with activity tracking off does nothing per request.
+    "identity.sessions.IdleSignOutMiddleware",
+    "allauth.usersessions.middleware.UserSessionsMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",

@@ -160,3 +160,14 @@ def _require_passkey_for() -> str:
 
 
 SETTLE_REQUIRE_PASSKEY_FOR = _require_passkey_for()
+
+# How long a session lasts (identity.sessions): at most SETTLE_SESSION_MAX_AGE_MINUTES
+# from sign-in, however busy (its expiry is set once, at sign-in: never slid by a
+# request), and signed out after SETTLE_SESSION_IDLE_MINUTES without a request.
+SETTLE_SESSION_MAX_AGE_MINUTES = env_int("SETTLE_SESSION_MAX_AGE_MINUTES", 12 * 60, minimum=1)
+SETTLE_SESSION_IDLE_MINUTES = env_int("SETTLE_SESSION_IDLE_MINUTES", 30, minimum=1)
+SESSION_COOKIE_AGE = SETTLE_SESSION_MAX_AGE_MINUTES * 60
+SESSION_SAVE_EVERY_REQUEST = False
+# allauth.usersessions lists a user's sessions, so a supervisor can end them; a row is
+# written at sign-in only, never per request (no last-seen address or time).
+USERSESSIONS_TRACK_ACTIVITY = False

@@ -8,7 +8,17 @@ from django.urls import include, path, re_path, register_converter
 from django.urls.converters import StringConverter
 from django.views.generic import RedirectView
 
-from console.views import audit, bulk, dashboard, operations, queue, reconcile, system, webhooks
+from console.views import (
+    audit,
+    bulk,
+    dashboard,
+    operations,
+    people,
+    queue,
+    reconcile,
+    system,
+    webhooks,
+)
 from identity.views import SignInView, passkey_required
 from recovery.contract import KEY_PATTERN
 
@@ -110,6 +120,10 @@ urlpatterns = [
         webhooks.webhook_redeliver,
         name="webhook-redeliver",
     ),
+    # Who uses the console, and their sessions (identity.sessions).
+    path("people/", people.people, name="people"),
+    path("people/<int:user_id>/end-sessions", people.people_sessions_end, name="people-end"),
+    path("people/<int:user_id>/deactivate", people.people_deactivate, name="people-deactivate"),
     path("healthz", system.healthz, name="healthz"),
     path("livez", system.livez, name="livez"),
     path("status/", system.status, name="status"),

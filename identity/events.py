@@ -121,8 +121,18 @@ def signed_out(
     audit_append(
         kind=AuditKind.SIGNED_OUT,
         actor=Actor.of("user", user),
-        data={**_user_data(user), "address": client_address(request)},
+        data={
+            **_user_data(user),
+            "address": client_address(request),
+            # Why, when Settle signed them out (identity.sessions: "idle", "max_age").
+            **_signed_out_reason(request),
+        },
     )
+
+
+def _signed_out_reason(request: HttpRequest) -> dict[str, str]:
+    reason = getattr(request, "settle_signed_out_reason", None)
+    return {"reason": reason} if reason else {}
 
 
 def _recordable(request: HttpRequest, kind: str, data: dict[str, Any]) -> bool:

@@ -12,6 +12,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from identity.sessions import session_expiry_set
+
 
 class SignInView(LoginView):
     # FormView treats PUT as POST; a sign-in is a POST.
@@ -21,6 +23,14 @@ class SignInView(LoginView):
         context: dict[str, Any] = super().get_context_data(**kwargs)
         context["sso_providers"] = settings.SETTLE_OIDC
         return context
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        response: HttpResponse = super().form_valid(form)
+        if self.request.user.is_authenticated:
+            # allauth's form sets the session's expiry after the sign-in (its "remember
+            # me": 0, until the browser closes, counted from each write): fix it again.
+            session_expiry_set(self.request)
+        return response
 
 
 @login_required

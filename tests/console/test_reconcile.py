@@ -299,6 +299,8 @@ def test_repair_without_evidence_goes_through_four_eyes(operator, supervisor, st
 def test_a_claim_keeps_other_operators_off_until_released_or_idle(
     operator, second_operator, stuck, settings
 ):
+    # They come back once the claim has lapsed, still signed in: idle no longer than this.
+    settings.SETTLE_SESSION_IDLE_MINUTES = settings.SETTLE_CLAIM_IDLE_MINUTES + 60
     operation = stuck.mismatch("op-1")
     mine, theirs = client_for(operator), client_for(second_operator)
     mine.post(f"/operations/{operation.key}/claim")
@@ -337,6 +339,8 @@ def test_a_claim_keeps_other_operators_off_until_released_or_idle(
 
 
 def test_the_claimants_own_actions_keep_the_claim_alive(operator, second_operator, stuck, settings):
+    # The other operator comes back after the claim's idle time, still signed in.
+    settings.SETTLE_SESSION_IDLE_MINUTES = settings.SETTLE_CLAIM_IDLE_MINUTES * 2
     operation = stuck.unknown("op-1")
     mine, theirs = client_for(operator), client_for(second_operator)
     mine.post(f"/operations/{operation.key}/claim")
