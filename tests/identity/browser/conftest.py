@@ -8,11 +8,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import CDPSession, Page
 
-from tests.console.browser import conftest as console_browser
+from tests.support.browser import browser, page
 
-# The console's own fixtures, shared rather than copied.
-browser = console_browser.browser
-page = console_browser.page
+__all__ = ["browser", "page"]
 
 UNLOCKED = {
     "protocol": "ctap2",
