@@ -108,4 +108,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(SETTLE_AUDIT_VERIFY_FULL_SECONDS),
         "options": {"expires": float(SETTLE_AUDIT_VERIFY_FULL_SECONDS)},
     },
+    # Ended sessions out of the session table (Django's clearsessions) and out of the
+    # list of a person's sessions, which every sign-in of theirs reads.
+    "sessions-clear": {
+        "task": "identity.tasks.sessions_clear",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    },
 }

@@ -166,3 +166,20 @@ def _deactivated(sender: Any, instance: Any, **_: Any) -> None:
     instance._settle_deactivating = False
     actor = getattr(instance, "_settle_deactivated_by", DEACTIVATION)
     sessions_end(user=instance, actor=actor, reason="deactivated")
+
+
+def sessions_expired_clear() -> tuple[int, int]:
+    """Expired sessions out of the session table, and allauth's rows of sessions gone.
+
+    Django keeps an expired session's row until ``clearsessions`` runs, and allauth
+    checks each of a person's session rows at their every sign-in: beat clears both, so
+    that neither grows with the sessions a person ever had. Returns (sessions, rows).
+    """
+    from allauth.usersessions.models import UserSession  # see sessions_end
+    from django.contrib.sessions.models import Session
+
+    expired, _ = Session.objects.filter(expire_date__lt=datetime.now(UTC)).delete()
+    gone, _ = UserSession.objects.exclude(
+        session_key__in=Session.objects.values("session_key")
+    ).delete()
+    return expired, gone

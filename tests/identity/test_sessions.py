@@ -225,3 +225,23 @@ def test_the_session_lengths_come_from_the_environment(tmp_path):
     bad = _settings_shown({"SETTLE_SESSION_IDLE_MINUTES": "0"}, tmp_path)
     assert bad.returncode != 0
     assert "SETTLE_SESSION_IDLE_MINUTES=0 is below the minimum of 1" in bad.stderr
+
+
+def test_beat_clears_ended_sessions_and_their_rows_and_keeps_the_open_ones(provider):
+    from django.contrib.sessions.models import Session
+
+    from identity.tasks import sessions_clear
+
+    console_user("olivia", "operator", provider)
+    with time_machine.travel(START, tick=False) as clock:
+        old = _signed_in("olivia")
+        clock.shift(timedelta(minutes=600))
+        kept = _signed_in("olivia")
+        clock.shift(timedelta(minutes=121))  # the first is past its maximum age
+        assert sessions_clear() == (1, 1)
+    assert list(Session.objects.values_list("session_key", flat=True)) == [kept.session.session_key]
+    assert list(UserSession.objects.values_list("session_key", flat=True)) == [
+        kept.session.session_key
+    ]
+    assert old.session.session_key not in {s.session_key for s in UserSession.objects.all()}
+    assert sessions_clear() == (0, 0)
