@@ -16,43 +16,15 @@ from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from console.settings_identity import OidcProvider
 from tests.support.console import PASSWORD
+from tests.support.sso import sso_on
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
-CLIENT_ID = "settle-passkeys"
-SECRET = "a-client-secret-for-tests-only"
-
 
 @pytest.fixture
-def sso(settings, idp, live_server) -> OidcProvider:
+def sso(settings, idp, live_server, tmp_path) -> OidcProvider:
     """Settle configured for the tests' IdP, as the SETTLE_OIDC_* names would."""
-    provider = OidcProvider(
-        id="sso",
-        issuer=idp.issuer,
-        client_id=CLIENT_ID,
-        client_secret=SECRET,
-        label="Sign in with the directory",
-        groups_claim="groups",
-        allowed_groups=(),
-    )
-    settings.SETTLE_OIDC = (provider,)
-    settings.SETTLE_SSO_ENABLED = True
-    settings.SOCIALACCOUNT_PROVIDERS = {
-        "openid_connect": {
-            "OAUTH_PKCE_ENABLED": True,
-            "APPS": [
-                {
-                    "provider_id": provider.id,
-                    "name": provider.label,
-                    "client_id": CLIENT_ID,
-                    "secret": SECRET,
-                    "settings": {"server_url": idp.issuer, "fetch_userinfo": True},
-                }
-            ],
-        }
-    }
-    callback = f"{live_server.url}/accounts/oidc/sso/login/callback/"
-    idp.client(client_id=CLIENT_ID, secret=SECRET, redirect_uris=[callback])
+    provider = sso_on(settings, idp, tmp_path, base=live_server.url)
     idp.directory.person("alice", groups=["settle-operators"])
     return provider
 
