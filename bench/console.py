@@ -23,12 +23,12 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, OutputWrapper
-from django.db import connection
 from django.test import Client
 from django.test.utils import override_settings
 from django.urls import NoReverseMatch, reverse
 
 from bench import seed
+from bench.sqlcount import statements_noted
 from console.forms import cursor_encode
 from recovery.models import Operation
 from recovery.selectors import QueueFilters, operations_queue_for_user
@@ -117,14 +117,7 @@ WARM_UP = 12
 
 def measure(client: Client, url: str, *, requests: int, status: int) -> dict[str, Any]:
     """p50/p95 server time in ms over ``requests`` requests (after ``WARM_UP``), SQL count."""
-    statements: list[str] = []
-
-    def counted(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append(sql)
-        return execute(sql, params, many, context)
-
-    # Not CaptureQueriesContext: each request's start empties the log it reads.
-    with connection.execute_wrapper(counted):
+    with statements_noted() as statements:
         response = client.get(url)
     if response.status_code != status:
         raise CommandError(f"{url} answered {response.status_code}, expected {status}")

@@ -32,6 +32,7 @@ from django.test import Client
 
 from approvals.actors import Actor
 from bench.scratch import scratch_database_use
+from bench.sqlcount import statements_noted
 from monitoring.metrics import metrics_dir
 from monitoring.services.pulses import operation_counts_refresh
 from recovery.metrics import LOOKUPS
@@ -143,13 +144,7 @@ class MetricsBenchmark:
         for _ in range(3):  # warm: connection, prepared statements, caches
             assert client.get("/metrics").status_code == 200
         timings = []
-        statements: list[str] = []
-
-        def counted(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-            statements.append(sql)
-            return execute(sql, params, many, context)
-
-        with connection.execute_wrapper(counted):
+        with statements_noted() as statements:
             response = client.get("/metrics")
         for _ in range(scrapes):
             started = time.perf_counter()

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -115,3 +116,20 @@ def worker_process_counting(**_: object) -> None:
         count_file_write(directory, count)
 
     task_postrun.connect(written, weak=False)
+
+
+@contextmanager
+def statements_noted() -> Iterator[list[str]]:
+    """Each statement the default connection runs inside, in a list that grows as they run.
+
+    Not CaptureQueriesContext: a request's start empties the log it reads, and the log is
+    capped, so a long run reads nothing from it.
+    """
+    statements: list[str] = []
+
+    def noted(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connections[DEFAULT_DB_ALIAS].execute_wrapper(noted):
+        yield statements

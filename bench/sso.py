@@ -38,6 +38,7 @@ from django.test import Client
 
 from approvals.actors import Actor
 from bench.scratch import scratch_database_use
+from bench.sqlcount import statements_noted
 from recovery.models import Provider
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure
@@ -78,16 +79,6 @@ class _Waited:
             yield
         finally:
             requests.Session.send = send  # type: ignore[method-assign]
-
-
-def _counted(statements: list[str]) -> Any:
-    """An execute wrapper that notes each statement (the query log is capped)."""
-
-    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append(sql)
-        return execute(sql, params, many, context)
-
-    return wrapper
 
 
 class SsoBenchmark:
@@ -150,8 +141,7 @@ class SsoBenchmark:
             authorize = sso_start(client)
             button = time.perf_counter() - started
         back = urlsplit(idp.authorize(authorize, "ada"))  # the person, at the provider
-        statements = []
-        with waited.counting(), connection.execute_wrapper(_counted(statements)):
+        with waited.counting(), statements_noted() as statements:
             started = time.perf_counter()
             response = client.get(f"{back.path}?{back.query}")
             callback = time.perf_counter() - started
@@ -183,8 +173,7 @@ class SsoBenchmark:
         counts = {}
         for name, client in (("sso", sso), ("password", password)):
             client.get("/")  # the first page after sign-in writes the session's activity
-            statements: list[str] = []
-            with connection.execute_wrapper(_counted(statements)):
+            with statements_noted() as statements:
                 assert client.get("/").status_code == 200
             counts[f"queue_statements_{name}"] = len(statements)
         return counts
