@@ -116,11 +116,11 @@ class MetricsBenchmark:
                 f"""INSERT INTO recovery_operation (key, host_id, action, provider_id,
                     params_canonical, params_digest, state, version, recovered,
                     lookups_inconclusive, next_lookup_at, audit_seq, audit_hash,
-                    created_at, updated_at)
+                    receipt_running, created_at, updated_at)
                 SELECT 'bench-' || n, {host.pk}, 'payment.send', {provider_of},
                     '{{"amount":1}}', 'sha256:' || n, {_STATES}, 3, false, 0,
                     CASE WHEN n % 1000 < 2 THEN {due} END, 0, '',
-                    {due}, {due}
+                    false, {due}, {due}
                 FROM {numbers}"""
             )
         # Counters as a few processes would have left them: one series per provider
