@@ -28,6 +28,7 @@ from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
+from identity.audited import user_named
 from identity.metrics import BREAK_GLASS_SIGN_INS, SIGN_INS
 from identity.oidc import SsoClaims
 from identity.roles import roles_sync
@@ -75,10 +76,6 @@ def _method(request: HttpRequest, sso: SsoClaims | None) -> str:
     return "password"
 
 
-def _user_data(user: AbstractBaseUser) -> dict[str, Any]:
-    return {"user": user.get_username(), "user_id": user.pk}
-
-
 @receiver(user_logged_in, dispatch_uid="settle-signed-in")
 @audit_transaction()
 def signed_in(sender: Any, request: HttpRequest | None, user: AbstractBaseUser, **_: Any) -> None:
@@ -89,7 +86,7 @@ def signed_in(sender: Any, request: HttpRequest | None, user: AbstractBaseUser, 
     sso = _sso_claims(request, user)
     method = _method(request, sso)
     data: dict[str, Any] = {
-        **_user_data(user),
+        **user_named(user),
         "method": method,
         "address": client_address(request),
     }
@@ -122,7 +119,7 @@ def signed_out(
         kind=AuditKind.SIGNED_OUT,
         actor=Actor.of("user", user),
         data={
-            **_user_data(user),
+            **user_named(user),
             "address": client_address(request),
             # Why, when Settle signed them out (identity.sessions: "idle", "max_age").
             **_signed_out_reason(request),

@@ -27,13 +27,13 @@ from fido2.webauthn import RegistrationResponse
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from identity.audited import user_named
 from recovery.selectors import audit_supervisor
 
 
 def _passkey_data(user: AbstractBaseUser, authenticator: Authenticator) -> dict[str, Any]:
     return {
-        "user": user.get_username(),
-        "user_id": user.pk,
+        **user_named(user),
         "authenticator_id": authenticator.pk or getattr(authenticator, "_settle_id", None),
         "name": authenticator.data.get("name", ""),
     }

@@ -14,6 +14,7 @@ from guardian.models import UserObjectPermission
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from identity.audited import user_named
 from identity.rolemap import EVERY_PROVIDER, role_map
 from recovery.models import Provider
 from recovery.services.roles import ROLES
@@ -77,8 +78,7 @@ def roles_sync(
             kind=AuditKind.ROLES_SYNCED,
             actor=actor,
             data={
-                "user": user.get_username(),
-                "user_id": user.pk,
+                **user_named(user),
                 "idp": idp,
                 "subject": subject,
                 "groups": sorted(groups),

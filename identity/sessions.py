@@ -28,6 +28,7 @@ from django.http import HttpRequest, HttpResponse
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from identity.audited import user_named
 from identity.throttle import client_address
 
 log = logging.getLogger(__name__)
@@ -128,8 +129,7 @@ def sessions_end(*, user: AbstractBaseUser, actor: Actor, reason: str) -> int:
         kind=AuditKind.SESSIONS_ENDED,
         actor=actor,
         data={
-            "user": user.get_username(),
-            "user_id": user.pk,
+            **user_named(user),
             "sessions": len(stored),
             "reason": reason,
         },
