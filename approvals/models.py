@@ -69,6 +69,30 @@ class Approval(models.Model):
     decided_by = ActorField()
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    # What the policy asked for when the approval opened (``policies``). No rule: one
+    # person, as before policies existed.
+    rule = models.CharField(max_length=100, blank=True, help_text="The policy rule that applied.")
+    rule_reason = models.CharField(max_length=500, blank=True)
+    policy_version = models.CharField(max_length=71, blank=True)
+    required = models.PositiveSmallIntegerField(
+        default=1, help_text="Distinct people whose approval it needs."
+    )
+    groups = models.JSONField(
+        default=list, blank=True, help_text="Directory groups its deciders come from; empty: any."
+    )
+    passkey_required = models.BooleanField(default=False)
+    # The person on whose behalf the host asked (a username); they never count.
+    proposer = models.CharField(max_length=150, blank=True)
+    # A person's decision is due by then; the sweep expires it.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Reaching people: who is told, who is told next, and when each message went.
+    notify_groups = models.JSONField(default=list, blank=True)
+    escalate_groups = models.JSONField(default=list, blank=True)
+    remind_at = models.DateTimeField(null=True, blank=True)
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    notified_at = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -77,10 +101,44 @@ class Approval(models.Model):
                 condition=Q(status="pending"),
                 name="approval_one_pending_per_operation",
             ),
+            models.CheckConstraint(condition=Q(required__gte=1), name="approval_required_positive"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["created_at", "id"],
+                condition=Q(status="pending"),
+                name="approval_pending",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"approval {self.id} ({self.status})"
+
+
+class ApprovalVote(models.Model):
+    """One person's decision on an approval; a quorum counts distinct voters.
+
+    A person decides an approval once (the same person twice counts once). A signed
+    vote keeps the WebAuthn assertion over the statement it signed
+    (``approvals.signing``), so the decision can be verified without trusting the row.
+    """
+
+    approval = models.ForeignKey(Approval, on_delete=models.PROTECT, related_name="votes")
+    voter = ActorField(blank=False)
+    approve = models.BooleanField()
+    reason = models.CharField(max_length=500, blank=True)
+    params_digest = models.CharField(max_length=71)
+    at = models.DateTimeField()
+    # The signed statement and the assertion over it, or empty when not signed.
+    signature = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "voter"], name="approval_vote_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{'approve' if self.approve else 'deny'} by {self.voter}"
 
 
 class Permit(models.Model):

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "allauth.usersessions",
     "approvals",
     "audit",
+    "policies",
     "recovery",
     "webhooks",
     "monitoring",

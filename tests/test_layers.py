@@ -28,6 +28,7 @@ LAYERS = [
     "monitoring",
     "webhooks",
     "recovery",
+    "policies",
     "audit",
     "approvals",
     "dbsql",
