@@ -15,6 +15,7 @@ class AuditKind(models.TextChoices):
     REGISTERED = "registered", "Registered"
     TRANSITION = "transition", "State changed"
     APPROVAL_REQUESTED = "approval_requested", "Approval requested"
+    APPROVAL_VOTED = "approval_voted", "Person decided"
     DECISION_REFUSED = "decision_refused", "Decision refused"
     PERMIT_ISSUED = "permit_issued", "Permit issued"
     PERMIT_REVOKED = "permit_revoked", "Permit revoked"
