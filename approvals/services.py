@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -129,9 +131,17 @@ def provider_rename(*, old: str, new: str) -> None:
 
 
 def approval_request(
-    *, binding: Binding, requested_by: Actor, host: str = ""
+    *,
+    binding: Binding,
+    requested_by: Actor,
+    host: str = "",
+    terms: Callable[[uuid.UUID], dict[str, Any]] | None = None,
 ) -> tuple[Approval, bool]:
-    """Open an approval for ``binding``, or return the pending one (``created`` False)."""
+    """Open an approval for ``binding``, or return the pending one (``created`` False).
+
+    ``terms``: called with the new approval's id, only when one is made, for what its
+    policy asks of it (the values of ``Approval``'s policy fields).
+    """
     pending = select_first(
         Approval, operation_key=binding.operation_key, status=Approval.Status.PENDING
     )
@@ -145,6 +155,9 @@ def approval_request(
         host=host,
         requested_by=requested_by,
     )
+    if terms is not None:
+        for name, value in terms(approval.id).items():
+            setattr(approval, name, value)
     insert([approval])
     return approval, True
 

@@ -51,6 +51,7 @@ class AuditKind(models.TextChoices):
     WEBHOOK_CONFIGURED = "webhook_configured", "Webhook endpoint configured"
     WEBHOOK_REDELIVERED = "webhook_redelivered", "Webhook redelivered"
     ALERT_RULE_CONFIGURED = "alert_rule_configured", "Alert rule configured"
+    POLICY_APPLIED = "policy_applied", "Approval policy applied"
     # The system chain: who signed in to the console, how, and with which roles.
     SIGNED_IN = "signed_in", "Signed in"
     SIGNED_OUT = "signed_out", "Signed out"

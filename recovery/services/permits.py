@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any, NoReturn
 
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from approvals import services as approvals
 from approvals.actors import Actor
@@ -13,6 +15,7 @@ from approvals.models import Approval, Approver, Permit
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
+from policies.services import Terms, approval_terms
 from recovery.models import (
     Host,
     Operation,
@@ -53,8 +56,16 @@ def approver_scope(
 
 
 @audit_transaction()
-def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[Approval, bool]:
-    """Ask for a decision on the operation's exact action (or return the pending one)."""
+def approval_open(
+    *, operation: Operation | OperationRef, host: Host, proposer: str = ""
+) -> tuple[Approval, bool]:
+    """Ask for a decision on the operation's exact action (or return the pending one).
+
+    The policy in force (``policies``) says what the new approval needs; where it
+    approves or denies by itself, Settle decides it here, in the same transaction,
+    naming the rule. ``proposer``: the username of the person the host acts for, who
+    never decides it.
+    """
     operation = operation_lock(operation)
     if operation.state != State.AWAITING_APPROVAL:
         raise RecoveryError(
@@ -62,17 +73,85 @@ def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[A
             f"operation is {operation.state}; no approval can be opened",
             state=operation.state,
         )
-    approval, created = approvals.approval_request(
-        binding=binding(operation), requested_by=Actor.of("host", host), host=host.name
-    )
-    if created:
-        audit_append(
-            kind=AuditKind.APPROVAL_REQUESTED,
-            operation=operation,
-            actor=Actor.of("host", host),
-            data={"approval_id": str(approval.id)},
+    bound = binding(operation)
+    asked: list[Terms] = []
+
+    def terms(approval_id: uuid.UUID) -> dict[str, Any]:
+        found = approval_terms(
+            provider=bound.provider,
+            action=bound.action,
+            host=host.name,
+            params=operation.params,
+            approval_id=approval_id,
         )
-    return approval, created
+        asked.append(found)
+        return _approval_fields(found, proposer)
+
+    approval, created = approvals.approval_request(
+        binding=bound, requested_by=Actor.of("host", host), host=host.name, terms=terms
+    )
+    if not created:
+        return approval, False
+    (found,) = asked
+    audit_append(
+        kind=AuditKind.APPROVAL_REQUESTED,
+        operation=operation,
+        actor=Actor.of("host", host),
+        data={"approval_id": str(approval.id), **_policy_record(found, approval)},
+    )
+    if found.outcome in ("approve", "deny"):
+        approval, _ = _decide(
+            operation,
+            approval.id,
+            found.outcome == "approve",
+            int(found.permit_ttl.total_seconds()),
+            POLICY,
+            f"policy rule {found.rule}",
+            True,
+        )
+    return approval, True
+
+
+POLICY = Actor.system("policy")
+
+
+def _approval_fields(terms: Terms, proposer: str) -> dict[str, Any]:
+    """An approval's policy fields, from what the policy asked of it."""
+    now = timezone.now()
+
+    def after(delay: timedelta | None) -> Any:
+        return now + delay if delay is not None else None
+
+    return {
+        "rule": terms.rule,
+        "rule_reason": terms.reason,
+        "policy_version": terms.version,
+        "required": terms.required,
+        "groups": list(terms.groups),
+        "passkey_required": terms.passkey,
+        "proposer": proposer,
+        "voting": bool(terms.required > 1 or terms.groups or terms.passkey or proposer),
+        "expires_at": after(terms.expires_after),
+        "notify_groups": list(terms.notify),
+        "escalate_groups": list(terms.escalate_to),
+        "remind_at": after(terms.remind_after),
+        "escalate_at": after(terms.escalate_after),
+    }
+
+
+def _policy_record(terms: Terms, approval: Approval) -> dict[str, Any]:
+    """What the audit log says of the policy's part in an opening (nothing without one)."""
+    if not terms.version:
+        return {}
+    record: dict[str, Any] = {
+        "policy_version": terms.version,
+        "rule": terms.rule,
+        "outcome": terms.outcome,
+        "required": approval.required,
+    }
+    if terms.budget is not None:
+        record["budget"] = terms.budget
+    return record
 
 
 @refusals_recorded(actor="decided_by")
