@@ -200,7 +200,7 @@ def budget_spend(
         checks.append("u.n + 1 <= %s")
         values.append(budget.count)
     if budget.limit is not None:
-        checks.append("u.total + %s <= %s")
+        checks.append("u.total + CAST(%s AS NUMERIC) <= CAST(%s AS NUMERIC)")
         values += [amount, budget.limit]
     condition = (
         f"(SELECT {' AND '.join(checks)} FROM (SELECT COUNT(*) AS n, "
