@@ -14,6 +14,7 @@ from console.views import (
     dashboard,
     operations,
     people,
+    policy,
     queue,
     reconcile,
     system,
@@ -63,6 +64,7 @@ urlpatterns = [
         "operations/<key:key>/release", reconcile.operation_release_view, name="operation-release"
     ),
     path("reconciliations/", reconcile.reconciliations, name="reconciliations"),
+    path("policy/", policy.policy, name="policy"),
     *(
         path(
             f"reconciliations/<int:request_id>/{decision}",
