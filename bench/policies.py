@@ -26,8 +26,9 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+from django.core.management.base import OutputWrapper
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -65,7 +66,7 @@ def twenty_rules(*, paying_action: str) -> bytes:
 
 
 class PolicyBenchmark:
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: OutputWrapper) -> None:
         self.out = out
 
     def run(self, *, openings: int, **_: Any) -> None:
