@@ -141,12 +141,12 @@ def rp_id_named(record: Mapping[str, Any]) -> str:
     The origin's host or a domain above it whose SHA-256 the authenticator data names:
     for checking a record later, when the host the browser reached is not at hand.
     """
-    try:
-        client_data = CollectedClientData(websafe_decode(record["client_data_json"]))
-        auth_data = AuthenticatorData(websafe_decode(record["authenticator_data"]))
-        host = _origin_host(client_data.origin)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SignatureInvalid(SignatureInvalid.MALFORMED, str(exc)) from None
+    client_data, auth_data, _, _ = _parsed(record)
+    return _rp_id_of(client_data, auth_data)
+
+
+def _rp_id_of(client_data: CollectedClientData, auth_data: AuthenticatorData) -> str:
+    host = urlsplit(client_data.origin).hostname or ""
     labels = host.split(".")
     for start in range(len(labels)):
         candidate = ".".join(labels[start:])
@@ -155,18 +155,26 @@ def rp_id_named(record: Mapping[str, Any]) -> str:
     raise SignatureInvalid(SignatureInvalid.WRONG_RP, "the assertion names no domain of its origin")
 
 
-def _origin_host(origin: str) -> str:
-    host = urlsplit(origin).hostname
-    if not host:
-        raise ValueError(f"the origin {origin!r} names no host")
-    return host
+def _parsed(
+    record: Mapping[str, Any],
+) -> tuple[CollectedClientData, AuthenticatorData, bytes, bytes]:
+    """The record's client data, authenticator data, signature and expected challenge."""
+    try:
+        return (
+            CollectedClientData(websafe_decode(record["client_data_json"])),
+            AuthenticatorData(websafe_decode(record["authenticator_data"])),
+            websafe_decode(record["signature"]),
+            challenge_of(record["statement"]),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SignatureInvalid(SignatureInvalid.MALFORMED, str(exc)) from None
 
 
 def assertion_verify(
     *,
     public_key: str,
     record: Mapping[str, Any],
-    rp_id: str,
+    rp_id: str | None,
     origins: Collection[str] | Callable[[str], bool],
 ) -> int:
     """Check that ``record``'s assertion signs its statement under ``public_key``; return
@@ -175,20 +183,17 @@ def assertion_verify(
     The assertion must be a WebAuthn ``get`` for the statement's challenge, from an
     allowed origin (a collection, or a predicate), for ``rp_id``, with the user present
     and verified (unlocked by PIN or biometrics), and its signature must hold. Raises
-    ``SignatureInvalid`` with the first reason it fails.
+    ``SignatureInvalid`` with the first reason it fails. ``rp_id`` None: the relying
+    party the record names (``rp_id_named``), for a record checked long after, when the
+    host the browser reached is not at hand; its origin must still be one it may use.
     """
-    try:
-        signed = record["statement"]
-        client_data = CollectedClientData(websafe_decode(record["client_data_json"]))
-        auth_data = AuthenticatorData(websafe_decode(record["authenticator_data"]))
-        signature = websafe_decode(record["signature"])
-        expected = challenge_of(signed)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise SignatureInvalid(SignatureInvalid.MALFORMED, str(exc)) from None
+    client_data, auth_data, signature, expected = _parsed(record)
     if client_data.type != CollectedClientData.TYPE.GET:
         raise SignatureInvalid(SignatureInvalid.WRONG_TYPE, f"client data of {client_data.type}")
     if not hmac.compare_digest(client_data.challenge, expected):
         raise SignatureInvalid(SignatureInvalid.WRONG_CHALLENGE, "it signs another statement")
+    if rp_id is None:
+        rp_id = _rp_id_of(client_data, auth_data)
     allowed = origins(client_data.origin) if callable(origins) else client_data.origin in origins
     # Made in a frame of another site, the browser says so: never a decision of ours.
     if not allowed or client_data.cross_origin or not verify_rp_id(rp_id, client_data.origin):

@@ -157,6 +157,16 @@ def test_the_relying_party_is_read_back_from_the_record():
     assert assertion_verify(
         public_key=passkey.public_key, record=record, rp_id="example.com", origins=lambda o: True
     )
+    # None: the relying party the record names, still one its origin may use.
+    assert assertion_verify(
+        public_key=passkey.public_key, record=record, rp_id=None, origins=lambda o: True
+    )
+    insecure = SoftPasskey(rp_id="example.com", origin="http://example.com").record(_statement())
+    with pytest.raises(SignatureInvalid) as refused:
+        assertion_verify(
+            public_key=passkey.public_key, record=insecure, rp_id=None, origins=lambda o: True
+        )
+    assert refused.value.reason == "wrong_origin"
     with pytest.raises(SignatureInvalid) as refused:
         rp_id_named(SoftPasskey(rp_id="other.org").record(_statement()))
     assert refused.value.reason == "wrong_rp"
