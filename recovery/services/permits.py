@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from approvals import services as approvals
+from approvals import signing
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
 from audit.chain import audit_append, audit_transaction
@@ -223,6 +224,16 @@ def approval_decision(
                 f"approval is already {approval.status}",
                 status=approval.status,
             )
+        # The caller checked the signature; here, that what it signs is this very decision.
+        if signature and not signing.statement_matches(
+            signature,
+            approval_id=str(approval.id),
+            operation_key=approval.operation_key,
+            params_digest=approval.params_digest,
+            decision="approve" if approve else "deny",
+            person=decided_by.stored,
+        ):
+            refuse(ErrorCode.SIGNATURE_INVALID, "the signed statement is not this decision", {})
         _voter_check(approval, decided_by, signature, refuse)
         try:
             vote, approvals_so_far = approvals.approval_vote(
