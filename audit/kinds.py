@@ -16,6 +16,7 @@ class AuditKind(models.TextChoices):
     TRANSITION = "transition", "State changed"
     APPROVAL_REQUESTED = "approval_requested", "Approval requested"
     DECISION_REFUSED = "decision_refused", "Decision refused"
+    APPROVAL_EXPIRED = "approval_expired", "Approval expired"
     PERMIT_ISSUED = "permit_issued", "Permit issued"
     PERMIT_REVOKED = "permit_revoked", "Permit revoked"
     PERMIT_REVOKE_IGNORED = "permit_revoke_ignored", "Permit revocation ignored"
