@@ -147,7 +147,8 @@ def approval_notices_claim(*, now: datetime, limit: int) -> int:
     live = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
     approvals = list(
         Approval.objects.filter(owed, live, status=PENDING)
-        .select_for_update(skip_locked=True)
+        # NO KEY: a permit or vote inserted for the approval meanwhile need not wait.
+        .select_for_update(skip_locked=True, no_key=True)
         .order_by("created_at", "id")[:limit]
     )
     notices: list[ApprovalNotice] = []

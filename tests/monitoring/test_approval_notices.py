@@ -215,6 +215,32 @@ def test_an_undelivered_message_is_recorded_and_sent_again(
 
 
 @pytest.mark.django_db
+def test_beats_task_is_the_run(flow: Flow, receiver: Receiver, notify_config: Path):
+    from monitoring import tasks
+
+    opened(flow, "op-1")
+    opened(flow, "op-2", notify_groups=["payments"])
+    assert tasks.approval_notices() == 2  # messages delivered: one per tag
+    assert tasks.approval_notices() == 0
+    assert set(by_tag(receiver)) == {"approvers", "payments"}
+
+
+@pytest.mark.django_db
+def test_a_message_undelivered_for_a_day_is_dropped(
+    flow: Flow, receiver: Receiver, notify_config: Path
+):
+    opened(flow, "op-1", remind_at=timezone.now() + timedelta(days=2))
+    receiver.status = 500
+    approval_notices_run()
+    receiver.status = 200
+    with later(24 * 60 + 1):
+        approval_notices_run()
+        assert receiver.take() == []
+    notice = ApprovalNotice.objects.get()
+    assert notice.status == "dropped" and "could not deliver" in notice.send_error
+
+
+@pytest.mark.django_db
 def test_news_of_an_approval_decided_meanwhile_is_dropped(
     flow: Flow, receiver: Receiver, notify_config: Path
 ):
