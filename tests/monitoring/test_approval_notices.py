@@ -353,3 +353,19 @@ def test_two_runs_at_once_never_send_one_message_twice(
     for approval in approvals:
         assert sum(body.count(link(approval)) for body in bodies) == 1, link(approval)
     assert ApprovalNotice.objects.filter(status="sent").count() == len(approvals)
+
+
+@pytest.mark.django_db
+def test_an_undelivered_message_shows_its_error_in_the_admin(
+    flow: Flow, receiver: Receiver, notify_config: Path, client: Any
+):
+    from django.contrib.auth.models import User
+
+    opened(flow, "op-1")
+    receiver.status = 500
+    approval_notices_run()
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw-tests"))
+    notice = ApprovalNotice.objects.get()
+    assert client.get("/admin/monitoring/approvalnotice/").status_code == 200
+    page = client.get(f"/admin/monitoring/approvalnotice/{notice.pk}/change/")
+    assert page.status_code == 200 and "could not deliver to tag" in page.content.decode()
