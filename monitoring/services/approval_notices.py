@@ -173,8 +173,8 @@ def approval_notices_claim(*, now: datetime, limit: int) -> int:
             kinds.append(Kind.ESCALATION)
         if not marks:
             continue
-        # Under the row's lock, and compared anyway: on a database without row locks
-        # (SQLite) this is what keeps a second run from claiming the same message.
+        # Under the row's lock (SQLite: one writer at a time), and compared anyway, so
+        # that sending once never rests on the lock alone.
         unset = {f"{name}__isnull": True for name in marks}
         if Approval.objects.filter(pk=approval.pk, status=PENDING, **unset).update(**marks) != 1:
             continue
@@ -238,7 +238,8 @@ def _notices_take(*, now: datetime) -> list[ApprovalNotice]:
                 status=ApprovalNotice.Status.DROPPED, claimed_until=None
             )
         ids = [notice.pk for notice in taken]
-        # Compared again: without row locks (SQLite) a second run may have read them too.
+        # Compared again, so that sending once never rests on the lock alone: should
+        # another run have taken one meanwhile, this run sends nothing rather than twice.
         won = ApprovalNotice.objects.filter(due, pk__in=ids, status=ApprovalNotice.Status.PENDING)
         if won.update(claimed_until=now + SEND_LEASE) != len(ids):
             raise RuntimeError("approval notices taken by another run meanwhile")
