@@ -29,8 +29,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 from fido2 import cbor
-from fido2.cose import CoseKey
+from fido2.cose import ES256, CoseKey
 from fido2.rpid import verify_rp_id
 from fido2.utils import websafe_decode, websafe_encode
 from fido2.webauthn import AuthenticatorData, CollectedClientData
@@ -135,6 +137,25 @@ def cose_key(public_key: str) -> CoseKey:
     return CoseKey.parse(decoded)
 
 
+@lru_cache(maxsize=1024)
+def _verifier(public_key: str) -> Callable[[bytes, bytes], None]:
+    """How to check a signature under ``public_key``: its ``verify(message, signature)``.
+
+    A P-256 key (ES256, what passkeys use) becomes the cryptography key object once,
+    which fido2's ``CoseKey.verify`` builds anew from the COSE numbers at every call;
+    any other algorithm is left to fido2.
+    """
+    key = cose_key(public_key)
+    if isinstance(key, ES256) and type(key) is ES256 and key.get(-1) == 1:
+        numbers = ec.EllipticCurvePublicNumbers(
+            int.from_bytes(key[-2], "big"), int.from_bytes(key[-3], "big"), ec.SECP256R1()
+        )
+        built = numbers.public_key()
+        algorithm = ec.ECDSA(hashes.SHA256())
+        return lambda message, signature: built.verify(signature, message, algorithm)
+    return key.verify
+
+
 def rp_id_named(record: Mapping[str, Any]) -> str:
     """The relying party the assertion was made for, read from the record itself.
 
@@ -206,8 +227,7 @@ def assertion_verify(
     if not auth_data.is_user_verified():
         raise SignatureInvalid(SignatureInvalid.USER_NOT_VERIFIED)
     try:
-        key = cose_key(public_key)
-        key.verify(bytes(auth_data) + client_data.hash, signature)
+        _verifier(public_key)(bytes(auth_data) + client_data.hash, signature)
     except InvalidSignature:
         raise SignatureInvalid(SignatureInvalid.BAD_SIGNATURE) from None
     except (NotImplementedError, ValueError, KeyError, TypeError) as exc:
