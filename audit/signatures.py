@@ -16,6 +16,9 @@ verified offline (keys read from its own system chain's events, ``Passkeys.event
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,13 +86,23 @@ class Passkeys:
 
     def vote_problem(self, *, chain: str, actor: str, at: str, data: dict[str, Any]) -> str | None:
         """Why the signed vote (an ``approval_voted`` event's fields) does not hold, if so."""
+        problem, public_key = self.vote_precheck(chain=chain, actor=actor, at=at, data=data)
+        if problem is not None:
+            return problem
+        return signature_problem(public_key, data["signature"])
+
+    def vote_precheck(
+        self, *, chain: str, actor: str, at: str, data: dict[str, Any]
+    ) -> tuple[str | None, str]:
+        """Everything of ``vote_problem`` but the signature itself: the problem, or the
+        public key the signature must hold under."""
         record = data.get("signature")
         if not isinstance(record, dict):
-            return "its signature is not a signed record"
+            return "its signature is not a signed record", ""
         credential = str(record.get("credential_id", ""))
         registrations = self._by_credential.get(credential)
         if not registrations:
-            return f"signed with passkey {credential[:16]}…, which no passkey_added event names"
+            return f"signed with passkey {credential[:16]}…, which no passkey_added event names", ""
         current = [
             r
             for r in registrations
@@ -97,12 +110,12 @@ class Passkeys:
         ]
         if not current:
             if all(r.added_at > at for r in registrations):
-                return "signed with a passkey registered only after the vote"
-            return "signed with a passkey removed before the vote"
+                return "signed with a passkey registered only after the vote", ""
+            return "signed with a passkey removed before the vote", ""
         registration = current[-1]
         person = Actor.parse(actor) if actor else None
         if person is None or person.kind != "user" or registration.owner != person.id:
-            return "signed with a passkey registered to someone else"
+            return "signed with a passkey registered to someone else", ""
         if not statement_matches(
             record,
             approval_id=str(data.get("approval_id", "")),
@@ -111,32 +124,55 @@ class Passkeys:
             decision=str(data.get("decision", "")),
             person=person.stored,
         ):
-            return "the statement it signs is not this vote"
-        try:
-            assertion_verify(
-                public_key=registration.public_key,
-                record=record,
-                rp_id=None,  # the one it names: which host served it is not on the log
-                origins=_any_origin,
-            )
-        except SignatureInvalid as exc:
-            return f"its passkey signature does not hold ({exc.reason})"
-        return None
+            return "the statement it signs is not this vote", ""
+        return None, registration.public_key
+
+
+def signature_problem(public_key: str, record: dict[str, Any]) -> str | None:
+    """Why ``record``'s passkey signature does not hold under ``public_key``, if so."""
+    try:
+        assertion_verify(
+            public_key=public_key,
+            record=record,
+            rp_id=None,  # the one it names: which host served it is not on the log
+            origins=_any_origin,
+        )
+    except SignatureInvalid as exc:
+        return f"its passkey signature does not hold ({exc.reason})"
+    return None
+
+
+def _signature_problems(items: list[tuple[str, dict[str, Any]]]) -> list[str | None]:
+    """``signature_problem`` of each (public key, record): run in a helper process."""
+    return [signature_problem(public_key, record) for public_key, record in items]
+
+
+# Signatures go to the helper process this many at a time.
+BATCH = 256
 
 
 class SignedVotes:
     """The check of signed votes in a verification's pass over the events.
 
     The passkeys are read from the database at the first signed vote, never for a log
-    that has none; each key is parsed once (``approvals.signing.cose_key``).
+    that has none; each key is parsed once (``approvals.signing``). The signatures
+    themselves, the costly part, are checked in batches by one helper process while the
+    pass goes on hashing, where the machine has a second core and this process may have
+    children (a Celery worker's may not): ``first_break`` waits for them. Elsewhere they
+    are checked here, a batch at a time.
     """
 
     def __init__(self) -> None:
         self._passkeys: Passkeys | None = None
         self.checked = 0
+        self._batch: list[tuple[ChainBreak, str, dict[str, Any]]] = []
+        self._pending: list[tuple[list[ChainBreak], Future[list[str | None]]]] = []
+        self._pool: ProcessPoolExecutor | None = None
+        self._parallel = (os.cpu_count() or 1) > 1 and not multiprocessing.current_process().daemon
 
     def row_break(self, row: EventRow) -> ChainBreak | None:
-        """The problem of ``row`` if it is a signed vote that does not hold."""
+        """The problem of ``row`` if it is a signed vote that does not hold, as far as is
+        known now: its signature's own check may come later (``first_break``)."""
         if row.kind != VOTED or SIGNED_MARK not in row.data:
             return None
         data = json.loads(row.data)
@@ -145,7 +181,46 @@ class SignedVotes:
         if self._passkeys is None:
             self._passkeys = Passkeys.stored()
         self.checked += 1
-        problem = self._passkeys.vote_problem(
+        problem, public_key = self._passkeys.vote_precheck(
             chain=row.chain, actor=row.actor, at=row.at, data=data
         )
-        return None if problem is None else ChainBreak(row.chain, row.seq, problem)
+        if problem is not None:
+            return ChainBreak(row.chain, row.seq, problem)
+        self._batch.append((ChainBreak(row.chain, row.seq, ""), public_key, data["signature"]))
+        if len(self._batch) >= BATCH:
+            self._send()
+        return None
+
+    def _send(self) -> None:
+        batch, self._batch = self._batch, []
+        where = [place for place, _, _ in batch]
+        items = [(public_key, record) for _, public_key, record in batch]
+        if self._parallel and self._pool is None:
+            try:
+                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+            except (OSError, ValueError):
+                self._parallel = False
+        if self._pool is not None:
+            self._pending.append((where, self._pool.submit(_signature_problems, items)))
+        else:
+            done: Future[list[str | None]] = Future()
+            done.set_result(_signature_problems(items))
+            self._pending.append((where, done))
+
+    def first_break(self) -> ChainBreak | None:
+        """The first of the signed votes passed so far whose signature does not hold."""
+        if self._batch:
+            self._send()
+        try:
+            for where, problems in self._pending:
+                for place, problem in zip(where, problems.result(), strict=True):
+                    if problem is not None:
+                        return ChainBreak(place.chain, place.seq, problem)
+        finally:
+            self._pending.clear()
+        return None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None

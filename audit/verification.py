@@ -197,8 +197,19 @@ def _events_linked(
         " audit_auditevent p ON p.operation_key = e.operation_key AND p.seq = e.seq - 1"
         " WHERE e.id > %s AND e.id <= %s ORDER BY e.id LIMIT %s"
     )
-    after = low
     votes = SignedVotes()
+    try:
+        found = _events_walked(sql, low, high, chunk_size, tally, votes)
+        # A signed vote passed before the problem found (or before the end) comes first.
+        return votes.first_break() or found
+    finally:
+        votes.close()
+
+
+def _events_walked(
+    sql: str, low: int, high: int, chunk_size: int, tally: VerifyTally, votes: SignedVotes
+) -> ChainBreak | None:
+    after = low
     while True:
         with connection.cursor() as cursor:
             cursor.execute(sql, [after, high, chunk_size])

@@ -117,6 +117,18 @@ def _chains_verified(
     A slice (``after`` or ``until`` given) compares the operations with keys in the same
     range, so that consecutive slices compare each operation once.
     """
+    votes = SignedVotes()
+    try:
+        found = _chains_walked(after, until, chunk_size, tally, votes)
+        # A signed vote passed before the problem found (or before the end) comes first.
+        return votes.first_break() or found
+    finally:
+        votes.close()
+
+
+def _chains_walked(
+    after: str | None, until: str | None, chunk_size: int, tally: VerifyTally, votes: SignedVotes
+) -> ChainBreak | None:
     signed_heads = _SignedHeads(chunk_size=chunk_size, after=after, until=until)
     # Chains a checkpoint signed that have no event: each one is a fault, so this stays
     # empty in an intact log.
@@ -128,7 +140,6 @@ def _chains_verified(
     length = 0
     prev_hash = GENESIS_HASH
     signed: Signed = ()
-    votes = SignedVotes()
     start = ("", 0) if after is None else (after, _AFTER_CHAIN)
     for row in _event_rows(chunk_size=chunk_size, after=start, until=until):
         tally.events += 1

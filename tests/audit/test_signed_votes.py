@@ -5,6 +5,7 @@ software passkey; the log tampered with SQL as a table owner could."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +267,25 @@ def test_the_stored_registrations_are_the_system_chains(decider, passkey):
     assert _problem(stored, decider, _vote(decider, spare), now) == (
         "signed with a passkey removed before the vote"
     )
+
+
+def test_signatures_checked_by_the_helper_process_report_the_first_forged_vote(
+    flow, decider, passkey, monkeypatch
+):
+    # Two votes a batch: the helper process checks them while the pass goes on.
+    monkeypatch.setattr("audit.signatures.BATCH", 2)
+    started: list[int] = []
+
+    class Pool(ProcessPoolExecutor):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            started.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr("audit.signatures.ProcessPoolExecutor", Pool)
+    voted = [_signed_vote(flow, f"op-{n}", decider, passkey) for n in range(1, 6)]
+    assert list(audit_verify()) == []
+    _forged(voted[2], _one_byte_changed(voted[2].data))
+    assert only_problem() == (
+        f"chain 'op-3', event #{voted[2].seq}: its passkey signature does not hold (bad_signature)"
+    )
+    assert len(started) == 2  # one helper process per verification
