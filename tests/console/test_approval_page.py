@@ -90,7 +90,7 @@ def test_the_page_shows_every_parameter_nested_and_the_digest(signed_in, decider
             f'<th scope="row"><code>{path}</code></th><td><code class="wrap">{value}</code>' in html
         )
     # A long value is folded, not cut: all of it is in the page.
-    assert '<details class="long">' in html and "(302 characters)" in html
+    assert '<details class="long">' in html and "(302 characters: show all)" in html
     assert f"&quot;{'m' * 300}&quot;" in html
     assert operation.params_digest in html
     assert f'name="params_digest" value="{operation.params_digest}"' in html
