@@ -81,6 +81,11 @@ class Approval(models.Model):
         default=list, blank=True, help_text="Directory groups its deciders come from; empty: any."
     )
     passkey_required = models.BooleanField(default=False)
+    # Decided by counting votes (``ApprovalVote``): set when it needs more than one
+    # person, people from named groups, a passkey, or excludes a proposer. Otherwise one
+    # decision decides it in one statement, as before policies.
+    voting = models.BooleanField(default=False)
+    decision_reason = models.CharField(max_length=500, blank=True)
     # The person on whose behalf the host asked (a username); they never count.
     proposer = models.CharField(max_length=150, blank=True)
     # A person's decision is due by then; the sweep expires it.

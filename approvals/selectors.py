@@ -7,7 +7,19 @@ from datetime import datetime
 from typing import Any
 
 from approvals.actors import Actor
-from approvals.models import Permit, PermitEvent
+from approvals.models import Approval, ApprovalVote, Permit, PermitEvent
+
+
+def approval_needed(*, approval: Approval, approvals: int) -> str:
+    """What a pending approval still needs, as hosts and people read it ("1 of 2 approvals")."""
+    if approval.status != Approval.Status.PENDING:
+        return ""
+    return f"{approvals} of {approval.required} approvals"
+
+
+def approval_votes(*, approval: Approval) -> list[ApprovalVote]:
+    """The people who decided so far, in the order they did."""
+    return list(approval.votes.order_by("at", "id"))
 
 
 def permit_history(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -19,7 +21,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals.actors import Actor
-from approvals.models import Approval, Approver, Permit, PermitEvent, ReconciliationRequest
+from approvals.models import (
+    Approval,
+    ApprovalVote,
+    Approver,
+    Permit,
+    PermitEvent,
+    ReconciliationRequest,
+)
 from common.errors import ErrorCode, SettleError
 from dbsql.clock import DatabaseNow, db_now
 from dbsql.rows import model_from_row, select_first
@@ -122,9 +131,17 @@ def provider_rename(*, old: str, new: str) -> None:
 
 
 def approval_request(
-    *, binding: Binding, requested_by: Actor, host: str = ""
+    *,
+    binding: Binding,
+    requested_by: Actor,
+    host: str = "",
+    terms: Callable[[uuid.UUID], dict[str, Any]] | None = None,
 ) -> tuple[Approval, bool]:
-    """Open an approval for ``binding``, or return the pending one (``created`` False)."""
+    """Open an approval for ``binding``, or return the pending one (``created`` False).
+
+    ``terms``: called with the new approval's id, only when one is made, for what its
+    policy asks of it (the values of ``Approval``'s policy fields).
+    """
     pending = select_first(
         Approval, operation_key=binding.operation_key, status=Approval.Status.PENDING
     )
@@ -138,17 +155,32 @@ def approval_request(
         host=host,
         requested_by=requested_by,
     )
+    if terms is not None:
+        for name, value in terms(approval.id).items():
+            setattr(approval, name, value)
     insert([approval])
     return approval, True
 
 
+class NeedsVotes(Exception):
+    """The approval is decided by counting votes (``Approval.voting``), not by one call."""
+
+
 def approval_decide(
-    *, approval_id: Any, binding: Binding, approve: bool, decided_by: Actor, ttl_seconds: int
+    *,
+    approval_id: Any,
+    binding: Binding,
+    approve: bool,
+    decided_by: Actor,
+    ttl_seconds: int,
+    reason: str = "",
+    counted: bool = False,
 ) -> tuple[Approval, Permit | None]:
     """Decide a pending approval of exactly ``binding``; approving issues the permit.
 
     One compare-and-set on the approval, judged and timed by the database's clock;
-    the permit is valid for ``ttl_seconds`` from that moment.
+    the permit is valid for ``ttl_seconds`` from that moment. An approval decided by
+    votes is decided here only once they are ``counted``; before, ``NeedsVotes``.
     """
     if not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise ApprovalError(ErrorCode.INVALID_TTL, f"ttl_seconds must be 1..{MAX_TTL_SECONDS}")
@@ -156,13 +188,14 @@ def approval_decide(
     fields = Approval._meta.concrete_fields
     row = update_returning(
         Approval._meta.db_table,
-        "status = %s, decided_by = %s, decided_at = {now}",
+        "status = %s, decided_by = %s, decided_at = {now}, decision_reason = %s",
         "id = %s AND status = %s AND operation_key = %s AND action = %s AND provider = %s "
-        "AND params_digest = %s",
+        "AND params_digest = %s" + ("" if counted else " AND NOT voting"),
         [
             status,
             decided_by.stored,
             NOW,
+            reason,
             Approval._meta.pk.get_db_prep_value(approval_id, connection),
             Approval.Status.PENDING,
             binding.operation_key,
@@ -174,6 +207,8 @@ def approval_decide(
     )
     if row is None:
         current = Approval.objects.filter(pk=approval_id).first()
+        if current is not None and current.status == Approval.Status.PENDING and current.voting:
+            raise NeedsVotes
         if current is None or current.status == Approval.Status.PENDING:
             raise ApprovalError(ErrorCode.UNKNOWN_APPROVAL, "no such approval for this operation")
         raise ApprovalError(ErrorCode.ALREADY_DECIDED, f"approval is already {current.status}")
@@ -192,6 +227,38 @@ def approval_decide(
     )
     insert([permit])
     return approval, permit
+
+
+def approval_vote(
+    *,
+    approval: Approval,
+    voter: Actor,
+    approve: bool,
+    reason: str,
+    signature: dict[str, Any] | None = None,
+) -> tuple[ApprovalVote, int]:
+    """Record one person's decision on a pending approval; returns it and the approvals
+    counted so far (its own included).
+
+    The caller holds the lock on the approval's operation, so votes on one approval are
+    counted one at a time. A voter decides once: the same person again is
+    ``already_voted``, however the first vote went.
+    """
+    vote = ApprovalVote(
+        approval=approval,
+        voter=voter,
+        approve=approve,
+        reason=reason,
+        params_digest=approval.params_digest,
+        at=db_now(),
+        signature=signature or {},
+    )
+    if not insert([vote], unless_conflict=True):
+        raise ApprovalError(ErrorCode.ALREADY_VOTED, "you have decided this approval already")
+    if not approve:
+        return vote, 0
+    approvals = approval.votes.filter(approve=True).count() if approval.required > 1 else 1
+    return vote, approvals
 
 
 class Recorded:

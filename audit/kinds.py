@@ -15,6 +15,7 @@ class AuditKind(models.TextChoices):
     REGISTERED = "registered", "Registered"
     TRANSITION = "transition", "State changed"
     APPROVAL_REQUESTED = "approval_requested", "Approval requested"
+    APPROVAL_VOTED = "approval_voted", "Person decided"
     DECISION_REFUSED = "decision_refused", "Decision refused"
     PERMIT_ISSUED = "permit_issued", "Permit issued"
     PERMIT_REVOKED = "permit_revoked", "Permit revoked"
@@ -50,6 +51,7 @@ class AuditKind(models.TextChoices):
     WEBHOOK_CONFIGURED = "webhook_configured", "Webhook endpoint configured"
     WEBHOOK_REDELIVERED = "webhook_redelivered", "Webhook redelivered"
     ALERT_RULE_CONFIGURED = "alert_rule_configured", "Alert rule configured"
+    POLICY_APPLIED = "policy_applied", "Approval policy applied"
     # The system chain: who signed in to the console, how, and with which roles.
     SIGNED_IN = "signed_in", "Signed in"
     SIGNED_OUT = "signed_out", "Signed out"

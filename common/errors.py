@@ -69,6 +69,11 @@ class ErrorCode(StrEnum):
     ALREADY_DECIDED = "already_decided", 409, "it is already decided", True
     DIGEST_MISMATCH = "digest_mismatch", 409, "the params digest does not match", True
     INVALID_TTL = "invalid_ttl", 422, "ttl_seconds is out of range", True
+    # a person's decision on an approval (recovery.services.permits)
+    ALREADY_VOTED = "already_voted", 409, "you have decided this approval already", True
+    PROPOSER_EXCLUDED = "proposer_excluded", 403, "the proposer may not decide it", True
+    NOT_IN_GROUP = "not_in_group", 403, "it needs a person from other groups", True
+    PASSKEY_REQUIRED = "passkey_required", 403, "this decision must be signed with a passkey", True
     # a permit's consumption refused (approvals.services.Refusal)
     NOT_AUTHORIZED = "not_authorized", 409, "no permit authorises this", True
     ACTION_MISMATCH = "action_mismatch", 409, "the permit is for another action", True

@@ -22,7 +22,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from approvals import services as approvals
 from approvals.actors import Actor
-from approvals.models import Approver
+from approvals.models import Approval, Approver
 from common.canonical import CanonicalError, strict_loads
 from common.errors import ErrorCode, SettleError
 from dbsql.errors import database_unavailable
@@ -266,11 +266,22 @@ def operation_history(request: HttpRequest, caller: Caller, key: str) -> JsonRes
 @api_view(methods=("POST",), auth=("host",))
 def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
+    body = contract.OpenApprovalRequest()
     if _raw_body(request):
-        _parse(request, contract.EmptyRequest)
+        body = _parse(request, contract.OpenApprovalRequest)
     assert caller.host is not None
-    approval, created = permits.approval_open(operation=operation, host=caller.host)
-    opened = contract.ApprovalOpened(approval_id=str(approval.id), status=approval.status)
+    approval, created = permits.approval_open(
+        operation=operation, host=caller.host, proposer=body.proposer
+    )
+    # A policy that approved it issued the permit in this call (the approval holds it).
+    permit = approval.permit if approval.status == Approval.Status.APPROVED else None
+    opened = contract.ApprovalOpened(
+        approval_id=str(approval.id),
+        status=approval.status,
+        permit_id=str(permit.id) if permit else None,
+        expires_at=permit.expires_at.isoformat() if permit else None,
+        **selectors.approval_needs(approval=approval),
+    )
     return _answer(opened, status=201 if created else 200)
 
 
@@ -286,12 +297,14 @@ def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) ->
         decided_by=caller.actor,
         reviewed_digest=body.params_digest,
         approver=caller.approver,
+        reason=body.reason,
     )
     decided = contract.Decided(
         approval_id=str(approval.id),
         status=approval.status,
         permit_id=str(permit.id) if permit else None,
         expires_at=permit.expires_at.isoformat() if permit else None,
+        **selectors.approval_needs(approval=approval),
     )
     return _answer(decided)
 

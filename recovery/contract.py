@@ -84,10 +84,18 @@ class EmptyRequest(Body):
     """No fields: the body may be empty or ``{}``."""
 
 
+class OpenApprovalRequest(Body):
+    proposer: Annotated[str, StringConstraints(max_length=150), NoNul] = Field(
+        default="",
+        description="The username of the person the host acts for: they never decide it.",
+    )
+
+
 class DecisionRequest(Body):
     decision: Literal["approve", "deny"]
     ttl_seconds: Annotated[int, Field(ge=1, le=MAX_TTL_SECONDS)] = 300
     params_digest: Digest = Field(description="The digest of the parameters reviewed.")
+    reason: Reason = ""
 
 
 class RevokeRequest(Body):
@@ -131,12 +139,23 @@ class OperationSummary(Body):
     version: int
 
 
-class ApprovalOpened(Body):
+class Needs(Body):
+    """Which policy rule applied, and what the approval still needs."""
+
+    rule: str = Field(description="The policy rule that applied; empty: none (one person).")
+    required: int = Field(description="Distinct people whose approval it needs.")
+    approvals: int = Field(description="People who approved it so far.")
+    needed: str = Field(description='What it still needs, as people read it: "1 of 2 approvals".')
+
+
+class ApprovalOpened(Needs):
     approval_id: str
     status: str
+    permit_id: str | None = Field(description="The permit, when the policy approved it.")
+    expires_at: Timestamp | None
 
 
-class ApprovalRecord(Body):
+class ApprovalRecord(Needs):
     """Exactly what an approver would approve."""
 
     approval_id: str
@@ -154,7 +173,7 @@ class ApprovalRecord(Body):
     expires_at: Timestamp | None
 
 
-class Decided(Body):
+class Decided(Needs):
     approval_id: str
     status: str
     permit_id: str | None

@@ -68,6 +68,7 @@ from recovery.selectors.reconciliations import (
     reconciliation_requests_for_user,
 )
 from recovery.selectors.records import (
+    approval_needs,
     approval_record,
     evidence_record,
     newest_permit,
@@ -95,6 +96,7 @@ __all__ = [
     "Timeline",
     "TimelineEntry",
     "approval_for_caller",
+    "approval_needs",
     "approval_record",
     "approvals_for_approver",
     "approvals_for_user",

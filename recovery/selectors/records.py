@@ -12,9 +12,27 @@ from urllib.parse import quote, urlencode
 
 from approvals.actors import Actor
 from approvals.models import Approval, Permit, PermitEvent
-from approvals.selectors import permit_history
+from approvals.selectors import approval_needed, permit_history
 from recovery import contract
 from recovery.models import Dispatch, Evidence, Operation
+
+
+def approval_needs(*, approval: Approval) -> dict[str, Any]:
+    """Which rule applied and what the approval still needs (``contract.Needs``' fields).
+
+    Only an approval decided by votes pays a statement to count them.
+    """
+    if approval.voting:
+        approvals = approval.votes.filter(approve=True).count()
+    else:
+        by_person = isinstance(approval.decided_by, Actor) and approval.decided_by.kind != "system"
+        approvals = 1 if approval.status == Approval.Status.APPROVED and by_person else 0
+    return {
+        "rule": approval.rule,
+        "required": approval.required,
+        "approvals": approvals,
+        "needed": approval_needed(approval=approval, approvals=approvals),
+    }
 
 
 def approval_record(*, approval: Approval) -> contract.ApprovalRecord:
@@ -35,6 +53,7 @@ def approval_record(*, approval: Approval) -> contract.ApprovalRecord:
         decided_at=_iso(approval.decided_at),
         permit_id=str(permit.id) if permit else None,
         expires_at=_iso(permit.expires_at) if permit else None,
+        **approval_needs(approval=approval),
     )
 
 

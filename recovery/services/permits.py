@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from approvals import services as approvals
 from approvals.actors import Actor
@@ -10,6 +15,7 @@ from approvals.models import Approval, Approver, Permit
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
+from policies.services import Terms, approval_terms
 from recovery.models import (
     Host,
     Operation,
@@ -50,8 +56,16 @@ def approver_scope(
 
 
 @audit_transaction()
-def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[Approval, bool]:
-    """Ask for a decision on the operation's exact action (or return the pending one)."""
+def approval_open(
+    *, operation: Operation | OperationRef, host: Host, proposer: str = ""
+) -> tuple[Approval, bool]:
+    """Ask for a decision on the operation's exact action (or return the pending one).
+
+    The policy in force (``policies``) says what the new approval needs; where it
+    approves or denies by itself, Settle decides it here, in the same transaction,
+    naming the rule. ``proposer``: the username of the person the host acts for, who
+    never decides it.
+    """
     operation = operation_lock(operation)
     if operation.state != State.AWAITING_APPROVAL:
         raise RecoveryError(
@@ -59,17 +73,85 @@ def approval_open(*, operation: Operation | OperationRef, host: Host) -> tuple[A
             f"operation is {operation.state}; no approval can be opened",
             state=operation.state,
         )
-    approval, created = approvals.approval_request(
-        binding=binding(operation), requested_by=Actor.of("host", host), host=host.name
-    )
-    if created:
-        audit_append(
-            kind=AuditKind.APPROVAL_REQUESTED,
-            operation=operation,
-            actor=Actor.of("host", host),
-            data={"approval_id": str(approval.id)},
+    bound = binding(operation)
+    asked: list[Terms] = []
+
+    def terms(approval_id: uuid.UUID) -> dict[str, Any]:
+        found = approval_terms(
+            provider=bound.provider,
+            action=bound.action,
+            host=host.name,
+            params=operation.params,
+            approval_id=approval_id,
         )
-    return approval, created
+        asked.append(found)
+        return _approval_fields(found, proposer)
+
+    approval, created = approvals.approval_request(
+        binding=bound, requested_by=Actor.of("host", host), host=host.name, terms=terms
+    )
+    if not created:
+        return approval, False
+    (found,) = asked
+    audit_append(
+        kind=AuditKind.APPROVAL_REQUESTED,
+        operation=operation,
+        actor=Actor.of("host", host),
+        data={"approval_id": str(approval.id), **_policy_record(found, approval)},
+    )
+    if found.outcome in ("approve", "deny"):
+        approval, _ = _decide(
+            operation,
+            approval.id,
+            found.outcome == "approve",
+            int(found.permit_ttl.total_seconds()),
+            POLICY,
+            f"policy rule {found.rule}",
+            True,
+        )
+    return approval, True
+
+
+POLICY = Actor.system("policy")
+
+
+def _approval_fields(terms: Terms, proposer: str) -> dict[str, Any]:
+    """An approval's policy fields, from what the policy asked of it."""
+    now = timezone.now()
+
+    def after(delay: timedelta | None) -> Any:
+        return now + delay if delay is not None else None
+
+    return {
+        "rule": terms.rule,
+        "rule_reason": terms.reason,
+        "policy_version": terms.version,
+        "required": terms.required,
+        "groups": list(terms.groups),
+        "passkey_required": terms.passkey,
+        "proposer": proposer,
+        "voting": bool(terms.required > 1 or terms.groups or terms.passkey or proposer),
+        "expires_at": after(terms.expires_after),
+        "notify_groups": list(terms.notify),
+        "escalate_groups": list(terms.escalate_to),
+        "remind_at": after(terms.remind_after),
+        "escalate_at": after(terms.escalate_after),
+    }
+
+
+def _policy_record(terms: Terms, approval: Approval) -> dict[str, Any]:
+    """What the audit log says of the policy's part in an opening (nothing without one)."""
+    if not terms.version:
+        return {}
+    record: dict[str, Any] = {
+        "policy_version": terms.version,
+        "rule": terms.rule,
+        "outcome": terms.outcome,
+        "required": approval.required,
+    }
+    if terms.budget is not None:
+        record["budget"] = terms.budget
+    return record
 
 
 @refusals_recorded(actor="decided_by")
@@ -81,6 +163,8 @@ def approval_decision(
     decided_by: Actor,
     reviewed_digest: str,
     approver: Approver | None = None,
+    reason: str = "",
+    signature: dict[str, Any] | None = None,
 ) -> tuple[Approval, Permit | None]:
     """Record a decision on exactly the action the approver reviewed; move the operation.
 
@@ -91,6 +175,12 @@ def approval_decision(
     approval does not exist for it); a console user holding
     ``decide_approvals`` on the provider (``forbidden`` for one who may only view it;
     to anyone else the approval does not exist); Settle itself. Never a host.
+
+    A person's (or an approver's) decision is a vote: the approval is approved once
+    ``required`` distinct voters approved it, and denied by the first denial. The
+    proposer never votes, nor anyone outside the approval's ``groups``; where the
+    policy requires a passkey, only a signed vote (``signature``, verified by the
+    caller against the person's registered passkey) counts.
     """
     if decided_by.kind not in ("approver", "user", "system"):
         raise Forbidden(f"a {decided_by.kind} may not decide approvals")
@@ -110,27 +200,114 @@ def approval_decision(
                 visible=(ProviderPermission.VIEW_OPERATIONS, ProviderPermission.DECIDE_APPROVALS),
                 missing=ErrorCode.UNKNOWN_APPROVAL,
             )
+        refuse = _DecisionRefusal(operation, approval_id, decided_by)
         if reviewed_digest != operation.params_digest:
-            audit_append(
-                kind=AuditKind.DECISION_REFUSED,
-                operation=operation,
-                actor=decided_by,
-                data={
-                    "approval_id": str(approval_id),
-                    "reason": "digest_mismatch",
-                    "reviewed_digest": reviewed_digest,
-                },
-            )
-            raise RecoveryError(
+            refuse(
                 ErrorCode.DIGEST_MISMATCH,
                 "the approval is for other parameters than the ones reviewed",
+                {"reviewed_digest": reviewed_digest},
                 params_digest=operation.params_digest,
             )
-        return _decide(operation, approval_id, approve, ttl_seconds, decided_by)
+        if decided_by.kind == "system":
+            return _decide(operation, approval_id, approve, ttl_seconds, decided_by, reason, True)
+        if not signature:
+            try:
+                return _decide(operation, approval_id, approve, ttl_seconds, decided_by, reason)
+            except approvals.NeedsVotes:
+                pass
+        approval = Approval.objects.get(pk=approval_id)
+        if approval.status != Approval.Status.PENDING:
+            raise RecoveryError(
+                ErrorCode.ALREADY_DECIDED,
+                f"approval is already {approval.status}",
+                status=approval.status,
+            )
+        _voter_check(approval, decided_by, signature, refuse)
+        try:
+            vote, approvals_so_far = approvals.approval_vote(
+                approval=approval,
+                voter=decided_by,
+                approve=approve,
+                reason=reason,
+                signature=signature,
+            )
+        except approvals.ApprovalError as exc:
+            refuse(exc.code, exc.message, {})
+        audit_append(
+            kind=AuditKind.APPROVAL_VOTED,
+            operation=operation,
+            actor=decided_by,
+            data={
+                "approval_id": str(approval.id),
+                "decision": "approve" if approve else "deny",
+                "reason": reason,
+                "params_digest": approval.params_digest,
+                "approvals": approvals_so_far,
+                "required": approval.required,
+                **({"signature": vote.signature} if vote.signature else {}),
+            },
+        )
+        if approve and approvals_so_far < approval.required:
+            return approval, None
+        return _decide(operation, approval_id, approve, ttl_seconds, decided_by, reason, True)
+
+
+class _DecisionRefusal:
+    """Record a refused decision on the operation's chain, then raise it (committed by
+    ``refusals_committed``)."""
+
+    def __init__(self, operation: Operation, approval_id: uuid.UUID, actor: Actor) -> None:
+        self.operation, self.approval_id, self.actor = operation, approval_id, actor
+
+    def __call__(
+        self, code: ErrorCode, message: str, data: dict[str, Any], **detail: Any
+    ) -> NoReturn:
+        audit_append(
+            kind=AuditKind.DECISION_REFUSED,
+            operation=self.operation,
+            actor=self.actor,
+            data={"approval_id": str(self.approval_id), "reason": code.value, **data},
+        )
+        raise RecoveryError(code, message, **detail)
+
+
+def _voter_check(
+    approval: Approval,
+    voter: Actor,
+    signature: dict[str, Any] | None,
+    refuse: _DecisionRefusal,
+) -> None:
+    """Refuse a voter the approval's policy does not let count."""
+    if voter.kind == "user" and approval.proposer:
+        username = (
+            get_user_model()
+            .objects.filter(pk=voter.id)
+            .values_list(get_user_model().USERNAME_FIELD, flat=True)
+        )
+        if username.first() == approval.proposer:
+            refuse(ErrorCode.PROPOSER_EXCLUDED, "the proposer may not decide it", {})
+    if approval.groups:
+        member = voter.kind == "user" and (
+            get_user_model().objects.filter(pk=voter.id, groups__name__in=approval.groups).exists()
+        )
+        if not member:
+            refuse(
+                ErrorCode.NOT_IN_GROUP,
+                f"it needs a person from {', '.join(approval.groups)}",
+                {"groups": approval.groups},
+            )
+    if approval.passkey_required and not signature:
+        refuse(ErrorCode.PASSKEY_REQUIRED, "this decision must be signed with a passkey", {})
 
 
 def _decide(
-    operation: Operation, approval_id: uuid.UUID, approve: bool, ttl_seconds: int, actor: Actor
+    operation: Operation,
+    approval_id: uuid.UUID,
+    approve: bool,
+    ttl_seconds: int,
+    actor: Actor,
+    reason: str = "",
+    counted: bool = False,
 ) -> tuple[Approval, Permit | None]:
     try:
         approval, permit = approvals.approval_decide(
@@ -139,6 +316,8 @@ def _decide(
             approve=approve,
             decided_by=actor,
             ttl_seconds=ttl_seconds,
+            reason=reason,
+            counted=counted,
         )
     except approvals.ApprovalError as exc:
         current = Approval.objects.filter(pk=approval_id).values_list("status", flat=True)
@@ -158,7 +337,7 @@ def _decide(
         operation=operation,
         event=Event.APPROVE if approve else Event.DENY,
         actor=actor,
-        data={"approval_id": str(approval.id)},
+        data={"approval_id": str(approval.id), **({"reason": reason} if reason else {})},
     )
     return approval, permit
 

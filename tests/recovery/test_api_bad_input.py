@@ -420,7 +420,16 @@ def test_the_approvals_endpoint_takes_an_empty_body_or_an_empty_object(world):
     for raw in (b"", b"{}"):
         response = world.send(ENDPOINTS["approvals"], raw)
         assert response.status_code == 200, response.content
-        assert response.json() == {"approval_id": world.approval_id, "status": "pending"}
+        assert response.json() == {
+            "approval_id": world.approval_id,
+            "status": "pending",
+            "permit_id": None,
+            "expires_at": None,
+            "rule": "",
+            "required": 1,
+            "approvals": 0,
+            "needed": "0 of 1 approvals",
+        }
     assert_unchanged(before)
 
 

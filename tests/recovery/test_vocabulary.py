@@ -19,7 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def _calls(name: str) -> list[tuple[str, ast.Call]]:
     """Every call of a function named ``name`` in the apps, with its file."""
     found = []
-    for app in ("approvals", "audit", "recovery", "webhooks", "monitoring", "identity", "console"):
+    for app in (
+        "approvals",
+        "audit",
+        "policies",
+        "recovery",
+        "webhooks",
+        "monitoring",
+        "identity",
+        "console",
+    ):
         for path in (ROOT / app).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if not isinstance(node, ast.Call):

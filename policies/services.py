@@ -1,0 +1,234 @@
+"""The policy in force, applying a new one, and what it asks of an approval as it opens.
+
+policy in force
+    The newest applied ``Policy`` row. Each process keeps the parsed policy and asks
+    the database only which version is newest: one short statement per opening.
+terms
+    What the policy asks of one opening (``approval_terms``): the rule that decided,
+    and its outcome, people, passkey and timings. An ``approve`` rule with a budget
+    decides only if the budget pays for the opening (``budget_spend``); otherwise the
+    next matching rule decides.
+budget
+    Spent one opening at a time: the spending locks its ``BudgetLock`` row (made on
+    first use), then inserts the use only if the uses still in the window leave room,
+    in one statement. Concurrent openings against one budget wait for each other, so
+    the approved total never passes the limit; unrelated budgets never wait.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from approvals.actors import Actor
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
+from dbsql.writes import insert_where
+from policies.models import BudgetLock, BudgetUse, Policy
+from policies.rules import NO_POLICY, Budget, PolicyError, Rule, policy_parse, version_of
+from policies.rules import Policy as ParsedPolicy
+
+__all__ = ["PolicyError", "version_of"]
+
+_cache_lock = threading.Lock()
+_cached: dict[str, ParsedPolicy] = {}
+
+
+def policy_current() -> ParsedPolicy:
+    """The policy in force (``NO_POLICY`` before any was applied)."""
+    newest = Policy.objects.order_by("-id").values_list("id", "version").first()
+    if newest is None:
+        return NO_POLICY
+    pk, version = newest
+    cached = _cached.get(version)
+    if cached is None:
+        source = Policy.objects.values_list("source", flat=True).get(pk=pk)
+        cached = policy_parse(source.encode())
+        with _cache_lock:
+            _cached.clear()  # only the one in force is worth keeping
+            _cached[version] = cached
+    return cached
+
+
+def policy_source_current() -> str:
+    return Policy.objects.order_by("-id").values_list("source", flat=True).first() or ""
+
+
+def policy_diff(source: bytes) -> str:
+    """What applying ``source`` would change, as a unified diff of the files."""
+    old = policy_source_current().splitlines(keepends=True)
+    new = source.decode("utf-8").splitlines(keepends=True)
+    return "".join(difflib.unified_diff(old, new, "policy in force", "new policy"))
+
+
+@audit_transaction()
+def policy_apply(*, source: bytes, actor: Actor) -> tuple[Policy | None, ParsedPolicy]:
+    """Put the policy in ``source`` in force (``PolicyError`` if any of it is wrong).
+
+    Applying the version already in force changes nothing (returns None). The audit
+    event records the old and the new file whole, so the log says what rule was in
+    force when any approval opened.
+    """
+    parsed = policy_parse(source)
+    old = Policy.objects.select_for_update().order_by("-id").first()
+    if old is not None and old.version == parsed.version:
+        return None, parsed
+    policy = Policy.objects.create(
+        version=parsed.version,
+        source=source.decode("utf-8"),
+        applied_at=timezone.now(),
+        applied_by=actor,
+    )
+    audit_append(
+        kind=AuditKind.POLICY_APPLIED,
+        actor=actor,
+        data={
+            "old_version": old.version if old is not None else "",
+            "old": old.source if old is not None else "",
+            "new_version": policy.version,
+            "new": policy.source,
+            "rules": len(parsed.rules),
+        },
+    )
+    return policy, parsed
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What the policy asks of one approval as it opens."""
+
+    outcome: str  # "approve", "deny" or "people"
+    rule: str = ""
+    reason: str = ""
+    version: str = ""
+    required: int = 1
+    groups: tuple[str, ...] = ()
+    passkey: bool = False
+    notify: tuple[str, ...] = ()
+    escalate_to: tuple[str, ...] = ()
+    remind_after: timedelta | None = None
+    escalate_after: timedelta | None = None
+    expires_after: timedelta | None = None
+    permit_ttl: timedelta = timedelta(minutes=5)
+    budget: dict[str, Any] | None = None  # what the budget paid, for the record
+
+
+def approval_terms(
+    *,
+    provider: str,
+    action: str,
+    host: str,
+    params: Any,
+    approval_id: Any,
+    policy: ParsedPolicy | None = None,
+) -> Terms:
+    """What the policy in force asks of this opening; spends a budget if one pays.
+
+    Runs in the opening's transaction, so a budget's spending commits or rolls back
+    with the approval it paid for.
+    """
+    policy = policy_current() if policy is None else policy
+    passkey = provider in policy.passkey_providers
+    for rule in policy.matching(provider=provider, action=action, host=host, params=params):
+        if rule.outcome == "approve":
+            paid = None
+            if rule.budget is not None:
+                paid = budget_spend(
+                    rule=rule,
+                    provider=provider,
+                    action=action,
+                    host=host,
+                    params=params,
+                    approval_id=approval_id,
+                )
+                if paid is None:
+                    continue
+            return _terms(rule, policy, "approve", budget=paid)
+        if rule.outcome == "deny":
+            return _terms(rule, policy, "deny")
+        return _terms(rule, policy, "people", passkey=passkey or rule.passkey)
+    return Terms(outcome="people", version=policy.version, passkey=passkey)
+
+
+def _terms(rule: Rule, policy: ParsedPolicy, outcome: str, **more: Any) -> Terms:
+    return Terms(
+        outcome=outcome,
+        rule=rule.name,
+        reason=rule.reason,
+        version=policy.version,
+        required=rule.approvals,
+        groups=rule.groups,
+        passkey=more.pop("passkey", rule.passkey),
+        notify=rule.notify,
+        escalate_to=rule.escalate_to,
+        remind_after=rule.remind_after,
+        escalate_after=rule.escalate_after,
+        expires_after=rule.expires_after,
+        permit_ttl=rule.permit_ttl,
+        **more,
+    )
+
+
+def budget_scope(budget: Budget, *, provider: str, action: str, host: str) -> str:
+    return host if budget.per == "host" else f"{provider}/{action}"
+
+
+def budget_spend(
+    *, rule: Rule, provider: str, action: str, host: str, params: Any, approval_id: Any
+) -> dict[str, Any] | None:
+    """Spend ``rule``'s budget on this opening, or None when it does not fit."""
+    budget = rule.budget
+    assert budget is not None
+    amount = budget.amount(params)
+    if amount is None:
+        return None
+    scope = budget_scope(budget, provider=provider, action=action, host=host)
+    _budget_lock(rule.name, scope)
+    # Read the clock only now, with the budget locked: the window is the one this
+    # spending sees, however long the lock took.
+    now = timezone.now()
+    checks: list[str] = []
+    values: list[Any] = []
+    if budget.count is not None:
+        checks.append("u.n + 1 <= %s")
+        values.append(budget.count)
+    if budget.limit is not None:
+        checks.append("u.total + %s <= %s")
+        values += [amount, budget.limit]
+    condition = (
+        f"(SELECT {' AND '.join(checks)} FROM (SELECT COUNT(*) AS n, "
+        f"COALESCE(SUM(amount), 0) AS total FROM {BudgetUse._meta.db_table} "
+        "WHERE budget = %s AND scope = %s AND at > %s) u)"
+    )
+    use = BudgetUse(budget=rule.name, scope=scope, approval_id=approval_id, amount=amount, at=now)
+    if not insert_where(use, condition, [*values, rule.name, scope, now - budget.window]):
+        return None
+    return {"budget": rule.name, "scope": scope, "amount": str(amount)}
+
+
+def _budget_lock(budget: str, scope: str) -> None:
+    """Lock the budget's row for this transaction, making it on first use (one statement)."""
+    table = BudgetLock._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (budget, scope) VALUES (%s, %s) "
+            "ON CONFLICT (budget, scope) DO UPDATE SET budget = EXCLUDED.budget",
+            [budget, scope],
+        )
+
+
+def budget_used(*, rule: Rule, scope: str, now: datetime | None = None) -> tuple[int, Decimal]:
+    """How much of ``rule``'s budget ``scope`` used in the window ending ``now``."""
+    assert rule.budget is not None
+    since = (now or timezone.now()) - rule.budget.window
+    uses = BudgetUse.objects.filter(budget=rule.name, scope=scope, at__gt=since)
+    count = uses.count()
+    total = sum((use for use in uses.values_list("amount", flat=True)), Decimal(0))
+    return count, total
