@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
 from approvals.models import Approval
+from common.errors import ErrorCode
 from console.forms import ApprovalDecisionForm, InboxFilterForm
 from console.selectors.approvals import (
     approval_decidable_by,
@@ -100,6 +101,7 @@ def approval_detail(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
 
 
 def _outcome(approval: Approval, approve: bool, issued: bool) -> str:
+    """What the decision did, for the page it redirects to."""
     if not approve:
         return "Denied: the operation will not run."
     if issued:
@@ -107,7 +109,12 @@ def _outcome(approval: Approval, approve: bool, issued: bool) -> str:
             f"Approved: a permit is issued for {PERMIT_TTL_SECONDS // 60} min; "
             "the host may now run the action."
         )
-    return "Your approval is recorded: it still needs another person's."
+    # A vote that does not complete the quorum: the approval still waits.
+    so_far = approval.votes.filter(approve=True).count()
+    return (
+        f"Your approval is recorded ({so_far} of {approval.required}): "
+        f"it waits for {max(approval.required - so_far, 0)} more."
+    )
 
 
 @login_required
@@ -133,9 +140,14 @@ def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
             ttl_seconds=PERMIT_TTL_SECONDS,
             decided_by=Actor.of("user", request.user),
             reviewed_digest=form.cleaned_data["params_digest"],
+            reason=form.cleaned_data["reason"],
         )
     except RecoveryError as exc:
-        refusal_status_raise(exc)
+        # One who may not see it, or not decide its provider's approvals, gets the status
+        # as everywhere in the console; a decision the policy does not count (the
+        # proposer's, one outside its groups, an unsigned one) is theirs to read here.
+        if exc.code == ErrorCode.FORBIDDEN or exc.code.status == 404:
+            refusal_status_raise(exc)
         messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
     else:
         messages.success(request, _outcome(decided, approve, permit is not None))

@@ -255,3 +255,74 @@ def test_the_page_works_for_another_hosts_approval(
 ):
     approval = pending_approval(Flow(other_host_api, approver_api, provider), "op-b", params=PARAMS)
     assert ">fleet-b<" in _page(signed_in(decider), approval)
+
+
+# -- a quorum, and who the policy lets count ---------------------------------------------
+
+
+def test_a_quorum_is_reached_through_the_page_by_two_people(
+    signed_in, decider, supervisor, approval
+):
+    first = _decide(signed_in(decider), approval, decision="approve", reason="looks right")
+    assert "Your approval is recorded (1 of 2): it waits for 1 more." in _notices(first)
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert Operation.objects.get(key="pay-1").state == "awaiting_approval"
+    vote = ApprovalVote.objects.get(approval=approval)
+    assert vote.voter == Actor.of("user", decider) and vote.reason == "looks right"
+    assert AuditEvent.objects.filter(operation_key="pay-1", kind="approval_voted").exists()
+    # Gone from the first person's inbox, still in the second's.
+    assert str(approval.pk) not in signed_in(decider).get("/approvals/").content.decode()
+    assert str(approval.pk) in signed_in(supervisor).get("/approvals/").content.decode()
+    second = _decide(signed_in(supervisor), approval, decision="approve")
+    assert "Approved: a permit is issued" in _notices(second)
+    assert Operation.objects.get(key="pay-1").state == "approved"
+    html = _page(signed_in(supervisor), approval)
+    assert "dora" in html and "sam (you)" in html and "looks right" in html
+
+
+def test_voting_twice_is_refused_with_its_code(signed_in, decider, approval):
+    client = signed_in(decider)
+    _decide(client, approval, decision="approve")
+    again = _decide(client, approval, decision="approve")
+    assert "Refused (already_voted)" in _notices(again)
+    assert ApprovalVote.objects.filter(approval=approval).count() == 1
+
+
+def test_one_denial_denies_a_quorum_approval(signed_in, decider, approval):
+    response = _decide(signed_in(decider), approval, decision="deny", reason="wrong account")
+    assert "Denied" in _notices(response)
+    assert Operation.objects.get(key="pay-1").state == "denied"
+
+
+def test_the_reason_of_a_single_decision_is_kept_and_shown(signed_in, decider, flow):
+    approval = pending_approval(flow, "op-1")
+    _decide(signed_in(decider), approval, decision="deny", reason="not ours")
+    assert Approval.objects.get(pk=approval.pk).decision_reason == "not ours"
+    html = _page(signed_in(decider), approval)
+    assert '<span class="badge vote-deny">denied</span> dora' in html and "not ours" in html
+
+
+@pytest.mark.parametrize(
+    ("policy", "code"),
+    [
+        ({"proposer": "dora"}, "proposer_excluded"),
+        ({"groups": ["treasury"]}, "not_in_group"),
+        ({"passkey_required": True}, "passkey_required"),
+    ],
+)
+def test_a_decision_the_policy_does_not_count_is_refused_with_its_code(
+    signed_in, decider, flow, policy, code
+):
+    approval = pending_approval(flow, "op-1", **policy)
+    response = _decide(signed_in(decider), approval, decision="approve")
+    assert response.status_code == 200
+    assert f"Refused ({code})" in _notices(response) and "Nothing changed." in _notices(response)
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert not ApprovalVote.objects.filter(approval=approval).exists()
+
+
+def test_a_passkey_policy_says_the_page_cannot_sign_yet(signed_in, decider, flow):
+    approval = pending_approval(flow, "op-1", passkey_required=True)
+    html = _page(signed_in(decider), approval)
+    assert "each decision must be signed with a passkey" in html
+    assert "a decision sent from here is refused (passkey_required)" in html
