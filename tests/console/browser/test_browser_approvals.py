@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote
 from recovery.models import Operation
-from tests.support.browser import screenshot, screenshots_everywhere, sign_in
+from tests.support.browser import assert_no_overflow, screenshot, screenshots_everywhere, sign_in
 from tests.support.console import console_user, pending_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -97,6 +97,8 @@ def test_on_a_phone_a_decider_keyboards_to_an_approval_and_approves_it(page: Pag
     expect(page.locator(".notice.success")).to_contain_text("Approved: a permit is issued")
     expect(page.locator(".page-head .badge")).to_have_text("approved")
     assert Operation.objects.get(key="pay-2026-000117").state == "approved"
+    assert_no_overflow(page)
+    screenshot(page, "approval-approved-light-390")
     page.goto("/approvals/")
     expect(rows(page)).to_have_count(2)
 
