@@ -78,10 +78,11 @@ def approval_detail(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
         .select_related("host", "provider")
         .first()
     )
-    if operation is None:  # an approval outlives nothing: its operation is never deleted
+    if operation is None:  # operations are never deleted: a broken row, not a page
         raise Http404("no such operation")
     votes = approval_votes(approval=approval)
-    mine = next((v for v in votes if v.voter and v.voter.id == str(request.user.pk)), None)
+    me = Actor.of("user", request.user)
+    mine = next((vote for vote in votes if vote.voter == me), None)
     may_decide = approval_decidable_by(user=request.user, approval=approval)
     approving = sum(1 for vote in votes if vote.approve)
     context = {
@@ -130,7 +131,10 @@ def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
         held = provider_permissions(user=request.user, provider=provider)
         if ProviderPermission.DECIDE_APPROVALS not in held:
             raise PermissionDenied("you may not decide this provider's approvals")
-        messages.error(request, "Nothing was decided: give a reason to deny.")
+        if "reason" in form.errors:
+            messages.error(request, "Nothing was decided: give a reason to deny.")
+        else:
+            messages.error(request, "Nothing was decided: the form was incomplete; try again.")
         return redirect("approval", approval_id=approval.pk)
     approve = form.cleaned_data["decision"] == "approve"
     try:

@@ -326,3 +326,12 @@ def test_a_passkey_policy_says_the_page_cannot_sign_yet(signed_in, decider, flow
     html = _page(signed_in(decider), approval)
     assert "each decision must be signed with a passkey" in html
     assert "a decision sent from here is refused (passkey_required)" in html
+
+
+def test_an_incomplete_form_decides_nothing(signed_in, decider, flow):
+    approval = pending_approval(flow, "op-1")
+    response = signed_in(decider).post(
+        f"/approvals/{approval.pk}/decide", {"decision": "approve"}, follow=True
+    )
+    assert "Nothing was decided: the form was incomplete" in _notices(response)
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
