@@ -17,6 +17,7 @@ class AuditKind(models.TextChoices):
     APPROVAL_REQUESTED = "approval_requested", "Approval requested"
     APPROVAL_VOTED = "approval_voted", "Person decided"
     DECISION_REFUSED = "decision_refused", "Decision refused"
+    APPROVAL_EXPIRED = "approval_expired", "Approval expired"
     PERMIT_ISSUED = "permit_issued", "Permit issued"
     PERMIT_REVOKED = "permit_revoked", "Permit revoked"
     PERMIT_REVOKE_IGNORED = "permit_revoke_ignored", "Permit revocation ignored"

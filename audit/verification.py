@@ -21,6 +21,7 @@ from audit.models import (
     AuditVerification,
     AuditVerifyJob,
 )
+from audit.signatures import SignedVotes
 from audit.signed import _checkpoints_verified
 from audit.verify import (
     _AFTER_CHAIN,
@@ -188,7 +189,8 @@ def _events_linked(
     low: int, high: int, *, chunk_size: int, tally: VerifyTally
 ) -> ChainBreak | None:
     """Each event with an id in (``low``, ``high``] against its predecessor in its chain
-    (read with it, along the (chain, seq) index) and its own hash: a page at a time."""
+    (read with it, along the (chain, seq) index), its own hash and, for a signed vote,
+    its passkey's signature: a page at a time."""
     columns = event_columns("e.")
     sql = (
         f"SELECT {columns}, p.hash, e.id FROM audit_auditevent e LEFT JOIN"
@@ -196,6 +198,7 @@ def _events_linked(
         " WHERE e.id > %s AND e.id <= %s ORDER BY e.id LIMIT %s"
     )
     after = low
+    votes = SignedVotes()
     while True:
         with connection.cursor() as cursor:
             cursor.execute(sql, [after, high, chunk_size])
@@ -207,6 +210,8 @@ def _events_linked(
                 return ChainBreak(row.chain, row.seq - 1, "this event is missing (deleted)")
             prev_hash = GENESIS_HASH if row.seq == 1 else str(predecessor)
             found = event_row_break(row, seq=row.seq, prev_hash=prev_hash)
+            if found is None:
+                found = votes.row_break(row)
             if found is not None:
                 return found
         if len(page) < chunk_size:

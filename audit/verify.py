@@ -4,7 +4,8 @@
 predecessor, its own hash and every checkpoint that signed its seq — not only the
 newest, so that a head signed again after a rewrite cannot hide what was signed
 before; each operation's stored head is compared with its chain as the chains are read
-(``_HeadsCompared``). Then the system chain's stored head, the vouched heads and the
+(``_HeadsCompared``), and each signed vote against the passkey that signed it
+(``audit.signatures``). Then the system chain's stored head, the vouched heads and the
 alarms. It names the first problem found.
 
 The events are read as column tuples (``EventRow``), a page of ``chunk_size`` at a time
@@ -46,6 +47,7 @@ from audit.models import (
     AuditEvent,
     AuditVouchedHead,
 )
+from audit.signatures import SignedVotes
 from audit.signed import Signed, _checkpoints_verified, _cut_problem, _newest, _SignedHeads
 from audit.signing import vouched_row_signed
 
@@ -126,6 +128,7 @@ def _chains_verified(
     length = 0
     prev_hash = GENESIS_HASH
     signed: Signed = ()
+    votes = SignedVotes()
     start = ("", 0) if after is None else (after, _AFTER_CHAIN)
     for row in _event_rows(chunk_size=chunk_size, after=start, until=until):
         tally.events += 1
@@ -147,6 +150,8 @@ def _chains_verified(
                     unseen.add(key)
                     missing = missing or _missing_chain(key, its_signed)
         found = event_row_break(row, seq=length + 1, prev_hash=prev_hash)
+        if found is None:
+            found = votes.row_break(row)
         if found is not None:
             return found
         for seq, signed_hash, number in signed:

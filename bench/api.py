@@ -9,7 +9,8 @@ and runs gunicorn as the README's *Operating and deploying* section does
 (``gunicorn console.wsgi -w 4 -b 127.0.0.1:<free port>``). For each ``--clients`` value it
 starts that many client processes (``tests/procs/fleet.py``, role ``lifecycle``), each
 looping register → open approval → approve → dispatch → report committed with unique
-keys for ``--seconds``; any non-2xx answer is an error.
+keys for ``--seconds``; any non-2xx answer is an error. With ``--auto-approve`` a policy
+of twenty rules approves each opening from a budget, and the clients skip the approve.
 
 It also measures, on the same server and database:
 
@@ -51,6 +52,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
+from approvals.actors import COMMAND_LINE  # noqa: E402
 from approvals.services import approver_create  # noqa: E402
 from bench.api_postgres import (  # noqa: E402
     analyze,
@@ -66,6 +68,8 @@ from bench.api_runs import (  # noqa: E402
     fleet,
     request_floor,
 )
+from bench.policies import twenty_rules  # noqa: E402
+from policies.services import policy_apply  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402
 from recovery.services.providers import provider_configure  # noqa: E402
 from tests.support.gunicorn import (  # noqa: E402
@@ -83,6 +87,9 @@ def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> No
     provider_configure(name="bench", adapter="sqlite", path=str(provider_path), lease_seconds=60)
     _, host_token = host_create(name="bench-host")
     _, approver_token = approver_create(name="bench-approver", all_providers=True)
+    if args.auto_approve:
+        # Twenty rules, the last approving every lifecycle's opening from its budget.
+        policy_apply(source=twenty_rules(paying_action="payment.send"), actor=COMMAND_LINE)
     tokens = (host_token, approver_token)
     provider = {"kind": "sqlite", "name": "bench", "path": str(provider_path)}
     facts: dict[str, Any] = {
@@ -126,6 +133,12 @@ def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> No
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=12.0, help="per concurrency level")
+    parser.add_argument(
+        "--auto-approve",
+        action="store_true",
+        help="apply a policy of twenty rules whose budget approves every opening: the "
+        "lifecycle is then register, open (approved), dispatch, report",
+    )
     parser.add_argument(
         "--clients",
         type=lambda text: [int(n) for n in text.split(",") if n.strip()],

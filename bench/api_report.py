@@ -67,6 +67,8 @@ def print_report(
     totals = [0.0, 0.0]
     for endpoint in ENDPOINTS:
         statements, transactions, highest = sql.sql(endpoint)
+        if math.isnan(statements):  # not in this lifecycle (approve, when a policy approves)
+            continue
         totals[0] += statements
         totals[1] += transactions
         spread = f" (max {highest})" if highest > statements else ""

@@ -26,13 +26,14 @@ lifecycle writes, enough for the audit trail's pages and for verifying.
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.management.color import no_style
-from django.db import connection
+from django.db import connection, models
 from django.utils import timezone
 
 from approvals.actors import Actor
@@ -421,7 +422,12 @@ def seed_operations(
         "evidence_id",
     ]
     made["lookups"] = Writer(LookupAttempt._meta.db_table, lookup_columns).write(lookups)
-    made["approvals"] = Writer(Approval._meta.db_table, _columns(Approval)).write(approvals)
+    # The columns a policy fills are left as an approval without one has them.
+    seeded = _columns(Approval)[: len(approvals[0])] if approvals else _columns(Approval)
+    rest, defaults = _defaults(Approval, seeded)
+    made["approvals"] = Writer(Approval._meta.db_table, [*seeded, *rest]).write(
+        (*row, *defaults) for row in approvals
+    )
     made["permits"] = Writer(Permit._meta.db_table, _columns(Permit)).write(permits)
     _sequences_reset()
     progress("analyze")
@@ -451,6 +457,18 @@ def seed_audit(n: int, *, chain_length: int = 4) -> int:
 
 def _columns(model: Any) -> list[str]:
     return [field.column for field in model._meta.concrete_fields]
+
+
+def _defaults(model: Any, seeded: list[str]) -> tuple[list[str], tuple[Any, ...]]:
+    """The columns of ``model`` not in ``seeded``, and each one's default as a row holds it."""
+    rest = [field for field in model._meta.concrete_fields if field.column not in seeded]
+    values = tuple(
+        json.dumps(field.get_default())
+        if isinstance(field, models.JSONField)
+        else field.get_default()
+        for field in rest
+    )
+    return [field.column for field in rest], values
 
 
 def _next_id(model: Any) -> int:

@@ -161,6 +161,23 @@ class ErrorCode(StrEnum):
     SSO_GROUP_NOT_ALLOWED = "sso_group_not_allowed", 403, "none of your groups may sign in here"
     SSO_EMAIL_TAKEN = "sso_email_taken", 403, "another account has this e-mail address"
     SSO_ACCOUNT_INACTIVE = "sso_account_inactive", 403, "this account is deactivated"
+    # a decision signed with a passkey (approvals.signing, identity.signing)
+    NO_PASSKEY = (
+        "no_passkey",
+        409,
+        "register a passkey on the passkeys page first: this decision must be signed",
+    )
+    PASSKEY_UNKNOWN = "passkey_unknown", 403, "that passkey is not one of yours (or was removed)"
+    SIGNATURE_INVALID = (
+        "signature_invalid",
+        403,
+        "the passkey's signature does not hold for this decision",
+    )
+    SIGN_COUNT_REPLAYED = (
+        "sign_count_replayed",
+        409,
+        "the passkey's sign count did not increase: it may have been copied",
+    )
 
 
 class SettleError(Exception):

@@ -13,7 +13,11 @@ from console.settings_background import (
 )
 from console.settings_broker import SETTLE_BROKER_PUBLISH_RETRIES
 from console.settings_env import VAR_DIR, env_str
-from console.settings_monitoring import SETTLE_ALERTS_SECONDS, SETTLE_OPERATION_COUNTS_SECONDS
+from console.settings_monitoring import (
+    SETTLE_ALERTS_SECONDS,
+    SETTLE_APPROVAL_NOTIFY_SECONDS,
+    SETTLE_OPERATION_COUNTS_SECONDS,
+)
 
 # One queue name per deployment (and per test run, so parallel runs never collide).
 CELERY_TASK_DEFAULT_QUEUE = env_str("SETTLE_CELERY_QUEUE", "settle")
@@ -90,6 +94,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "monitoring.tasks.alerts_evaluate",
         "schedule": float(SETTLE_ALERTS_SECONDS),
         "options": {"expires": float(SETTLE_ALERTS_SECONDS)},
+    },
+    # Approvers told of approvals opened, due for a reminder or an escalation, expired:
+    # one message per channel tag per run. Safe to run more often, or twice at once.
+    "approval-notices": {
+        "task": "monitoring.tasks.approval_notices",
+        "schedule": float(SETTLE_APPROVAL_NOTIFY_SECONDS),
+        "options": {"expires": float(SETTLE_APPROVAL_NOTIFY_SECONDS)},
     },
     # The snapshot of operations by state that /metrics reads for the terminal states.
     "operation-counts": {

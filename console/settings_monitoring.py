@@ -19,6 +19,22 @@ from console.settings_env import VAR_DIR, env_int, env_str
 # and the console's address, which every alert links into.
 SETTLE_ALERTS_SECONDS = env_int("SETTLE_ALERTS_SECONDS", 60, minimum=1)
 SETTLE_CONSOLE_URL = env_str("SETTLE_CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
+# Reaching approvers (``monitoring.services.approval_notices``): the Apprise configuration
+# file (YAML or text) whose URLs carry the tags an approval's groups select; blank, no
+# message goes out. When an approval's row names no time, its reminder goes this long
+# after it opened, and its escalation (if it names escalation groups) this long.
+SETTLE_APPROVAL_NOTIFY_CONFIG = env_str("SETTLE_APPROVAL_NOTIFY_CONFIG", "").strip()
+_notify_config = Path(SETTLE_APPROVAL_NOTIFY_CONFIG)
+if SETTLE_APPROVAL_NOTIFY_CONFIG and not (
+    _notify_config.is_file() and os.access(_notify_config, os.R_OK)
+):
+    raise ImproperlyConfigured(
+        f"SETTLE_APPROVAL_NOTIFY_CONFIG={SETTLE_APPROVAL_NOTIFY_CONFIG!r} is not a readable file"
+    )
+SETTLE_APPROVAL_REMIND_MINUTES = env_int("SETTLE_APPROVAL_REMIND_MINUTES", 15, minimum=1)
+SETTLE_APPROVAL_ESCALATE_MINUTES = env_int("SETTLE_APPROVAL_ESCALATE_MINUTES", 60, minimum=1)
+# How often beat sends what approvers are owed (at most one message per tag per run).
+SETTLE_APPROVAL_NOTIFY_SECONDS = env_int("SETTLE_APPROVAL_NOTIFY_SECONDS", 60, minimum=1)
 # How often beat counts the operations in every state into ``OperationCount``: the
 # terminal states' figures on /metrics are that old at most (the others are live).
 SETTLE_OPERATION_COUNTS_SECONDS = env_int("SETTLE_OPERATION_COUNTS_SECONDS", 300, minimum=10)

@@ -15,6 +15,7 @@ from console.views import (
     dashboard,
     operations,
     people,
+    policy,
     queue,
     reconcile,
     system,
@@ -67,6 +68,7 @@ urlpatterns = [
     path("approvals/<uuid:approval_id>/", approvals.approval_detail, name="approval"),
     path("approvals/<uuid:approval_id>/decide", approvals.approval_decide, name="approval-decide"),
     path("reconciliations/", reconcile.reconciliations, name="reconciliations"),
+    path("policy/", policy.policy, name="policy"),
     *(
         path(
             f"reconciliations/<int:request_id>/{decision}",

@@ -7,7 +7,7 @@ The directory is the source of a signed-in person's roles: a role granted by han
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, Permission
+from django.contrib.auth.models import AbstractBaseUser, Group, Permission
 from django.contrib.contenttypes.models import ContentType
 from guardian.models import UserObjectPermission
 
@@ -72,7 +72,8 @@ def roles_sync(
             )
             for codename, provider_pk in sorted(added)
         )
-    if added or removed:
+    joined, left = _groups_mirror(user, groups)
+    if added or removed or joined or left:
         names = {pk: name for name, pk in providers.items()}
         audit_append(
             kind=AuditKind.ROLES_SYNCED,
@@ -85,9 +86,32 @@ def roles_sync(
                 "roles": {role: sorted(names) for role, names in sorted(roles.items())},
                 "added": _listed(added, names),
                 "removed": _listed(removed, names),
+                "groups_joined": sorted(joined),
+                "groups_left": sorted(left),
             },
         )
     return added, removed
+
+
+def _groups_mirror(user: AbstractBaseUser, groups: list[str]) -> tuple[set[str], set[str]]:
+    """Make ``user``'s Django groups their directory groups; returns (joined, left).
+
+    An approval policy names the groups its people come from, and a person's groups are
+    read from Django's groups whoever signs them in. The roles' own groups are left
+    alone (their membership grants nothing), as are names too long for a group.
+    """
+    roles = set(ROLES)
+    wanted = {name for name in groups if name not in roles and 0 < len(name) <= 150}
+    held = set(user.groups.values_list("name", flat=True)) - roles  # type: ignore[attr-defined]
+    joined, left = wanted - held, held - wanted
+    if joined:
+        found = {group.name: group for group in Group.objects.filter(name__in=joined)}
+        made = [Group(name=name) for name in sorted(joined - found.keys())]
+        Group.objects.bulk_create(made, ignore_conflicts=True)
+        user.groups.add(*Group.objects.filter(name__in=joined))  # type: ignore[attr-defined]
+    if left:
+        user.groups.remove(*Group.objects.filter(name__in=left))  # type: ignore[attr-defined]
+    return joined, left
 
 
 def _listed(grants: set[Grant], names: dict[int, str]) -> dict[str, list[str]]:

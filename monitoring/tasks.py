@@ -1,5 +1,6 @@
-"""Monitoring's Celery tasks: beat's alert evaluation and count snapshot, the workers'
-heartbeats. Thin, as every task: each calls one service and is safe to run twice.
+"""Monitoring's Celery tasks: beat's alert evaluation, approval notices and count
+snapshot, the workers' heartbeats. Thin, as every task: each calls one service and is
+safe to run twice.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import time
 from celery import shared_task
 
 from monitoring.services.alerts import alerts_evaluate as alerts_evaluate_run
+from monitoring.services.approval_notices import approval_notices_run
 from monitoring.services.pulses import operation_counts_refresh, queue_pulse_record
 
 
@@ -16,6 +18,12 @@ from monitoring.services.pulses import operation_counts_refresh, queue_pulse_rec
 def alerts_evaluate() -> int:
     """Beat's evaluation of the alert rules; how many messages it sent."""
     return len(alerts_evaluate_run())
+
+
+@shared_task
+def approval_notices() -> int:
+    """Beat's messages to approvers, one per channel tag; how many were delivered."""
+    return approval_notices_run().delivered
 
 
 @shared_task

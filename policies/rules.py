@@ -209,6 +209,8 @@ class Policy:
 
 
 NO_POLICY = Policy(version="")
+# What an approval needs when no rule decided: one person, as without a policy.
+ONE_PERSON = Rule(name="", line=0, outcome="person")
 
 
 def version_of(source: bytes) -> str:
@@ -250,10 +252,11 @@ def policy_parse(source: bytes) -> Policy:
     parsed: list[Rule] = []
     for index, table in enumerate(rules):
         parsed.append(_rule(table, lines.rule(index), lines, index))
-    names = [rule.name for rule in parsed]
+    seen: set[str] = set()
     for rule in parsed:
-        if names.count(rule.name) > 1:
+        if rule.name in seen:
             raise PolicyError(rule.line, f"another rule is named {rule.name!r}")
+        seen.add(rule.name)
     return Policy(
         version=version_of(source),
         rules=tuple(parsed),
@@ -289,9 +292,10 @@ def _rule(table: Any, line: int, lines: _Lines, index: int) -> Rule:
         "reason": _text(table, "reason", at),
     }
     if "budget" in table:
+        budget_line = lines.header_in_rule(index, "budget") or line
         if outcome != "approve":
-            raise PolicyError(at("budget"), "only an approve rule has a budget")
-        rule["budget"] = _budget(table["budget"], lines.header_in_rule(index, "budget") or line)
+            raise PolicyError(budget_line, "only an approve rule has a budget")
+        rule["budget"] = _budget(table["budget"], budget_line)
     people = {"approvals", "groups", "passkey", "notify", "escalate_to"} | {
         "remind_after",
         "escalate_after",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -32,7 +32,15 @@ from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from dbsql.writes import insert_where
 from policies.models import BudgetLock, BudgetUse, Policy
-from policies.rules import NO_POLICY, Budget, PolicyError, Rule, policy_parse, version_of
+from policies.rules import (
+    NO_POLICY,
+    ONE_PERSON,
+    Budget,
+    PolicyError,
+    Rule,
+    policy_parse,
+    version_of,
+)
 from policies.rules import Policy as ParsedPolicy
 
 __all__ = ["PolicyError", "version_of"]
@@ -102,22 +110,15 @@ def policy_apply(*, source: bytes, actor: Actor) -> tuple[Policy | None, ParsedP
 
 @dataclass(frozen=True)
 class Terms:
-    """What the policy asks of one approval as it opens."""
+    """What the policy asks of one approval as it opens: the ``outcome`` ("approve",
+    "deny" or "people"), the ``rule`` that decided (``ONE_PERSON`` when none did),
+    whether a passkey must sign, and what a budget paid, for the record."""
 
-    outcome: str  # "approve", "deny" or "people"
-    rule: str = ""
-    reason: str = ""
+    outcome: str
+    rule: Rule = ONE_PERSON
     version: str = ""
-    required: int = 1
-    groups: tuple[str, ...] = ()
     passkey: bool = False
-    notify: tuple[str, ...] = ()
-    escalate_to: tuple[str, ...] = ()
-    remind_after: timedelta | None = None
-    escalate_after: timedelta | None = None
-    expires_after: timedelta | None = None
-    permit_ttl: timedelta = timedelta(minutes=5)
-    budget: dict[str, Any] | None = None  # what the budget paid, for the record
+    budget: dict[str, Any] | None = None
 
 
 def approval_terms(
@@ -150,30 +151,11 @@ def approval_terms(
                 )
                 if paid is None:
                     continue
-            return _terms(rule, policy, "approve", budget=paid)
+            return Terms("approve", rule, policy.version, budget=paid)
         if rule.outcome == "deny":
-            return _terms(rule, policy, "deny")
-        return _terms(rule, policy, "people", passkey=passkey or rule.passkey)
-    return Terms(outcome="people", version=policy.version, passkey=passkey)
-
-
-def _terms(rule: Rule, policy: ParsedPolicy, outcome: str, **more: Any) -> Terms:
-    return Terms(
-        outcome=outcome,
-        rule=rule.name,
-        reason=rule.reason,
-        version=policy.version,
-        required=rule.approvals,
-        groups=rule.groups,
-        passkey=more.pop("passkey", rule.passkey),
-        notify=rule.notify,
-        escalate_to=rule.escalate_to,
-        remind_after=rule.remind_after,
-        escalate_after=rule.escalate_after,
-        expires_after=rule.expires_after,
-        permit_ttl=rule.permit_ttl,
-        **more,
-    )
+            return Terms("deny", rule, policy.version)
+        return Terms("people", rule, policy.version, passkey=passkey or rule.passkey)
+    return Terms("people", version=policy.version, passkey=passkey)
 
 
 def budget_scope(budget: Budget, *, provider: str, action: str, host: str) -> str:
@@ -200,7 +182,7 @@ def budget_spend(
         checks.append("u.n + 1 <= %s")
         values.append(budget.count)
     if budget.limit is not None:
-        checks.append("u.total + %s <= %s")
+        checks.append("u.total + CAST(%s AS NUMERIC) <= CAST(%s AS NUMERIC)")
         values += [amount, budget.limit]
     condition = (
         f"(SELECT {' AND '.join(checks)} FROM (SELECT COUNT(*) AS n, "

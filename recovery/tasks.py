@@ -10,9 +10,11 @@ import time
 from typing import Any
 
 from celery import shared_task
+from django.utils import timezone
 
 from recovery.metrics import SWEEP_SECONDS
 from recovery.models import Pulse
+from recovery.services.approval_expiry import approvals_expire_due
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
 from recovery.services.runs import pulse_record
 from recovery.services.sweep import sweep as sweep_run
@@ -46,9 +48,11 @@ def lookup_batch(self: Any, attempt_ids: list[int]) -> int:
 
 @shared_task
 def sweep() -> dict[str, int]:
-    """Beat's sweep: lapsed leases to unknown, due lookups queued and published in batches."""
+    """Beat's sweep: lapsed leases to unknown, due lookups queued and published in batches,
+    approvals past their ``expires_at`` expired."""
     started = time.perf_counter()
     report = sweep_run(publish_batch=lookup_batch.delay)
+    approvals_expired = approvals_expire_due(now=timezone.now())
     seconds = time.perf_counter() - started
     SWEEP_SECONDS.observe(seconds)
     pulse_record(name=Pulse.Name.SWEEP, seconds=seconds)
@@ -56,4 +60,5 @@ def sweep() -> dict[str, int]:
         "leases_lapsed": len(report.leases_lapsed),
         "lookups_queued": len(report.lookups_queued),
         "published": report.published,
+        "approvals_expired": approvals_expired,
     }

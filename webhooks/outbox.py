@@ -63,9 +63,14 @@ def transition_event(
         State.RECONCILE: WebhookEvent.RECONCILE,
     }.get(State(target))
     extra = {key: value for key, value in (data or {}).items() if key in PAYLOAD_KEYS}
-    if event in {"approve", "deny"}:
+    decision = {"approve": "approved", "deny": "denied"}.get(event)
+    # An approval that expired undecided (``approval_expiry``) is its decision too; a
+    # permit that expired after its approval is not: its change carries no decision.
+    if event == "expire" and (data or {}).get("decision") == "expired":
+        decision = "expired"
+    if decision is not None:
         kind = WebhookEvent.APPROVAL_DECIDED
-        extra["decision"] = "approved" if event == "approve" else "denied"
+        extra["decision"] = decision
     if kind is None:
         return None
     extra["event"] = event

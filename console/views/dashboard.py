@@ -24,6 +24,7 @@ from console.selectors.dashboard import (
     dashboard_for_user,
     dashboard_providers_for_user,
 )
+from policies.selectors import budgets_in_use
 from recovery.models import Verdict
 from recovery.selectors import QUEUE_AGES, QUEUE_REASONS
 from recovery.vocabulary import WaitReason
@@ -77,6 +78,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "supervised": supervised,
         "selected": chosen[0].name if wanted and chosen else "",
         "ignored": wanted if ignored else "",
+        "budgets": budgets_in_use(providers={provider.name for provider in chosen or supervised}),
         **_figures(board, chosen[0].name if wanted and chosen else ""),
     }
     template = "console/dashboard.html#figures" if request.htmx else "console/dashboard.html"  # type: ignore[attr-defined]

@@ -200,18 +200,35 @@ def alert_deliver(*, message: Message, now: datetime) -> bool:
     return delivered
 
 
-def apprise_notify(*, urls: list[str], title: str, body: str) -> bool:
-    """Notify every URL through Apprise; whether all of them took it."""
+def apprise_notify(
+    *,
+    urls: list[str] | None = None,
+    title: str,
+    body: str,
+    config: str = "",
+    tag: str | None = None,
+) -> bool:
+    """Notify every URL through Apprise; whether all of them took it.
+
+    ``config``: the path of an Apprise configuration file whose URLs are added too;
+    ``tag``: only the URLs carrying it are notified (none carries it: not delivered).
+    """
     # Imported here: loading Apprise's plugins is not free, and only beat's task sends.
     import apprise
 
     notifier = apprise.Apprise()
-    for url in urls:
+    for url in urls or []:
         if not notifier.add(url):
             logger.error("alerts: Apprise does not understand one of the URLs of a rule")
+    if config:
+        loaded = apprise.AppriseConfig()
+        loaded.add(config)
+        notifier.add(loaded)
     if not len(notifier):
         return False
-    return bool(notifier.notify(title=title, body=body))
+    if tag is None:
+        return bool(notifier.notify(title=title, body=body))
+    return bool(notifier.notify(title=title, body=body, tag=tag))
 
 
 def apprise_url_valid(url: str) -> bool:

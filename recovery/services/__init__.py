@@ -15,6 +15,7 @@ transaction. ``locking`` states the lock order every module follows.
 - ``resume``: what a fresh worker should do;
 - ``evidence``, ``lookups``, ``callbacks``: the provider's word and how it is judged;
 - ``sweep``: background recovery, the lapsed leases and the lookups due;
+- ``approval_expiry``: approvals nobody decided by their ``expires_at``, expired;
 - ``lookup_tasks``: what a worker does with the lookups queued, one or a batch;
 - ``runs``: when the sweep and each provider's lookups last ran (read by monitoring);
 - ``stale_signals``: late and out-of-turn signals, recorded, never applied;

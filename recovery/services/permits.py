@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from approvals import services as approvals
+from approvals import signing
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
 from audit.chain import audit_append, audit_transaction
@@ -104,9 +105,9 @@ def approval_open(
             operation,
             approval.id,
             found.outcome == "approve",
-            int(found.permit_ttl.total_seconds()),
+            int(found.rule.permit_ttl.total_seconds()),
             POLICY,
-            f"policy rule {found.rule}",
+            f"policy rule {found.rule.name}",
             True,
         )
     return approval, True
@@ -118,24 +119,25 @@ POLICY = Actor.system("policy")
 def _approval_fields(terms: Terms, proposer: str) -> dict[str, Any]:
     """An approval's policy fields, from what the policy asked of it."""
     now = timezone.now()
+    rule = terms.rule
 
     def after(delay: timedelta | None) -> Any:
         return now + delay if delay is not None else None
 
     return {
-        "rule": terms.rule,
-        "rule_reason": terms.reason,
+        "rule": rule.name,
+        "rule_reason": rule.reason,
         "policy_version": terms.version,
-        "required": terms.required,
-        "groups": list(terms.groups),
+        "required": rule.approvals,
+        "groups": list(rule.groups),
         "passkey_required": terms.passkey,
         "proposer": proposer,
-        "voting": bool(terms.required > 1 or terms.groups or terms.passkey or proposer),
-        "expires_at": after(terms.expires_after),
-        "notify_groups": list(terms.notify),
-        "escalate_groups": list(terms.escalate_to),
-        "remind_at": after(terms.remind_after),
-        "escalate_at": after(terms.escalate_after),
+        "voting": bool(rule.approvals > 1 or rule.groups or terms.passkey or proposer),
+        "expires_at": after(rule.expires_after),
+        "notify_groups": list(rule.notify),
+        "escalate_groups": list(rule.escalate_to),
+        "remind_at": after(rule.remind_after),
+        "escalate_at": after(rule.escalate_after),
     }
 
 
@@ -145,7 +147,7 @@ def _policy_record(terms: Terms, approval: Approval) -> dict[str, Any]:
         return {}
     record: dict[str, Any] = {
         "policy_version": terms.version,
-        "rule": terms.rule,
+        "rule": terms.rule.name,
         "outcome": terms.outcome,
         "required": approval.required,
     }
@@ -222,6 +224,16 @@ def approval_decision(
                 f"approval is already {approval.status}",
                 status=approval.status,
             )
+        # The caller checked the signature; here, that what it signs is this very decision.
+        if signature and not signing.statement_matches(
+            signature,
+            approval_id=str(approval.id),
+            operation_key=approval.operation_key,
+            params_digest=approval.params_digest,
+            decision="approve" if approve else "deny",
+            person=decided_by.stored,
+        ):
+            refuse(ErrorCode.SIGNATURE_INVALID, "the signed statement is not this decision", {})
         _voter_check(approval, decided_by, signature, refuse)
         try:
             vote, approvals_so_far = approvals.approval_vote(

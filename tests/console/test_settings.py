@@ -67,6 +67,13 @@ def _start(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[s
         ({"SETTLE_OIDC_PROVIDERS": "Partner"}, "SETTLE_OIDC_PROVIDERS: 'Partner' is not a"),
         ({"SETTLE_OIDC_PROVIDERS": "partner"}, "set SETTLE_OIDC_PARTNER_ISSUER"),
         ({"SETTLE_OIDC_ROLE_MAP": "/nowhere/roles.toml"}, "SETTLE_OIDC_ROLE_MAP='/nowhere/"),
+        (
+            {"SETTLE_APPROVAL_NOTIFY_CONFIG": "/nowhere/apprise.yml"},
+            "SETTLE_APPROVAL_NOTIFY_CONFIG='/nowhere/apprise.yml' is not a readable file",
+        ),
+        ({"SETTLE_APPROVAL_REMIND_MINUTES": "0"}, "SETTLE_APPROVAL_REMIND_MINUTES=0 is below"),
+        ({"SETTLE_APPROVAL_ESCALATE_MINUTES": "soon"}, "SETTLE_APPROVAL_ESCALATE_MINUTES='soon'"),
+        ({"SETTLE_APPROVAL_NOTIFY_SECONDS": "0"}, "SETTLE_APPROVAL_NOTIFY_SECONDS=0 is below"),
     ],
 )
 def test_bad_value_fails_at_start_up_with_a_clear_message(env, message, tmp_path):
@@ -121,6 +128,8 @@ def test_celery_is_at_least_once_and_redis_never_redelivers_a_live_task():
     schedule = conf.beat_schedule
     assert schedule["sweep"]["task"] == "recovery.tasks.sweep"
     assert schedule["audit-checkpoint"]["schedule"] == 60.0
+    assert schedule["approval-notices"]["task"] == "monitoring.tasks.approval_notices"
+    assert schedule["approval-notices"]["schedule"] == 60.0
     app.loader.import_default_modules()  # what a worker does at start: finds the tasks
     assert set(app.tasks) >= {
         "recovery.tasks.sweep",
@@ -346,3 +355,13 @@ def test_each_identity_provider_is_read_from_its_own_names(tmp_path):
         ]
     )
     assert apps == str(["sso", "partner-co"])
+
+
+def test_a_readable_apprise_configuration_starts(tmp_path):
+    config = tmp_path / "apprise.yml"
+    config.write_text("urls:\n  - json://127.0.0.1:9/:\n      tag: approvers\n")
+    result = _start({"SETTLE_APPROVAL_NOTIFY_CONFIG": str(config)}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    # A folder is not a configuration file.
+    result = _start({"SETTLE_APPROVAL_NOTIFY_CONFIG": str(tmp_path)}, tmp_path)
+    assert "is not a readable file" in result.stderr

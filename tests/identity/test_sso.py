@@ -108,6 +108,23 @@ def test_groups_changed_at_the_provider_change_the_roles_at_the_next_sign_on(
     assert len(_events(AuditKind.ROLES_SYNCED)) == 2
 
 
+def test_directory_groups_become_the_persons_groups_for_approval_policies(
+    sso: IdentityProvider, provider: Provider
+) -> None:
+    sso.directory.person("ada", groups=["settle-operators", "orders-leads"])
+    sso_sign_in(Client(), sso, "ada")
+    user = User.objects.get(socialaccount__provider="sso")
+    assert set(user.groups.values_list("name", flat=True)) == {"settle-operators", "orders-leads"}
+    first = _events(AuditKind.ROLES_SYNCED)[-1]
+    assert first["groups_joined"] == ["orders-leads", "settle-operators"]
+
+    sso.directory.groups("ada", ["settle-operators", "finance"])
+    sso_sign_in(Client(), sso, "ada")
+    assert set(user.groups.values_list("name", flat=True)) == {"settle-operators", "finance"}
+    second = _events(AuditKind.ROLES_SYNCED)[-1]
+    assert (second["groups_joined"], second["groups_left"]) == (["finance"], ["orders-leads"])
+
+
 def test_a_person_out_of_the_allowed_groups_is_refused_and_loses_the_roles(
     settings: Any, idp: IdentityProvider, tmp_path: Path, provider: Provider
 ) -> None:
@@ -138,7 +155,10 @@ def test_groups_that_map_to_nothing_sign_in_to_an_empty_console_that_says_why(
     page = client.get("/")
     assert page.status_code == 200
     assert b"Your directory groups (london, marketing) give you no role" in page.content
-    assert _events(AuditKind.ROLES_SYNCED) == []
+    # No role changed; the groups, which approval policies may name, are recorded.
+    (synced,) = _events(AuditKind.ROLES_SYNCED)
+    assert (synced["added"], synced["removed"]) == ({}, {})
+    assert synced["groups_joined"] == ["london", "marketing"]
 
 
 def test_the_groups_claim_is_the_one_configured(

@@ -3,14 +3,9 @@ HTTP server (a ``json://127.0.0.1:PORT/`` URL)."""
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import pytest
 import time_machine
 from django.utils import timezone
 
@@ -18,47 +13,9 @@ from monitoring.models import AlertRule, AlertState
 from monitoring.services.alerts import alerts_evaluate
 from recovery.models import Operation, Provider, Pulse
 from recovery.services.runs import lookups_record, pulse_record
+from tests.support.apprise_receiver import Receiver
 from tests.support.console import Stuck, aged
 from tests.support.providers import _free_port
-
-
-class Receiver:
-    """A local HTTP server that keeps every JSON body posted to it."""
-
-    def __init__(self) -> None:
-        self.posts: list[dict[str, Any]] = []
-        received = self.posts
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", 0))
-                received.append(json.loads(self.rfile.read(length)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"json://127.0.0.1:{self.server.server_address[1]}/alerts"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def take(self) -> list[dict[str, Any]]:
-        taken = list(self.posts)
-        self.posts.clear()
-        return taken
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    yield server
-    server.close()
 
 
 def rule(provider: Provider | None, kind: str, url: str, **fields: Any) -> AlertRule:

@@ -131,6 +131,8 @@ ADMIN_ONLY = {
     # an audit export job from the console (console.services.audit_export)
     "invalid_format",
     "unknown_export",
+    # a decision signed with a passkey (the console's; the API's decisions carry none)
+    "signature_invalid",
 }
 # CanonicalError codes that reach the API only as the `reason` of invalid_params.
 REASON_ONLY = {"integer_out_of_range"}

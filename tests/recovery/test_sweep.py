@@ -246,7 +246,12 @@ def test_the_tasks_are_thin_calls_of_their_services(flow, provider_db, monkeypat
     published: list[list[int]] = []
     monkeypatch.setattr(tasks.lookup_batch, "delay", published.append)
     counts = tasks.sweep()
-    assert counts == {"leases_lapsed": 1, "lookups_queued": 1, "published": 1}
+    assert counts == {
+        "leases_lapsed": 1,
+        "lookups_queued": 1,
+        "published": 1,
+        "approvals_expired": 0,
+    }
     [[attempt_id]] = published
     assert tasks.lookup_batch([attempt_id]) == 1
     assert tasks.lookup_batch([attempt_id]) == 0  # again: nothing changes

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             url="http://127.0.0.1:9",
             secret="client-hook-secret",
         )
+        call_command("policy", "apply", str(CLIENT_DIR / "tests" / "policy.toml"), "--yes")
         _, host_token = host_create(name=f"client-ci-{os.getpid()}")
         _, approver_token = approver_create(name=f"client-ci-{os.getpid()}", all_providers=True)
         env = {"SETTLE_AUDIT_CHECKPOINT_FILE": str(directory / "checkpoints.jsonl")}

@@ -133,6 +133,47 @@ def test_nobody_deciding_in_time_raises_approval_timeout(
     assert waited.value.approval_id
 
 
+def test_an_approval_a_policy_approves_as_it_opens_runs_at_once(
+    server: dict[str, str], transport: ContractTransport, key: str
+) -> None:
+    asked: list[str] = []
+    with make_host(server, transport, approval_timeout=5) as host:
+        outcome = host.run(
+            key,
+            action="policy.auto",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: f"auto-{key}",
+            on_approval=asked.append,
+        )
+    assert (outcome.state, outcome.ran_effect) == ("released", True)
+    assert asked == []  # nobody was asked: the policy decided
+
+
+def test_a_quorum_still_pending_says_its_rule_and_what_it_needs(
+    server: dict[str, str], contract: Contract, transport: ContractTransport, key: str
+) -> None:
+    approver = make_approver(server, contract)
+    decided: list[settle_client.Decided] = []
+    host = make_host(server, transport, approval_timeout=0.3, poll_interval=0.1)
+    with host, pytest.raises(errors.ApprovalTimeout) as waited:
+        host.run(
+            key,
+            action="policy.pair",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: pytest.fail("ran with one of two approvals"),
+            on_approval=lambda approval_id: decided.append(approver.approve(approval_id)),
+        )
+    assert (waited.value.rule, waited.value.needed) == ("client-pair", "0 of 2 approvals")
+    assert "client-pair" in str(waited.value)
+    assert (decided[0].status, decided[0].needed) == ("pending", "1 of 2 approvals")
+    approval = approver.approval(waited.value.approval_id)
+    assert (approval.rule, approval.required, approval.approvals) == ("client-pair", 2, 1)
+    with pytest.raises(errors.AlreadyVoted):
+        approver.approve(waited.value.approval_id)
+
+
 def test_the_same_key_for_other_params_is_a_typed_key_conflict(
     server: dict[str, str], transport: ContractTransport, key: str
 ) -> None:

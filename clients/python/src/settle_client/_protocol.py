@@ -201,13 +201,16 @@ def lifecycle(run: Run) -> Generator[Step, Any, Outcome]:
 
 def _decision(run: Run) -> Generator[Step, Any, str]:
     """Open the approval and wait for its decision; the operation's state after it."""
-    approval_id = ""
+    approval_id, rule, needed = "", "", ""
     try:
         opened = yield Call("POST", run.path("/approvals"), {})
     except errors.InvalidState:
         pass  # decided meanwhile: the record says how
     else:
         approval_id = _field(opened, "approval_id", str, "open approval")
+        rule, needed = str(opened.get("rule") or ""), str(opened.get("needed") or "")
+        if opened.get("status") in ("approved", "denied"):
+            return str(opened["status"])  # a policy decided it as it opened
         if run.on_approval is not None:
             decided = run.on_approval(approval_id)
             # It decided itself (an Approver's Decided): no need to ask how it went.
@@ -222,11 +225,14 @@ def _decision(run: Run) -> Generator[Step, Any, str]:
             return state
         remaining = waited_until - time.monotonic()
         if remaining <= 0:
+            asked = f" (rule {rule!r}: {needed})" if rule else ""
             raise errors.ApprovalTimeout(
                 f"operation {run.key!r} is still awaiting approval after "
-                f"{run.approval_timeout:g} s",
+                f"{run.approval_timeout:g} s{asked}",
                 key=run.key,
                 approval_id=approval_id,
+                rule=rule,
+                needed=needed,
             )
         yield Sleep(min(run.poll_interval, remaining))
 

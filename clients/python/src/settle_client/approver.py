@@ -35,13 +35,19 @@ class Approval:
     params_digest: str
     permit_id: str | None
     expires_at: str | None
+    # Which policy rule applied ("" none: one person) and what it still needs.
+    rule: str = ""
+    required: int = 1
+    approvals: int = 0
+    needed: str = ""
 
     @classmethod
     def of(cls, body: dict[str, Any]) -> Approval:
         try:
-            return cls(**{name: body[name] for name in cls.__dataclass_fields__})
+            fields = {name: body[name] for name in REQUIRED_FIELDS}
         except KeyError as exc:
             raise errors.ProtocolError(f"an approval without {exc}: {body}") from None
+        return cls(**fields, **{name: body[name] for name in NEEDS if name in body})
 
     @property
     def digest_verified(self) -> bool:
@@ -54,24 +60,32 @@ class Approval:
             return False
 
 
+NEEDS = ("rule", "required", "approvals", "needed")
+REQUIRED_FIELDS = [name for name in Approval.__dataclass_fields__ if name not in NEEDS]
+
+
 @dataclass(frozen=True)
 class Decided:
     approval_id: str
     status: str
     permit_id: str | None
     expires_at: str | None
+    # A quorum still pending after this decision says so: "1 of 2 approvals".
+    needed: str = ""
 
 
 def _path(approval_id: str, endpoint: str = "") -> str:
     return f"{APPROVALS}/{quote(approval_id, safe='')}{endpoint}"
 
 
-def _decision(approval: Approval, approve: bool, ttl_seconds: int) -> Call:
-    body = {
+def _decision(approval: Approval, approve: bool, ttl_seconds: int, reason: str = "") -> Call:
+    body: dict[str, Any] = {
         "decision": "approve" if approve else "deny",
         "ttl_seconds": ttl_seconds,
         "params_digest": approval.params_digest,
     }
+    if reason:
+        body["reason"] = reason
     # Deciding twice answers already_decided: safe to send again on a broken connection.
     return Call("POST", _path(approval.approval_id, "/decision"), body)
 
@@ -82,6 +96,7 @@ def _decided(body: dict[str, Any]) -> Decided:
         str(body.get("status")),
         body.get("permit_id"),
         body.get("expires_at"),
+        str(body.get("needed") or ""),
     )
 
 
@@ -104,9 +119,11 @@ class Approver:
     def approval(self, approval_id: str) -> Approval:
         return Approval.of(self.http.call(Call("GET", _path(approval_id))))
 
-    def decide(self, approval: Approval, *, approve: bool, ttl_seconds: int = 300) -> Decided:
+    def decide(
+        self, approval: Approval, *, approve: bool, ttl_seconds: int = 300, reason: str = ""
+    ) -> Decided:
         """Decide ``approval`` as read: the decision names the digest it showed."""
-        return _decided(self.http.call(_decision(approval, approve, ttl_seconds)))
+        return _decided(self.http.call(_decision(approval, approve, ttl_seconds, reason)))
 
     def approve(self, approval_id: str, *, ttl_seconds: int = 300) -> Decided:
         """Read the approval, then approve exactly that."""
@@ -124,8 +141,8 @@ class Approver:
         body = {"decision": "approve", "ttl_seconds": ttl_seconds, "params_digest": params_digest}
         return _decided(self.http.call(Call("POST", _path(approval_id, "/decision"), body)))
 
-    def deny(self, approval_id: str) -> Decided:
-        return self.decide(self.approval(approval_id), approve=False)
+    def deny(self, approval_id: str, *, reason: str = "") -> Decided:
+        return self.decide(self.approval(approval_id), approve=False, reason=reason)
 
     def close(self) -> None:
         self.http.close()
@@ -156,15 +173,17 @@ class AsyncApprover:
     async def approval(self, approval_id: str) -> Approval:
         return Approval.of(await self.http.call(Call("GET", _path(approval_id))))
 
-    async def decide(self, approval: Approval, *, approve: bool, ttl_seconds: int = 300) -> Decided:
-        return _decided(await self.http.call(_decision(approval, approve, ttl_seconds)))
+    async def decide(
+        self, approval: Approval, *, approve: bool, ttl_seconds: int = 300, reason: str = ""
+    ) -> Decided:
+        return _decided(await self.http.call(_decision(approval, approve, ttl_seconds, reason)))
 
     async def approve(self, approval_id: str, *, ttl_seconds: int = 300) -> Decided:
         approval = await self.approval(approval_id)
         return await self.decide(approval, approve=True, ttl_seconds=ttl_seconds)
 
-    async def deny(self, approval_id: str) -> Decided:
-        return await self.decide(await self.approval(approval_id), approve=False)
+    async def deny(self, approval_id: str, *, reason: str = "") -> Decided:
+        return await self.decide(await self.approval(approval_id), approve=False, reason=reason)
 
     async def aclose(self) -> None:
         await self.http.aclose()

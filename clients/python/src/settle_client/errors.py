@@ -231,6 +231,30 @@ class DigestMismatch(ConflictError):
     code = "digest_mismatch"
 
 
+class AlreadyVoted(ConflictError):
+    """This person decided this approval already: each counts once."""
+
+    code = "already_voted"
+
+
+class ProposerExcluded(AuthError):
+    """The person the host acts for may not decide its approval."""
+
+    code = "proposer_excluded"
+
+
+class NotInGroup(AuthError):
+    """The approval needs a person from the groups its policy rule names."""
+
+    code = "not_in_group"
+
+
+class PasskeyRequired(AuthError):
+    """The decision must be signed with the person's passkey (in the console)."""
+
+    code = "passkey_required"
+
+
 class NotAuthorized(PermitRefused):
     """No permit."""
 
@@ -335,6 +359,10 @@ ERRORS_BY_CODE: dict[str, type[ApiError]] = {
         StaleState,
         AlreadyDecided,
         DigestMismatch,
+        AlreadyVoted,
+        ProposerExcluded,
+        NotInGroup,
+        PasskeyRequired,
         NotAuthorized,
         ActionMismatch,
         PermitExpired,
@@ -426,14 +454,29 @@ class OperationVoided(OperationClosed):
 
 
 class ApprovalTimeout(SettleError):
-    """The approval is still pending after the wait ``run`` was allowed; ask again later."""
+    """The approval is still pending after the wait ``run`` was allowed; ask again later.
+
+    ``rule`` and ``needed``: the policy rule that asked for people, and what it needed
+    when the approval opened ("0 of 2 approvals"); empty without a rule.
+    """
 
     code = "approval_timeout"
 
-    def __init__(self, message: str, *, key: str, approval_id: str, **details: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str,
+        approval_id: str,
+        rule: str = "",
+        needed: str = "",
+        **details: Any,
+    ) -> None:
         super().__init__(message, **details)
         self.key = key
         self.approval_id = approval_id
+        self.rule = rule
+        self.needed = needed
 
 
 class NeedsOperator(SettleError):

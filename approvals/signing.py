@@ -1,0 +1,216 @@
+"""Decisions signed with a passkey: the statement a person signs, and checking a signature.
+
+statement
+    What is decided, as a JSON object: ``kind`` (``approval``; later ``reconciliation``
+    and ``bulk``), the fields that name its subject (for an approval: ``approval_id``,
+    ``operation_key``, ``params_digest``), the ``decision``, the ``person`` (an actor's
+    stored text), a random ``nonce`` and the moment ``at``.
+challenge
+    The SHA-256 of the statement's canonical JSON: what the browser asks the passkey to
+    sign, so that the signature names the statement and nothing else.
+record
+    What is kept of a signed decision (on the vote and in its audit event): the
+    ``statement`` and the WebAuthn assertion over it, base64url: ``credential_id``,
+    ``authenticator_data``, ``client_data_json``, ``signature``.
+
+Pure functions over fido2's parsers and its COSE keys: the console's check of a new
+signature and the audit log's later check of every stored one are the same code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+from urllib.parse import urlsplit
+
+from cryptography.exceptions import InvalidSignature
+from fido2 import cbor
+from fido2.cose import CoseKey
+from fido2.rpid import verify_rp_id
+from fido2.utils import websafe_decode, websafe_encode
+from fido2.webauthn import AuthenticatorData, CollectedClientData
+
+from common.canonical import canonical_dumps
+
+# The fields that name what a statement of each kind decides, and its decisions.
+SUBJECTS: dict[str, tuple[str, ...]] = {
+    "approval": ("approval_id", "operation_key", "params_digest"),
+}
+DECISIONS: dict[str, tuple[str, ...]] = {
+    "approval": ("approve", "deny"),
+}
+RECORD_FIELDS = ("credential_id", "authenticator_data", "client_data_json", "signature")
+
+
+class SignatureInvalid(ValueError):
+    """A signed record that does not hold; ``reason`` is stable (stored, shown, tested)."""
+
+    MALFORMED = "malformed"
+    WRONG_TYPE = "wrong_type"
+    WRONG_CHALLENGE = "wrong_challenge"
+    WRONG_ORIGIN = "wrong_origin"
+    WRONG_RP = "wrong_rp"
+    USER_NOT_PRESENT = "user_not_present"
+    USER_NOT_VERIFIED = "user_not_verified"
+    UNSUPPORTED_KEY = "unsupported_key"
+    BAD_SIGNATURE = "bad_signature"
+
+    def __init__(self, reason: str, message: str = "") -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+
+
+def statement(
+    kind: str,
+    *,
+    decision: str,
+    person: str,
+    nonce: str | None = None,
+    at: datetime | None = None,
+    **subject: str,
+) -> dict[str, str]:
+    """The statement of ``person``'s ``decision`` on the subject ``subject`` names.
+
+    ``nonce`` and ``at`` default to 16 random bytes and now: two statements of the same
+    decision never share a challenge.
+    """
+    if kind not in SUBJECTS:
+        raise ValueError(f"no signed decision of kind {kind!r}")
+    if sorted(subject) != sorted(SUBJECTS[kind]):
+        raise ValueError(f"a {kind} statement names {', '.join(SUBJECTS[kind])}")
+    if decision not in DECISIONS[kind]:
+        raise ValueError(f"a {kind} decision is one of {', '.join(DECISIONS[kind])}")
+    moment = at if at is not None else datetime.now(UTC)
+    return {
+        "kind": kind,
+        **{name: str(value) for name, value in subject.items()},
+        "decision": decision,
+        "person": person,
+        "nonce": nonce if nonce is not None else websafe_encode(secrets.token_bytes(16)),
+        "at": moment.astimezone(UTC).isoformat(),
+    }
+
+
+def challenge_of(statement: Mapping[str, Any]) -> bytes:
+    """The challenge a passkey signs for ``statement``: SHA-256 of its canonical JSON."""
+    return hashlib.sha256(canonical_dumps(dict(statement))).digest()
+
+
+def statement_matches(
+    record: Mapping[str, Any],
+    *,
+    approval_id: str,
+    operation_key: str,
+    params_digest: str,
+    decision: str,
+    person: str,
+) -> bool:
+    """Whether ``record`` signs this very decision on this approval, by this person."""
+    signed = record.get("statement")
+    if not isinstance(signed, Mapping):
+        return False
+    expected = {
+        "kind": "approval",
+        "approval_id": str(approval_id),
+        "operation_key": operation_key,
+        "params_digest": params_digest,
+        "decision": decision,
+        "person": person,
+    }
+    return all(signed.get(name) == value for name, value in expected.items())
+
+
+@lru_cache(maxsize=1024)
+def cose_key(public_key: str) -> CoseKey:
+    """The COSE key of its base64url CBOR, parsed once per key (verify_audit meets each
+    passkey's key once per signed vote)."""
+    decoded = cbor.decode(websafe_decode(public_key))
+    if not isinstance(decoded, Mapping):
+        raise ValueError("a public key is a COSE map")
+    return CoseKey.parse(decoded)
+
+
+def rp_id_named(record: Mapping[str, Any]) -> str:
+    """The relying party the assertion was made for, read from the record itself.
+
+    The origin's host or a domain above it whose SHA-256 the authenticator data names:
+    for checking a record later, when the host the browser reached is not at hand.
+    """
+    client_data, auth_data, _, _ = _parsed(record)
+    return _rp_id_of(client_data, auth_data)
+
+
+def _rp_id_of(client_data: CollectedClientData, auth_data: AuthenticatorData) -> str:
+    host = urlsplit(client_data.origin).hostname or ""
+    labels = host.split(".")
+    for start in range(len(labels)):
+        candidate = ".".join(labels[start:])
+        if hmac.compare_digest(hashlib.sha256(candidate.encode()).digest(), auth_data.rp_id_hash):
+            return candidate
+    raise SignatureInvalid(SignatureInvalid.WRONG_RP, "the assertion names no domain of its origin")
+
+
+def _parsed(
+    record: Mapping[str, Any],
+) -> tuple[CollectedClientData, AuthenticatorData, bytes, bytes]:
+    """The record's client data, authenticator data, signature and expected challenge."""
+    try:
+        return (
+            CollectedClientData(websafe_decode(record["client_data_json"])),
+            AuthenticatorData(websafe_decode(record["authenticator_data"])),
+            websafe_decode(record["signature"]),
+            challenge_of(record["statement"]),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SignatureInvalid(SignatureInvalid.MALFORMED, str(exc)) from None
+
+
+def assertion_verify(
+    *,
+    public_key: str,
+    record: Mapping[str, Any],
+    rp_id: str | None,
+    origins: Collection[str] | Callable[[str], bool],
+) -> int:
+    """Check that ``record``'s assertion signs its statement under ``public_key``; return
+    the authenticator's sign count.
+
+    The assertion must be a WebAuthn ``get`` for the statement's challenge, from an
+    allowed origin (a collection, or a predicate), for ``rp_id``, with the user present
+    and verified (unlocked by PIN or biometrics), and its signature must hold. Raises
+    ``SignatureInvalid`` with the first reason it fails. ``rp_id`` None: the relying
+    party the record names (``rp_id_named``), for a record checked long after, when the
+    host the browser reached is not at hand; its origin must still be one it may use.
+    """
+    client_data, auth_data, signature, expected = _parsed(record)
+    if client_data.type != CollectedClientData.TYPE.GET:
+        raise SignatureInvalid(SignatureInvalid.WRONG_TYPE, f"client data of {client_data.type}")
+    if not hmac.compare_digest(client_data.challenge, expected):
+        raise SignatureInvalid(SignatureInvalid.WRONG_CHALLENGE, "it signs another statement")
+    if rp_id is None:
+        rp_id = _rp_id_of(client_data, auth_data)
+    allowed = origins(client_data.origin) if callable(origins) else client_data.origin in origins
+    # Made in a frame of another site, the browser says so: never a decision of ours.
+    if not allowed or client_data.cross_origin or not verify_rp_id(rp_id, client_data.origin):
+        raise SignatureInvalid(SignatureInvalid.WRONG_ORIGIN, f"origin {client_data.origin}")
+    rp_id_hash = hashlib.sha256(rp_id.encode()).digest()
+    if not hmac.compare_digest(auth_data.rp_id_hash, rp_id_hash):
+        raise SignatureInvalid(SignatureInvalid.WRONG_RP, f"not made for {rp_id}")
+    if not auth_data.is_user_present():
+        raise SignatureInvalid(SignatureInvalid.USER_NOT_PRESENT)
+    if not auth_data.is_user_verified():
+        raise SignatureInvalid(SignatureInvalid.USER_NOT_VERIFIED)
+    try:
+        key = cose_key(public_key)
+        key.verify(bytes(auth_data) + client_data.hash, signature)
+    except InvalidSignature:
+        raise SignatureInvalid(SignatureInvalid.BAD_SIGNATURE) from None
+    except (NotImplementedError, ValueError, KeyError, TypeError) as exc:
+        # An algorithm fido2 cannot verify, or a key that is not a COSE key.
+        raise SignatureInvalid(SignatureInvalid.UNSUPPORTED_KEY, str(exc)) from None
+    return int(auth_data.counter)

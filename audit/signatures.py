@@ -1,0 +1,151 @@
+"""Signed decisions on the audit log, checked against the passkeys the log itself names.
+
+An ``approval_voted`` event that carries a ``signature`` (``approvals.signing``'s
+record) holds when: the system chain's ``passkey_added`` event for its credential
+registered it to the event's actor no later than the vote, and no ``passkey_removed``
+event removed it before; the statement it signs is this decision (approval, operation,
+digest, decision, person); and the passkey's signature over that statement's challenge
+verifies under the public key the ``passkey_added`` event recorded.
+
+Nothing here trusts the rows of allauth or the vote: a passkey removed long ago still
+verifies the decisions it signed while it was registered, from the log alone. The
+same check serves ``verify_audit`` (keys loaded once from the database) and an export
+verified offline (keys read from its own system chain's events, ``Passkeys.event``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from approvals.actors import Actor
+from approvals.signing import SignatureInvalid, assertion_verify, statement_matches
+from audit.hashing import SYSTEM_CHAIN, ChainBreak, EventRow, timestamp
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
+
+VOTED = AuditKind.APPROVAL_VOTED.value
+ADDED = AuditKind.PASSKEY_ADDED.value
+REMOVED = AuditKind.PASSKEY_REMOVED.value
+# A vote's JSON text holds this key only when it was signed: others are not parsed again.
+SIGNED_MARK = '"signature"'
+
+
+@dataclass
+class _Registration:
+    public_key: str
+    owner: str  # the user's id, as an actor names it
+    added_at: str  # ``timestamp`` text: compared as text, which sorts as time
+    removed_at: str | None = None
+
+
+def _any_origin(origin: str) -> bool:
+    # Which host served the console when it was signed is not on the log; the origin
+    # must still be one the relying party the authenticator signed for may use.
+    return True
+
+
+class Passkeys:
+    """Every passkey the system chain registered, by credential id, and when it went."""
+
+    def __init__(self) -> None:
+        self._by_credential: dict[str, list[_Registration]] = {}
+
+    @classmethod
+    def stored(cls) -> Passkeys:
+        """The passkeys of the stored system chain, in one statement."""
+        passkeys = cls()
+        rows = (
+            AuditEvent.objects.filter(operation_key=SYSTEM_CHAIN, kind__in=(ADDED, REMOVED))
+            .order_by("id")
+            .values_list("kind", "at", "data")
+        )
+        for kind, at, data in rows.iterator(chunk_size=2000):
+            passkeys.event(kind, timestamp(at), data)
+        return passkeys
+
+    def event(self, kind: str, at: str, data: dict[str, Any]) -> None:
+        """Take in a system chain's ``passkey_added`` or ``passkey_removed`` event."""
+        credential = str(data.get("credential_id", ""))
+        if kind == ADDED:
+            registration = _Registration(
+                str(data.get("public_key", "")), str(data.get("user_id", "")), at
+            )
+            self._by_credential.setdefault(credential, []).append(registration)
+        elif kind == REMOVED:
+            for registration in self._by_credential.get(credential, []):
+                if registration.removed_at is None:
+                    registration.removed_at = at
+
+    def knows(self, credential_id: str) -> bool:
+        return credential_id in self._by_credential
+
+    def vote_problem(self, *, chain: str, actor: str, at: str, data: dict[str, Any]) -> str | None:
+        """Why the signed vote (an ``approval_voted`` event's fields) does not hold, if so."""
+        record = data.get("signature")
+        if not isinstance(record, dict):
+            return "its signature is not a signed record"
+        credential = str(record.get("credential_id", ""))
+        registrations = self._by_credential.get(credential)
+        if not registrations:
+            return f"signed with passkey {credential[:16]}…, which no passkey_added event names"
+        current = [
+            r
+            for r in registrations
+            if r.added_at <= at and (r.removed_at is None or at < r.removed_at)
+        ]
+        if not current:
+            if all(r.added_at > at for r in registrations):
+                return "signed with a passkey registered only after the vote"
+            return "signed with a passkey removed before the vote"
+        registration = current[-1]
+        person = Actor.parse(actor) if actor else None
+        if person is None or person.kind != "user" or registration.owner != person.id:
+            return "signed with a passkey registered to someone else"
+        if not statement_matches(
+            record,
+            approval_id=str(data.get("approval_id", "")),
+            operation_key=chain,
+            params_digest=str(data.get("params_digest", "")),
+            decision=str(data.get("decision", "")),
+            person=person.stored,
+        ):
+            return "the statement it signs is not this vote"
+        try:
+            assertion_verify(
+                public_key=registration.public_key,
+                record=record,
+                rp_id=None,  # the one it names: which host served it is not on the log
+                origins=_any_origin,
+            )
+        except SignatureInvalid as exc:
+            return f"its passkey signature does not hold ({exc.reason})"
+        return None
+
+
+class SignedVotes:
+    """The check of signed votes in a verification's pass over the events.
+
+    The passkeys are read from the database at the first signed vote, never for a log
+    that has none; each key is parsed once (``approvals.signing.cose_key``).
+    """
+
+    def __init__(self) -> None:
+        self._passkeys: Passkeys | None = None
+        self.checked = 0
+
+    def row_break(self, row: EventRow) -> ChainBreak | None:
+        """The problem of ``row`` if it is a signed vote that does not hold."""
+        if row.kind != VOTED or SIGNED_MARK not in row.data:
+            return None
+        data = json.loads(row.data)
+        if "signature" not in data:
+            return None
+        if self._passkeys is None:
+            self._passkeys = Passkeys.stored()
+        self.checked += 1
+        problem = self._passkeys.vote_problem(
+            chain=row.chain, actor=row.actor, at=row.at, data=data
+        )
+        return None if problem is None else ChainBreak(row.chain, row.seq, problem)

@@ -1,0 +1,268 @@
+"""Decisions signed with a passkey, verified from the audit log alone: by ``verify_audit``
+(in one go and routinely) and by an export checked offline. Real P-256 signatures from a
+software passkey; the log tampered with SQL as a table owner could."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from fido2.utils import websafe_decode, websafe_encode
+from guardian.shortcuts import assign_perm
+
+from approvals.actors import Actor
+from approvals.models import Approval
+from approvals.signing import statement
+from audit.checkpoints import audit_checkpoint
+from audit.exported import export_records, export_verify
+from audit.hashing import event_digest, event_export, timestamp
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
+from audit.signatures import Passkeys
+from audit.verification import audit_verification_incremental
+from audit.verify import audit_verify
+from console.services.audit_export import sealed_export
+from identity.signing import signed_record_verify
+from recovery.models import Operation
+from recovery.permissions import ProviderPermission as P
+from recovery.services.permits import approval_decision
+from tests.support.audit import only_problem, sql_as_owner
+from tests.support.flow import Flow
+from tests.support.webauthn import RP_ID, SoftPasskey, passkey_register, passkey_unregister
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def decider(provider) -> User:
+    user = User.objects.create_user("sam")
+    assign_perm(P.DECIDE_APPROVALS.perm, user, provider)
+    return user
+
+
+@pytest.fixture
+def passkey(decider: User) -> SoftPasskey:
+    key = SoftPasskey()
+    passkey_register(decider, key)
+    return key
+
+
+def _signed_vote(flow: Flow, key: str, person: User, passkey: SoftPasskey) -> AuditEvent:
+    """Register an operation, open its approval (passkey required) and sign a vote on it."""
+    flow.register(key)
+    flow.host_api.post(f"/api/v1/operations/{key}/approvals")
+    Approval.objects.filter(operation_key=key).update(passkey_required=True, voting=True)
+    approval = Approval.objects.get(operation_key=key)
+    signed = statement(
+        "approval",
+        approval_id=str(approval.pk),
+        operation_key=key,
+        params_digest=approval.params_digest,
+        decision="approve",
+        person=Actor.of("user", person).stored,
+    )
+    record = signed_record_verify(
+        user=person, statement=signed, assertion_json=passkey.assertion(signed), rp_id=RP_ID
+    )
+    approval_decision(
+        approval_id=approval.pk,
+        approve=True,
+        ttl_seconds=60,
+        decided_by=Actor.of("user", person),
+        reviewed_digest=approval.params_digest,
+        signature=record,
+    )
+    return AuditEvent.objects.get(operation_key=key, kind=AuditKind.APPROVAL_VOTED)
+
+
+def _one_byte_changed(data: dict[str, Any]) -> dict[str, Any]:
+    signature = bytearray(websafe_decode(data["signature"]["signature"]))
+    signature[len(signature) // 2] ^= 0x01
+    return {**data, "signature": {**data["signature"], "signature": websafe_encode(signature)}}
+
+
+def _stored(event: AuditEvent, data: dict[str, Any]) -> None:
+    """Overwrite the event's data with SQL, its hash left as it was."""
+    sql_as_owner(
+        "UPDATE audit_auditevent SET data = %s WHERE id = %s", [json.dumps(data), event.pk]
+    )
+
+
+def _forged(event: AuditEvent, data: dict[str, Any]) -> None:
+    """Overwrite the event's data and recompute its chain's hashes and head, as someone
+    with SQL access alone can where no checkpoint signed the chain yet."""
+    _stored(event, data)
+    prev = None
+    for each in AuditEvent.objects.filter(operation_key=event.operation_key).order_by("seq"):
+        if prev is not None:
+            each.prev_hash = prev
+        each.hash = event_digest(each)
+        sql_as_owner(
+            "UPDATE audit_auditevent SET prev_hash = %s, hash = %s WHERE id = %s",
+            [each.prev_hash, each.hash, each.pk],
+        )
+        prev = each.hash
+    Operation.objects.filter(key=event.operation_key).update(audit_hash=prev)
+
+
+def _exported(tmp_path: Path, export_format: str = "jsonl") -> Path:
+    path = tmp_path / f"trail.{export_format}"
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        handle.writelines(sealed_export(AuditEvent.objects.order_by("id"), export_format))
+    return path
+
+
+def test_a_log_with_signed_votes_verifies(flow, decider, passkey, capsys):
+    for key in ("op-1", "op-2"):
+        _signed_vote(flow, key, decider, passkey)
+    assert list(audit_verify()) == []
+    call_command("verify_audit")
+    assert "audit log intact" in capsys.readouterr().out
+
+
+def test_one_signature_byte_changed_breaks_the_log(flow, decider, passkey):
+    voted = _signed_vote(flow, "op-1", decider, passkey)
+    _stored(voted, _one_byte_changed(voted.data))
+    with pytest.raises(CommandError, match=rf"chain 'op-1', event #{voted.seq}: content does not"):
+        call_command("verify_audit")
+
+
+def test_one_signature_byte_changed_and_rehashed_fails_its_signature(flow, decider, passkey):
+    voted = _signed_vote(flow, "op-1", decider, passkey)
+    _forged(voted, _one_byte_changed(voted.data))
+    assert only_problem() == (
+        f"chain 'op-1', event #{voted.seq}: its passkey signature does not hold (bad_signature)"
+    )
+    with pytest.raises(CommandError, match="its passkey signature does not hold"):
+        call_command("verify_audit", "--no-checkpoint")
+
+
+def test_a_rehashed_vote_of_another_decision_fails_its_statement(flow, decider, passkey):
+    voted = _signed_vote(flow, "op-1", decider, passkey)
+    _forged(voted, {**voted.data, "decision": "deny"})
+    assert only_problem() == (
+        f"chain 'op-1', event #{voted.seq}: the statement it signs is not this vote"
+    )
+
+
+def test_the_routine_verification_checks_the_signatures_it_reads(flow, decider, passkey):
+    flow.register("op-0")
+    audit_checkpoint()
+    voted = _signed_vote(flow, "op-1", decider, passkey)
+    _forged(voted, _one_byte_changed(voted.data))
+    audit_checkpoint()  # signs the forged chain: nothing signed it before
+    verification = audit_verification_incremental()
+    assert verification is not None and not verification.ok
+    assert verification.problem == (
+        f"chain 'op-1', event #{voted.seq}: its passkey signature does not hold (bad_signature)"
+    )
+
+
+@pytest.mark.parametrize("export_format", ["jsonl", "csv"])
+def test_an_export_verifies_offline_and_fails_with_one_byte_changed(
+    flow, decider, passkey, tmp_path, capsys, export_format
+):
+    voted = _signed_vote(flow, "op-1", decider, passkey)
+    path = _exported(tmp_path, export_format)
+    call_command("verify_export", str(path))
+    assert "1 signed decisions verified" in capsys.readouterr().out
+
+    _forged(voted, _one_byte_changed(voted.data))
+    forged = _exported(tmp_path, export_format)
+    with pytest.raises(CommandError, match=rf"event #{voted.seq}: its passkey signature does not"):
+        call_command("verify_export", str(forged))
+
+
+def test_an_export_edited_in_a_signature_fails_its_hash(flow, decider, passkey, tmp_path):
+    voted = _signed_vote(flow, "op-1", decider, passkey)
+    records = [event_export(event) for event in AuditEvent.objects.order_by("id")]
+    for record in records:
+        if record["id"] == voted.pk:
+            record["data"] = _one_byte_changed(record["data"])
+    problem = export_verify(records)
+    assert problem is not None and problem.seq == voted.seq
+    assert problem.reason == "content does not match its hash (edited)"
+
+
+def test_an_export_without_the_system_chain_cannot_vouch_for_a_signature(
+    flow, decider, passkey, tmp_path
+):
+    _signed_vote(flow, "op-1", decider, passkey)
+    path = _exported(tmp_path)
+    lines = path.read_text().splitlines(keepends=True)
+    records = [r for r in export_records(lines, "jsonl") if r["chain"] == "op-1"]
+    problem = export_verify(records)
+    assert problem is not None and "which no passkey_added event names" in problem.reason
+
+
+# -- which passkey may have signed: the registrations the system chain names ----------------
+
+
+def _vote(person: User, passkey: SoftPasskey, **changed: Any) -> dict[str, Any]:
+    signed = statement(
+        "approval",
+        approval_id="6f1c1a8e-1b47-4a4e-9d3c-0f3a7f5a9e11",
+        operation_key="op-1",
+        params_digest="sha256:" + "a" * 64,
+        decision="approve",
+        person=Actor.of("user", person).stored,
+    )
+    return {
+        "approval_id": signed["approval_id"],
+        "params_digest": signed["params_digest"],
+        "decision": "approve",
+        "signature": passkey.record(signed),
+        **changed,
+    }
+
+
+def _added(passkeys: Passkeys, person: User, passkey: SoftPasskey, at: str) -> None:
+    data = {"user_id": person.pk, "credential_id": passkey.id, "public_key": passkey.public_key}
+    passkeys.event("passkey_added", at, data)
+
+
+def _problem(passkeys: Passkeys, person: User, data: dict[str, Any], at: str) -> str | None:
+    actor = Actor.of("user", person).stored
+    return passkeys.vote_problem(chain="op-1", actor=actor, at=at, data=data)
+
+
+def test_a_passkey_signs_only_while_it_is_registered_to_the_voter(decider):
+    passkey, passkeys = SoftPasskey(), Passkeys()
+    vote = _vote(decider, passkey)
+    assert "no passkey_added event names" in str(_problem(passkeys, decider, vote, "2026-12-03T10"))
+    _added(passkeys, decider, passkey, "2026-12-03T09")
+    assert _problem(passkeys, decider, vote, "2026-12-03T10") is None
+    assert _problem(passkeys, decider, vote, "2026-12-03T08") == (
+        "signed with a passkey registered only after the vote"
+    )
+    passkeys.event("passkey_removed", "2026-12-03T11", {"credential_id": passkey.id})
+    assert _problem(passkeys, decider, vote, "2026-12-03T10") is None
+    assert _problem(passkeys, decider, vote, "2026-12-03T12") == (
+        "signed with a passkey removed before the vote"
+    )
+
+
+def test_a_passkey_of_someone_else_signs_nothing_for_the_voter(decider):
+    other = User.objects.create_user("kim")
+    passkey, passkeys = SoftPasskey(), Passkeys()
+    _added(passkeys, other, passkey, "2026-12-03T09")
+    assert _problem(passkeys, decider, _vote(decider, passkey), "2026-12-03T10") == (
+        "signed with a passkey registered to someone else"
+    )
+
+
+def test_the_stored_registrations_are_the_system_chains(decider, passkey):
+    spare = SoftPasskey()
+    passkey_unregister(passkey_register(decider, spare, name="Spare"))
+    stored = Passkeys.stored()
+    now = timestamp(AuditEvent.objects.order_by("-id").first().at)
+    assert stored.knows(passkey.id) and stored.knows(spare.id)
+    vote = _vote(decider, passkey)
+    assert _problem(stored, decider, vote, now) is None
+    assert _problem(stored, decider, _vote(decider, spare), now) == (
+        "signed with a passkey removed before the vote"
+    )

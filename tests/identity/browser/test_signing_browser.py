@@ -1,0 +1,107 @@
+"""A decision signed in a real browser: Chromium's virtual authenticator answers
+``identity.signing``'s request, and what it returns is the record Settle keeps.
+
+The approval page's buttons are not here: the page runs ``SIGN`` (the steps that page
+will take) on a console page of the signed-in person, with the options
+``signing_options`` made, and hands the browser's JSON to ``signed_record_verify``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Page
+
+from approvals.actors import Actor
+from approvals.signing import statement
+from common.errors import SettleError
+from identity.models import PasskeyUse
+from identity.signing import signed_record_verify, signing_options
+from tests.support.browser import sign_in
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RP_ID = "localhost"  # the live server is reached as http://localhost
+
+# What the approval page does with signing_options' JSON: navigator.credentials.get,
+# then the credential as WebAuthn's JSON (base64url), for signed_record_verify.
+SIGN = """async (options) => {
+  const bytes = (text) => Uint8Array.from(
+    atob(text.replace(/-/g, '+').replace(/_/g, '/') + '==='.slice((text.length + 3) % 4)),
+    (c) => c.charCodeAt(0))
+  const text = (buffer) => btoa(String.fromCharCode(...new Uint8Array(buffer)))
+    .replace(/\\+/g, '-').replace(/\\//g, '_').replace(/=+$/, '')
+  const publicKey = {
+    ...options.publicKey,
+    challenge: bytes(options.publicKey.challenge),
+    allowCredentials: options.publicKey.allowCredentials.map((c) => ({...c, id: bytes(c.id)})),
+  }
+  const credential = await navigator.credentials.get({publicKey})
+  return {
+    id: credential.id,
+    rawId: text(credential.rawId),
+    type: credential.type,
+    authenticatorAttachment: credential.authenticatorAttachment,
+    response: {
+      clientDataJSON: text(credential.response.clientDataJSON),
+      authenticatorData: text(credential.response.authenticatorData),
+      signature: text(credential.response.signature),
+      userHandle: credential.response.userHandle ? text(credential.response.userHandle) : null,
+    },
+    clientExtensionResults: credential.getClientExtensionResults(),
+  }
+}"""
+
+
+def _register(page: Page, name: str) -> None:
+    page.get_by_role("link", name="Passkeys").click()
+    page.click("[data-add-passkey]")
+    page.fill("#id_name", name)
+    page.get_by_role("button", name="Register").click()
+    page.wait_for_url(re.compile(r"/accounts/2fa/webauthn/$"))
+
+
+def _statement(user: Any, decision: str = "approve") -> dict[str, str]:
+    return statement(
+        "approval",
+        approval_id="6f1c1a8e-1b47-4a4e-9d3c-0f3a7f5a9e11",
+        operation_key="op-1",
+        params_digest="sha256:" + "a" * 64,
+        decision=decision,
+        person=Actor.of("user", user).stored,
+    )
+
+
+def test_chromiums_passkey_signs_a_decision_that_verifies(page: Page, authenticator, operator):
+    sign_in(page, operator.username)
+    _register(page, "Work laptop")
+    signed = _statement(operator)
+    options = signing_options(user=operator, statement=signed, rp_id=RP_ID)
+    assertion = page.evaluate(SIGN, options)
+    record = signed_record_verify(
+        user=operator, statement=signed, assertion_json=assertion, rp_id=RP_ID
+    )
+    assert record["statement"] == signed
+    (credential,) = authenticator.credentials()
+    assert record["credential_id"] == credential["credentialId"].rstrip("=").replace(
+        "+", "-"
+    ).replace("/", "_")
+    assert PasskeyUse.objects.get(credential_id=record["credential_id"]).sign_count >= 1
+
+    # The same answer again: its sign count did not grow.
+    with pytest.raises(SettleError) as replayed:
+        signed_record_verify(user=operator, statement=signed, assertion_json=assertion, rp_id=RP_ID)
+    assert replayed.value.code == "sign_count_replayed"
+
+
+def test_a_passkey_not_unlocked_signs_nothing(page: Page, authenticator, operator):
+    sign_in(page, operator.username)
+    _register(page, "Phone")
+    authenticator.user_verified(False)
+    options = signing_options(user=operator, statement=_statement(operator), rp_id=RP_ID)
+    # The browser itself refuses: the request requires user verification.
+    with pytest.raises(PlaywrightError, match="NotAllowedError"):
+        page.evaluate(SIGN, options)
