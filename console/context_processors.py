@@ -4,25 +4,50 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.db.models import Exists
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
 from audit.alarms import audit_alarms_open
 from audit.models import AuditAlarm
-from recovery.selectors import audit_alarms_for_user, audit_supervisor
+from recovery.permissions import ProviderPermission
+from recovery.selectors import audit_alarms_for_user, providers_for_user, providers_supervised
+
+
+def _roles(request: HttpRequest) -> tuple[bool, bool]:
+    """Whether the user supervises (the alarm banner, the dashboard's link) and whether
+    they may decide approvals anywhere (the inbox's link).
+
+    Asked once per request (the answer is kept on it), by whichever the page reads
+    first, both in one statement: a page pays one statement for all three. Where the
+    passkey middleware has asked whether the user supervises, only the other is asked.
+    """
+    if hasattr(request, "_settle_roles"):
+        return request._settle_roles  # type: ignore[no-any-return]
+    user = request.user
+    roles = (False, False)
+    if user.is_authenticated and user.is_superuser:
+        roles = (True, True)
+    elif user.is_authenticated and user.is_active:
+        deciding = providers_for_user(user=user, permissions=(ProviderPermission.DECIDE_APPROVALS,))
+        known = getattr(request, "_settle_supervising", None)
+        if known is not None:
+            roles = (bool(known), deciding.exists())
+        else:
+            found = (
+                get_user_model()
+                .objects.filter(pk=user.pk)
+                .values_list(Exists(providers_supervised(user=user)), Exists(deciding))
+                .first()
+            )
+            roles = (bool(found[0]), bool(found[1])) if found else roles
+    request._settle_roles = roles  # type: ignore[attr-defined]
+    return roles
 
 
 def _supervising(request: HttpRequest) -> bool:
-    """Whether the user supervises: sees the alarm banner and the dashboard's link.
-
-    Asked once per request (the answer is kept on it), by whichever of the two the page
-    reads first: a page pays one statement for both.
-    """
-    if not hasattr(request, "_settle_supervising"):
-        user = request.user
-        supervising = bool(user.is_authenticated and audit_supervisor(user=user))
-        request._settle_supervising = supervising  # type: ignore[attr-defined]
-    return bool(request._settle_supervising)  # type: ignore[attr-defined]
+    return _roles(request)[0]
 
 
 def _alarms_for(request: HttpRequest) -> list[AuditAlarm]:
@@ -53,3 +78,12 @@ def supervises(request: HttpRequest) -> dict[str, Any]:
     hiding a link is not a permission.
     """
     return {"supervises": SimpleLazyObject(lambda: _supervising(request))}
+
+
+def decides(request: HttpRequest) -> dict[str, Any]:
+    """``decides``: whether the navigation offers the approvals inbox.
+
+    Read with ``supervises``, in its statement. The inbox lists only what the user may
+    decide whatever the link says.
+    """
+    return {"decides": SimpleLazyObject(lambda: _roles(request)[1])}

@@ -12,6 +12,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from audit.kinds import AuditKind
+from console.selectors.approvals import InboxFilters
 from console.selectors.audit_trail import AuditFilters
 from recovery.models import Verdict
 from recovery.selectors import QUEUE_AGES, QUEUE_REASONS, QUEUE_STRANDED, QueueFilters
@@ -170,6 +171,48 @@ class DecisionForm(forms.Form):
     """Approving or rejecting a four-eyes proposal: why."""
 
     reason = forms.CharField(max_length=500, strip=True)
+
+
+class InboxFilterForm(forms.Form):
+    """The approvals inbox's filters, in the URL like the queue's."""
+
+    action = forms.CharField(required=False, max_length=200)
+    host = forms.CharField(required=False, max_length=100)
+
+    def __init__(self, *args: object, providers: list[str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["provider"] = forms.ChoiceField(
+            required=False,
+            widget=PlainSelect,
+            choices=[("", "Any provider"), *((p, p) for p in providers)],
+        )
+
+    def filters(self) -> InboxFilters:
+        """The valid filters; an invalid one is dropped (and shown as an error)."""
+        data = getattr(self, "cleaned_data", {})
+        return InboxFilters(
+            provider=data.get("provider", ""),
+            action=data.get("action", "").strip(),
+            host=data.get("host", "").strip(),
+        )
+
+
+class ApprovalDecisionForm(forms.Form):
+    """Approving or denying an action: the digest the page showed, and why.
+
+    A denial needs a reason (the host and its people are told why); an approval may
+    go without one.
+    """
+
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("deny", "Deny")])
+    params_digest = forms.CharField(max_length=71, widget=forms.HiddenInput)
+    reason = forms.CharField(required=False, max_length=500, strip=True)
+
+    def clean(self) -> dict[str, object]:
+        data = super().clean() or {}
+        if data.get("decision") == "deny" and not data.get("reason"):
+            self.add_error("reason", "give a reason to deny")
+        return data
 
 
 # Offered as the kind filter's suggestions: every kind the services write.

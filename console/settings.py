@@ -97,6 +97,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "console.context_processors.audit_alarms",
                 "console.context_processors.supervises",
+                "console.context_processors.decides",
             ],
         },
     },

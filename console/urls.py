@@ -9,6 +9,7 @@ from django.urls.converters import StringConverter
 from django.views.generic import RedirectView
 
 from console.views import (
+    approvals,
     audit,
     bulk,
     dashboard,
@@ -63,6 +64,9 @@ urlpatterns = [
     path(
         "operations/<key:key>/release", reconcile.operation_release_view, name="operation-release"
     ),
+    path("approvals/", approvals.approvals, name="approvals"),
+    path("approvals/<uuid:approval_id>/", approvals.approval_detail, name="approval"),
+    path("approvals/<uuid:approval_id>/decide", approvals.approval_decide, name="approval-decide"),
     path("reconciliations/", reconcile.reconciliations, name="reconciliations"),
     path("policy/", policy.policy, name="policy"),
     *(

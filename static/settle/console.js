@@ -1,4 +1,5 @@
-// Keyboard shortcuts: j/k move the focus through the queue (Enter opens, as on any link),
+// Keyboard shortcuts: j/k move the focus through a list's rows, the queue's or the
+// approvals' ([data-queue]; Enter opens, as on any link),
 // / searches the queue (from any page: it goes to the queue first), ? shows the sheet.
 (function () {
   "use strict";
@@ -69,8 +70,26 @@
     if (search && window.location.hash === "#search") search.focus();
   });
 
-  // New results (a filter, the next page): nothing is selected in them yet.
-  document.addEventListener("htmx:afterSwap", function () { selected = -1; });
+  // New results (a filter, the next page): nothing is selected in them yet. A list that
+  // redraws itself (the approvals poll) keeps the row in focus, found by where it leads,
+  // so that a poll never takes it from under the keyboard.
+  var focusedHref = null;
+  document.addEventListener("htmx:beforeSwap", function () {
+    var row = document.activeElement && document.activeElement.closest &&
+      document.activeElement.closest("[data-queue] tbody tr");
+    focusedHref = row ? row.dataset.href : null;
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    selected = -1;
+    if (!focusedHref || document.activeElement !== document.body) return;
+    var all = rows();
+    var again = all.findIndex(function (row) { return row.dataset.href === focusedHref; });
+    focusedHref = null;
+    if (again < 0) return;
+    selected = again;
+    var link = all[again].querySelector("a");
+    if (link) link.focus({ preventScroll: true });
+  });
 
   // A redraw keeps the inputs marked hx-preserve, text and all; but where the browser has
   // no Element.moveBefore, htmx moves them with replaceChild, which drops the focus. Put

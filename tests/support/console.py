@@ -12,6 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.actors import Actor
+from approvals.models import Approval
 from audit.chain import audit_transaction
 from console.models import BulkBatch
 from console.services.bulk import bulk_chunk_run, bulk_publish
@@ -129,3 +130,27 @@ def run_batch(batch: BulkBatch) -> int:
     for batch_id, first, last in chunks:
         bulk_chunk_run(batch_id=batch_id, first=first, last=last)
     return len(chunks)
+
+
+def pending_approval(
+    flow: Flow, key: str, *, params: dict[str, Any] = PARAMS, **policy: Any
+) -> Approval:
+    """An operation registered and its approval asked for, through the host API; then
+    what a policy would have set on it (``rule``, ``required``, ``groups``…).
+
+    Decided by votes whenever a policy would have it so (``Approval.voting``): more
+    than one person, named groups, a proposer left out or a passkey.
+    """
+    flow.register(key, params)
+    response = flow.host_api.post(f"/api/v1/operations/{key}/approvals")
+    assert response.status_code in (200, 201), response.content
+    approval_id = response.json()["approval_id"]
+    if policy:
+        voting = bool(
+            policy.get("required", 1) > 1
+            or policy.get("groups")
+            or policy.get("proposer")
+            or policy.get("passkey_required")
+        )
+        Approval.objects.filter(pk=approval_id).update(**{"voting": voting, **policy})
+    return Approval.objects.get(pk=approval_id)

@@ -1,0 +1,189 @@
+"""The approver's side: the pending approvals a console user may decide, and one approval's
+page.
+
+decidable
+    Pending; of a provider on which the user holds ``decide_approvals``; when the policy
+    named groups (``Approval.groups``), only for a member of one of them (the user's
+    Django groups, which sign-on mirrors from the directory); never the proposer's own
+    action; and not one the user has voted on already (a person decides once).
+
+The deciding service checks again (``recovery.services.permits.approval_decision``):
+this is what the console offers, not what makes a decision valid.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
+from django.db.models.functions import Coalesce
+from django.utils.text import Truncator
+
+from approvals.models import Approval, ApprovalVote
+from recovery.models import Operation
+from recovery.params_diff import params_rows
+from recovery.permissions import ProviderPermission
+from recovery.selectors import providers_for_user, providers_visible_to
+
+INBOX_SHOWN = 200  # the oldest; an inbox longer than this is worked from the top
+SUMMARY_CHARS = 90
+EARLIER_SHOWN = 10
+
+
+class _ListHoldsAny(Func):
+    """Whether a JSON list of strings holds any value of a one-column subquery.
+
+    Each database spells "the elements of a JSON array" its own way, and Django has no
+    lookup for it on SQLite.
+    """
+
+    arity = 2
+    output_field = BooleanField()
+
+    def _exists(self, compiler: Any, elements: str) -> tuple[str, tuple[Any, ...]]:
+        listed, values = self.get_source_expressions()
+        listed_sql, listed_params = compiler.compile(listed)
+        values_sql, values_params = compiler.compile(values)
+        sql = f"EXISTS (SELECT 1 FROM {elements % listed_sql} WHERE g.value IN {values_sql})"
+        return sql, (*listed_params, *values_params)
+
+    def as_sqlite(
+        self, compiler: Any, connection: Any, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        return self._exists(compiler, "json_each(%s) AS g")
+
+    def as_postgresql(
+        self, compiler: Any, connection: Any, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        return self._exists(compiler, "jsonb_array_elements_text(%s) AS g(value)")
+
+
+def _voter_prefix(user: Any) -> str:
+    """How a user's votes begin in the voter column (``Actor.stored``: kind, id, name).
+
+    By id, not by the whole text: a vote cast before a rename is still the user's.
+    """
+    return f"user:{user.pk}:"
+
+
+def approvals_decidable(*, user: Any) -> QuerySet[Approval]:
+    """The pending approvals ``user`` may decide now (see the module's ``decidable``)."""
+    if not user.is_authenticated or not user.is_active:
+        return Approval.objects.none()
+    providers = providers_for_user(user=user, permissions=(ProviderPermission.DECIDE_APPROVALS,))
+    groups = Subquery(user.groups.values("name"))
+    voted = ApprovalVote.objects.filter(
+        approval=OuterRef("pk"), voter__startswith=_voter_prefix(user)
+    )
+    return (
+        Approval.objects.filter(
+            status=Approval.Status.PENDING, provider__in=providers.values("name")
+        )
+        .filter(Q(groups=[]) | Q(_ListHoldsAny("groups", groups)))
+        .exclude(proposer=user.get_username())
+        .exclude(Exists(voted))
+    )
+
+
+@dataclass(frozen=True)
+class InboxFilters:
+    provider: str = ""
+    action: str = ""  # the start of the action's name
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class InboxRow:
+    approval: Approval
+    summary: str  # the parameters on one line, cut short
+    approvals: int  # approving votes so far
+
+    @property
+    def quorum(self) -> str:
+        """``1 of 2``, when more than one person must approve; else empty."""
+        if self.approval.required <= 1:
+            return ""
+        return f"{self.approvals} of {self.approval.required}"
+
+
+def params_summary(params_canonical: str | None) -> str:
+    """``amount=1250 · currency=EUR · to="acct-7"``: every leaf, cut at a line's length."""
+    if params_canonical is None:
+        return ""
+    rows = params_rows(json.loads(params_canonical), [])
+    text = " · ".join(f"{row.path}={row.value}" for row in rows)
+    return Truncator(text).chars(SUMMARY_CHARS)
+
+
+def _approving_votes() -> Coalesce:
+    votes = (
+        ApprovalVote.objects.filter(approval=OuterRef("pk"), approve=True)
+        .order_by()
+        .values("approval")
+        .annotate(n=Count("*"))
+        .values("n")
+    )
+    return Coalesce(Subquery(votes, output_field=IntegerField()), Value(0))
+
+
+def approvals_inbox(*, user: Any, filters: InboxFilters) -> tuple[list[InboxRow], bool]:
+    """What ``user`` may decide, oldest first, each with its parameters' summary; and
+    whether there are more than ``INBOX_SHOWN``.
+
+    One statement: the operation's parameters and the votes are subqueries by
+    operation key and approval.
+    """
+    approvals = approvals_decidable(user=user)
+    if filters.provider:
+        approvals = approvals.filter(provider=filters.provider)
+    if filters.action:
+        approvals = approvals.filter(action__startswith=filters.action)
+    if filters.host:
+        approvals = approvals.filter(host__startswith=filters.host)
+    params = Operation.objects.filter(key=OuterRef("operation_key")).values("params_canonical")
+    found = list(
+        approvals.annotate(
+            params_canonical=Subquery(params[:1]), approving=_approving_votes()
+        ).order_by("created_at", "id")[: INBOX_SHOWN + 1]
+    )
+    rows = [
+        InboxRow(approval, params_summary(approval.params_canonical), approval.approving)
+        for approval in found[:INBOX_SHOWN]
+    ]
+    return rows, len(found) > INBOX_SHOWN
+
+
+def approval_decidable_by(*, user: Any, approval: Approval) -> bool:
+    return approvals_decidable(user=user).filter(pk=approval.pk).exists()
+
+
+def operations_earlier(*, user: Any, operation: Operation) -> list[Operation]:
+    """The host's latest operations with the same action before this one, that ``user``
+    may view: what an approver compares the action with."""
+    return list(
+        Operation.objects.filter(
+            host_id=operation.host_id,
+            action=operation.action,
+            provider__in=providers_visible_to(user=user),
+        )
+        .exclude(pk=operation.pk)
+        .only("key", "state", "created_at")
+        .order_by("-created_at", "-id")[:EARLIER_SHOWN]
+    )
+
+
+def approval_votes(*, approval: Approval) -> list[ApprovalVote]:
+    return list(approval.votes.order_by("at", "id"))

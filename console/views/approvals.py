@@ -1,0 +1,158 @@
+"""The approver's side: the inbox of approvals a user may decide, and one approval's page."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST, require_safe
+
+from approvals.actors import Actor
+from approvals.models import Approval
+from common.errors import ErrorCode
+from console.forms import ApprovalDecisionForm, InboxFilterForm
+from console.selectors.approvals import (
+    approval_decidable_by,
+    approval_votes,
+    approvals_inbox,
+    operations_earlier,
+)
+from console.views.access import refusal_status_raise
+from recovery.models import Operation, Provider
+from recovery.params_diff import params_rows
+from recovery.permissions import ProviderPermission
+from recovery.selectors import approval_for_caller, provider_permissions, providers_for_user
+from recovery.services.errors import NotFound, RecoveryError
+from recovery.services.permits import approval_decision
+
+# How long the permit an approval issues may wait for its dispatch.
+PERMIT_TTL_SECONDS = 300
+POLL_SECONDS = 5
+
+
+@login_required
+@require_safe
+def approvals(request: HttpRequest) -> HttpResponse:
+    """The pending approvals this user may decide, oldest first, filtered by the URL.
+
+    The list polls this view, so what arrives or is decided elsewhere shows up; htmx
+    swaps only the list.
+    """
+    deciding = providers_for_user(
+        user=request.user, permissions=(ProviderPermission.DECIDE_APPROVALS,)
+    )
+    providers = sorted(deciding.values_list("name", flat=True))
+    form = InboxFilterForm(request.GET, providers=providers)
+    form.is_valid()  # an invalid filter is dropped and shown; the rest still apply
+    rows, more = approvals_inbox(user=request.user, filters=form.filters())
+    context = {
+        "form": form,
+        "rows": rows,
+        "more": more,
+        "has_providers": bool(providers),
+        "poll_seconds": POLL_SECONDS,
+    }
+    template = "console/approvals.html#results" if request.htmx else "console/approvals.html"  # type: ignore[attr-defined]
+    return render(request, template, context)
+
+
+def _approval_for_viewer(request: HttpRequest, approval_id: uuid.UUID) -> Approval:
+    """The approval if this user may see it (view or decide on its provider); else 404."""
+    try:
+        return approval_for_caller(approval_id=approval_id, user=request.user)
+    except NotFound:
+        raise Http404("no such approval") from None
+
+
+@login_required
+@require_safe
+def approval_detail(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
+    """Exactly what would run, what the policy asked, who has decided, and the form."""
+    approval = _approval_for_viewer(request, approval_id)
+    operation = (
+        Operation.objects.filter(key=approval.operation_key)
+        .select_related("host", "provider")
+        .first()
+    )
+    if operation is None:  # operations are never deleted: a broken row, not a page
+        raise Http404("no such operation")
+    votes = approval_votes(approval=approval)
+    me = Actor.of("user", request.user)
+    mine = next((vote for vote in votes if vote.voter == me), None)
+    may_decide = approval_decidable_by(user=request.user, approval=approval)
+    approving = sum(1 for vote in votes if vote.approve)
+    context = {
+        "approval": approval,
+        "operation": operation,
+        "rows": params_rows(operation.params, []),
+        "votes": votes,
+        "approving": approving,
+        "remaining": max(approval.required - approving, 0),
+        "my_vote": mine,
+        "may_decide": may_decide,
+        "proposer_is_me": approval.proposer == request.user.get_username(),
+        "earlier": operations_earlier(user=request.user, operation=operation),
+        "form": ApprovalDecisionForm(initial={"params_digest": operation.params_digest}),
+    }
+    return render(request, "console/approval.html", context)
+
+
+def _outcome(approval: Approval, approve: bool, issued: bool) -> str:
+    """What the decision did, for the page it redirects to."""
+    if not approve:
+        return "Denied: the operation will not run."
+    if issued:
+        return (
+            f"Approved: a permit is issued for {PERMIT_TTL_SECONDS // 60} min; "
+            "the host may now run the action."
+        )
+    # A vote that does not complete the quorum: the approval still waits.
+    so_far = approval.votes.filter(approve=True).count()
+    return (
+        f"Your approval is recorded ({so_far} of {approval.required}): "
+        f"it waits for {max(approval.required - so_far, 0)} more."
+    )
+
+
+@login_required
+@require_POST
+def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
+    """Approve or deny the exact action the page showed (its digest), with a reason."""
+    approval = _approval_for_viewer(request, approval_id)
+    form = ApprovalDecisionForm(request.POST)
+    if not form.is_valid():
+        # One who may only view gets 403 however the form was filled, as the service
+        # would answer them.
+        provider = Provider.objects.get(name=approval.provider)
+        held = provider_permissions(user=request.user, provider=provider)
+        if ProviderPermission.DECIDE_APPROVALS not in held:
+            raise PermissionDenied("you may not decide this provider's approvals")
+        if "reason" in form.errors:
+            messages.error(request, "Nothing was decided: give a reason to deny.")
+        else:
+            messages.error(request, "Nothing was decided: the form was incomplete; try again.")
+        return redirect("approval", approval_id=approval.pk)
+    approve = form.cleaned_data["decision"] == "approve"
+    try:
+        decided, permit = approval_decision(
+            approval_id=approval.pk,
+            approve=approve,
+            ttl_seconds=PERMIT_TTL_SECONDS,
+            decided_by=Actor.of("user", request.user),
+            reviewed_digest=form.cleaned_data["params_digest"],
+            reason=form.cleaned_data["reason"],
+        )
+    except RecoveryError as exc:
+        # One who may not see it, or not decide its provider's approvals, gets the status
+        # as everywhere in the console; a decision the policy does not count (the
+        # proposer's, one outside its groups, an unsigned one) is theirs to read here.
+        if exc.code == ErrorCode.FORBIDDEN or exc.code.status == 404:
+            refusal_status_raise(exc)
+        messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
+    else:
+        messages.success(request, _outcome(decided, approve, permit is not None))
+    return redirect("approval", approval_id=approval.pk)

@@ -1,0 +1,146 @@
+"""The approver's side in a real browser: the inbox on a phone, by keyboard, and deciding."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+from approvals.actors import Actor
+from approvals.models import Approval, ApprovalVote
+from recovery.models import Operation
+from tests.support.browser import assert_no_overflow, screenshot, screenshots_everywhere, sign_in
+from tests.support.console import console_user, pending_approval
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture
+def decider(provider):
+    return console_user("dora", "decide_approvals", provider)
+
+
+@pytest.fixture
+def inbox(flow, supervisor):
+    """Three approvals waiting: a plain one, a large nested one under a two-person rule
+    with one vote in, and a refund that expires soon."""
+    now = timezone.now()
+    first = pending_approval(flow, "pay-2026-000117")
+    large = pending_approval(
+        flow,
+        "pay-2026-000121-with-a-rather-long-operation-key",
+        params={
+            "amount": 48_000_00,
+            "currency": "EUR",
+            "beneficiary": {
+                "name": "Müller Anlagenbau GmbH & Co. KG",
+                "accounts": [{"iban": "DE89 3704 0044 0532 0130 00", "bic": "COBADEFFXXX"}],
+            },
+            "memo": "Invoice 2026-1142 — second instalment of the plant order; "
+            "see the contract of 2026-03-01, schedule B, for the terms agreed. " * 3,
+        },
+        rule="large-payment",
+        rule_reason="payments over 10,000 EUR need two people",
+        policy_version="sha256:" + "c" * 64,
+        required=2,
+        groups=[],
+        expires_at=now + timedelta(hours=4),
+    )
+    ApprovalVote.objects.create(
+        approval=large,
+        voter=Actor.of("user", supervisor),
+        approve=True,
+        reason="matches the invoice",
+        params_digest=large.params_digest,
+        at=now - timedelta(minutes=20),
+    )
+    refund = pending_approval(flow, "refund-2026-000007", params={"order": "o-7", "amount": 15})
+    Approval.objects.filter(pk=refund.pk).update(
+        action="refund.issue", expires_at=now + timedelta(minutes=9)
+    )
+    Operation.objects.filter(key=refund.operation_key).update(action="refund.issue")
+    for approval, minutes in ((first, 95), (large, 48), (refund, 12)):
+        Approval.objects.filter(pk=approval.pk).update(created_at=now - timedelta(minutes=minutes))
+    return [first, large, refund]
+
+
+def rows(page: Page):
+    return page.locator("[data-queue] tbody tr")
+
+
+def test_on_a_phone_a_decider_keyboards_to_an_approval_and_approves_it(page: Page, decider, inbox):
+    page.set_viewport_size(PHONE)
+    sign_in(page, "dora")
+    page.click("nav >> text=Approvals")
+    expect(page).to_have_url(re.compile(r"/approvals/$"))
+    expect(rows(page)).to_have_count(3)
+    expect(rows(page).nth(1)).to_contain_text("1 of 2")
+    links = rows(page).locator("a")
+    page.keyboard.press("j")
+    expect(links.nth(0)).to_be_focused()
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    expect(links.nth(2)).to_be_focused()
+    page.keyboard.press("k")
+    page.keyboard.press("k")
+    expect(links.nth(0)).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(re.compile(rf"/approvals/{inbox[0].pk}/$"))
+    expect(page.locator("h1")).to_have_text("payment.send")
+    page.fill("#id_reason", "expected payout")
+    page.click("button[value=approve]")
+    expect(page.locator(".notice.success")).to_contain_text("Approved: a permit is issued")
+    expect(page.locator(".page-head .badge")).to_have_text("approved")
+    assert Operation.objects.get(key="pay-2026-000117").state == "approved"
+    assert_no_overflow(page)
+    screenshot(page, "approval-approved-light-390")
+    page.goto("/approvals/")
+    expect(rows(page)).to_have_count(2)
+
+
+def test_the_inbox_follows_approvals_that_arrive_and_keeps_the_focus(
+    page: Page, decider, inbox, flow
+):
+    sign_in(page, "dora")
+    page.goto("/approvals/")
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    links = rows(page).locator("a")
+    expect(links.nth(1)).to_be_focused()
+    page.evaluate("window.notReloaded = true")
+    pending_approval(flow, "pay-2026-000130")  # newest: last
+    Approval.objects.filter(pk=inbox[0].pk).update(status=Approval.Status.DENIED)  # elsewhere
+    expect(rows(page).last).to_contain_text("just now", timeout=15_000)
+    expect(rows(page)).to_have_count(3)
+    # The row in focus is still the large payment, now first; j goes on from it.
+    expect(links.nth(0)).to_be_focused()
+    page.keyboard.press("j")
+    expect(links.nth(1)).to_be_focused()
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_screenshots_of_the_inbox_and_the_approval_page(page: Page, decider, inbox):
+    sign_in(page, "dora")
+    page.goto("/approvals/")
+    expect(rows(page)).to_have_count(3)
+    screenshots_everywhere(page, "approvals")
+    page.goto(f"/approvals/{inbox[1].pk}/")
+    expect(page.locator("h1")).to_have_text("payment.send")
+    page.locator("details.long summary").first.click()
+    screenshots_everywhere(page, "approval")
+    page.set_viewport_size(PHONE)
+    screenshot(page, "approval-phone-light-390")
+
+
+def test_a_viewer_sees_the_approval_without_the_form(page: Page, viewer, inbox):
+    sign_in(page, "victor")
+    expect(page.locator("nav >> text=Approvals")).to_have_count(0)
+    page.goto(f"/approvals/{inbox[1].pk}/")
+    expect(page.locator("h1")).to_have_text("payment.send")
+    expect(page.locator("button[value=approve]")).to_have_count(0)
+    expect(page.locator("text=You may see this approval but not decide it.")).to_be_visible()
