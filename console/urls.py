@@ -67,6 +67,7 @@ urlpatterns = [
     path("approvals/", approvals.approvals, name="approvals"),
     path("approvals/<uuid:approval_id>/", approvals.approval_detail, name="approval"),
     path("approvals/<uuid:approval_id>/decide", approvals.approval_decide, name="approval-decide"),
+    path("approvals/<uuid:approval_id>/sign", approvals.approval_sign, name="approval-sign"),
     path("reconciliations/", reconcile.reconciliations, name="reconciliations"),
     path("policy/", policy.policy, name="policy"),
     *(

@@ -1,7 +1,8 @@
 """The approval policy in force, read-only: the file is changed with ``manage.py policy``.
 
-For supervisors of a provider (and superusers), as the dashboard is: a policy's rules
-say how much an agent may spend without a person, which is theirs to know.
+For supervisors of a provider, the people who decide approvals (an approval's page names
+its rule) and superusers: a policy's rules say how much an agent may spend without a
+person, which is theirs to know.
 """
 
 from __future__ import annotations
@@ -15,17 +16,25 @@ from django.views.decorators.http import require_safe
 from console.selectors.dashboard import dashboard_providers_for_user
 from policies.selectors import budgets_in_use, policy_in_force
 from policies.services import policy_current
+from recovery.permissions import ProviderPermission
+from recovery.selectors import providers_for_user
 
 
 @login_required
 @require_safe
 def policy(request: HttpRequest) -> HttpResponse:
     supervised = dashboard_providers_for_user(user=request.user)
-    if not supervised and not request.user.is_superuser:
-        raise PermissionDenied("The policy is for supervisors of a provider.")
+    deciding = providers_for_user(
+        user=request.user, permissions=(ProviderPermission.DECIDE_APPROVALS,)
+    )
+    readers = {provider.name for provider in supervised} | set(
+        deciding.values_list("name", flat=True)
+    )
+    if not readers and not request.user.is_superuser:
+        raise PermissionDenied("The policy is for supervisors and the people who decide.")
     applied = policy_in_force()
     parsed = policy_current()
-    names = None if request.user.is_superuser else {provider.name for provider in supervised}
+    names = None if request.user.is_superuser else readers
     return render(
         request,
         "console/policy.html",

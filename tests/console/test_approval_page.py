@@ -321,11 +321,35 @@ def test_a_decision_the_policy_does_not_count_is_refused_with_its_code(
     assert not ApprovalVote.objects.filter(approval=approval).exists()
 
 
-def test_a_passkey_policy_says_the_page_cannot_sign_yet(signed_in, decider, flow):
+def test_a_passkey_policy_tells_a_person_without_one_how_to_register(signed_in, decider, flow):
     approval = pending_approval(flow, "op-1", passkey_required=True)
     html = _page(signed_in(decider), approval)
     assert "each decision must be signed with a passkey" in html
-    assert "a decision sent from here is refused (passkey_required)" in html
+    assert "you have none yet" in html and 'href="/accounts/2fa/webauthn/add/"' in html
+    assert 'value="approve"' not in html  # no unsigned decision is offered
+
+
+def test_signing_starts_only_for_a_person_who_may_decide_and_has_a_passkey(
+    signed_in, decider, viewer, flow
+):
+    approval = pending_approval(flow, "op-1", passkey_required=True)
+    path = f"/approvals/{approval.pk}/sign"
+    refused = signed_in(decider).post(path, {"decision": "approve"})
+    assert (refused.status_code, refused.json()["error"]) == (409, "no_passkey")
+    assert refused.json()["register"] == "/accounts/2fa/webauthn/add/"
+    assert signed_in(viewer).post(path, {"decision": "approve"}).json()["error"] == "forbidden"
+    assert signed_in(decider).post(path, {"decision": "maybe"}).status_code == 422
+
+
+def test_a_signed_answer_the_page_never_asked_for_decides_nothing(signed_in, decider, flow):
+    approval = pending_approval(flow, "op-1", passkey_required=True)
+    response = signed_in(decider).post(
+        f"/approvals/{approval.pk}/decide",
+        {"decision": "approve", "params_digest": approval.params_digest, "credential": "{}"},
+        follow=True,
+    )
+    assert "Refused (signature_invalid)" in _notices(response)
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
 
 
 def test_an_incomplete_form_decides_nothing(signed_in, decider, flow):

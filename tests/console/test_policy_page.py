@@ -55,7 +55,9 @@ def test_without_a_policy_the_page_says_one_person_decides(provider):
     assert "No policy has been applied" in page.content.decode()
 
 
-def test_people_who_supervise_nothing_may_not_read_it(provider):
+def test_people_who_neither_supervise_nor_decide_may_not_read_it(provider):
     olivia = console_user("olivia", "operator", provider)
     assert client_for(olivia).get("/policy/").status_code == 403
+    dora = console_user("dora", "decide_approvals", provider)
+    assert client_for(dora).get("/policy/").status_code == 200
     assert client_for(None).get("/policy/").status_code == 302

@@ -1,0 +1,98 @@
+// A decision signed with the person's passkey, on the approval page.
+//
+// A [data-sign] button asks Settle for the statement to sign (the form's
+// [data-sign-url], with the decision), has the browser sign it with the person's
+// passkey (navigator.credentials.get, user verification required), and submits the
+// form with the decision and the signed answer in WebAuthn's JSON form (base64url).
+// Settle checks the answer against the statement it kept, so the browser's word
+// decides nothing. Nothing is sent when the person cancels or cannot unlock it.
+"use strict";
+
+(() => {
+  const bytes = (text) =>
+    Uint8Array.from(
+      atob(text.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((text.length + 3) % 4)),
+      (c) => c.charCodeAt(0),
+    );
+  const text = (buffer) =>
+    btoa(String.fromCharCode(...new Uint8Array(buffer)))
+      .replace(/\+/g, "-")
+      .replace(/\//g, "_")
+      .replace(/=+$/, "");
+
+  async function signed(options) {
+    const publicKey = {
+      ...options.publicKey,
+      challenge: bytes(options.publicKey.challenge),
+      allowCredentials: (options.publicKey.allowCredentials || []).map((c) => ({
+        ...c,
+        id: bytes(c.id),
+      })),
+    };
+    const credential = await navigator.credentials.get({ publicKey });
+    return {
+      id: credential.id,
+      rawId: text(credential.rawId),
+      type: credential.type,
+      authenticatorAttachment: credential.authenticatorAttachment,
+      response: {
+        clientDataJSON: text(credential.response.clientDataJSON),
+        authenticatorData: text(credential.response.authenticatorData),
+        signature: text(credential.response.signature),
+        userHandle: credential.response.userHandle ? text(credential.response.userHandle) : null,
+      },
+      clientExtensionResults: credential.getClientExtensionResults(),
+    };
+  }
+
+  async function sign(button) {
+    const form = button.closest("form");
+    const status = form.querySelector("[data-sign-status]");
+    const url = button.closest("[data-sign-url]").dataset.signUrl;
+    const decision = button.dataset.sign;
+    const token = form.querySelector("[name=csrfmiddlewaretoken]").value;
+    const buttons = form.querySelectorAll("button");
+    buttons.forEach((b) => (b.disabled = true));
+    status.textContent = "Unlock your passkey to sign this decision…";
+    try {
+      const body = new FormData();
+      body.append("decision", decision);
+      const answer = await fetch(url, {
+        method: "POST",
+        body,
+        headers: { "X-CSRFToken": token },
+        credentials: "same-origin",
+      });
+      const options = await answer.json();
+      if (!answer.ok) {
+        status.textContent = `Not signed (${options.error}): ${options.message}. Nothing was decided.`;
+        return;
+      }
+      let credential;
+      try {
+        credential = await signed(options);
+      } catch (error) {
+        status.textContent = `Not signed: the passkey was not unlocked (${error.name}). Nothing was decided.`;
+        return;
+      }
+      form.querySelector("[name=credential]").value = JSON.stringify(credential);
+      const chosen = document.createElement("input");
+      chosen.type = "hidden";
+      chosen.name = "decision";
+      chosen.value = decision;
+      form.appendChild(chosen);
+      status.textContent = "Signed. Sending…";
+      form.submit();
+    } finally {
+      buttons.forEach((b) => (b.disabled = false));
+    }
+  }
+
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("[data-sign]");
+    if (button) {
+      event.preventDefault();
+      sign(button);
+    }
+  });
+})();
