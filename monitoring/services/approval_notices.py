@@ -47,6 +47,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
+from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import Approval
@@ -60,8 +61,6 @@ logger = logging.getLogger(__name__)
 Kind = ApprovalNotice.Kind
 PENDING = Approval.Status.PENDING
 DEFAULT_TAG = "approvers"
-# The console's page of one approval, under SETTLE_CONSOLE_URL.
-APPROVAL_PATH = "/approvals/{id}/"
 CLAIM_BATCH = 500
 # A run that took notices and died leaves them to the next run after this.
 SEND_LEASE = timedelta(minutes=5)
@@ -326,7 +325,7 @@ def _message(tag: str, notices: list[ApprovalNotice], params: dict[str, str]) ->
                 break
             listed += 1
             host = f" for {approval.host}" if approval.host else ""
-            link = settings.SETTLE_CONSOLE_URL + APPROVAL_PATH.format(id=approval.id)
+            link = settings.SETTLE_CONSOLE_URL + reverse("approval", args=[approval.id])
             lines.append(f"- {approval.action} on {approval.provider}{host}")
             lines.append(f"  {params.get(approval.operation_key, '')}")
             lines.append(f"  {link}")
