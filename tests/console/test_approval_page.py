@@ -101,7 +101,10 @@ def test_the_page_shows_every_parameter_nested_and_the_digest(signed_in, decider
 
 def test_the_page_shows_the_rule_that_asked_and_the_quorum(signed_in, decider, approval):
     html = _page(signed_in(decider), approval)
-    assert "<strong>large-payment</strong>: amount over 1000 EUR" in html
+    assert (
+        '<a href="/policy/#rule-large-payment"><strong>large-payment</strong></a>: '
+        "amount over 1000 EUR"
+    ) in html
     assert '2 people to approve: <span class="badge quorum">0 of 2</span>' in html
 
 
