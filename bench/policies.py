@@ -12,12 +12,12 @@ round by round so that the machine's drift falls on all three alike:
   budget pays: the opening also spends the budget and approves (issues the permit),
   which saves the host its decision request.
 
-Each reports p50/p95 wall time and the SQL statements (BEGIN/COMMIT not included, as in
-``bench/core.py``). Before policies, an opening had no policy step at all; the step alone
-(``policies.services.approval_terms``: which version is in force, then the twenty rules
-evaluated against the parameters, none matching) is measured on its own as well: it is
-what policies add to an opening that a person decides. ``bench/api.py --auto-approve``
-measures the auto-approved lifecycle over HTTP.
+Each reports p50/p95 wall time and the SQL statements (BEGIN and COMMIT included, as
+``bench/core.py`` counts them on PostgreSQL). Before policies, an opening had no policy
+step at all; the step alone (``policies.services.approval_terms``: which version is in
+force, then the twenty rules evaluated against the parameters, none matching) is measured
+on its own as well: it is what policies add to an opening that a person decides.
+``bench/api.py --auto-approve`` measures the auto-approved lifecycle over HTTP.
 """
 
 from __future__ import annotations
