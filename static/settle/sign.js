@@ -88,6 +88,9 @@
     }
   }
 
+  // The browser's half alone, for a page that signs a statement of its own.
+  window.settleSigned = signed;
+
   document.addEventListener("click", (event) => {
     const button = event.target.closest("[data-sign]");
     if (button) {

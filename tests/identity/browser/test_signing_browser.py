@@ -1,14 +1,16 @@
 """A decision signed in a real browser: Chromium's virtual authenticator answers
 ``identity.signing``'s request, and what it returns is the record Settle keeps.
 
-The approval page's buttons are not here: the page runs ``SIGN`` (the steps that page
-will take) on a console page of the signed-in person, with the options
-``signing_options`` made, and hands the browser's JSON to ``signed_record_verify``.
+The approval page's buttons are tested in ``test_browser_sign_approval.py``; here the
+page's own script signs a statement of the test's on a console page of the signed-in
+person, with the options ``signing_options`` made, and the browser's JSON goes to
+``signed_record_verify`` directly.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,34 +28,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 RP_ID = "localhost"  # the live server is reached as http://localhost
 
-# What the approval page does with signing_options' JSON: navigator.credentials.get,
-# then the credential as WebAuthn's JSON (base64url), for signed_record_verify.
-SIGN = """async (options) => {
-  const bytes = (text) => Uint8Array.from(
-    atob(text.replace(/-/g, '+').replace(/_/g, '/') + '==='.slice((text.length + 3) % 4)),
-    (c) => c.charCodeAt(0))
-  const text = (buffer) => btoa(String.fromCharCode(...new Uint8Array(buffer)))
-    .replace(/\\+/g, '-').replace(/\\//g, '_').replace(/=+$/, '')
-  const publicKey = {
-    ...options.publicKey,
-    challenge: bytes(options.publicKey.challenge),
-    allowCredentials: options.publicKey.allowCredentials.map((c) => ({...c, id: bytes(c.id)})),
-  }
-  const credential = await navigator.credentials.get({publicKey})
-  return {
-    id: credential.id,
-    rawId: text(credential.rawId),
-    type: credential.type,
-    authenticatorAttachment: credential.authenticatorAttachment,
-    response: {
-      clientDataJSON: text(credential.response.clientDataJSON),
-      authenticatorData: text(credential.response.authenticatorData),
-      signature: text(credential.response.signature),
-      userHandle: credential.response.userHandle ? text(credential.response.userHandle) : null,
-    },
-    clientExtensionResults: credential.getClientExtensionResults(),
-  }
-}"""
+# The approval page's own script (static/settle/sign.js): navigator.credentials.get on
+# signing_options' JSON, and the credential as WebAuthn's JSON (base64url) back.
+SIGN_JS = Path(__file__).resolve().parents[3] / "static" / "settle" / "sign.js"
+SIGN = "(options) => window.settleSigned(options)"
 
 
 def _register(page: Page, name: str) -> None:
@@ -80,6 +58,7 @@ def test_chromiums_passkey_signs_a_decision_that_verifies(page: Page, authentica
     _register(page, "Work laptop")
     signed = _statement(operator)
     options = signing_options(user=operator, statement=signed, rp_id=RP_ID)
+    page.add_script_tag(path=str(SIGN_JS))
     assertion = page.evaluate(SIGN, options)
     record = signed_record_verify(
         user=operator, statement=signed, assertion_json=assertion, rp_id=RP_ID
@@ -102,6 +81,7 @@ def test_a_passkey_not_unlocked_signs_nothing(page: Page, authenticator, operato
     _register(page, "Phone")
     authenticator.user_verified(False)
     options = signing_options(user=operator, statement=_statement(operator), rp_id=RP_ID)
+    page.add_script_tag(path=str(SIGN_JS))
     # The browser itself refuses: the request requires user verification.
     with pytest.raises(PlaywrightError, match="NotAllowedError"):
         page.evaluate(SIGN, options)
