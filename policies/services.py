@@ -20,8 +20,6 @@ from __future__ import annotations
 import difflib
 import threading
 from dataclasses import dataclass
-from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 from django.db import connection
@@ -204,13 +202,3 @@ def _budget_lock(budget: str, scope: str) -> None:
             "ON CONFLICT (budget, scope) DO UPDATE SET budget = EXCLUDED.budget",
             [budget, scope],
         )
-
-
-def budget_used(*, rule: Rule, scope: str, now: datetime | None = None) -> tuple[int, Decimal]:
-    """How much of ``rule``'s budget ``scope`` used in the window ending ``now``."""
-    assert rule.budget is not None
-    since = (now or timezone.now()) - rule.budget.window
-    uses = BudgetUse.objects.filter(budget=rule.name, scope=scope, at__gt=since)
-    count = uses.count()
-    total = sum((use for use in uses.values_list("amount", flat=True)), Decimal(0))
-    return count, total

@@ -183,7 +183,3 @@ def operations_earlier(*, user: Any, operation: Operation) -> list[Operation]:
         .only("key", "state", "created_at")
         .order_by("-created_at", "-id")[:EARLIER_SHOWN]
     )
-
-
-def approval_votes(*, approval: Approval) -> list[ApprovalVote]:
-    return list(approval.votes.order_by("at", "id"))

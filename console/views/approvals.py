@@ -16,12 +16,12 @@ from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
 from approvals.models import Approval
+from approvals.selectors import approval_votes
 from approvals.signing import statement
 from common.errors import ErrorCode, SettleError
 from console.forms import ApprovalDecisionForm, InboxFilterForm
 from console.selectors.approvals import (
     approval_decidable_by,
-    approval_votes,
     approvals_inbox,
     operations_earlier,
 )
@@ -30,7 +30,12 @@ from identity.signing import signed_record_verify, signing_options
 from recovery.models import Operation, Provider
 from recovery.params_diff import params_rows
 from recovery.permissions import ProviderPermission
-from recovery.selectors import approval_for_caller, provider_permissions, providers_for_user
+from recovery.selectors import (
+    approval_for_caller,
+    approval_needs,
+    provider_permissions,
+    providers_for_user,
+)
 from recovery.services.errors import NotFound, RecoveryError
 from recovery.services.permits import approval_decision
 
@@ -179,7 +184,7 @@ def _outcome(approval: Approval, approve: bool, issued: bool) -> str:
             "the host may now run the action."
         )
     # A vote that does not complete the quorum: the approval still waits.
-    so_far = approval.votes.filter(approve=True).count()
+    so_far = approval_needs(approval=approval)["approvals"]
     return (
         f"Your approval is recorded ({so_far} of {approval.required}): "
         f"it waits for {max(approval.required - so_far, 0)} more."
