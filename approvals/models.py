@@ -257,6 +257,9 @@ class ReconciliationRequest(models.Model):
     decided_by = ActorField()
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_reason = models.CharField(max_length=500, blank=True)
+    # The decider's passkey signature of the decision (``approvals.signing``'s record),
+    # also in its audit event; empty when it was not signed.
+    signature = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [

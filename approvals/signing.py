@@ -1,9 +1,9 @@
 """Decisions signed with a passkey: the statement a person signs, and checking a signature.
 
 statement
-    What is decided, as a JSON object: ``kind`` (``approval``; later ``reconciliation``
-    and ``bulk``), the fields that name its subject (for an approval: ``approval_id``,
-    ``operation_key``, ``params_digest``), the ``decision``, the ``person`` (an actor's
+    What is decided, as a JSON object: ``kind`` (``approval``, ``reconciliation``,
+    ``bulk``), the fields that name its subject (``SUBJECTS``: for an approval its id,
+    operation key and params digest), the ``decision``, the ``person`` (an actor's
     stored text), a random ``nonce`` and the moment ``at``.
 challenge
     The SHA-256 of the statement's canonical JSON: what the browser asks the passkey to
@@ -39,12 +39,19 @@ from fido2.webauthn import AuthenticatorData, CollectedClientData
 
 from common.canonical import canonical_dumps
 
-# The fields that name what a statement of each kind decides, and its decisions.
+# The fields that name what a statement of each kind decides, and its decisions. A
+# reconciliation request names the decision it proposes (``action``: confirm, void,
+# repair); a bulk batch its action and the digest of the (operation, version) pairs it
+# froze, so that a signature approves these very operations and no others.
 SUBJECTS: dict[str, tuple[str, ...]] = {
     "approval": ("approval_id", "operation_key", "params_digest"),
+    "reconciliation": ("request_id", "operation_key", "params_digest", "action"),
+    "bulk": ("batch_id", "action", "items", "items_digest"),
 }
 DECISIONS: dict[str, tuple[str, ...]] = {
     "approval": ("approve", "deny"),
+    "reconciliation": ("approve", "reject"),
+    "bulk": ("approve", "reject"),
 }
 RECORD_FIELDS = ("credential_id", "authenticator_data", "client_data_json", "signature")
 
@@ -74,7 +81,7 @@ def statement(
     person: str,
     nonce: str | None = None,
     at: datetime | None = None,
-    **subject: str,
+    **subject: object,
 ) -> dict[str, str]:
     """The statement of ``person``'s ``decision`` on the subject ``subject`` names.
 
@@ -104,23 +111,16 @@ def challenge_of(statement: Mapping[str, Any]) -> bytes:
 
 
 def statement_matches(
-    record: Mapping[str, Any],
-    *,
-    approval_id: str,
-    operation_key: str,
-    params_digest: str,
-    decision: str,
-    person: str,
+    record: Mapping[str, Any], kind: str, *, decision: str, person: str, **subject: object
 ) -> bool:
-    """Whether ``record`` signs this very decision on this approval, by this person."""
+    """Whether ``record`` signs this very ``decision`` of ``kind`` on the subject
+    ``subject`` names (every field of ``SUBJECTS[kind]``), by this person."""
     signed = record.get("statement")
-    if not isinstance(signed, Mapping):
+    if not isinstance(signed, Mapping) or sorted(subject) != sorted(SUBJECTS.get(kind, ())):
         return False
     expected = {
-        "kind": "approval",
-        "approval_id": str(approval_id),
-        "operation_key": operation_key,
-        "params_digest": params_digest,
+        "kind": kind,
+        **{name: str(value) for name, value in subject.items()},
         "decision": decision,
         "person": person,
     }

@@ -1,10 +1,10 @@
 """Checking an export offline: every event's hash, the links between consecutive events,
-and every signed vote against the passkeys its own system chain registered.
+and every signed decision against the passkeys its own system chain registered.
 
 An export carries each event as it was hashed (``hashing.event_export``), so this needs
-the file alone: no database. A signed vote is checked against the ``passkey_added``
+the file alone: no database. A signed decision is checked against the ``passkey_added``
 event of its credential in the same export, so only an export that holds the system
-chain (a supervisor's) can vouch for signatures; in any other, a signed vote fails as
+chain (a supervisor's) can vouch for signatures; in any other, a signed decision fails as
 signed with a passkey no event names.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, ChainBreak, exported_event_hash
-from audit.signatures import ADDED, REMOVED, VOTED, Passkeys
+from audit.signatures import ADDED, REMOVED, SIGNED_KINDS, Passkeys
 
 
 @dataclass
@@ -36,7 +36,7 @@ def export_verify(
     """
     tally = tally if tally is not None else ExportTally()
     passkeys = Passkeys()
-    waiting: list[tuple[str, int, str, str, dict[str, Any]]] = []
+    waiting: list[tuple[str, str, int, str, str, dict[str, Any]]] = []
     previous: dict[str, tuple[int, str]] = {}
     for record in records:
         tally.events += 1
@@ -49,15 +49,15 @@ def export_verify(
             return ChainBreak(chain, seq, "prev_hash does not match the previous event")
         previous[chain] = (seq, str(record["hash"]))
         kind = str(record["kind"])
-        if kind not in (VOTED, ADDED, REMOVED):
+        if kind not in SIGNED_KINDS and kind not in (ADDED, REMOVED):
             continue
         data = record["data"]
         data = json.loads(data) if isinstance(data, str) else data
         if chain == SYSTEM_CHAIN and kind in (ADDED, REMOVED):
             passkeys.event(kind, str(record["at"]), data)
-        elif kind == VOTED and "signature" in data:
+        elif kind in SIGNED_KINDS and "signature" in data:
             tally.signed_votes += 1
-            vote = (chain, seq, str(record["actor"]), str(record["at"]), data)
+            vote = (kind, chain, seq, str(record["actor"]), str(record["at"]), data)
             credential = data["signature"].get("credential_id", "")
             if not passkeys.knows(str(credential)):
                 waiting.append(vote)
@@ -73,9 +73,9 @@ def export_verify(
 
 
 def _vote_break(
-    passkeys: Passkeys, chain: str, seq: int, actor: str, at: str, data: dict[str, Any]
+    passkeys: Passkeys, kind: str, chain: str, seq: int, actor: str, at: str, data: dict[str, Any]
 ) -> ChainBreak | None:
-    problem = passkeys.vote_problem(chain=chain, actor=actor, at=at, data=data)
+    problem = passkeys.vote_problem(chain=chain, actor=actor, at=at, data=data, kind=kind)
     return None if problem is None else ChainBreak(chain, seq, problem)
 
 

@@ -17,6 +17,9 @@ class AuditKind(models.TextChoices):
     APPROVAL_REQUESTED = "approval_requested", "Approval requested"
     APPROVAL_VOTED = "approval_voted", "Person decided"
     DECISION_REFUSED = "decision_refused", "Decision refused"
+    # A passkey's answer to a statement that did not hold, on the chain of the
+    # operation it names (a bulk batch's: the system chain).
+    SIGNATURE_REFUSED = "signature_refused", "Passkey signature refused"
     APPROVAL_EXPIRED = "approval_expired", "Approval expired"
     PERMIT_ISSUED = "permit_issued", "Permit issued"
     PERMIT_REVOKED = "permit_revoked", "Permit revoked"

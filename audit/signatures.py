@@ -1,10 +1,12 @@
 """Signed decisions on the audit log, checked against the passkeys the log itself names.
 
-An ``approval_voted`` event that carries a ``signature`` (``approvals.signing``'s
-record) holds when: the system chain's ``passkey_added`` event for its credential
-registered it to the event's actor no later than the vote, and no ``passkey_removed``
-event removed it before; the statement it signs is this decision (approval, operation,
-digest, decision, person); and the passkey's signature over that statement's challenge
+A decision's event that carries a ``signature`` (``approvals.signing``'s record): an
+``approval_voted``, a ``reconciliation_approved`` or ``_rejected`` on the operation's
+chain, a ``bulk_approved`` or ``_rejected`` on the system chain. It holds when: the
+system chain's ``passkey_added`` event for its credential registered it to the event's
+actor no later than the decision, and no ``passkey_removed`` event removed it before;
+the statement it signs is this decision (``_signed_subject``: its kind, subject,
+decision and person); and the passkey's signature over that statement's challenge
 verifies under the public key the ``passkey_added`` event recorded.
 
 Nothing here trusts the rows of allauth or the vote: a passkey removed long ago still
@@ -31,8 +33,51 @@ from audit.models import AuditEvent
 VOTED = AuditKind.APPROVAL_VOTED.value
 ADDED = AuditKind.PASSKEY_ADDED.value
 REMOVED = AuditKind.PASSKEY_REMOVED.value
-# A vote's JSON text holds this key only when it was signed: others are not parsed again.
+_APPROVED = (AuditKind.RECONCILIATION_APPROVED.value, AuditKind.BULK_APPROVED.value)
+_RECONCILED = (AuditKind.RECONCILIATION_APPROVED.value, AuditKind.RECONCILIATION_REJECTED.value)
+# The kinds of event that may carry a signed decision.
+SIGNED_KINDS = frozenset(
+    (VOTED, *_RECONCILED, AuditKind.BULK_APPROVED.value, AuditKind.BULK_REJECTED.value)
+)
+# A decision's JSON text holds this key only when it was signed: others are not parsed again.
 SIGNED_MARK = '"signature"'
+
+
+def _signed_subject(kind: str, chain: str, data: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """The statement an event of ``kind`` signs, as ``statement_matches`` takes it: the
+    statement's kind, the decision and the fields that name the subject."""
+    if kind == VOTED:
+        subject = {"approval_id": data.get("approval_id", ""), "operation_key": chain}
+        return (
+            "approval",
+            str(data.get("decision", "")),
+            {
+                **subject,
+                "params_digest": data.get("params_digest", ""),
+            },
+        )
+    decision = "approve" if kind in _APPROVED else "reject"
+    if kind in _RECONCILED:
+        return (
+            "reconciliation",
+            decision,
+            {
+                "request_id": data.get("request_id", ""),
+                "operation_key": chain,
+                "params_digest": data.get("params_digest", ""),
+                "action": data.get("action", ""),
+            },
+        )
+    return (
+        "bulk",
+        decision,
+        {
+            "batch_id": data.get("batch", ""),
+            "action": data.get("action", ""),
+            "items": data.get("items", ""),
+            "items_digest": data.get("items_digest", ""),
+        },
+    )
 
 
 @dataclass
@@ -84,15 +129,20 @@ class Passkeys:
     def knows(self, credential_id: str) -> bool:
         return credential_id in self._by_credential
 
-    def vote_problem(self, *, chain: str, actor: str, at: str, data: dict[str, Any]) -> str | None:
-        """Why the signed vote (an ``approval_voted`` event's fields) does not hold, if so."""
-        problem, public_key = self.vote_precheck(chain=chain, actor=actor, at=at, data=data)
+    def vote_problem(
+        self, *, chain: str, actor: str, at: str, data: dict[str, Any], kind: str = VOTED
+    ) -> str | None:
+        """Why the signed decision (the fields of an event of ``kind``, one of
+        ``SIGNED_KINDS``) does not hold, if so."""
+        problem, public_key = self.vote_precheck(
+            chain=chain, actor=actor, at=at, data=data, kind=kind
+        )
         if problem is not None:
             return problem
         return signature_problem(public_key, data["signature"])
 
     def vote_precheck(
-        self, *, chain: str, actor: str, at: str, data: dict[str, Any]
+        self, *, chain: str, actor: str, at: str, data: dict[str, Any], kind: str = VOTED
     ) -> tuple[str | None, str]:
         """Everything of ``vote_problem`` but the signature itself: the problem, or the
         public key the signature must hold under."""
@@ -110,21 +160,17 @@ class Passkeys:
         ]
         if not current:
             if all(r.added_at > at for r in registrations):
-                return "signed with a passkey registered only after the vote", ""
-            return "signed with a passkey removed before the vote", ""
+                return "signed with a passkey registered only after the decision", ""
+            return "signed with a passkey removed before the decision", ""
         registration = current[-1]
         person = Actor.parse(actor) if actor else None
         if person is None or person.kind != "user" or registration.owner != person.id:
             return "signed with a passkey registered to someone else", ""
+        signed_kind, decision, subject = _signed_subject(kind, chain, data)
         if not statement_matches(
-            record,
-            approval_id=str(data.get("approval_id", "")),
-            operation_key=chain,
-            params_digest=str(data.get("params_digest", "")),
-            decision=str(data.get("decision", "")),
-            person=person.stored,
+            record, signed_kind, decision=decision, person=person.stored, **subject
         ):
-            return "the statement it signs is not this vote", ""
+            return "the statement it signs is not this decision", ""
         return None, registration.public_key
 
 
@@ -173,7 +219,7 @@ class SignedVotes:
     def row_break(self, row: EventRow) -> ChainBreak | None:
         """The problem of ``row`` if it is a signed vote that does not hold, as far as is
         known now: its signature's own check may come later (``first_break``)."""
-        if row.kind != VOTED or SIGNED_MARK not in row.data:
+        if row.kind not in SIGNED_KINDS or SIGNED_MARK not in row.data:
             return None
         data = json.loads(row.data)
         if "signature" not in data:
@@ -182,7 +228,7 @@ class SignedVotes:
             self._passkeys = Passkeys.stored()
         self.checked += 1
         problem, public_key = self._passkeys.vote_precheck(
-            chain=row.chain, actor=row.actor, at=row.at, data=data
+            chain=row.chain, actor=row.actor, at=row.at, data=data, kind=row.kind
         )
         if problem is not None:
             return ChainBreak(row.chain, row.seq, problem)

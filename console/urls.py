@@ -69,6 +69,11 @@ urlpatterns = [
     path("approvals/<uuid:approval_id>/decide", approvals.approval_decide, name="approval-decide"),
     path("approvals/<uuid:approval_id>/sign", approvals.approval_sign, name="approval-sign"),
     path("reconciliations/", reconcile.reconciliations, name="reconciliations"),
+    path(
+        "reconciliations/<int:request_id>/sign",
+        reconcile.reconciliation_sign,
+        name="reconciliation-sign",
+    ),
     path("policy/", policy.policy, name="policy"),
     *(
         path(
@@ -84,6 +89,7 @@ urlpatterns = [
     path("batches/", bulk.bulk_batches, name="bulk-batches"),
     path("batches/<uuid:batch_id>/", bulk.bulk_batch, name="bulk-batch"),
     path("batches/<uuid:batch_id>/report.csv", bulk.bulk_report_csv, name="bulk-report-csv"),
+    path("batches/<uuid:batch_id>/sign", bulk.bulk_sign, name="bulk-sign"),
     *(
         path(
             f"batches/<uuid:batch_id>/{decision}",

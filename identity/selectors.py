@@ -1,4 +1,5 @@
-"""Who a supervisor may see on the people page, with what the page shows of each."""
+"""Who a supervisor may see on the people page, with what the page shows of each; whether
+a person holds a passkey to sign with."""
 
 from __future__ import annotations
 
@@ -57,3 +58,9 @@ def people_for_user(*, user: Any) -> QuerySet[User]:
         ),
         from_directory=Exists(SocialAccount.objects.filter(user=OuterRef("pk"))),
     )
+
+
+def passkey_held(*, user: Any) -> bool:
+    """Whether ``user`` has registered a passkey (and so may sign a decision)."""
+    held = Authenticator.objects.filter(user_id=user.pk, type=Authenticator.Type.WEBAUTHN)
+    return bool(held.exists())

@@ -39,9 +39,13 @@ from fido2.webauthn import (
 
 from approvals.actors import Actor
 from approvals.signing import SignatureInvalid, assertion_verify, challenge_of
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
 from common.errors import ErrorCode, SettleError
 from identity.models import PasskeyUse
 from identity.passkeys import passkey_credential
+from recovery.models import Operation
+from recovery.services.locking import operation_lock
 
 # How long the browser waits for the person to unlock their passkey (milliseconds).
 TIMEOUT_MS = 120_000
@@ -115,7 +119,6 @@ def _refused(code: ErrorCode, reason: str, message: str | None = None) -> Settle
     return SettleError(code, message, reason=reason)
 
 
-@transaction.atomic
 def signed_record_verify(
     *,
     user: AbstractBaseUser,
@@ -129,9 +132,48 @@ def signed_record_verify(
     Refused (``SettleError``): ``signature_invalid`` (a malformed assertion, a statement
     that is not this person's, or any ``SignatureInvalid`` reason, in ``extra``),
     ``no_passkey``, ``passkey_unknown`` (not one of the person's current passkeys),
-    ``sign_count_replayed``. The sign count is recorded in the caller's transaction,
+    ``sign_count_replayed``; each refusal is recorded (``signature_refused``), in a
+    transaction of its own. The sign count is recorded in the caller's transaction,
     if any: a decision that then fails to commit leaves the count where it was.
     """
+    try:
+        return _verified(user, statement, assertion_json, rp_id)
+    except SettleError as refusal:
+        _refusal_record(user, statement, refusal)
+        raise
+
+
+def _refusal_record(
+    user: AbstractBaseUser, statement: dict[str, Any], refusal: SettleError
+) -> None:
+    """The ``signature_refused`` event: on the chain of the operation the statement
+    names, if any (a bulk batch's is the system chain's)."""
+    data: dict[str, str] = {
+        "kind": str(statement.get("kind", "")),
+        "decision": str(statement.get("decision", "")),
+        "code": refusal.code.value,
+        "reason": str(refusal.extra.get("reason", "")) or refusal.message,
+        **{
+            name: str(statement[name])
+            for name in ("approval_id", "request_id", "batch_id")
+            if name in statement
+        },
+    }
+    actor = Actor.of("user", user)
+    key = statement.get("operation_key")
+    with audit_transaction():
+        operation = Operation.objects.filter(key=key).first() if key else None
+        locked = operation_lock(operation) if operation is not None else None
+        audit_append(kind=AuditKind.SIGNATURE_REFUSED, operation=locked, actor=actor, data=data)
+
+
+@transaction.atomic
+def _verified(
+    user: AbstractBaseUser,
+    statement: dict[str, Any],
+    assertion_json: str | dict[str, Any],
+    rp_id: str | None,
+) -> dict[str, Any]:
     try:
         parsed = json.loads(assertion_json) if isinstance(assertion_json, str) else assertion_json
         assertion = AuthenticationResponse.from_dict(parsed)

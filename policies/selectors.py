@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from policies.models import BudgetUse, Policy
 from policies.rules import ANY, Rule
+from policies.rules import Policy as ParsedPolicy
 from policies.services import policy_current
 
 
@@ -35,12 +36,15 @@ def policy_in_force() -> Policy | None:
     return Policy.objects.order_by("-id").first()
 
 
-def budgets_in_use(*, providers: set[str] | None = None) -> list[BudgetUseRow]:
+def budgets_in_use(
+    *, providers: set[str] | None = None, policy: ParsedPolicy | None = None
+) -> list[BudgetUseRow]:
     """Each budget's use in its window, per scope, for the rules of ``providers`` (None:
-    every rule). Two statements: which policy is in force, and one grouped count."""
+    every rule) of ``policy`` (None: the one in force, one statement more). One grouped
+    count."""
     rules = [
         rule
-        for rule in policy_current().rules
+        for rule in (policy_current() if policy is None else policy).rules
         if rule.budget is not None
         and (providers is None or rule.provider in providers or rule.provider == ANY)
     ]

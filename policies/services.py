@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import threading
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,14 +54,32 @@ def policy_current() -> ParsedPolicy:
     if newest is None:
         return NO_POLICY
     pk, version = newest
+    return _parsed(version, lambda: Policy.objects.values_list("source", flat=True).get(pk=pk))
+
+
+def policy_parsed(applied: Policy | None) -> ParsedPolicy:
+    """The rules of an applied policy row already read (``NO_POLICY`` for None)."""
+    if applied is None:
+        return NO_POLICY
+    return _parsed(applied.version, lambda: applied.source)
+
+
+def _parsed(version: str, source: Callable[[], str]) -> ParsedPolicy:
+    """The parsed policy of ``version``: kept per process, ``source`` read only when not."""
     cached = _cached.get(version)
     if cached is None:
-        source = Policy.objects.values_list("source", flat=True).get(pk=pk)
-        cached = policy_parse(source.encode())
+        cached = policy_parse(source().encode())
         with _cache_lock:
             _cached.clear()  # only the one in force is worth keeping
             _cached[version] = cached
     return cached
+
+
+def passkey_required_for(providers: Collection[str]) -> bool:
+    """Whether the policy in force has a person sign, with a passkey, every decision on
+    any of ``providers``: their four-eyes reconciliations and bulk batches too, not only
+    the approvals their operations open."""
+    return not policy_current().passkey_providers.isdisjoint(providers)
 
 
 def policy_source_current() -> str:

@@ -41,6 +41,9 @@ class BulkBatch(Leased, models.Model):
     decided_by = ActorField()
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_reason = models.CharField(max_length=500, blank=True)
+    # The decider's passkey signature of the decision (``approvals.signing``'s record),
+    # also in its audit event; empty when it was not signed.
+    signature = models.JSONField(default=dict, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField()
     total = models.PositiveIntegerField()

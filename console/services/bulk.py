@@ -22,6 +22,13 @@ four eyes
     where the evidence does not back it, the approver's approval through
     ``reconciliation_approve``, in one transaction; the approver's
     ``approve_reconciliations`` is checked on each item's provider.
+signed
+    A decision on a void batch may be signed with the decider's passkey
+    (``approvals.signing``, kind ``bulk``): the statement names the batch, its action,
+    its item count and the digest of its frozen (operation, version) pairs
+    (``bulk_items_digest``), so the signature approves these very operations. Where the
+    policy in force requires passkeys for a provider of its items, only signed ones
+    count.
 audit
     Every event an item writes is on its own operation's chain and carries the batch's
     id (``audit_tagged``); the batch's submission and decision are on the system chain.
@@ -42,6 +49,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from celery import current_app
 from django.conf import settings
@@ -49,12 +57,15 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from approvals import signing
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.canonical import canonical_dumps, sha256_digest
 from common.errors import ErrorCode
 from console.models import BulkBatch, BulkItem
 from console.services.bulk_items import bulk_confirm_many, bulk_item_run
+from policies.services import passkey_required_for
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission
 from recovery.selectors import provider_permissions_all, providers_supervised
@@ -190,14 +201,22 @@ def _item(batch: BulkBatch, pick: Pick, exists: bool, now: datetime) -> BulkItem
     )
 
 
-def bulk_decide(*, batch_id: uuid.UUID, approve: bool, reason: str, actor: Actor) -> BulkBatch:
+def bulk_decide(
+    *,
+    batch_id: uuid.UUID,
+    approve: bool,
+    reason: str,
+    actor: Actor,
+    signature: dict[str, Any] | None = None,
+) -> BulkBatch:
     """Approve (then run) or reject a proposed void batch as a whole.
 
     Four eyes: refused for someone holding ``approve_reconciliations`` on none of its
     items' providers (``forbidden``), for a batch no longer proposed
     (``already_decided``) and for its proposer (``self_approval``). Each item's own approval is
     checked again when it runs. A rejected batch's items are all refused (``rejected``):
-    nothing was done to their operations.
+    nothing was done to their operations. An unsigned decision the policy wants signed
+    is refused (``passkey_required``), as is a signature of another (``signature_invalid``).
     """
     reason = reason.strip()
     now = timezone.now()
@@ -215,9 +234,11 @@ def bulk_decide(*, batch_id: uuid.UUID, approve: bool, reason: str, actor: Actor
             )
         if not reason:
             raise Invalid(ErrorCode.REASON_REQUIRED, "give a reason for the decision")
+        signed = _signature_check(batch, "approve" if approve else "reject", actor, signature)
         batch.decided_by = actor
         batch.decided_at = now
         batch.decision_reason = reason[:500]
+        batch.signature = signature or {}
         if approve:
             batch.status = Status.RUNNING
             batch.lease_expires_at = _lease(now)
@@ -235,11 +256,83 @@ def bulk_decide(*, batch_id: uuid.UUID, approve: bool, reason: str, actor: Actor
         audit_append(
             kind=AuditKind.BULK_APPROVED if approve else AuditKind.BULK_REJECTED,
             actor=actor,
-            data={"batch": str(batch.pk), "action": batch.action, "reason": batch.decision_reason},
+            data={
+                "batch": str(batch.pk),
+                "action": batch.action,
+                "reason": batch.decision_reason,
+                **signed,
+            },
         )
         if approve:
             transaction.on_commit(lambda: bulk_publish_later(batch_id=batch.pk))
     return batch
+
+
+def bulk_items_digest(*, batch: BulkBatch) -> str:
+    """The ``sha256:`` digest of the canonical JSON of the batch's frozen (operation id,
+    version) pairs, in id order: what a signed decision on the batch approves."""
+    pairs = BulkItem.objects.filter(batch=batch).order_by("operation_ref")
+    return sha256_digest(
+        canonical_dumps([list(pair) for pair in pairs.values_list("operation_ref", "version")])
+    )
+
+
+def bulk_statement(*, batch: BulkBatch, decision: str, actor: Actor) -> dict[str, str]:
+    """The statement ``actor`` signs to take ``decision`` on the batch."""
+    return signing.statement(
+        "bulk",
+        batch_id=batch.pk,
+        action=batch.action,
+        items=batch.total,
+        items_digest=bulk_items_digest(batch=batch),
+        decision=decision,
+        person=actor.stored,
+    )
+
+
+def bulk_passkey_required(*, batch: BulkBatch) -> bool:
+    """Whether the policy in force wants a decision on the batch signed: it requires
+    passkeys for a provider of one of its items."""
+    providers = (
+        BulkItem.objects.filter(batch=batch, operation__isnull=False)
+        .order_by()
+        .values_list("operation__provider__name", flat=True)
+        .distinct()
+    )
+    return passkey_required_for(set(providers))
+
+
+def _signature_check(
+    batch: BulkBatch, decision: str, actor: Actor, signature: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What the decision's audit event adds for its signature; refused when the policy
+    wants it signed and it is not, or when what it signs is not this decision.
+
+    The caller checked the signature itself (``identity.signing``); here, that it signs
+    this batch's very items, with this decision, by this person.
+    """
+    if not signature:
+        if bulk_passkey_required(batch=batch):
+            raise RecoveryError(
+                ErrorCode.PASSKEY_REQUIRED,
+                "decisions on these providers' operations must be signed with a passkey",
+            )
+        return {}
+    digest = bulk_items_digest(batch=batch)
+    if not signing.statement_matches(
+        signature,
+        "bulk",
+        batch_id=batch.pk,
+        action=batch.action,
+        items=batch.total,
+        items_digest=digest,
+        decision=decision,
+        person=actor.stored,
+    ):
+        raise RecoveryError(
+            ErrorCode.SIGNATURE_INVALID, "the signed statement is not this decision"
+        )
+    return {"items": batch.total, "items_digest": digest, "signature": signature}
 
 
 def bulk_approvable(*, batch: BulkBatch, actor: Actor) -> bool:

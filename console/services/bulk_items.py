@@ -176,5 +176,6 @@ def _void(batch: BulkBatch, operation: Operation, item: BulkItem) -> tuple[str, 
         request_id=decided.request.pk,
         reason=batch.decision_reason,
         actor=approver,
+        batch_signed=bool(batch.signature),
     )
     return ItemStatus.DONE, "voided", f"voided, four eyes: approved by {approver.name}"

@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 
 from approvals.actors import Actor
+from common.errors import ErrorCode
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission
 from recovery.selectors import operation_for_user
@@ -31,12 +32,13 @@ def refusal_status_raise(refusal: RecoveryError) -> None:
     """Raise the 404 or 403 that ``refusal`` stands for; any other refusal is the page's to show.
 
     A user who may not see the provider gets 404, one who may see but not do gets 403
-    (the service has recorded that refusal already).
+    (the service has recorded that refusal already). A decision the policy does not
+    count (unsigned where a passkey is required, the proposer's, one outside its
+    groups) is the decider's to read on the page, with its code.
     """
-    status = refusal.code.status
-    if status == 404:
+    if refusal.code.status == 404:
         raise Http404(refusal.message) from refusal
-    if status == 403:
+    if refusal.code == ErrorCode.FORBIDDEN:
         raise PermissionDenied(refusal.message) from refusal
 
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import uuid
 
-from allauth.mfa.models import Authenticator
 from django.contrib import messages
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
@@ -26,7 +23,8 @@ from console.selectors.approvals import (
     operations_earlier,
 )
 from console.views.access import refusal_status_raise
-from identity.signing import signed_record_verify, signing_options
+from console.views.signing import json_refusal, signed_record, signing_begin
+from identity.selectors import passkey_held
 from recovery.models import Operation, Provider
 from recovery.params_diff import params_rows
 from recovery.permissions import ProviderPermission
@@ -42,8 +40,6 @@ from recovery.services.permits import approval_decision
 # How long the permit an approval issues may wait for its dispatch.
 PERMIT_TTL_SECONDS = 300
 POLL_SECONDS = 5
-# The browser's signed answer (WebAuthn JSON) is a few hundred bytes; this bounds it.
-CREDENTIAL_MAX_CHARS = 16_000
 
 
 @login_required
@@ -109,33 +105,25 @@ def approval_detail(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
         "proposer_is_me": approval.proposer == request.user.get_username(),
         "earlier": operations_earlier(user=request.user, operation=operation),
         "form": ApprovalDecisionForm(initial={"params_digest": operation.params_digest}),
-        "has_passkey": may_decide
-        and Authenticator.objects.filter(
-            user_id=request.user.pk, type=Authenticator.Type.WEBAUTHN
-        ).exists(),
+        "has_passkey": may_decide and passkey_held(user=request.user),
     }
     return render(request, "console/approval.html", context)
-
-
-def _signing_key(approval: Approval) -> str:
-    return f"settle_signing:{approval.pk}"
 
 
 @login_required
 @require_POST
 def approval_sign(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
-    """What the browser needs to sign this decision with the person's passkey.
+    """What the browser needs to sign this decision with the person's passkey (JSON).
 
     The statement (what is decided, by whom, a nonce and the time) is made here and kept
-    in the session until the signed answer comes back with the decision: the challenge is
-    never the browser's word. JSON, for the page's script.
+    until the signed answer comes back with the decision (``console.views.signing``).
     """
     approval = _approval_for_viewer(request, approval_id)
     decision = request.POST.get("decision", "")
     if decision not in ("approve", "deny"):
-        return _json_refusal(ErrorCode.INVALID_FIELD, "decision: approve or deny")
+        return json_refusal(ErrorCode.INVALID_FIELD, "decision: approve or deny")
     if not approval_decidable_by(user=request.user, approval=approval):
-        return _json_refusal(ErrorCode.FORBIDDEN, "you may not decide this approval")
+        return json_refusal(ErrorCode.FORBIDDEN, "you may not decide this approval")
     signed = statement(
         "approval",
         approval_id=str(approval.pk),
@@ -144,34 +132,7 @@ def approval_sign(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
         decision=decision,
         person=Actor.of("user", request.user).stored,
     )
-    try:
-        options = signing_options(user=_person(request), statement=signed)
-    except SettleError as exc:
-        return _json_refusal(exc.code, exc.message, register=reverse("mfa_add_webauthn"))
-    request.session[_signing_key(approval)] = signed
-    return JsonResponse(options)
-
-
-def _json_refusal(code: ErrorCode, message: str, **more: str) -> JsonResponse:
-    return JsonResponse({"error": code.value, "message": message, **more}, status=code.status)
-
-
-def _signature(request: HttpRequest, approval: Approval, decision: str) -> dict[str, object]:
-    """The checked record of the passkey's signature the form carries (``SettleError``)."""
-    credential = request.POST.get("credential", "")
-    signed = request.session.pop(_signing_key(approval), None)
-    if not isinstance(signed, dict) or signed.get("decision") != decision:
-        raise SettleError(
-            ErrorCode.SIGNATURE_INVALID, "sign again: this page asked for no such signature"
-        )
-    if len(credential) > CREDENTIAL_MAX_CHARS:
-        raise SettleError(ErrorCode.SIGNATURE_INVALID, "the signed answer is too large")
-    return signed_record_verify(user=_person(request), statement=signed, assertion_json=credential)
-
-
-def _person(request: HttpRequest) -> AbstractBaseUser:
-    assert isinstance(request.user, AbstractBaseUser)  # login_required
-    return request.user
+    return signing_begin(request, subject=approval.pk, signed=signed)
 
 
 def _outcome(approval: Approval, approve: bool, issued: bool) -> str:
@@ -210,10 +171,10 @@ def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
             messages.error(request, "Nothing was decided: the form was incomplete; try again.")
         return redirect("approval", approval_id=approval.pk)
     approve = form.cleaned_data["decision"] == "approve"
-    signature = None
     try:
-        if request.POST.get("credential"):
-            signature = _signature(request, approval, form.cleaned_data["decision"])
+        signature = signed_record(
+            request, kind="approval", subject=approval.pk, decision=form.cleaned_data["decision"]
+        )
         decided, permit = approval_decision(
             approval_id=approval.pk,
             approve=approve,
@@ -224,11 +185,7 @@ def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
             signature=signature,
         )
     except RecoveryError as exc:
-        # One who may not see it, or not decide its provider's approvals, gets the status
-        # as everywhere in the console; a decision the policy does not count (the
-        # proposer's, one outside its groups, an unsigned one) is theirs to read here.
-        if exc.code == ErrorCode.FORBIDDEN or exc.code.status == 404:
-            refusal_status_raise(exc)
+        refusal_status_raise(exc)
         messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
     except SettleError as exc:  # the signature itself (identity.signing)
         messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")

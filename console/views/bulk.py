@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
+from common.errors import ErrorCode, SettleError
 from console.forms import (
     BulkSubmitForm,
     DecisionForm,
@@ -43,9 +44,14 @@ from console.services.bulk import (
     bulk_approvable,
     bulk_counts,
     bulk_decide,
+    bulk_items_digest,
+    bulk_passkey_required,
+    bulk_statement,
     bulk_submit,
 )
 from console.views.access import refusal_status_raise
+from console.views.signing import json_refusal, signed_record, signing_begin
+from identity.selectors import passkey_held
 from recovery.selectors import providers_visible_to
 from recovery.services.errors import RecoveryError
 
@@ -201,19 +207,25 @@ def _batch_for_viewer(request: HttpRequest, batch_id: uuid.UUID) -> BulkBatch:
     return batch
 
 
+def _may_decide(request: HttpRequest, batch: BulkBatch) -> bool:
+    me = _actor(request)
+    return (
+        batch.status == BulkBatch.Status.PROPOSED
+        and batch.proposed_by != me
+        and bulk_approvable(batch=batch, actor=me)
+    )
+
+
 def _batch_context(request: HttpRequest, batch: BulkBatch) -> dict[str, Any]:
     counts = bulk_counts(batch_id=batch.pk)
     settled = counts[BulkItem.Status.DONE] + counts[BulkItem.Status.REFUSED]
-    me = _actor(request)
     return {
         "batch": batch,
         "counts": counts,
         "settled": settled,
         "percent": round(100 * settled / batch.total) if batch.total else 100,
-        "may_decide": batch.status == BulkBatch.Status.PROPOSED
-        and batch.proposed_by != me
-        and bulk_approvable(batch=batch, actor=me),
-        "mine": batch.proposed_by == me,
+        "may_decide": _may_decide(request, batch),
+        "mine": batch.proposed_by == _actor(request),
     }
 
 
@@ -236,6 +248,13 @@ def bulk_batch(request: HttpRequest, batch_id: uuid.UUID) -> HttpResponse:
     context.update(
         items=shown, shown_limit=REPORT_SHOWN, form=DecisionForm(), visible=_visible(request)
     )
+    if context["may_decide"]:  # what a signed decision would sign, and whether it must
+        context.update(
+            items_digest=bulk_items_digest(batch=batch),
+            has_passkey=passkey_held(user=request.user),
+            passkey_required=bulk_passkey_required(batch=batch),
+            approve_label=f"approve all {batch.total} voids",
+        )
     return render(request, "console/bulk_batch.html", context)
 
 
@@ -319,13 +338,38 @@ def bulk_decide_view(request: HttpRequest, batch_id: uuid.UUID, decision: str) -
     form = DecisionForm(request.POST)
     reason = form.cleaned_data["reason"] if form.is_valid() else ""
     try:
+        signature = signed_record(request, kind="bulk", subject=batch.pk, decision=decision)
         bulk_decide(
-            batch_id=batch.pk, approve=decision == "approve", reason=reason, actor=_actor(request)
+            batch_id=batch.pk,
+            approve=decision == "approve",
+            reason=reason,
+            actor=_actor(request),
+            signature=signature,
         )
     except RecoveryError as refusal:
         refusal_status_raise(refusal)
-        messages.error(request, f"Refused: {refusal.message}.")
+        messages.error(
+            request, f"Refused ({refusal.code.value}): {refusal.message}. Nothing changed."
+        )
+    except SettleError as refusal:  # the signature itself (identity.signing)
+        messages.error(
+            request, f"Refused ({refusal.code.value}): {refusal.message}. Nothing changed."
+        )
     else:
         done = "Approved: the voids are under way" if decision == "approve" else "Rejected"
         messages.success(request, f"{done}.")
     return redirect("bulk-batch", batch_id=batch.pk)
+
+
+@login_required
+@require_POST
+def bulk_sign(request: HttpRequest, batch_id: uuid.UUID) -> HttpResponse:
+    """What the browser needs to sign approving or rejecting the batch (JSON)."""
+    batch = _batch_for_viewer(request, batch_id)
+    decision = request.POST.get("decision", "")
+    if decision not in ("approve", "reject"):
+        return json_refusal(ErrorCode.INVALID_FIELD, "decision: approve or reject")
+    if not _may_decide(request, batch):
+        return json_refusal(ErrorCode.FORBIDDEN, "you may not decide this batch")
+    signed = bulk_statement(batch=batch, decision=decision, actor=_actor(request))
+    return signing_begin(request, subject=batch.pk, signed=signed)

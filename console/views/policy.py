@@ -15,7 +15,7 @@ from django.views.decorators.http import require_safe
 
 from console.selectors.dashboard import dashboard_providers_for_user
 from policies.selectors import budgets_in_use, policy_in_force
-from policies.services import policy_current
+from policies.services import policy_parsed
 from recovery.permissions import ProviderPermission
 from recovery.selectors import providers_for_user
 
@@ -33,7 +33,7 @@ def policy(request: HttpRequest) -> HttpResponse:
     if not readers and not request.user.is_superuser:
         raise PermissionDenied("The policy is for supervisors and the people who decide.")
     applied = policy_in_force()
-    parsed = policy_current()
+    parsed = policy_parsed(applied)
     names = None if request.user.is_superuser else readers
     return render(
         request,
@@ -41,6 +41,6 @@ def policy(request: HttpRequest) -> HttpResponse:
         {
             "applied": applied,
             "policy": parsed,
-            "budgets": budgets_in_use(providers=names),
+            "budgets": budgets_in_use(providers=names, policy=parsed),
         },
     )

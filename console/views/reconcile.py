@@ -13,12 +13,17 @@ from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
+from approvals.signing import statement
+from common.errors import ErrorCode, SettleError
 from console.forms import ActionForm, DecisionForm
 from console.views.access import (
     operation_for_viewer,
     permission_checked,
     refusal_status_raise,
 )
+from console.views.signing import json_refusal, signed_record, signing_begin
+from identity.selectors import passkey_held
+from policies.services import passkey_required_for, policy_current
 from recovery.models import Dispatch, Operation, State
 from recovery.permissions import ProviderPermission
 from recovery.selectors import (
@@ -71,6 +76,7 @@ def actions_context(request: HttpRequest, page: OperationPage) -> dict[str, Any]
     if pending is not None:  # one proposal at a time: it is decided first
         decisions = []
     may_lookup = ProviderPermission.LOOKUP_OPERATIONS in held
+    may_approve = pending is not None and ProviderPermission.APPROVE_RECONCILIATIONS in held
     return {
         "may_lookup": may_lookup,
         "decisions": decisions,
@@ -78,7 +84,16 @@ def actions_context(request: HttpRequest, page: OperationPage) -> dict[str, Any]
         "may_claim": may_lookup,
         "me": _actor(request),
         "pending_request": pending,
-        "may_approve": pending is not None and ProviderPermission.APPROVE_RECONCILIATIONS in held,
+        "may_approve": may_approve,
+        # Asked only of one who may decide: the page's statement count stays for others.
+        **(
+            {
+                "has_passkey": passkey_held(user=request.user),
+                "must_sign": passkey_required_for([operation.provider.name]),
+            }
+            if may_approve and pending is not None and pending.proposed_by != _actor(request)
+            else {}
+        ),
         **_outcomes(operation, dispatch),
     }
 
@@ -205,8 +220,11 @@ def reconciliations(request: HttpRequest) -> HttpResponse:
     """The four-eyes queue: pending proposals, oldest first, with their evidence inline."""
     rows = reconciliation_requests_for_user(user=request.user)
     approvable = set(providers_supervised(user=request.user).values_list("pk", flat=True))
+    signed = policy_current().passkey_providers if rows else frozenset()
     context = {
-        "rows": rows,
+        # Each proposal, and whether the policy counts only signed decisions on it.
+        "rows": [(row, row.operation.provider.name in signed) for row in rows],
+        "has_passkey": bool(rows) and passkey_held(user=request.user),
         "approvable": approvable,
         "me": _actor(request),
         "form": DecisionForm(),
@@ -236,18 +254,49 @@ def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) 
         return redirect("reconciliations")
     service = reconciliation_approve if decision == "approve" else reconciliation_reject
     try:
+        signature = signed_record(
+            request, kind="reconciliation", subject=proposal.pk, decision=decision
+        )
         service(
             operation=operation,
             request_id=proposal.pk,
             reason=form.cleaned_data["reason"],
             actor=_actor(request),
+            signature=signature,
         )
     except RecoveryError as exc:
         refusal_status_raise(exc)
-        messages.error(request, f"Refused: {exc.message}.")
+        messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
+    except SettleError as exc:  # the signature itself (identity.signing)
+        messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
     else:
         done = "Approved and done" if decision == "approve" else "Rejected"
         messages.success(request, f"{done}: the {proposal.action} of {operation.key}.")
     if request.POST.get("next") == "operation":
         return redirect("operation", key=operation.key)
     return redirect("reconciliations")
+
+
+@login_required
+@require_POST
+def reconciliation_sign(request: HttpRequest, request_id: int) -> HttpResponse:
+    """What the browser needs to sign approving or rejecting the proposal (JSON)."""
+    proposal, operation = _request_for_viewer(request, request_id)
+    decision = request.POST.get("decision", "")
+    if decision not in ("approve", "reject"):
+        return json_refusal(ErrorCode.INVALID_FIELD, "decision: approve or reject")
+    held = provider_permissions(user=request.user, provider=operation.provider)
+    if ProviderPermission.APPROVE_RECONCILIATIONS not in held:
+        return json_refusal(ErrorCode.FORBIDDEN, "you may not decide this provider's proposals")
+    if proposal.status != ReconciliationRequest.Status.PENDING:
+        return json_refusal(ErrorCode.ALREADY_DECIDED, f"the request is already {proposal.status}")
+    signed = statement(
+        "reconciliation",
+        request_id=proposal.pk,
+        operation_key=operation.key,
+        params_digest=proposal.params_digest,
+        action=proposal.action,
+        decision=decision,
+        person=_actor(request).stored,
+    )
+    return signing_begin(request, subject=proposal.pk, signed=signed)

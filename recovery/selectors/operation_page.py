@@ -101,7 +101,12 @@ def _event_summary(kind: str, data: dict[str, Any]) -> str:
         return f"Proposed {get('action')} for a second operator: “{get('reason')}”"
     if kind in (AuditKind.RECONCILIATION_APPROVED, AuditKind.RECONCILIATION_REJECTED):
         verb = "approved" if kind == AuditKind.RECONCILIATION_APPROVED else "rejected"
-        return f"Proposed {get('action')} {verb}: “{get('reason')}”"
+        signed = ", signed with a passkey" if data.get("signature") else ""
+        return f"Proposed {get('action')} {verb}{signed}: “{get('reason')}”"
+    if kind == AuditKind.SIGNATURE_REFUSED:
+        return (
+            f"Passkey-signed decision to {get('decision')} refused ({get('code')}: {get('reason')})"
+        )
     if kind == AuditKind.RECONCILIATION_INVALIDATED:
         return f"Proposed {get('action')} invalidated: {get('why')}"
     if kind == AuditKind.LOOKUP_ABANDONED:

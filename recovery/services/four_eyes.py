@@ -5,17 +5,25 @@ latest evidence as the proposer saw them: if either moved on, approving it inval
 it instead. Approving and the change it approves are one transaction; the proposer
 never approves their own. Every approval, rejection, invalidation and refusal is an
 audit event on the operation's chain.
+
+A decision may be signed with the decider's passkey (``approvals.signing``, kind
+``reconciliation``): the signature is kept on the request and in its audit event.
+Where the policy in force requires passkeys for the provider, only signed ones count.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils import timezone
 
+from approvals import signing
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from audit.chain import audit_append, audit_transaction
+from audit.chain import audit_append
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
+from policies.services import passkey_required_for
 from recovery.models import Dispatch, Evidence, Operation
 from recovery.permissions import ProviderPermission
 from recovery.services.errors import RecoveryError
@@ -36,12 +44,57 @@ def _request_locked(
     return locked, request
 
 
-def _request_closed(request: ReconciliationRequest, status: str, actor: Actor, reason: str) -> None:
+def _request_closed(
+    request: ReconciliationRequest,
+    status: str,
+    actor: Actor,
+    reason: str,
+    signature: dict[str, Any] | None = None,
+) -> None:
     request.status = status
     request.decided_by = actor
     request.decided_at = timezone.now()
     request.decision_reason = reason[:500]
-    request.save(update_fields=["status", "decided_by", "decided_at", "decision_reason"])
+    request.signature = signature or {}
+    request.save(
+        update_fields=["status", "decided_by", "decided_at", "decision_reason", "signature"]
+    )
+
+
+def _signature_check(
+    locked: Operation,
+    request: ReconciliationRequest,
+    decision: str,
+    actor: Actor,
+    signature: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """What the decision's audit event adds for its signature; refused when the policy
+    wants it signed and it is not, or when what it signs is not this decision.
+
+    The caller checked the signature itself (``identity.signing``); here, that it signs
+    this request, as proposed, with this decision, by this person.
+    """
+    if not signature:
+        if passkey_required_for([request.provider]):
+            raise RecoveryError(
+                ErrorCode.PASSKEY_REQUIRED,
+                f"decisions on {request.provider}'s operations must be signed with a passkey",
+            )
+        return {}
+    if not signing.statement_matches(
+        signature,
+        "reconciliation",
+        request_id=request.pk,
+        operation_key=locked.key,
+        params_digest=request.params_digest,
+        action=request.action,
+        decision=decision,
+        person=actor.stored,
+    ):
+        raise RecoveryError(
+            ErrorCode.SIGNATURE_INVALID, "the signed statement is not this decision"
+        )
+    return {"params_digest": request.params_digest, "signature": signature}
 
 
 def _changed_since(locked: Operation, request: ReconciliationRequest) -> str | None:
@@ -79,13 +132,23 @@ def _still_holds(
 
 @refusals_recorded()
 def reconciliation_approve(
-    *, operation: Operation, request_id: int, reason: str, actor: Actor
+    *,
+    operation: Operation,
+    request_id: int,
+    reason: str,
+    actor: Actor,
+    signature: dict[str, Any] | None = None,
+    batch_signed: bool = False,
 ) -> Decided:
     """Approve another operator's proposal and take the decision, in one transaction.
 
-    Refused without ``approve_reconciliations``, for the proposer (``self_approval``)
-    and for a request already decided; a request whose operation or evidence moved on
-    since the proposal is invalidated (``request_invalidated``).
+    Refused without ``approve_reconciliations``, for the proposer (``self_approval``),
+    for a request already decided, and for an unsigned decision the policy wants signed
+    (``passkey_required``) or a signature of another (``signature_invalid``); a request
+    whose operation or evidence moved on since the proposal is invalidated
+    (``request_invalidated``). ``batch_signed``: the approval is an item of a bulk batch
+    whose decision was signed, its statement naming this operation at its version
+    (``console.services.bulk``), so it counts as signed.
     """
     operator_permitted(
         operation=operation,
@@ -103,6 +166,9 @@ def reconciliation_approve(
             raise RecoveryError(
                 ErrorCode.SELF_APPROVAL, "a proposal needs a second operator: you proposed this one"
             )
+        signed = (
+            {} if batch_signed else _signature_check(locked, request, "approve", actor, signature)
+        )
         backing, changed = _still_holds(locked, request)
         if changed is not None:
             _request_closed(request, ReconciliationRequest.Status.INVALIDATED, actor, changed)
@@ -113,7 +179,7 @@ def reconciliation_approve(
                 data={"request_id": request.pk, "action": request.action, "why": changed},
             )
             raise RecoveryError(ErrorCode.REQUEST_INVALIDATED, f"nothing was done: {changed}")
-        _request_closed(request, ReconciliationRequest.Status.APPROVED, actor, reason)
+        _request_closed(request, ReconciliationRequest.Status.APPROVED, actor, reason, signature)
         audit_append(
             kind=AuditKind.RECONCILIATION_APPROVED,
             operation=locked,
@@ -123,6 +189,7 @@ def reconciliation_approve(
                 "action": request.action,
                 "reason": reason,
                 "proposed_by": str(request.proposed_by),
+                **signed,
             },
         )
         apply_decision(
@@ -136,13 +203,19 @@ def reconciliation_approve(
         return Decided(locked, request.action, request)
 
 
+@refusals_recorded()
 def reconciliation_reject(
-    *, operation: Operation, request_id: int, reason: str, actor: Actor
+    *,
+    operation: Operation,
+    request_id: int,
+    reason: str,
+    actor: Actor,
+    signature: dict[str, Any] | None = None,
 ) -> ReconciliationRequest:
     """Reject a pending proposal; nothing else changes.
 
     Needs ``approve_reconciliations``: a proposer withdraws their own this way only if
-    they may also approve proposals.
+    they may also approve proposals. Signed, or refused, as ``reconciliation_approve``.
     """
     operator_permitted(
         operation=operation,
@@ -150,17 +223,23 @@ def reconciliation_reject(
         permission=ProviderPermission.APPROVE_RECONCILIATIONS,
         actor=actor,
     )
-    with audit_transaction():
+    with operator_refusals(operation, "reject", actor):
         locked, request = _request_locked(operation, request_id)
-        if request.status == ReconciliationRequest.Status.PENDING:
-            _request_closed(request, ReconciliationRequest.Status.REJECTED, actor, reason)
-            audit_append(
-                kind=AuditKind.RECONCILIATION_REJECTED,
-                operation=locked,
-                actor=actor,
-                data={"request_id": request.pk, "action": request.action, "reason": reason},
+        if request.status != ReconciliationRequest.Status.PENDING:
+            raise RecoveryError(
+                ErrorCode.ALREADY_DECIDED, f"the request is already {request.status}"
             )
-            return request
-    operator_refusals(operation, "reject", actor).refuse(
-        RecoveryError(ErrorCode.ALREADY_DECIDED, f"the request is already {request.status}")
-    )
+        signed = _signature_check(locked, request, "reject", actor, signature)
+        _request_closed(request, ReconciliationRequest.Status.REJECTED, actor, reason, signature)
+        audit_append(
+            kind=AuditKind.RECONCILIATION_REJECTED,
+            operation=locked,
+            actor=actor,
+            data={
+                "request_id": request.pk,
+                "action": request.action,
+                "reason": reason,
+                **signed,
+            },
+        )
+        return request

@@ -227,6 +227,7 @@ def approval_decision(
         # The caller checked the signature; here, that what it signs is this very decision.
         if signature and not signing.statement_matches(
             signature,
+            "approval",
             approval_id=str(approval.id),
             operation_key=approval.operation_key,
             params_digest=approval.params_digest,

@@ -1,9 +1,12 @@
-// A decision signed with the person's passkey, on the approval page.
+// A decision signed with the person's passkey: on an approval's page, a
+// reconciliation request and a bulk batch.
 //
 // A [data-sign] button asks Settle for the statement to sign (the form's
 // [data-sign-url], with the decision), has the browser sign it with the person's
 // passkey (navigator.credentials.get, user verification required), and submits the
-// form with the decision and the signed answer in WebAuthn's JSON form (base64url).
+// form with the decision and the signed answer in WebAuthn's JSON form (base64url),
+// to the button's [data-sign-action] where it has one (a form that posts each
+// decision to a URL of its own).
 // Settle checks the answer against the statement it kept, so the browser's word
 // decides nothing. Nothing is sent when the person cancels or cannot unlock it.
 "use strict";
@@ -51,6 +54,8 @@
     const url = button.closest("[data-sign-url]").dataset.signUrl;
     const decision = button.dataset.sign;
     const token = form.querySelector("[name=csrfmiddlewaretoken]").value;
+    // A field the form requires (a reason) is asked for before the passkey, not after.
+    if (!form.reportValidity()) return;
     const buttons = form.querySelectorAll("button");
     buttons.forEach((b) => (b.disabled = true));
     status.textContent = "Unlock your passkey to sign this decision…";
@@ -81,6 +86,7 @@
       chosen.name = "decision";
       chosen.value = decision;
       form.appendChild(chosen);
+      if (button.dataset.signAction) form.action = button.dataset.signAction;
       status.textContent = "Signed. Sending…";
       form.submit();
     } finally {

@@ -175,7 +175,7 @@ def test_the_relying_party_is_read_back_from_the_record():
 def test_statement_matches_only_this_decision_by_this_person():
     record = SoftPasskey().record(_statement())
     this = {**SUBJECT, "decision": "approve", "person": "user:7:sam"}
-    assert statement_matches(record, **this)
+    assert statement_matches(record, "approval", **this)
     for name, other in [
         ("approval_id", "00000000-0000-0000-0000-000000000000"),
         ("operation_key", "op-2"),
@@ -183,5 +183,38 @@ def test_statement_matches_only_this_decision_by_this_person():
         ("decision", "deny"),
         ("person", "user:8:sam"),
     ]:
-        assert not statement_matches(record, **{**this, name: other}), name
-    assert not statement_matches({}, **this)
+        assert not statement_matches(record, "approval", **{**this, name: other}), name
+    assert not statement_matches({}, "approval", **this)
+    # Another kind of decision never matches, whatever its fields.
+    assert not statement_matches(record, "reconciliation", **this)
+
+
+def test_a_statement_of_each_kind_names_its_whole_subject():
+    bulk = statement(
+        "bulk",
+        batch_id="b-1",
+        action="void",
+        items=3,
+        items_digest="sha256:" + "c" * 64,
+        decision="approve",
+        person="user:7:sam",
+    )
+    assert bulk["items"] == "3"
+    record = SoftPasskey().record(bulk)
+    this = {"batch_id": "b-1", "action": "void", "items": 3, "items_digest": "sha256:" + "c" * 64}
+    assert statement_matches(record, "bulk", decision="approve", person="user:7:sam", **this)
+    assert not statement_matches(
+        record, "bulk", decision="approve", person="user:7:sam", **{**this, "items": 4}
+    )
+    with pytest.raises(ValueError, match="names request_id"):
+        statement("reconciliation", decision="approve", person="user:7:sam", **SUBJECT)
+    with pytest.raises(ValueError, match="approve, reject"):
+        statement(
+            "reconciliation",
+            decision="deny",
+            person="user:7:sam",
+            request_id=1,
+            operation_key="op-1",
+            params_digest="sha256:" + "a" * 64,
+            action="void",
+        )

@@ -146,7 +146,7 @@ def test_a_rehashed_vote_of_another_decision_fails_its_statement(flow, decider, 
     voted = _signed_vote(flow, "op-1", decider, passkey)
     _forged(voted, {**voted.data, "decision": "deny"})
     assert only_problem() == (
-        f"chain 'op-1', event #{voted.seq}: the statement it signs is not this vote"
+        f"chain 'op-1', event #{voted.seq}: the statement it signs is not this decision"
     )
 
 
@@ -238,12 +238,12 @@ def test_a_passkey_signs_only_while_it_is_registered_to_the_voter(decider):
     _added(passkeys, decider, passkey, "2026-12-03T09")
     assert _problem(passkeys, decider, vote, "2026-12-03T10") is None
     assert _problem(passkeys, decider, vote, "2026-12-03T08") == (
-        "signed with a passkey registered only after the vote"
+        "signed with a passkey registered only after the decision"
     )
     passkeys.event("passkey_removed", "2026-12-03T11", {"credential_id": passkey.id})
     assert _problem(passkeys, decider, vote, "2026-12-03T10") is None
     assert _problem(passkeys, decider, vote, "2026-12-03T12") == (
-        "signed with a passkey removed before the vote"
+        "signed with a passkey removed before the decision"
     )
 
 
@@ -265,7 +265,7 @@ def test_the_stored_registrations_are_the_system_chains(decider, passkey):
     vote = _vote(decider, passkey)
     assert _problem(stored, decider, vote, now) is None
     assert _problem(stored, decider, _vote(decider, spare), now) == (
-        "signed with a passkey removed before the vote"
+        "signed with a passkey removed before the decision"
     )
 
 

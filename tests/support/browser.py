@@ -8,7 +8,9 @@ not used. A missing Chromium fails the browser tests: it never skips them.
 
 from __future__ import annotations
 
+import base64
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +30,22 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 WIDE, NARROW = 1280, 390
+PHONE = {"width": NARROW, "height": 844}
+
+
+def passkey_register_in(page: Page, name: str) -> None:
+    """Register a passkey named ``name`` from the console's passkeys page (the page's
+    authenticator answers: Chromium's virtual one in these tests)."""
+    page.get_by_role("link", name="Passkeys").click()
+    page.click("[data-add-passkey]")
+    page.fill("#id_name", name)
+    page.get_by_role("button", name="Register").click()
+    page.wait_for_url(re.compile(r"/accounts/2fa/webauthn/$"))
+
+
+def base64url_of(text: str) -> str:
+    """Base64url without padding of Chromium's base64 (the virtual authenticator's ids)."""
+    return base64.urlsafe_b64encode(base64.b64decode(text)).decode().rstrip("=")
 
 
 def sign_in(page: Page, username: str) -> None:

@@ -9,9 +9,6 @@ audit event and verify_audit carry and check that signature. With user verificat
 
 from __future__ import annotations
 
-import base64
-import re
-
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -20,24 +17,17 @@ from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from audit.verify import audit_verify
 from recovery.models import Operation
-from tests.support.browser import assert_no_overflow, screenshot, sign_in
+from tests.support.browser import (
+    PHONE,
+    assert_no_overflow,
+    base64url_of,
+    passkey_register_in,
+    screenshot,
+    sign_in,
+)
 from tests.support.console import console_user, pending_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-PHONE = {"width": 390, "height": 844}
-
-
-def _register(page: Page, name: str) -> None:
-    page.get_by_role("link", name="Passkeys").click()
-    page.click("[data-add-passkey]")
-    page.fill("#id_name", name)
-    page.get_by_role("button", name="Register").click()
-    page.wait_for_url(re.compile(r"/accounts/2fa/webauthn/$"))
-
-
-def _base64url(text: str) -> str:
-    return base64.urlsafe_b64encode(base64.b64decode(text)).decode().rstrip("=")
 
 
 @pytest.fixture
@@ -49,7 +39,7 @@ def test_a_passkey_signs_an_approval_on_a_phone(page: Page, authenticator, flow,
     approval = pending_approval(flow, "pay-1", rule="signed-payments", passkey_required=True)
     page.set_viewport_size(PHONE)
     sign_in(page, "dora")
-    _register(page, "Phone")
+    passkey_register_in(page, "Phone")
     page.goto(f"/approvals/{approval.pk}/")
     expect(page.get_by_role("button", name="Sign and approve")).to_be_visible()
     assert_no_overflow(page)
@@ -63,7 +53,7 @@ def test_a_passkey_signs_an_approval_on_a_phone(page: Page, authenticator, flow,
     assert Operation.objects.get(key="pay-1").state == "approved"
     vote = ApprovalVote.objects.get(approval_id=approval.pk)
     (credential,) = authenticator.credentials()
-    assert vote.signature["credential_id"] == _base64url(credential["credentialId"])
+    assert vote.signature["credential_id"] == base64url_of(credential["credentialId"])
     assert vote.signature["statement"]["params_digest"] == approval.params_digest
     assert vote.reason == "checked against the invoice"
     event = AuditEvent.objects.get(operation_key="pay-1", kind=AuditKind.APPROVAL_VOTED)
@@ -75,7 +65,7 @@ def test_a_passkey_not_unlocked_signs_and_decides_nothing(page: Page, authentica
     approval = pending_approval(flow, "pay-1", rule="signed-payments", passkey_required=True)
     page.set_viewport_size(PHONE)
     sign_in(page, "dora")
-    _register(page, "Phone")
+    passkey_register_in(page, "Phone")
     authenticator.user_verified(False)
     page.goto(f"/approvals/{approval.pk}/")
     page.get_by_role("button", name="Sign and approve").click()

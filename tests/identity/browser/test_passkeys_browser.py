@@ -18,18 +18,10 @@ from playwright.sync_api import Page, expect
 
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from tests.support.browser import screenshots_everywhere, sign_in
+from tests.support.browser import passkey_register_in, screenshots_everywhere, sign_in
 from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _register(page: Page, name: str) -> None:
-    page.get_by_role("link", name="Passkeys").click()
-    page.click("[data-add-passkey]")
-    page.fill("#id_name", name)
-    page.get_by_role("button", name="Register").click()
-    page.wait_for_url(re.compile(r"/accounts/2fa/webauthn/$"))
 
 
 def _wait_for_path(page: Page, path: str) -> None:
@@ -56,7 +48,7 @@ def _last(kind: AuditKind) -> AuditEvent:
 
 def test_passkey_registered_signs_in_alone_and_is_removed(page: Page, authenticator, operator):
     sign_in(page, operator.username)
-    _register(page, "Work laptop")
+    passkey_register_in(page, "Work laptop")
     row = page.locator("[data-passkeys] tbody tr")
     expect(row).to_have_count(1)
     expect(row).to_contain_text("Work laptop")
@@ -124,7 +116,7 @@ def test_authenticator_that_cannot_verify_its_user_registers_nothing(page: Page,
 
 def test_passkey_not_unlocked_signs_nobody_in(page: Page, authenticator, operator):
     sign_in(page, operator.username)
-    _register(page, "Phone")
+    passkey_register_in(page, "Phone")
     _sign_out(page)
     authenticator.user_verified(False)
     with page.expect_event("console", lambda m: m.type == "error") as refused:

@@ -9,7 +9,6 @@ person, with the options ``signing_options`` made, and the browser's JSON goes t
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from approvals.signing import statement
 from common.errors import SettleError
 from identity.models import PasskeyUse
 from identity.signing import signed_record_verify, signing_options
-from tests.support.browser import sign_in
+from tests.support.browser import passkey_register_in, sign_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,14 +31,6 @@ RP_ID = "localhost"  # the live server is reached as http://localhost
 # signing_options' JSON, and the credential as WebAuthn's JSON (base64url) back.
 SIGN_JS = Path(__file__).resolve().parents[3] / "static" / "settle" / "sign.js"
 SIGN = "(options) => window.settleSigned(options)"
-
-
-def _register(page: Page, name: str) -> None:
-    page.get_by_role("link", name="Passkeys").click()
-    page.click("[data-add-passkey]")
-    page.fill("#id_name", name)
-    page.get_by_role("button", name="Register").click()
-    page.wait_for_url(re.compile(r"/accounts/2fa/webauthn/$"))
 
 
 def _statement(user: Any, decision: str = "approve") -> dict[str, str]:
@@ -55,7 +46,7 @@ def _statement(user: Any, decision: str = "approve") -> dict[str, str]:
 
 def test_chromiums_passkey_signs_a_decision_that_verifies(page: Page, authenticator, operator):
     sign_in(page, operator.username)
-    _register(page, "Work laptop")
+    passkey_register_in(page, "Work laptop")
     signed = _statement(operator)
     options = signing_options(user=operator, statement=signed, rp_id=RP_ID)
     page.add_script_tag(path=str(SIGN_JS))
@@ -78,7 +69,7 @@ def test_chromiums_passkey_signs_a_decision_that_verifies(page: Page, authentica
 
 def test_a_passkey_not_unlocked_signs_nothing(page: Page, authenticator, operator):
     sign_in(page, operator.username)
-    _register(page, "Phone")
+    passkey_register_in(page, "Phone")
     authenticator.user_verified(False)
     options = signing_options(user=operator, statement=_statement(operator), rp_id=RP_ID)
     page.add_script_tag(path=str(SIGN_JS))
