@@ -72,6 +72,7 @@ from recovery.selectors import provider_permissions_all, providers_supervised
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound, RecoveryError
 from recovery.services.reconcile import DECISION_PERMISSIONS
+from recovery.services.signed import signed_decision_check
 
 logger = logging.getLogger(__name__)
 
@@ -305,33 +306,30 @@ def bulk_passkey_required(*, batch: BulkBatch) -> bool:
 def _signature_check(
     batch: BulkBatch, decision: str, actor: Actor, signature: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """What the decision's audit event adds for its signature; refused when the policy
-    wants it signed and it is not, or when what it signs is not this decision.
-
-    The caller checked the signature itself (``identity.signing``); here, that it signs
-    this batch's very items, with this decision, by this person.
-    """
+    """What the decision's audit event adds for its signature, once it is found to sign
+    this batch's very items, with this decision, by this person; refused unsigned where
+    the policy requires passkeys for a provider of its items."""
     if not signature:
-        if bulk_passkey_required(batch=batch):
-            raise RecoveryError(
-                ErrorCode.PASSKEY_REQUIRED,
-                "decisions on these providers' operations must be signed with a passkey",
-            )
+        signed_decision_check(
+            None,
+            required=bulk_passkey_required(batch=batch),
+            kind="bulk",
+            decision=decision,
+            actor=actor,
+        )
         return {}
     digest = bulk_items_digest(batch=batch)
-    if not signing.statement_matches(
+    signed_decision_check(
         signature,
-        "bulk",
+        required=True,
+        kind="bulk",
+        decision=decision,
+        actor=actor,
         batch_id=batch.pk,
         action=batch.action,
         items=batch.total,
         items_digest=digest,
-        decision=decision,
-        person=actor.stored,
-    ):
-        raise RecoveryError(
-            ErrorCode.SIGNATURE_INVALID, "the signed statement is not this decision"
-        )
+    )
     return {"items": batch.total, "items_digest": digest, "signature": signature}
 
 

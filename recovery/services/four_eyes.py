@@ -17,7 +17,6 @@ from typing import Any
 
 from django.utils import timezone
 
-from approvals import signing
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.chain import audit_append
@@ -30,6 +29,7 @@ from recovery.services.errors import RecoveryError
 from recovery.services.locking import operation_lock
 from recovery.services.operator import operator_permitted, operator_refusals
 from recovery.services.reconcile import Decided, apply_decision, evidence_latest, reconcile_grounds
+from recovery.services.signed import signed_decision_check
 from recovery.services.stale_signals import refusals_recorded
 
 
@@ -68,33 +68,31 @@ def _signature_check(
     actor: Actor,
     signature: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """What the decision's audit event adds for its signature; refused when the policy
-    wants it signed and it is not, or when what it signs is not this decision.
-
-    The caller checked the signature itself (``identity.signing``); here, that it signs
-    this request, as proposed, with this decision, by this person.
-    """
-    if not signature:
-        if passkey_required_for([request.provider]):
-            raise RecoveryError(
-                ErrorCode.PASSKEY_REQUIRED,
-                f"decisions on {request.provider}'s operations must be signed with a passkey",
-            )
-        return {}
-    if not signing.statement_matches(
+    """What the decision's audit event adds for its signature, once it is found to sign
+    this request, as proposed, with this decision, by this person; refused unsigned
+    where the policy requires passkeys for its provider."""
+    signed_decision_check(
         signature,
-        "reconciliation",
+        required=not signature and passkey_required_for([request.provider]),
+        kind="reconciliation",
+        decision=decision,
+        actor=actor,
         request_id=request.pk,
         operation_key=locked.key,
         params_digest=request.params_digest,
         action=request.action,
-        decision=decision,
-        person=actor.stored,
-    ):
-        raise RecoveryError(
-            ErrorCode.SIGNATURE_INVALID, "the signed statement is not this decision"
-        )
-    return {"params_digest": request.params_digest, "signature": signature}
+    )
+    return {"params_digest": request.params_digest, "signature": signature} if signature else {}
+
+
+def _pending_locked(
+    operation: Operation, request_id: int
+) -> tuple[Operation, ReconciliationRequest]:
+    """``_request_locked``, refused unless the request still waits for its decision."""
+    locked, request = _request_locked(operation, request_id)
+    if request.status != ReconciliationRequest.Status.PENDING:
+        raise RecoveryError(ErrorCode.ALREADY_DECIDED, f"the request is already {request.status}")
+    return locked, request
 
 
 def _changed_since(locked: Operation, request: ReconciliationRequest) -> str | None:
@@ -157,11 +155,7 @@ def reconciliation_approve(
         actor=actor,
     )
     with operator_refusals(operation, "approve", actor):
-        locked, request = _request_locked(operation, request_id)
-        if request.status != ReconciliationRequest.Status.PENDING:
-            raise RecoveryError(
-                ErrorCode.ALREADY_DECIDED, f"the request is already {request.status}"
-            )
+        locked, request = _pending_locked(operation, request_id)
         if request.proposed_by == actor:
             raise RecoveryError(
                 ErrorCode.SELF_APPROVAL, "a proposal needs a second operator: you proposed this one"
@@ -224,11 +218,7 @@ def reconciliation_reject(
         actor=actor,
     )
     with operator_refusals(operation, "reject", actor):
-        locked, request = _request_locked(operation, request_id)
-        if request.status != ReconciliationRequest.Status.PENDING:
-            raise RecoveryError(
-                ErrorCode.ALREADY_DECIDED, f"the request is already {request.status}"
-            )
+        locked, request = _pending_locked(operation, request_id)
         signed = _signature_check(locked, request, "reject", actor, signature)
         _request_closed(request, ReconciliationRequest.Status.REJECTED, actor, reason, signature)
         audit_append(

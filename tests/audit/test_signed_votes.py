@@ -4,7 +4,6 @@ software passkey; the log tampered with SQL as a table owner could."""
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,6 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
-from fido2.utils import websafe_decode, websafe_encode
 from guardian.shortcuts import assign_perm
 
 from approvals.actors import Actor
@@ -20,7 +18,7 @@ from approvals.models import Approval
 from approvals.signing import statement
 from audit.checkpoints import audit_checkpoint
 from audit.exported import export_records, export_verify
-from audit.hashing import event_digest, event_export, timestamp
+from audit.hashing import event_export, timestamp
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from audit.signatures import Passkeys
@@ -28,10 +26,14 @@ from audit.verification import audit_verification_incremental
 from audit.verify import audit_verify
 from console.services.audit_export import sealed_export
 from identity.signing import signed_record_verify
-from recovery.models import Operation
 from recovery.permissions import ProviderPermission as P
 from recovery.services.permits import approval_decision
-from tests.support.audit import only_problem, sql_as_owner
+from tests.support.audit import (
+    event_data_forged,
+    event_data_stored,
+    only_problem,
+    signature_byte_changed,
+)
 from tests.support.flow import Flow
 from tests.support.webauthn import RP_ID, SoftPasskey, passkey_register, passkey_unregister
 
@@ -80,36 +82,6 @@ def _signed_vote(flow: Flow, key: str, person: User, passkey: SoftPasskey) -> Au
     return AuditEvent.objects.get(operation_key=key, kind=AuditKind.APPROVAL_VOTED)
 
 
-def _one_byte_changed(data: dict[str, Any]) -> dict[str, Any]:
-    signature = bytearray(websafe_decode(data["signature"]["signature"]))
-    signature[len(signature) // 2] ^= 0x01
-    return {**data, "signature": {**data["signature"], "signature": websafe_encode(signature)}}
-
-
-def _stored(event: AuditEvent, data: dict[str, Any]) -> None:
-    """Overwrite the event's data with SQL, its hash left as it was."""
-    sql_as_owner(
-        "UPDATE audit_auditevent SET data = %s WHERE id = %s", [json.dumps(data), event.pk]
-    )
-
-
-def _forged(event: AuditEvent, data: dict[str, Any]) -> None:
-    """Overwrite the event's data and recompute its chain's hashes and head, as someone
-    with SQL access alone can where no checkpoint signed the chain yet."""
-    _stored(event, data)
-    prev = None
-    for each in AuditEvent.objects.filter(operation_key=event.operation_key).order_by("seq"):
-        if prev is not None:
-            each.prev_hash = prev
-        each.hash = event_digest(each)
-        sql_as_owner(
-            "UPDATE audit_auditevent SET prev_hash = %s, hash = %s WHERE id = %s",
-            [each.prev_hash, each.hash, each.pk],
-        )
-        prev = each.hash
-    Operation.objects.filter(key=event.operation_key).update(audit_hash=prev)
-
-
 def _exported(tmp_path: Path, export_format: str = "jsonl") -> Path:
     path = tmp_path / f"trail.{export_format}"
     with path.open("w", encoding="utf-8", newline="") as handle:
@@ -127,14 +99,14 @@ def test_a_log_with_signed_votes_verifies(flow, decider, passkey, capsys):
 
 def test_one_signature_byte_changed_breaks_the_log(flow, decider, passkey):
     voted = _signed_vote(flow, "op-1", decider, passkey)
-    _stored(voted, _one_byte_changed(voted.data))
+    event_data_stored(voted, signature_byte_changed(voted.data))
     with pytest.raises(CommandError, match=rf"chain 'op-1', event #{voted.seq}: content does not"):
         call_command("verify_audit")
 
 
 def test_one_signature_byte_changed_and_rehashed_fails_its_signature(flow, decider, passkey):
     voted = _signed_vote(flow, "op-1", decider, passkey)
-    _forged(voted, _one_byte_changed(voted.data))
+    event_data_forged(voted, signature_byte_changed(voted.data))
     assert only_problem() == (
         f"chain 'op-1', event #{voted.seq}: its passkey signature does not hold (bad_signature)"
     )
@@ -144,7 +116,7 @@ def test_one_signature_byte_changed_and_rehashed_fails_its_signature(flow, decid
 
 def test_a_rehashed_vote_of_another_decision_fails_its_statement(flow, decider, passkey):
     voted = _signed_vote(flow, "op-1", decider, passkey)
-    _forged(voted, {**voted.data, "decision": "deny"})
+    event_data_forged(voted, {**voted.data, "decision": "deny"})
     assert only_problem() == (
         f"chain 'op-1', event #{voted.seq}: the statement it signs is not this decision"
     )
@@ -154,7 +126,7 @@ def test_the_routine_verification_checks_the_signatures_it_reads(flow, decider, 
     flow.register("op-0")
     audit_checkpoint()
     voted = _signed_vote(flow, "op-1", decider, passkey)
-    _forged(voted, _one_byte_changed(voted.data))
+    event_data_forged(voted, signature_byte_changed(voted.data))
     audit_checkpoint()  # signs the forged chain: nothing signed it before
     verification = audit_verification_incremental()
     assert verification is not None and not verification.ok
@@ -164,7 +136,7 @@ def test_the_routine_verification_checks_the_signatures_it_reads(flow, decider, 
 
 
 @pytest.mark.parametrize("export_format", ["jsonl", "csv"])
-def test_an_export_verifies_offline_and_fails_with_one_byte_changed(
+def test_an_export_verifies_offline_and_fails_withsignature_byte_changed(
     flow, decider, passkey, tmp_path, capsys, export_format
 ):
     voted = _signed_vote(flow, "op-1", decider, passkey)
@@ -172,7 +144,7 @@ def test_an_export_verifies_offline_and_fails_with_one_byte_changed(
     call_command("verify_export", str(path))
     assert "1 signed decisions verified" in capsys.readouterr().out
 
-    _forged(voted, _one_byte_changed(voted.data))
+    event_data_forged(voted, signature_byte_changed(voted.data))
     forged = _exported(tmp_path, export_format)
     with pytest.raises(CommandError, match=rf"event #{voted.seq}: its passkey signature does not"):
         call_command("verify_export", str(forged))
@@ -183,7 +155,7 @@ def test_an_export_edited_in_a_signature_fails_its_hash(flow, decider, passkey, 
     records = [event_export(event) for event in AuditEvent.objects.order_by("id")]
     for record in records:
         if record["id"] == voted.pk:
-            record["data"] = _one_byte_changed(record["data"])
+            record["data"] = signature_byte_changed(record["data"])
     problem = export_verify(records)
     assert problem is not None and problem.seq == voted.seq
     assert problem.reason == "content does not match its hash (edited)"
@@ -284,7 +256,7 @@ def test_signatures_checked_by_the_helper_process_report_the_first_forged_vote(
     monkeypatch.setattr("audit.signatures.ProcessPoolExecutor", Pool)
     voted = [_signed_vote(flow, f"op-{n}", decider, passkey) for n in range(1, 6)]
     assert list(audit_verify()) == []
-    _forged(voted[2], _one_byte_changed(voted[2].data))
+    event_data_forged(voted[2], signature_byte_changed(voted[2].data))
     assert only_problem() == (
         f"chain 'op-3', event #{voted[2].seq}: its passkey signature does not hold (bad_signature)"
     )

@@ -17,22 +17,22 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
-from fido2.utils import websafe_decode, websafe_encode
+from fido2.utils import websafe_decode
 
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from approvals.signing import challenge_of
 from audit.exported import ExportTally, export_verify
-from audit.hashing import SYSTEM_CHAIN, event_digest, event_export
+from audit.hashing import SYSTEM_CHAIN, event_export
 from audit.kinds import AuditKind
-from audit.models import AuditChainHead, AuditEvent
+from audit.models import AuditEvent
 from audit.verify import audit_verify
 from console.models import BulkBatch, BulkItem
 from console.services.bulk import Pick, bulk_items_digest, bulk_submit
 from identity.models import PasskeyUse
 from policies.services import policy_apply
 from recovery.models import Operation, Provider
-from tests.support.audit import only_problem, sql_as_owner
+from tests.support.audit import event_data_forged, only_problem, signature_byte_changed
 from tests.support.console import console_user, run_batch
 from tests.support.webauthn import UP, SoftPasskey, passkey_register
 
@@ -73,7 +73,7 @@ def _signed_post(
     passkey's assertion over the statement Settle kept, the form with it."""
     options = client.post(sign_url, {"decision": decision})
     assert options.status_code == 200, options.content
-    [kept] = [v for k, v in client.session.items() if k.startswith("settle_signing:")]
+    kept = _kept(client)
     challenge = options.json()["publicKey"]["challenge"]
     assert websafe_decode(challenge) == challenge_of(kept)
     credential = json.dumps(passkey.assertion(kept))
@@ -84,6 +84,15 @@ def _signed_post(
 
 def _intact() -> bool:
     return list(audit_verify()) == []
+
+
+def _kept(client: Client, sign_url: str | None = None, decision: str = "") -> dict[str, str]:
+    """The statement the console keeps for the client's signature (asked for first, with
+    ``sign_url`` and ``decision``, when given)."""
+    if sign_url is not None:
+        client.post(sign_url, {"decision": decision})
+    [kept] = [v for k, v in client.session.items() if k.startswith("settle_signing:")]
+    return kept
 
 
 def _messages(response: Any) -> list[str]:
@@ -149,8 +158,7 @@ def test_a_signed_rejection_is_kept_and_verifies(proposal, approver, passkey):
 def test_a_rejection_signed_cannot_approve(proposal, approver, passkey):
     client = _client(approver)
     sign_url, _ = _request_urls(proposal, "reject")
-    client.post(sign_url, {"decision": "reject"})
-    [kept] = [v for k, v in client.session.items() if k.startswith("settle_signing:")]
+    kept = _kept(client, sign_url, "reject")
     credential = json.dumps(passkey.assertion(kept))
     response = client.post(
         f"/reconciliations/{proposal.pk}/approve",
@@ -266,8 +274,7 @@ def test_the_items_digest_names_each_operation_and_version(batch):
 
 def test_a_batch_signed_before_its_items_changed_is_refused(batch, approver, passkey):
     client = _client(approver)
-    client.post(f"/batches/{batch.pk}/sign", {"decision": "approve"})
-    [kept] = [v for k, v in client.session.items() if k.startswith("settle_signing:")]
+    kept = _kept(client, f"/batches/{batch.pk}/sign", "approve")
     item = BulkItem.objects.filter(batch=batch).first()
     assert item is not None
     BulkItem.objects.filter(pk=item.pk).update(version=item.version + 1)
@@ -306,38 +313,10 @@ def test_a_signed_rejection_of_a_batch_verifies(batch, approver, passkey):
 # -- the audit log: forged with SQL -------------------------------------------------------
 
 
-def _one_byte_changed(data: dict[str, Any]) -> dict[str, Any]:
-    signature = bytearray(websafe_decode(data["signature"]["signature"]))
-    signature[len(signature) // 2] ^= 0x01
-    return {**data, "signature": {**data["signature"], "signature": websafe_encode(signature)}}
-
-
-def _forged(event: AuditEvent, data: dict[str, Any]) -> None:
-    """Overwrite the event's data and recompute its chain's hashes and head, as someone
-    with SQL access alone can where no checkpoint signed the chain yet."""
-    sql_as_owner(
-        "UPDATE audit_auditevent SET data = %s WHERE id = %s", [json.dumps(data), event.pk]
-    )
-    prev = None
-    for each in AuditEvent.objects.filter(operation_key=event.operation_key).order_by("seq"):
-        if prev is not None:
-            each.prev_hash = prev
-        each.hash = event_digest(each)
-        sql_as_owner(
-            "UPDATE audit_auditevent SET prev_hash = %s, hash = %s WHERE id = %s",
-            [each.prev_hash, each.hash, each.pk],
-        )
-        prev = each.hash
-    if event.operation_key == SYSTEM_CHAIN:
-        AuditChainHead.objects.filter(chain=SYSTEM_CHAIN).update(hash=prev)
-    else:
-        Operation.objects.filter(key=event.operation_key).update(audit_hash=prev)
-
-
 def test_a_forged_signature_on_a_reconciliation_fails_verification(proposal, approver, passkey):
     _signed_post(_client(approver), passkey, *_request_urls(proposal, "approve"), "approve")
     event = AuditEvent.objects.get(kind=AuditKind.RECONCILIATION_APPROVED)
-    _forged(event, _one_byte_changed(event.data))
+    event_data_forged(event, signature_byte_changed(event.data))
     assert only_problem() == (
         f"chain 'op-1', event #{event.seq}: its passkey signature does not hold (bad_signature)"
     )
@@ -348,7 +327,7 @@ def test_a_signed_approval_rewritten_as_another_action_fails_its_statement(
 ):
     _signed_post(_client(approver), passkey, *_request_urls(proposal, "approve"), "approve")
     event = AuditEvent.objects.get(kind=AuditKind.RECONCILIATION_APPROVED)
-    _forged(event, {**event.data, "action": "confirm"})
+    event_data_forged(event, {**event.data, "action": "confirm"})
     assert only_problem() == (
         f"chain 'op-1', event #{event.seq}: the statement it signs is not this decision"
     )
@@ -357,7 +336,7 @@ def test_a_signed_approval_rewritten_as_another_action_fails_its_statement(
 def test_a_forged_items_digest_on_a_batch_fails_its_statement(batch, approver, passkey):
     _signed_post(_client(approver), passkey, *_batch_urls(batch, "approve"), "approve")
     event = AuditEvent.objects.get(kind=AuditKind.BULK_APPROVED)
-    _forged(event, {**event.data, "items_digest": "sha256:" + "0" * 64})
+    event_data_forged(event, {**event.data, "items_digest": "sha256:" + "0" * 64})
     assert only_problem() == (
         f"the system chain, event #{event.seq}: the statement it signs is not this decision"
     )
@@ -372,7 +351,7 @@ def test_an_export_checks_signed_four_eyes_decisions_offline(proposal, batch, ap
     assert tally.signed_votes == 2
 
     event = AuditEvent.objects.get(kind=AuditKind.BULK_REJECTED)
-    _forged(event, _one_byte_changed(event.data))
+    event_data_forged(event, signature_byte_changed(event.data))
     records = [event_export(event) for event in AuditEvent.objects.order_by("id")]
     problem = export_verify(records)
     assert problem is not None and problem.seq == event.seq
@@ -381,8 +360,7 @@ def test_an_export_checks_signed_four_eyes_decisions_offline(proposal, batch, ap
 
 def test_a_replayed_sign_count_is_refused_recorded_and_decides_nothing(proposal, approver, passkey):
     client = _client(approver)
-    client.post(f"/reconciliations/{proposal.pk}/sign", {"decision": "approve"})
-    [kept] = [v for k, v in client.session.items() if k.startswith("settle_signing:")]
+    kept = _kept(client, f"/reconciliations/{proposal.pk}/sign", "approve")
     first = json.dumps(passkey.assertion(kept, counter=7))
     # A copy of the passkey signed before, with the same count.
     PasskeyUse.objects.create(credential_id=passkey.id, sign_count=7, last_used_at=timezone.now())
@@ -413,8 +391,7 @@ def test_a_batch_signed_without_user_verification_is_refused_on_the_system_chain
     batch, approver, passkey
 ):
     client = _client(approver)
-    client.post(f"/batches/{batch.pk}/sign", {"decision": "approve"})
-    [kept] = [v for k, v in client.session.items() if k.startswith("settle_signing:")]
+    kept = _kept(client, f"/batches/{batch.pk}/sign", "approve")
     unverified = json.dumps(passkey.assertion(kept, flags=UP))
     response = client.post(
         f"/batches/{batch.pk}/approve", {"reason": "ok", "credential": unverified}, follow=True

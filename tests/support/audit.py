@@ -10,11 +10,12 @@ from typing import Any
 
 import rfc8785
 from django.db import connection
+from fido2.utils import websafe_decode, websafe_encode
 
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
-from audit.hashing import GENESIS_HASH, event_digest
-from audit.models import AuditEvent
+from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, event_digest
+from audit.models import AuditChainHead, AuditEvent
 from audit.verify import audit_verify
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
@@ -83,3 +84,37 @@ def offline_hash(record: dict[str, Any]) -> str:
     }
     digest = hashlib.sha256(record["prev_hash"].encode("ascii") + rfc8785.dumps(content))
     return "sha256:" + digest.hexdigest()
+
+
+def signature_byte_changed(data: dict[str, Any]) -> dict[str, Any]:
+    """A signed decision's event data with one byte of its passkey signature flipped."""
+    signature = bytearray(websafe_decode(data["signature"]["signature"]))
+    signature[len(signature) // 2] ^= 0x01
+    return {**data, "signature": {**data["signature"], "signature": websafe_encode(signature)}}
+
+
+def event_data_stored(event: AuditEvent, data: dict[str, Any]) -> None:
+    """Overwrite the event's data with SQL, its hash left as it was."""
+    sql_as_owner(
+        "UPDATE audit_auditevent SET data = %s WHERE id = %s", [json.dumps(data), event.pk]
+    )
+
+
+def event_data_forged(event: AuditEvent, data: dict[str, Any]) -> None:
+    """Overwrite the event's data and recompute its chain's hashes and head, as someone
+    with SQL access alone can where no checkpoint signed the chain yet."""
+    event_data_stored(event, data)
+    prev = None
+    for each in AuditEvent.objects.filter(operation_key=event.operation_key).order_by("seq"):
+        if prev is not None:
+            each.prev_hash = prev
+        each.hash = event_digest(each)
+        sql_as_owner(
+            "UPDATE audit_auditevent SET prev_hash = %s, hash = %s WHERE id = %s",
+            [each.prev_hash, each.hash, each.pk],
+        )
+        prev = each.hash
+    if event.operation_key == SYSTEM_CHAIN:
+        AuditChainHead.objects.filter(chain=SYSTEM_CHAIN).update(hash=prev)
+    else:
+        Operation.objects.filter(key=event.operation_key).update(audit_hash=prev)
