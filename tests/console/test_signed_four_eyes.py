@@ -262,6 +262,8 @@ def test_a_signed_approval_of_a_batch_names_its_items_and_verifies(batch, approv
     run_batch(batch)
     assert set(Operation.objects.values_list("state", flat=True)) == {"voided"}
     assert _intact()
+    page = _client(approver).get(f"/batches/{batch.pk}/").content.decode()
+    assert 'title="Signed with a passkey">signed<' in page
 
 
 def test_the_items_digest_names_each_operation_and_version(batch):
