@@ -44,6 +44,7 @@ class AuditKind(models.TextChoices):
     BULK_SUBMITTED = "bulk_submitted", "Bulk action submitted"
     BULK_APPROVED = "bulk_approved", "Bulk void approved"
     BULK_REJECTED = "bulk_rejected", "Bulk void rejected"
+    BULK_REFUSED = "bulk_refused", "Bulk decision refused"
     # The system chain: configuration and access.
     PROVIDER_CONFIGURED = "provider_configured", "Provider configured"
     PERMISSION_GRANTED = "permission_granted", "Permission granted"

@@ -73,6 +73,7 @@ from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound, RecoveryError
 from recovery.services.reconcile import DECISION_PERMISSIONS
 from recovery.services.signed import signed_decision_check
+from recovery.services.stale_signals import refusals_committed
 
 logger = logging.getLogger(__name__)
 
@@ -218,10 +219,12 @@ def bulk_decide(
     checked again when it runs. A rejected batch's items are all refused (``rejected``):
     nothing was done to their operations. An unsigned decision the policy wants signed
     is refused (``passkey_required``), as is a signature of another (``signature_invalid``).
+    Every refusal is recorded (``bulk_refused``, on the system chain).
     """
     reason = reason.strip()
     now = timezone.now()
-    with audit_transaction():
+    decision = "approve" if approve else "reject"
+    with refusals_committed(then=lambda error: _refusal_record(batch_id, decision, actor, error)):
         batch = BulkBatch.objects.select_for_update().filter(pk=batch_id).first()
         if batch is None:
             raise NotFound(ErrorCode.UNKNOWN_BATCH, "no such batch")
@@ -235,7 +238,7 @@ def bulk_decide(
             )
         if not reason:
             raise Invalid(ErrorCode.REASON_REQUIRED, "give a reason for the decision")
-        signed = _signature_check(batch, "approve" if approve else "reject", actor, signature)
+        signed = _signature_check(batch, decision, actor, signature)
         batch.decided_by = actor
         batch.decided_at = now
         batch.decision_reason = reason[:500]
@@ -267,6 +270,17 @@ def bulk_decide(
         if approve:
             transaction.on_commit(lambda: bulk_publish_later(batch_id=batch.pk))
     return batch
+
+
+def _refusal_record(
+    batch_id: uuid.UUID, decision: str, actor: Actor, refusal: RecoveryError
+) -> None:
+    with audit_transaction():
+        audit_append(
+            kind=AuditKind.BULK_REFUSED,
+            actor=actor,
+            data={"batch": str(batch_id), "decision": decision, "code": refusal.code.value},
+        )
 
 
 def bulk_items_digest(*, batch: BulkBatch) -> str:

@@ -215,6 +215,9 @@ def test_a_void_batch_waits_and_its_proposer_cannot_approve_it(supervisor, stuck
     with pytest.raises(RecoveryError) as refused:
         bulk_decide(batch_id=batch.pk, approve=True, reason="mine", actor=_actor(supervisor))
     assert refused.value.code == "self_approval"
+    recorded = AuditEvent.objects.get(kind="bulk_refused")
+    assert recorded.operation_key == "" and recorded.actor == _actor(supervisor)
+    assert recorded.data == {"batch": str(batch.pk), "decision": "approve", "code": "self_approval"}
     run_batch(batch)  # nothing runs while it waits
     assert Operation.objects.get(pk=operation.pk).state == "reconcile"
     assert BulkBatch.objects.get(pk=batch.pk).status == "proposed"

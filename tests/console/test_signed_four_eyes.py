@@ -298,6 +298,8 @@ def test_where_the_policy_requires_passkeys_an_unsigned_batch_decision_is_refuse
     [said] = _messages(response)
     assert said.startswith("Refused (passkey_required)")
     assert BulkBatch.objects.get(pk=batch.pk).status == "proposed"
+    refused = AuditEvent.objects.get(kind=AuditKind.BULK_REFUSED)
+    assert (refused.data["code"], refused.actor) == ("passkey_required", Actor.of("user", approver))
     # Signed, it runs: each item's four-eyes approval counts as signed by the batch's.
     _signed_post(_client(approver), passkey, *_batch_urls(batch, "approve"), "approve")
     run_batch(batch)
