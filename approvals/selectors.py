@@ -1,4 +1,13 @@
-"""Reads of approvals and permits."""
+"""Reads of approvals and permits, and who a policy lets decide an approval.
+
+standing
+    The policy's rules on whose decision counts, once, as SQL the inbox filters on and
+    the deciding service reads for one approval to name its refusal
+    (``approvals_with_standing``): never the proposer's own action
+    (``Approval.proposer``, a username), and, where the policy named groups, only a
+    member of one of them (the user's Django groups, which sign-on mirrors from the
+    directory).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +15,51 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from django.db.models import BooleanField, ExpressionWrapper, Func, Q, QuerySet, Subquery
+
 from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote, Permit, PermitEvent
+
+
+class _ListHoldsAny(Func):
+    """Whether a JSON list of strings holds any value of a one-column subquery.
+
+    Each database spells "the elements of a JSON array" its own way, and Django has no
+    lookup for it on SQLite.
+    """
+
+    arity = 2
+    output_field = BooleanField()
+
+    def _exists(self, compiler: Any, elements: str) -> tuple[str, tuple[Any, ...]]:
+        listed, values = self.get_source_expressions()
+        listed_sql, listed_params = compiler.compile(listed)
+        values_sql, values_params = compiler.compile(values)
+        sql = f"EXISTS (SELECT 1 FROM {elements % listed_sql} WHERE g.value IN {values_sql})"
+        return sql, (*listed_params, *values_params)
+
+    def as_sqlite(
+        self, compiler: Any, connection: Any, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        return self._exists(compiler, "json_each(%s) AS g")
+
+    def as_postgresql(
+        self, compiler: Any, connection: Any, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        return self._exists(compiler, "jsonb_array_elements_text(%s) AS g(value)")
+
+
+def approvals_with_standing(*, user: Any) -> QuerySet[Approval]:
+    """Approvals, each with ``user``'s standing under its policy (see ``standing``):
+    ``by_proposer`` (the action is the user's own proposal) and ``in_groups`` (the
+    policy named no groups, or the user is in one of them)."""
+    groups = Subquery(user.groups.values("name"))
+    return Approval.objects.annotate(
+        by_proposer=ExpressionWrapper(Q(proposer=user.get_username()), output_field=BooleanField()),
+        in_groups=ExpressionWrapper(
+            Q(groups=[]) | Q(_ListHoldsAny("groups", groups)), output_field=BooleanField()
+        ),
+    )
 
 
 def approval_needed(*, approval: Approval, approvals: int) -> str:

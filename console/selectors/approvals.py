@@ -2,10 +2,10 @@
 page.
 
 decidable
-    Pending; of a provider on which the user holds ``decide_approvals``; when the policy
-    named groups (``Approval.groups``), only for a member of one of them (the user's
-    Django groups, which sign-on mirrors from the directory); never the proposer's own
-    action; and not one the user has voted on already (a person decides once).
+    Pending; of a provider on which the user holds ``decide_approvals``; one the
+    policy lets the user decide (``approvals.selectors.approvals_with_standing``: not
+    their own proposal, from the groups it named); and not one the user has voted on
+    already (a person decides once).
 
 The deciding service checks again (``recovery.services.permits.approval_decision``):
 this is what the console offers, not what makes a decision valid.
@@ -18,13 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import (
-    BooleanField,
     Count,
     Exists,
-    Func,
     IntegerField,
     OuterRef,
-    Q,
     QuerySet,
     Subquery,
     Value,
@@ -33,6 +30,7 @@ from django.db.models.functions import Coalesce
 from django.utils.text import Truncator
 
 from approvals.models import Approval, ApprovalVote
+from approvals.selectors import approvals_with_standing
 from recovery.models import Operation
 from recovery.params_diff import params_rows
 from recovery.permissions import ProviderPermission
@@ -41,34 +39,6 @@ from recovery.selectors import providers_for_user, providers_visible_to
 INBOX_SHOWN = 200  # the oldest; an inbox longer than this is worked from the top
 SUMMARY_CHARS = 90
 EARLIER_SHOWN = 10
-
-
-class _ListHoldsAny(Func):
-    """Whether a JSON list of strings holds any value of a one-column subquery.
-
-    Each database spells "the elements of a JSON array" its own way, and Django has no
-    lookup for it on SQLite.
-    """
-
-    arity = 2
-    output_field = BooleanField()
-
-    def _exists(self, compiler: Any, elements: str) -> tuple[str, tuple[Any, ...]]:
-        listed, values = self.get_source_expressions()
-        listed_sql, listed_params = compiler.compile(listed)
-        values_sql, values_params = compiler.compile(values)
-        sql = f"EXISTS (SELECT 1 FROM {elements % listed_sql} WHERE g.value IN {values_sql})"
-        return sql, (*listed_params, *values_params)
-
-    def as_sqlite(
-        self, compiler: Any, connection: Any, **extra: Any
-    ) -> tuple[str, tuple[Any, ...]]:
-        return self._exists(compiler, "json_each(%s) AS g")
-
-    def as_postgresql(
-        self, compiler: Any, connection: Any, **extra: Any
-    ) -> tuple[str, tuple[Any, ...]]:
-        return self._exists(compiler, "jsonb_array_elements_text(%s) AS g(value)")
 
 
 def _voter_prefix(user: Any) -> str:
@@ -84,16 +54,17 @@ def approvals_decidable(*, user: Any) -> QuerySet[Approval]:
     if not user.is_authenticated or not user.is_active:
         return Approval.objects.none()
     providers = providers_for_user(user=user, permissions=(ProviderPermission.DECIDE_APPROVALS,))
-    groups = Subquery(user.groups.values("name"))
     voted = ApprovalVote.objects.filter(
         approval=OuterRef("pk"), voter__startswith=_voter_prefix(user)
     )
     return (
-        Approval.objects.filter(
-            status=Approval.Status.PENDING, provider__in=providers.values("name")
+        approvals_with_standing(user=user)
+        .filter(
+            status=Approval.Status.PENDING,
+            provider__in=providers.values("name"),
+            in_groups=True,
+            by_proposer=False,
         )
-        .filter(Q(groups=[]) | Q(_ListHoldsAny("groups", groups)))
-        .exclude(proposer=user.get_username())
         .exclude(Exists(voted))
     )
 

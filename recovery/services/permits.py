@@ -13,6 +13,7 @@ from approvals import services as approvals
 from approvals import signing
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
+from approvals.selectors import approvals_with_standing
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
@@ -290,25 +291,27 @@ def _voter_check(
     signature: dict[str, Any] | None,
     refuse: _DecisionRefusal,
 ) -> None:
-    """Refuse a voter the approval's policy does not let count."""
-    if voter.kind == "user" and approval.proposer:
-        username = (
-            get_user_model()
-            .objects.filter(pk=voter.id)
-            .values_list(get_user_model().USERNAME_FIELD, flat=True)
-        )
-        if username.first() == approval.proposer:
-            refuse(ErrorCode.PROPOSER_EXCLUDED, "the proposer may not decide it", {})
-    if approval.groups:
-        member = voter.kind == "user" and (
-            get_user_model().objects.filter(pk=voter.id, groups__name__in=approval.groups).exists()
-        )
-        if not member:
-            refuse(
-                ErrorCode.NOT_IN_GROUP,
-                f"it needs a person from {', '.join(approval.groups)}",
-                {"groups": approval.groups},
+    """Refuse a voter the approval's policy does not let count (its rules are
+    ``approvals.selectors.approvals_with_standing``'s, which the inbox filters on)."""
+    by_proposer, in_groups = False, not approval.groups
+    if voter.kind == "user" and (approval.proposer or approval.groups):
+        user = get_user_model().objects.filter(pk=voter.id).first()
+        if user is not None:
+            by_proposer, in_groups = (
+                approvals_with_standing(user=user)
+                .filter(pk=approval.pk)
+                # The stubs know the model's fields, not the annotations.
+                .values_list("by_proposer", "in_groups")  # type: ignore[misc]
+                .get()
             )
+    if by_proposer:
+        refuse(ErrorCode.PROPOSER_EXCLUDED, "the proposer may not decide it", {})
+    if not in_groups:
+        refuse(
+            ErrorCode.NOT_IN_GROUP,
+            f"it needs a person from {', '.join(approval.groups)}",
+            {"groups": approval.groups},
+        )
     if approval.passkey_required and not signature:
         refuse(ErrorCode.PASSKEY_REQUIRED, "this decision must be signed with a passkey", {})
 
