@@ -235,7 +235,8 @@ def _parsed(record: Mapping[str, Any]) -> _Assertion:
             websafe_decode(record["signature"]),
             challenge_of(record["statement"]),
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    # LookupError: a KeyError, or the IndexError of fido2 reading CBOR that stops short.
+    except (LookupError, TypeError, ValueError, AttributeError) as exc:
         raise SignatureInvalid(SignatureInvalid.MALFORMED, str(exc)) from None
 
 

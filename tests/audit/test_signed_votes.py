@@ -324,6 +324,7 @@ def test_authenticator_data_beyond_its_fixed_part_is_parsed_or_refused():
     attested = bytearray(fixed)
     attested[32] |= AuthenticatorData.FLAG.AT
     for auth_data in (
+        bytes(with_extensions),  # extensions flagged, none follow
         bytes(attested),  # attested credential data flagged, none follows
         bytes(fixed) + b"\0",  # a byte that belongs to nothing
         bytes(fixed[:36]),  # shorter than the fixed part
