@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from cryptography.exceptions import InvalidSignature
@@ -162,33 +163,98 @@ def rp_id_named(record: Mapping[str, Any]) -> str:
     The origin's host or a domain above it whose SHA-256 the authenticator data names:
     for checking a record later, when the host the browser reached is not at hand.
     """
-    client_data, auth_data, _, _ = _parsed(record)
-    return _rp_id_of(client_data, auth_data)
+    assertion = _parsed(record)
+    return _rp_id_of(assertion.origin, assertion.rp_id_hash)
 
 
-def _rp_id_of(client_data: CollectedClientData, auth_data: AuthenticatorData) -> str:
-    host = urlsplit(client_data.origin).hostname or ""
+# The same few origins and relying parties recur in every record a log holds: each
+# pair is worked out once, here and in ``_rp_id_usable``.
+@lru_cache(maxsize=256)
+def _rp_id_of(origin: str, rp_id_hash: bytes) -> str:
+    host = urlsplit(origin).hostname or ""
     labels = host.split(".")
     for start in range(len(labels)):
         candidate = ".".join(labels[start:])
-        if hmac.compare_digest(hashlib.sha256(candidate.encode()).digest(), auth_data.rp_id_hash):
+        if hmac.compare_digest(hashlib.sha256(candidate.encode()).digest(), rp_id_hash):
             return candidate
     raise SignatureInvalid(SignatureInvalid.WRONG_RP, "the assertion names no domain of its origin")
 
 
-def _parsed(
-    record: Mapping[str, Any],
-) -> tuple[CollectedClientData, AuthenticatorData, bytes, bytes]:
-    """The record's client data, authenticator data, signature and expected challenge."""
+# fido2's check that the relying party may be used from the origin.
+_rp_id_usable = lru_cache(maxsize=256)(verify_rp_id)
+
+# Authenticator data: the relying party's hash (32 bytes), the flags (1) and the sign
+# count (4), then attested credential data and extensions if the flags say so.
+_FIXED_PART = 37
+_UP = int(AuthenticatorData.FLAG.UP)
+_UV = int(AuthenticatorData.FLAG.UV)
+_MORE_THAN_FIXED = int(AuthenticatorData.FLAG.AT | AuthenticatorData.FLAG.ED)
+
+
+class _Assertion(NamedTuple):
+    """What ``assertion_verify`` reads of a record: fido2's parse of the client data and
+    the authenticator data, kept to the fields checked."""
+
+    client_data: bytes  # the JSON the browser collected, as it was signed
+    type: Any
+    challenge: bytes
+    origin: Any
+    cross_origin: Any
+    authenticator_data: bytes
+    rp_id_hash: bytes
+    flags: int
+    counter: int
+    signature: bytes
+    expected: bytes  # the challenge of the record's statement
+
+
+def _parsed(record: Mapping[str, Any]) -> _Assertion:
+    """The record's assertion, its signature and the challenge its statement must have.
+
+    Reads the client data as fido2's ``CollectedClientData`` does, in the same order
+    (so a malformed record fails the same way), without its objects: verify_audit
+    parses one record per signed vote.
+    """
     try:
-        return (
-            CollectedClientData(websafe_decode(record["client_data_json"])),
-            AuthenticatorData(websafe_decode(record["authenticator_data"])),
+        client_data = websafe_decode(record["client_data_json"])
+        collected = json.loads(client_data.decode())
+        kind, challenge = collected["type"], websafe_decode(collected["challenge"])
+        origin, cross_origin = collected["origin"], collected.get("crossOrigin", False)
+        if not isinstance(kind, str) or not isinstance(origin, str):
+            # Compared and split as text below: anything else is no client data.
+            raise TypeError("the client data's type and origin are text")
+        authenticator_data = websafe_decode(record["authenticator_data"])
+        rp_id_hash, flags, counter = _authenticator_fields(authenticator_data)
+        return _Assertion(
+            client_data,
+            kind,
+            challenge,
+            origin,
+            cross_origin,
+            authenticator_data,
+            rp_id_hash,
+            flags,
+            counter,
             websafe_decode(record["signature"]),
             challenge_of(record["statement"]),
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    # LookupError: a KeyError, or the IndexError of fido2 reading CBOR that stops short.
+    except (LookupError, TypeError, ValueError, AttributeError) as exc:
         raise SignatureInvalid(SignatureInvalid.MALFORMED, str(exc)) from None
+
+
+def _authenticator_fields(data: bytes) -> tuple[bytes, int, int]:
+    """The relying party's hash, the flags and the sign count, as fido2's
+    ``AuthenticatorData`` reads them.
+
+    An assertion's usual form, the fixed part alone, is sliced here; anything longer
+    (attested credential data, extensions, or bytes that do not belong) goes through
+    fido2, which parses what follows or refuses it.
+    """
+    if len(data) == _FIXED_PART and not data[32] & _MORE_THAN_FIXED:
+        return data[:32], data[32], int.from_bytes(data[33:], "big")
+    parsed = AuthenticatorData(data)
+    return parsed.rp_id_hash, int(parsed.flags), parsed.counter
 
 
 def assertion_verify(
@@ -208,29 +274,31 @@ def assertion_verify(
     party the record names (``rp_id_named``), for a record checked long after, when the
     host the browser reached is not at hand; its origin must still be one it may use.
     """
-    client_data, auth_data, signature, expected = _parsed(record)
-    if client_data.type != CollectedClientData.TYPE.GET:
-        raise SignatureInvalid(SignatureInvalid.WRONG_TYPE, f"client data of {client_data.type}")
-    if not hmac.compare_digest(client_data.challenge, expected):
+    assertion = _parsed(record)
+    if assertion.type != CollectedClientData.TYPE.GET:
+        raise SignatureInvalid(SignatureInvalid.WRONG_TYPE, f"client data of {assertion.type}")
+    if not hmac.compare_digest(assertion.challenge, assertion.expected):
         raise SignatureInvalid(SignatureInvalid.WRONG_CHALLENGE, "it signs another statement")
+    origin = assertion.origin
     if rp_id is None:
-        rp_id = _rp_id_of(client_data, auth_data)
-    allowed = origins(client_data.origin) if callable(origins) else client_data.origin in origins
+        rp_id = _rp_id_of(origin, assertion.rp_id_hash)
+    allowed = origins(origin) if callable(origins) else origin in origins
     # Made in a frame of another site, the browser says so: never a decision of ours.
-    if not allowed or client_data.cross_origin or not verify_rp_id(rp_id, client_data.origin):
-        raise SignatureInvalid(SignatureInvalid.WRONG_ORIGIN, f"origin {client_data.origin}")
+    if not allowed or assertion.cross_origin or not _rp_id_usable(rp_id, origin):
+        raise SignatureInvalid(SignatureInvalid.WRONG_ORIGIN, f"origin {origin}")
     rp_id_hash = hashlib.sha256(rp_id.encode()).digest()
-    if not hmac.compare_digest(auth_data.rp_id_hash, rp_id_hash):
+    if not hmac.compare_digest(assertion.rp_id_hash, rp_id_hash):
         raise SignatureInvalid(SignatureInvalid.WRONG_RP, f"not made for {rp_id}")
-    if not auth_data.is_user_present():
+    if not assertion.flags & _UP:
         raise SignatureInvalid(SignatureInvalid.USER_NOT_PRESENT)
-    if not auth_data.is_user_verified():
+    if not assertion.flags & _UV:
         raise SignatureInvalid(SignatureInvalid.USER_NOT_VERIFIED)
+    signed = assertion.authenticator_data + hashlib.sha256(assertion.client_data).digest()
     try:
-        _verifier(public_key)(bytes(auth_data) + client_data.hash, signature)
+        _verifier(public_key)(signed, assertion.signature)
     except InvalidSignature:
         raise SignatureInvalid(SignatureInvalid.BAD_SIGNATURE) from None
     except (NotImplementedError, ValueError, KeyError, TypeError) as exc:
         # An algorithm fido2 cannot verify, or a key that is not a COSE key.
         raise SignatureInvalid(SignatureInvalid.UNSUPPORTED_KEY, str(exc)) from None
-    return int(auth_data.counter)
+    return assertion.counter

@@ -138,8 +138,13 @@ def _actor_hashed(stored: str) -> str:
 
 def event_row_digest(row: EventRow) -> str:
     """``event_digest`` of the event whose columns are ``row``, without making the model."""
+    return _row_digest_parsed(row)[0]
+
+
+def _row_digest_parsed(row: EventRow) -> tuple[str, Any]:
+    """``event_row_digest``, and the event's data as parsed to hash it."""
     data, plain = plain_loads(row.data)
-    return _content_hash(
+    digest = _content_hash(
         row.prev_hash,
         {
             "seq": row.seq,
@@ -152,6 +157,7 @@ def event_row_digest(row: EventRow) -> str:
         # The other fields are text and seq: plain when seq is a safe integer.
         plain=plain and safe_integer(row.seq),
     )
+    return digest, data
 
 
 def event_export(event: AuditEvent) -> dict[str, Any]:
@@ -218,10 +224,19 @@ def event_row_break(row: EventRow, *, seq: int, prev_hash: str | None) -> ChainB
     ``prev_hash`` None: the previous event is not at hand (a checkpoint starting at a
     head it vouched for). The one rule of a link, for checkpoints and verification.
     """
+    return event_row_checked(row, seq=seq, prev_hash=prev_hash)[0]
+
+
+def event_row_checked(
+    row: EventRow, *, seq: int, prev_hash: str | None
+) -> tuple[ChainBreak | None, Any]:
+    """``event_row_break``, and, when the event holds, its data as its hash read it: the
+    check that follows (a signed vote's) need not parse it again."""
     if row.seq != seq:
-        return ChainBreak(row.chain, seq, "this event is missing (deleted)")
+        return ChainBreak(row.chain, seq, "this event is missing (deleted)"), None
     if prev_hash is not None and row.prev_hash != prev_hash:
-        return ChainBreak(row.chain, row.seq, "prev_hash does not match the previous event")
-    if event_row_digest(row) != row.hash:
-        return ChainBreak(row.chain, row.seq, "content does not match its hash (edited)")
-    return None
+        return ChainBreak(row.chain, row.seq, "prev_hash does not match the previous event"), None
+    digest, data = _row_digest_parsed(row)
+    if digest != row.hash:
+        return ChainBreak(row.chain, row.seq, "content does not match its hash (edited)"), None
+    return None, data

@@ -216,13 +216,16 @@ class SignedVotes:
         self._pool: ProcessPoolExecutor | None = None
         self._parallel = (os.cpu_count() or 1) > 1 and not multiprocessing.current_process().daemon
 
-    def row_break(self, row: EventRow) -> ChainBreak | None:
+    def row_break(self, row: EventRow, parsed: Any = None) -> ChainBreak | None:
         """The problem of ``row`` if it is a signed vote that does not hold, as far as is
-        known now: its signature's own check may come later (``first_break``)."""
+        known now: its signature's own check may come later (``first_break``).
+
+        ``parsed``: the row's data already parsed (``event_row_checked``'s), if at hand.
+        """
         if row.kind not in SIGNED_KINDS or SIGNED_MARK not in row.data:
             return None
-        data = json.loads(row.data)
-        if "signature" not in data:
+        data = json.loads(row.data) if parsed is None else parsed
+        if not isinstance(data, dict) or "signature" not in data:
             return None
         if self._passkeys is None:
             self._passkeys = Passkeys.stored()

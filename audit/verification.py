@@ -13,7 +13,7 @@ from datetime import datetime
 from django.db import connection
 from django.utils import timezone
 
-from audit.hashing import GENESIS_HASH, ChainBreak, event_columns, event_row_break, event_rows
+from audit.hashing import GENESIS_HASH, ChainBreak, event_columns, event_row_checked, event_rows
 from audit.keys import signed_by_key
 from audit.models import (
     AuditCheckpoint,
@@ -220,9 +220,9 @@ def _events_walked(
             if row.seq > 1 and predecessor is None:
                 return ChainBreak(row.chain, row.seq - 1, "this event is missing (deleted)")
             prev_hash = GENESIS_HASH if row.seq == 1 else str(predecessor)
-            found = event_row_break(row, seq=row.seq, prev_hash=prev_hash)
+            found, data = event_row_checked(row, seq=row.seq, prev_hash=prev_hash)
             if found is None:
-                found = votes.row_break(row)
+                found = votes.row_break(row, data)
             if found is not None:
                 return found
         if len(page) < chunk_size:

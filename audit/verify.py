@@ -37,7 +37,7 @@ from audit.hashing import (
     ChainBreak,
     EventRow,
     event_columns,
-    event_row_break,
+    event_row_checked,
     event_rows,
 )
 from audit.kinds import AuditKind
@@ -160,9 +160,9 @@ def _chains_walked(
                 else:
                     unseen.add(key)
                     missing = missing or _missing_chain(key, its_signed)
-        found = event_row_break(row, seq=length + 1, prev_hash=prev_hash)
+        found, data = event_row_checked(row, seq=length + 1, prev_hash=prev_hash)
         if found is None:
-            found = votes.row_break(row)
+            found = votes.row_break(row, data)
         if found is not None:
             return found
         for seq, signed_hash, number in signed:

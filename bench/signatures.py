@@ -224,6 +224,8 @@ class SignatureBenchmark:
         for _ in range(repeat):
             # A broken log exits non-zero, and _measured raises.
             run = _measured(["verify_audit", "--no-checkpoint"], env)
+            # The machine is shared: the load beside each run says what it competed with.
+            run["load"] = round(os.getloadavg()[0], 2)
             runs.append(run)
             self.stdout.write(f"verify_audit, {share:.0%} signed: {run}")
         fastest = min(runs, key=lambda run: run["work_seconds"])
@@ -234,4 +236,5 @@ class SignatureBenchmark:
             "work_seconds": fastest["work_seconds"],
             "peak_mb": fastest["peak_mb"],
             "runs_work_seconds": [run["work_seconds"] for run in runs],
+            "runs_load": [run["load"] for run in runs],
         }

@@ -177,7 +177,8 @@ def _verified(
     try:
         parsed = json.loads(assertion_json) if isinstance(assertion_json, str) else assertion_json
         assertion = AuthenticationResponse.from_dict(parsed)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+    # LookupError: a KeyError, or the IndexError of fido2 reading CBOR that stops short.
+    except (TypeError, ValueError, LookupError, AttributeError) as exc:
         raise _refused(ErrorCode.SIGNATURE_INVALID, SignatureInvalid.MALFORMED, str(exc)) from None
     if statement.get("person") != Actor.of("user", user).stored:
         raise _refused(

@@ -4,6 +4,7 @@ P-256 signatures from a software passkey (tests/support/webauthn.py)."""
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -148,6 +149,11 @@ def test_a_record_that_does_not_parse_is_malformed():
     record = passkey.record(_statement())
     assert _refusal(passkey, {**record, "authenticator_data": "AAAA"}) == "malformed"
     assert _refusal(passkey, {k: v for k, v in record.items() if k != "statement"}) == "malformed"
+    # Client data whose origin is no text: refused by reason, never a crash.
+    client_data = json.loads(websafe_decode(record["client_data_json"]))
+    for field, value in (("origin", 5), ("type", ["webauthn.get"])):
+        forged = websafe_encode(json.dumps({**client_data, field: value}).encode())
+        assert _refusal(passkey, {**record, "client_data_json": forged}) == "malformed", field
 
 
 def test_the_relying_party_is_read_back_from_the_record():

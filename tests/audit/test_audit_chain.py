@@ -20,7 +20,14 @@ from audit import checkpoints
 from audit.alarms import alarm_signed
 from audit.chain import audit_append, audit_transaction
 from audit.checkpoints import audit_checkpoint
-from audit.hashing import GENESIS_HASH, event_columns, event_digest, event_row_digest, event_rows
+from audit.hashing import (
+    GENESIS_HASH,
+    event_columns,
+    event_digest,
+    event_row_checked,
+    event_row_digest,
+    event_rows,
+)
 from audit.keys import sign
 from audit.models import AuditAlarm, AuditChainHead, AuditCheckpoint, AuditEvent, AuditVouchedHead
 from audit.signing import checkpoint_digest, vouched_digest
@@ -682,6 +689,8 @@ def test_an_event_read_as_columns_hashes_as_the_model_does(operations):
     for row, event in zip(rows, events, strict=True):
         assert (row.chain, row.seq) == (event.operation_key, event.seq)
         assert event_row_digest(row) == event_digest(event) == event.hash
+        # The data the check hands on is the event's, as the model reads it.
+        assert event_row_checked(row, seq=row.seq, prev_hash=row.prev_hash) == (None, event.data)
     # And an edit of any one column changes the row's digest.
     row = max((row for row in rows if row.chain == "op-0"), key=lambda row: row.seq)
     assert row.at == "2026-03-04T05:06:07.000089Z"
@@ -692,3 +701,5 @@ def test_an_event_read_as_columns_hashes_as_the_model_does(operations):
         row._replace(kind="other"),
     ):
         assert event_row_digest(edited) != row.hash
+        problem, data = event_row_checked(edited, seq=row.seq, prev_hash=row.prev_hash)
+        assert problem is not None and data is None

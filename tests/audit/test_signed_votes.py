@@ -4,13 +4,19 @@ software passkey; the log tampered with SQL as a table owner could."""
 
 from __future__ import annotations
 
+import hashlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from fido2 import cbor
+from fido2.utils import websafe_decode, websafe_encode
+from fido2.webauthn import AuthenticatorData
 from guardian.shortcuts import assign_perm
 
 from approvals.actors import Actor
@@ -21,7 +27,7 @@ from audit.exported import export_records, export_verify
 from audit.hashing import event_export, timestamp
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from audit.signatures import Passkeys
+from audit.signatures import Passkeys, signature_problem
 from audit.verification import audit_verification_incremental
 from audit.verify import audit_verify
 from console.services.audit_export import sealed_export
@@ -261,3 +267,48 @@ def test_signatures_checked_by_the_helper_process_report_the_first_forged_vote(
         f"chain 'op-3', event #{voted[2].seq}: its passkey signature does not hold (bad_signature)"
     )
     assert len(started) == 2  # one helper process per verification
+
+
+# -- what follows the authenticator data's fixed part is read as fido2 reads it ------------
+
+
+def _resigned(passkey: SoftPasskey, record: dict[str, Any], auth_data: bytes) -> dict[str, Any]:
+    """``record`` with other authenticator data, signed again by ``passkey``."""
+    client_data = websafe_decode(record["client_data_json"])
+    signature = passkey.key.sign(
+        auth_data + hashlib.sha256(client_data).digest(), ec.ECDSA(hashes.SHA256())
+    )
+    return {
+        **record,
+        "authenticator_data": websafe_encode(auth_data),
+        "signature": websafe_encode(signature),
+    }
+
+
+def test_authenticator_data_beyond_its_fixed_part_is_parsed_or_refused():
+    passkey = SoftPasskey()
+    signed = _vote(User(pk=7, username="sam"), passkey)["signature"]
+    fixed = bytearray(websafe_decode(signed["authenticator_data"]))
+    assert len(fixed) == 37
+    with_extensions = bytearray(fixed)
+    with_extensions[32] |= AuthenticatorData.FLAG.ED
+    extensions = bytes(with_extensions) + cbor.encode({"credProtect": 1})
+    assert signature_problem(passkey.public_key, _resigned(passkey, signed, extensions)) is None
+    attested = bytearray(fixed)
+    attested[32] |= AuthenticatorData.FLAG.AT
+    for auth_data in (
+        bytes(with_extensions),  # extensions flagged, none follow
+        bytes(attested),  # attested credential data flagged, none follows
+        bytes(fixed) + b"\0",  # a byte that belongs to nothing
+        bytes(fixed[:36]),  # shorter than the fixed part
+    ):
+        assert signature_problem(passkey.public_key, _resigned(passkey, signed, auth_data)) == (
+            "its passkey signature does not hold (malformed)"
+        )
+
+
+def test_a_vote_forged_as_a_list_naming_a_signature_is_no_crash(flow, decider, passkey):
+    voted = _signed_vote(flow, "op-1", decider, passkey)
+    event_data_forged(voted, ["signature"])
+    # Not a signed decision (no record to check): the pass goes on, and says nothing of it.
+    assert list(audit_verify()) == []

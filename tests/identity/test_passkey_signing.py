@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 from allauth.core import context
 from django.contrib.auth.models import User
-from fido2.utils import websafe_decode
+from fido2.utils import websafe_decode, websafe_encode
 
 from approvals.actors import Actor
 from approvals.signing import challenge_of, statement
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
 from common.errors import SettleError
 from identity.models import PasskeyUse
 from identity.signing import signed_record_verify, signing_options
@@ -118,6 +120,18 @@ def test_a_statement_of_another_person_is_refused(person, passkey):
 def test_garbage_is_refused_as_malformed(person, passkey):
     refusal = _refusal(person, _statement(person), "{not json")
     assert (refusal.code, refusal.extra["reason"]) == ("signature_invalid", "malformed")
+
+
+def test_authenticator_data_flagging_extensions_it_lacks_is_malformed(person, passkey):
+    signed = _statement(person)
+    assertion = passkey.assertion(signed)
+    data = bytearray(websafe_decode(assertion["response"]["authenticatorData"]))
+    data[32] |= 0x80  # ED: extensions follow; none do
+    assertion["response"]["authenticatorData"] = websafe_encode(bytes(data))
+    refusal = _refusal(person, signed, assertion)
+    assert (refusal.code, refusal.extra["reason"]) == ("signature_invalid", "malformed")
+    recorded = AuditEvent.objects.get(kind=AuditKind.SIGNATURE_REFUSED)
+    assert (recorded.data["code"], recorded.data["reason"]) == ("signature_invalid", "malformed")
 
 
 def test_a_removed_passkey_signs_nothing(person, passkey):
