@@ -77,18 +77,21 @@ class SignatureInvalid(ValueError):
 
 def statement(
     kind: str,
+    subject: Mapping[str, object] | None = None,
     *,
     decision: str,
     person: str,
     nonce: str | None = None,
     at: datetime | None = None,
-    **subject: object,
+    **fields: object,
 ) -> dict[str, str]:
-    """The statement of ``person``'s ``decision`` on the subject ``subject`` names.
+    """The statement of ``person``'s ``decision`` on the subject ``subject`` (a mapping)
+    and ``fields`` name together.
 
     ``nonce`` and ``at`` default to 16 random bytes and now: two statements of the same
     decision never share a challenge.
     """
+    subject = {**(subject or {}), **fields}
     if kind not in SUBJECTS:
         raise ValueError(f"no signed decision of kind {kind!r}")
     if sorted(subject) != sorted(SUBJECTS[kind]):

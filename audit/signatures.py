@@ -47,12 +47,12 @@ def _signed_subject(kind: str, chain: str, data: dict[str, Any]) -> tuple[str, s
     """The statement an event of ``kind`` signs, as ``statement_matches`` takes it: the
     statement's kind, the decision and the fields that name the subject."""
     if kind == VOTED:
-        subject = {"approval_id": data.get("approval_id", ""), "operation_key": chain}
         return (
             "approval",
             str(data.get("decision", "")),
             {
-                **subject,
+                "approval_id": data.get("approval_id", ""),
+                "operation_key": chain,
                 "params_digest": data.get("params_digest", ""),
             },
         )

@@ -292,17 +292,19 @@ def bulk_items_digest(*, batch: BulkBatch) -> str:
     )
 
 
+def _bulk_subject(batch: BulkBatch) -> dict[str, object]:
+    """What a signed decision on the batch names (``approvals.signing``, kind ``bulk``)."""
+    return {
+        "batch_id": batch.pk,
+        "action": batch.action,
+        "items": batch.total,
+        "items_digest": bulk_items_digest(batch=batch),
+    }
+
+
 def bulk_statement(*, batch: BulkBatch, decision: str, actor: Actor) -> dict[str, str]:
     """The statement ``actor`` signs to take ``decision`` on the batch."""
-    return signing.statement(
-        "bulk",
-        batch_id=batch.pk,
-        action=batch.action,
-        items=batch.total,
-        items_digest=bulk_items_digest(batch=batch),
-        decision=decision,
-        person=actor.stored,
-    )
+    return signing.statement("bulk", _bulk_subject(batch), decision=decision, person=actor.stored)
 
 
 def bulk_passkey_required(*, batch: BulkBatch) -> bool:
@@ -323,7 +325,7 @@ def _signature_check(
     """What the decision's audit event adds for its signature, once it is found to sign
     this batch's very items, with this decision, by this person; refused unsigned where
     the policy requires passkeys for a provider of its items."""
-    if not signature:
+    if not signature:  # the items' digest is read only for a signature to match
         signed_decision_check(
             None,
             required=bulk_passkey_required(batch=batch),
@@ -332,19 +334,11 @@ def _signature_check(
             actor=actor,
         )
         return {}
-    digest = bulk_items_digest(batch=batch)
+    subject = _bulk_subject(batch)
     signed_decision_check(
-        signature,
-        required=True,
-        kind="bulk",
-        decision=decision,
-        actor=actor,
-        batch_id=batch.pk,
-        action=batch.action,
-        items=batch.total,
-        items_digest=digest,
+        signature, required=True, kind="bulk", decision=decision, actor=actor, **subject
     )
-    return {"items": batch.total, "items_digest": digest, "signature": signature}
+    return {"items": batch.total, "items_digest": subject["items_digest"], "signature": signature}
 
 
 def bulk_approvable(*, batch: BulkBatch, actor: Actor) -> bool:

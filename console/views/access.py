@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 
 from approvals.actors import Actor
-from common.errors import ErrorCode
+from common.errors import ErrorCode, SettleError
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission
 from recovery.selectors import operation_for_user
@@ -28,7 +28,7 @@ def operation_for_viewer(request: HttpRequest, key: str) -> Operation:
     return operation
 
 
-def refusal_status_raise(refusal: RecoveryError) -> None:
+def refusal_status_raise(refusal: SettleError) -> None:
     """Raise the 404 or 403 that ``refusal`` stands for; any other refusal is the page's to show.
 
     A user who may not see the provider gets 404, one who may see but not do gets 403

@@ -34,8 +34,8 @@ from recovery.selectors import (
     provider_permissions,
     providers_for_user,
 )
-from recovery.services.errors import NotFound, RecoveryError
-from recovery.services.permits import approval_decision
+from recovery.services.errors import NotFound
+from recovery.services.permits import approval_decision, approval_subject
 
 # How long the permit an approval issues may wait for its dispatch.
 PERMIT_TTL_SECONDS = 300
@@ -126,9 +126,7 @@ def approval_sign(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
         return json_refusal(ErrorCode.FORBIDDEN, "you may not decide this approval")
     signed = statement(
         "approval",
-        approval_id=str(approval.pk),
-        operation_key=approval.operation_key,
-        params_digest=approval.params_digest,
+        approval_subject(approval),
         decision=decision,
         person=Actor.of("user", request.user).stored,
     )
@@ -184,10 +182,8 @@ def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
             reason=form.cleaned_data["reason"],
             signature=signature,
         )
-    except RecoveryError as exc:
+    except SettleError as exc:  # the service's refusal, or the signature's (identity.signing)
         refusal_status_raise(exc)
-        messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
-    except SettleError as exc:  # the signature itself (identity.signing)
         messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
     else:
         messages.success(request, _outcome(decided, approve, permit is not None))

@@ -346,12 +346,8 @@ def bulk_decide_view(request: HttpRequest, batch_id: uuid.UUID, decision: str) -
             actor=_actor(request),
             signature=signature,
         )
-    except RecoveryError as refusal:
+    except SettleError as refusal:  # the service's refusal, or the signature's
         refusal_status_raise(refusal)
-        messages.error(
-            request, f"Refused ({refusal.code.value}): {refusal.message}. Nothing changed."
-        )
-    except SettleError as refusal:  # the signature itself (identity.signing)
         messages.error(
             request, f"Refused ({refusal.code.value}): {refusal.message}. Nothing changed."
         )

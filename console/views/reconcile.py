@@ -34,7 +34,11 @@ from recovery.selectors import (
     reconciliation_requests_for_user,
 )
 from recovery.services.errors import RecoveryError
-from recovery.services.four_eyes import reconciliation_approve, reconciliation_reject
+from recovery.services.four_eyes import (
+    reconciliation_approve,
+    reconciliation_reject,
+    reconciliation_subject,
+)
 from recovery.services.operator import operation_claim, operation_claim_release
 from recovery.services.reconcile import (
     DECISION_PERMISSIONS,
@@ -264,10 +268,8 @@ def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) 
             actor=_actor(request),
             signature=signature,
         )
-    except RecoveryError as exc:
+    except SettleError as exc:  # the service's refusal, or the signature's (identity.signing)
         refusal_status_raise(exc)
-        messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
-    except SettleError as exc:  # the signature itself (identity.signing)
         messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
     else:
         done = "Approved and done" if decision == "approve" else "Rejected"
@@ -292,10 +294,7 @@ def reconciliation_sign(request: HttpRequest, request_id: int) -> HttpResponse:
         return json_refusal(ErrorCode.ALREADY_DECIDED, f"the request is already {proposal.status}")
     signed = statement(
         "reconciliation",
-        request_id=proposal.pk,
-        operation_key=operation.key,
-        params_digest=proposal.params_digest,
-        action=proposal.action,
+        reconciliation_subject(proposal),
         decision=decision,
         person=_actor(request).stored,
     )

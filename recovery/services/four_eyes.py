@@ -61,8 +61,18 @@ def _request_closed(
     )
 
 
+def reconciliation_subject(request: ReconciliationRequest) -> dict[str, object]:
+    """What a signed decision on ``request`` names (``approvals.signing``, kind
+    ``reconciliation``): the request, its operation and digest, the proposed action."""
+    return {
+        "request_id": request.pk,
+        "operation_key": request.operation_key,
+        "params_digest": request.params_digest,
+        "action": request.action,
+    }
+
+
 def _signature_check(
-    locked: Operation,
     request: ReconciliationRequest,
     decision: str,
     actor: Actor,
@@ -77,10 +87,7 @@ def _signature_check(
         kind="reconciliation",
         decision=decision,
         actor=actor,
-        request_id=request.pk,
-        operation_key=locked.key,
-        params_digest=request.params_digest,
-        action=request.action,
+        **reconciliation_subject(request),
     )
     return {"params_digest": request.params_digest, "signature": signature} if signature else {}
 
@@ -160,9 +167,7 @@ def reconciliation_approve(
             raise RecoveryError(
                 ErrorCode.SELF_APPROVAL, "a proposal needs a second operator: you proposed this one"
             )
-        signed = (
-            {} if batch_signed else _signature_check(locked, request, "approve", actor, signature)
-        )
+        signed = {} if batch_signed else _signature_check(request, "approve", actor, signature)
         backing, changed = _still_holds(locked, request)
         if changed is not None:
             _request_closed(request, ReconciliationRequest.Status.INVALIDATED, actor, changed)
@@ -219,7 +224,7 @@ def reconciliation_reject(
     )
     with operator_refusals(operation, "reject", actor):
         locked, request = _pending_locked(operation, request_id)
-        signed = _signature_check(locked, request, "reject", actor, signature)
+        signed = _signature_check(request, "reject", actor, signature)
         _request_closed(request, ReconciliationRequest.Status.REJECTED, actor, reason, signature)
         audit_append(
             kind=AuditKind.RECONCILIATION_REJECTED,

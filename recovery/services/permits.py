@@ -229,11 +229,9 @@ def approval_decision(
         if signature and not signing.statement_matches(
             signature,
             "approval",
-            approval_id=str(approval.id),
-            operation_key=approval.operation_key,
-            params_digest=approval.params_digest,
             decision="approve" if approve else "deny",
             person=decided_by.stored,
+            **approval_subject(approval),
         ):
             refuse(ErrorCode.SIGNATURE_INVALID, "the signed statement is not this decision", {})
         _voter_check(approval, decided_by, signature, refuse)
@@ -283,6 +281,16 @@ class _DecisionRefusal:
             data={"approval_id": str(self.approval_id), "reason": code.value, **data},
         )
         raise RecoveryError(code, message, **detail)
+
+
+def approval_subject(approval: Approval) -> dict[str, object]:
+    """What a signed decision on ``approval`` names (``approvals.signing``, kind
+    ``approval``): the approval, its operation and the digest of its parameters."""
+    return {
+        "approval_id": approval.pk,
+        "operation_key": approval.operation_key,
+        "params_digest": approval.params_digest,
+    }
 
 
 def _voter_check(
