@@ -224,18 +224,22 @@ def event_row_break(row: EventRow, *, seq: int, prev_hash: str | None) -> ChainB
     ``prev_hash`` None: the previous event is not at hand (a checkpoint starting at a
     head it vouched for). The one rule of a link, for checkpoints and verification.
     """
-    return event_row_checked(row, seq=seq, prev_hash=prev_hash)[0]
+    return event_row_linked(row, seq=seq, prev_hash=prev_hash) or event_row_content(row)[0]
 
 
-def event_row_checked(
-    row: EventRow, *, seq: int, prev_hash: str | None
-) -> tuple[ChainBreak | None, Any]:
-    """``event_row_break``, and, when the event holds, its data as its hash read it: the
-    check that follows (a signed vote's) need not parse it again."""
+def event_row_linked(row: EventRow, *, seq: int, prev_hash: str | None) -> ChainBreak | None:
+    """The link half of ``event_row_break``: ``row`` is event ``seq`` and names
+    ``prev_hash`` (None: not at hand) as its predecessor's hash."""
     if row.seq != seq:
-        return ChainBreak(row.chain, seq, "this event is missing (deleted)"), None
+        return ChainBreak(row.chain, seq, "this event is missing (deleted)")
     if prev_hash is not None and row.prev_hash != prev_hash:
-        return ChainBreak(row.chain, row.seq, "prev_hash does not match the previous event"), None
+        return ChainBreak(row.chain, row.seq, "prev_hash does not match the previous event")
+    return None
+
+
+def event_row_content(row: EventRow) -> tuple[ChainBreak | None, Any]:
+    """The content half of ``event_row_break``: ``row``'s hash is its content's; and its
+    data as parsed to hash it, when it is."""
     digest, data = _row_digest_parsed(row)
     if digest != row.hash:
         return ChainBreak(row.chain, row.seq, "content does not match its hash (edited)"), None

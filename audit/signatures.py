@@ -17,16 +17,23 @@ verified offline (keys read from its own system chain's events, ``Passkeys.event
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
+from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from approvals.actors import Actor
 from approvals.signing import SignatureInvalid, assertion_verify, statement_matches
-from audit.hashing import SYSTEM_CHAIN, ChainBreak, EventRow, timestamp
+from audit.hashing import (
+    SYSTEM_CHAIN,
+    ChainBreak,
+    EventRow,
+    event_row_content,
+    event_row_linked,
+    timestamp,
+)
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 
@@ -188,94 +195,126 @@ def signature_problem(public_key: str, record: dict[str, Any]) -> str | None:
     return None
 
 
-def _signature_problems(items: list[tuple[str, dict[str, Any]]]) -> list[str | None]:
-    """``signature_problem`` of each (public key, record): run in a helper process."""
-    return [signature_problem(public_key, record) for public_key, record in items]
+def signed_row_break(passkeys: Passkeys, row: EventRow) -> ChainBreak | None:
+    """Why the event ``row``, which may be a signed decision, does not hold, if so: its
+    content against its hash, then, if it is signed, its passkey and its signature.
+
+    Its link to its chain (seq, ``prev_hash``) is the pass's to check.
+    """
+    found, data = event_row_content(row)
+    if found is not None or not isinstance(data, dict) or "signature" not in data:
+        return found
+    problem = passkeys.vote_problem(
+        chain=row.chain, actor=row.actor, at=row.at, data=data, kind=row.kind
+    )
+    return None if problem is None else ChainBreak(row.chain, row.seq, problem)
 
 
-# Signatures go to the helper processes this many at a time.
+# The passkeys a helper process checks against, given it as it starts.
+_helper_passkeys = Passkeys()
+
+
+def _helper_started(passkeys: Passkeys) -> None:
+    global _helper_passkeys
+    _helper_passkeys = passkeys
+
+
+def _rows_checked(rows: list[EventRow]) -> list[ChainBreak | None]:
+    """``signed_row_break`` of each row: run in a helper process."""
+    return [signed_row_break(_helper_passkeys, row) for row in rows]
+
+
+# Signed decisions go to the helper processes this many at a time, and at most this many
+# batches per helper wait unchecked: beyond, the pass waits for the oldest, so that
+# memory holds a few batches whatever the log and its helpers' pace.
 BATCH = 256
-# At most this many helpers, one per core: on two cores, two helpers beside the pass
-# verified a log with 10 % signed votes in 26-29 s where one took 29-32 s (the pass and
-# PostgreSQL's backend leave part of the second core and of their own idle).
+WAITING_PER_HELPER = 4
+# At most this many helpers, one per core.
 HELPERS = 4
 
 
-class SignedVotes:
-    """The check of signed votes in a verification's pass over the events.
+class EventChecks:
+    """The check of each event in a verification's pass: its link to its chain, its hash
+    and, for a signed decision, its passkey's signature.
 
-    The passkeys are read from the database at the first signed vote, never for a log
-    that has none; each key is parsed once (``approvals.signing``). The signatures
-    themselves, the costly part, are checked in batches by helper processes (one per
-    core, up to ``HELPERS``) while the pass goes on hashing, where the machine has a
-    second core and this process may have children (a Celery worker's may not):
-    ``first_break`` waits for them and reads their answers in the order the batches were
-    sent. Elsewhere they are checked here, a batch at a time.
+    An event of a kind that may carry a signed decision (``SIGNED_KINDS``) and whose
+    text names a signature is checked whole, hash and signature, away from the pass: in
+    batches by helper processes (one per core, up to ``HELPERS``) while the pass goes
+    on, where the machine has a second core and this process may have children (a
+    Celery worker's may not), else here, a batch at a time. The pass checks every
+    other event itself, and every event's link. The passkeys are read from the
+    database at the first signed decision, never for a log that has none.
+
+    ``row_break`` names the first problem known so far; ``first_break``, at the end of
+    the pass (or where it stopped), the first among the events sent away. Both name the
+    first in the pass's order: the batches are read in the order they were sent.
     """
 
     def __init__(self) -> None:
         self._passkeys: Passkeys | None = None
-        self.checked = 0
-        self._batch: list[tuple[ChainBreak, str, dict[str, Any]]] = []
-        self._pending: list[tuple[list[ChainBreak], Future[list[str | None]]]] = []
+        self._batch: list[EventRow] = []
+        self._pending: deque[Future[list[ChainBreak | None]]] = deque()
+        self._found: ChainBreak | None = None
         self._pool: ProcessPoolExecutor | None = None
-        self._parallel = (os.cpu_count() or 1) > 1 and not multiprocessing.current_process().daemon
+        self._helpers = min(HELPERS, os.cpu_count() or 1)
+        self._parallel = self._helpers > 1 and not multiprocessing.current_process().daemon
 
-    def row_break(self, row: EventRow, parsed: Any = None) -> ChainBreak | None:
-        """The problem of ``row`` if it is a signed vote that does not hold, as far as is
-        known now: its signature's own check may come later (``first_break``).
-
-        ``parsed``: the row's data already parsed (``event_row_checked``'s), if at hand.
-        """
+    def row_break(self, row: EventRow, *, seq: int, prev_hash: str) -> ChainBreak | None:
+        """Why ``row`` is not event ``seq`` of its chain linked onto ``prev_hash``, as far
+        as is known now: a signed decision's own check may come later (``first_break``)."""
+        found = event_row_linked(row, seq=seq, prev_hash=prev_hash)
+        if found is not None:
+            return found
         if row.kind not in SIGNED_KINDS or SIGNED_MARK not in row.data:
-            return None
-        data = json.loads(row.data) if parsed is None else parsed
-        if not isinstance(data, dict) or "signature" not in data:
-            return None
+            return event_row_content(row)[0]
         if self._passkeys is None:
             self._passkeys = Passkeys.stored()
-        self.checked += 1
-        problem, public_key = self._passkeys.vote_precheck(
-            chain=row.chain, actor=row.actor, at=row.at, data=data, kind=row.kind
-        )
-        if problem is not None:
-            return ChainBreak(row.chain, row.seq, problem)
-        self._batch.append((ChainBreak(row.chain, row.seq, ""), public_key, data["signature"]))
+        self._batch.append(row)
         if len(self._batch) >= BATCH:
             self._send()
+            while self._pending and (
+                self._pending[0].done() or len(self._pending) > WAITING_PER_HELPER * self._helpers
+            ):
+                if self._answered(self._pending.popleft()):
+                    return self._found
         return None
 
     def _send(self) -> None:
         batch, self._batch = self._batch, []
-        where = [place for place, _, _ in batch]
-        items = [(public_key, record) for _, public_key, record in batch]
+        passkeys = self._passkeys
+        assert passkeys is not None, "read at the batch's first signed decision"
         if self._parallel and self._pool is None:
             try:
                 self._pool = ProcessPoolExecutor(
-                    min(HELPERS, os.cpu_count() or 1),
+                    self._helpers,
                     mp_context=multiprocessing.get_context("fork"),
+                    initializer=_helper_started,
+                    initargs=(passkeys,),
                 )
             except (OSError, ValueError):
                 self._parallel = False
         if self._pool is not None:
-            self._pending.append((where, self._pool.submit(_signature_problems, items)))
+            self._pending.append(self._pool.submit(_rows_checked, batch))
         else:
-            done: Future[list[str | None]] = Future()
-            done.set_result(_signature_problems(items))
-            self._pending.append((where, done))
+            done: Future[list[ChainBreak | None]] = Future()
+            done.set_result([signed_row_break(passkeys, row) for row in batch])
+            self._pending.append(done)
+
+    def _answered(self, batch: Future[list[ChainBreak | None]]) -> bool:
+        """Whether a batch's answers name a problem (then ``_found``)."""
+        self._found = next((found for found in batch.result() if found is not None), None)
+        return self._found is not None
 
     def first_break(self) -> ChainBreak | None:
-        """The first of the signed votes passed so far whose signature does not hold."""
-        if self._batch:
+        """The first problem among the signed decisions the pass has sent away."""
+        if self._found is None and self._batch:
             self._send()
         try:
-            for where, problems in self._pending:
-                for place, problem in zip(where, problems.result(), strict=True):
-                    if problem is not None:
-                        return ChainBreak(place.chain, place.seq, problem)
+            while self._found is None and self._pending:
+                self._answered(self._pending.popleft())
         finally:
             self._pending.clear()
-        return None
+        return self._found
 
     def close(self) -> None:
         if self._pool is not None:

@@ -13,7 +13,7 @@ from datetime import datetime
 from django.db import connection
 from django.utils import timezone
 
-from audit.hashing import GENESIS_HASH, ChainBreak, event_columns, event_row_checked, event_rows
+from audit.hashing import GENESIS_HASH, ChainBreak, event_columns, event_rows
 from audit.keys import signed_by_key
 from audit.models import (
     AuditCheckpoint,
@@ -21,7 +21,7 @@ from audit.models import (
     AuditVerification,
     AuditVerifyJob,
 )
-from audit.signatures import SignedVotes
+from audit.signatures import EventChecks
 from audit.signed import _checkpoints_verified
 from audit.verify import (
     _AFTER_CHAIN,
@@ -197,17 +197,17 @@ def _events_linked(
         " audit_auditevent p ON p.operation_key = e.operation_key AND p.seq = e.seq - 1"
         " WHERE e.id > %s AND e.id <= %s ORDER BY e.id LIMIT %s"
     )
-    votes = SignedVotes()
+    events = EventChecks()
     try:
-        found = _events_walked(sql, low, high, chunk_size, tally, votes)
+        found = _events_walked(sql, low, high, chunk_size, tally, events)
         # A signed vote passed before the problem found (or before the end) comes first.
-        return votes.first_break() or found
+        return events.first_break() or found
     finally:
-        votes.close()
+        events.close()
 
 
 def _events_walked(
-    sql: str, low: int, high: int, chunk_size: int, tally: VerifyTally, votes: SignedVotes
+    sql: str, low: int, high: int, chunk_size: int, tally: VerifyTally, events: EventChecks
 ) -> ChainBreak | None:
     after = low
     while True:
@@ -220,9 +220,7 @@ def _events_walked(
             if row.seq > 1 and predecessor is None:
                 return ChainBreak(row.chain, row.seq - 1, "this event is missing (deleted)")
             prev_hash = GENESIS_HASH if row.seq == 1 else str(predecessor)
-            found, data = event_row_checked(row, seq=row.seq, prev_hash=prev_hash)
-            if found is None:
-                found = votes.row_break(row, data)
+            found = events.row_break(row, seq=row.seq, prev_hash=prev_hash)
             if found is not None:
                 return found
         if len(page) < chunk_size:

@@ -37,7 +37,6 @@ from audit.hashing import (
     ChainBreak,
     EventRow,
     event_columns,
-    event_row_checked,
     event_rows,
 )
 from audit.kinds import AuditKind
@@ -47,7 +46,7 @@ from audit.models import (
     AuditEvent,
     AuditVouchedHead,
 )
-from audit.signatures import SignedVotes
+from audit.signatures import EventChecks
 from audit.signed import Signed, _checkpoints_verified, _cut_problem, _newest, _SignedHeads
 from audit.signing import vouched_row_signed
 
@@ -117,17 +116,17 @@ def _chains_verified(
     A slice (``after`` or ``until`` given) compares the operations with keys in the same
     range, so that consecutive slices compare each operation once.
     """
-    votes = SignedVotes()
+    events = EventChecks()
     try:
-        found = _chains_walked(after, until, chunk_size, tally, votes)
+        found = _chains_walked(after, until, chunk_size, tally, events)
         # A signed vote passed before the problem found (or before the end) comes first.
-        return votes.first_break() or found
+        return events.first_break() or found
     finally:
-        votes.close()
+        events.close()
 
 
 def _chains_walked(
-    after: str | None, until: str | None, chunk_size: int, tally: VerifyTally, votes: SignedVotes
+    after: str | None, until: str | None, chunk_size: int, tally: VerifyTally, events: EventChecks
 ) -> ChainBreak | None:
     signed_heads = _SignedHeads(chunk_size=chunk_size, after=after, until=until)
     # Chains a checkpoint signed that have no event: each one is a fault, so this stays
@@ -160,9 +159,7 @@ def _chains_walked(
                 else:
                     unseen.add(key)
                     missing = missing or _missing_chain(key, its_signed)
-        found, data = event_row_checked(row, seq=length + 1, prev_hash=prev_hash)
-        if found is None:
-            found = votes.row_break(row, data)
+        found = events.row_break(row, seq=length + 1, prev_hash=prev_hash)
         if found is not None:
             return found
         for seq, signed_hash, number in signed:

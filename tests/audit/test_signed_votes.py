@@ -29,7 +29,7 @@ from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from audit.signatures import Passkeys, signature_problem
 from audit.verification import audit_verification_incremental
-from audit.verify import audit_verify
+from audit.verify import VerifyTally, audit_verify
 from console.services.audit_export import sealed_export
 from identity.signing import signed_record_verify
 from recovery.permissions import ProviderPermission as P
@@ -267,6 +267,40 @@ def test_signatures_checked_by_the_helper_process_report_the_first_forged_vote(
         f"chain 'op-3', event #{voted[2].seq}: its passkey signature does not hold (bad_signature)"
     )
     assert len(started) == 2  # one helper process per verification
+
+
+def test_the_first_problem_in_chain_order_is_named_whether_a_helper_or_the_pass_found_it(
+    flow, decider, passkey, monkeypatch
+):
+    # A signed decision is checked whole (hash and signature) by a helper; the events
+    # around it by the pass itself.
+    monkeypatch.setattr("audit.signatures.BATCH", 2)
+    voted = [_signed_vote(flow, f"op-{n}", decider, passkey) for n in range(1, 6)]
+    registered = [AuditEvent.objects.get(operation_key=f"op-{n}", seq=1) for n in range(1, 6)]
+    event_data_stored(voted[1], signature_byte_changed(voted[1].data))
+    event_data_stored(registered[3], {**registered[3].data, "edited": True})
+    assert (
+        only_problem()
+        == f"chain 'op-2', event #{voted[1].seq}: content does not match its hash (edited)"
+    )
+    event_data_stored(registered[0], {**registered[0].data, "edited": True})
+    assert only_problem() == "chain 'op-1', event #1: content does not match its hash (edited)"
+
+
+def test_a_problem_a_helper_finds_stops_the_pass(flow, decider, passkey, monkeypatch):
+    # Two decisions a batch, and the pass waits for each batch's answer before going on.
+    monkeypatch.setattr("audit.signatures.BATCH", 2)
+    monkeypatch.setattr("audit.signatures.WAITING_PER_HELPER", 0)
+    voted = [_signed_vote(flow, f"op-{n}", decider, passkey) for n in range(1, 6)]
+    event_data_forged(voted[0], signature_byte_changed(voted[0].data))
+    tally = VerifyTally()
+    problems = [str(problem) for problem in audit_verify(tally=tally)]
+    assert problems == [
+        f"chain 'op-1', event #{voted[0].seq}: its passkey signature does not hold (bad_signature)"
+    ]
+    # It stopped in op-2's chain, where the batch of op-1's and op-2's decisions was full.
+    assert tally.chains == 3  # the system chain, op-1 and op-2
+    assert tally.events < AuditEvent.objects.count()
 
 
 # -- what follows the authenticator data's fixed part is read as fido2 reads it ------------
