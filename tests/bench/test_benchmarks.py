@@ -192,3 +192,18 @@ def test_benchmark_audit_checkpoints_then_verifies_in_processes_of_their_own(mon
     assert figures["routine_checkpoint"]["output"].startswith("checkpoint #2: 10 chains")
     assert figures["full_verify"]["events"] == 240
     assert figures["full_verify"]["output"].startswith("newest checkpoint #2 signed")
+
+
+def test_benchmark_signatures_verifies_a_signed_log_in_processes_of_their_own(
+    monkeypatch, transactional_db
+):
+    # The processes it starts read this test's database.
+    monkeypatch.setenv("DATABASE_URL", test_database_url())
+    out = io.StringIO()
+    call_command("benchmark_signatures", events=200, signed=0.1, repeat=1, votes=20, stdout=out)
+    figures = _figures(out)
+    assert figures["one_signed_decision"]["votes"] == 20
+    # Ten passkey_added events, then 200 events of which 20 are signed votes.
+    assert figures["signed_0"]["events"] == figures["signed_0.1"]["events"] == 210
+    assert "10% signed: {" in out.getvalue()
+    assert figures["ratio_work"] > 0 and figures["ratio_median"] > 0
