@@ -139,15 +139,15 @@ def signed_record_verify(
     try:
         return _verified(user, statement, assertion_json, rp_id)
     except SettleError as refusal:
-        _refusal_record(user, statement, refusal)
+        signature_refusal_record(user=user, statement=statement, refusal=refusal)
         raise
 
 
-def _refusal_record(
-    user: AbstractBaseUser, statement: dict[str, Any], refusal: SettleError
+def signature_refusal_record(
+    *, user: AbstractBaseUser, statement: dict[str, Any], refusal: SettleError
 ) -> None:
     """The ``signature_refused`` event: on the chain of the operation the statement
-    names, if any (a bulk batch's is the system chain's)."""
+    names, if any (a bulk batch's is the system chain's), in a transaction of its own."""
     data: dict[str, str] = {
         "kind": str(statement.get("kind", "")),
         "decision": str(statement.get("decision", "")),

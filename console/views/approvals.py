@@ -171,7 +171,11 @@ def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
     approve = form.cleaned_data["decision"] == "approve"
     try:
         signature = signed_record(
-            request, kind="approval", subject=approval.pk, decision=form.cleaned_data["decision"]
+            request,
+            kind="approval",
+            subject=approval.pk,
+            decision=form.cleaned_data["decision"],
+            operation_key=approval.operation_key,
         )
         decided, permit = approval_decision(
             approval_id=approval.pk,

@@ -259,7 +259,11 @@ def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) 
     service = reconciliation_approve if decision == "approve" else reconciliation_reject
     try:
         signature = signed_record(
-            request, kind="reconciliation", subject=proposal.pk, decision=decision
+            request,
+            kind="reconciliation",
+            subject=proposal.pk,
+            decision=decision,
+            operation_key=operation.key,
         )
         service(
             operation=operation,

@@ -14,14 +14,15 @@ finish
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 
+from approvals.signing import SUBJECTS
 from common.errors import ErrorCode, SettleError
-from identity.signing import signed_record_verify, signing_options
+from identity.signing import signature_refusal_record, signed_record_verify, signing_options
 
 # The browser's signed answer (WebAuthn JSON) is a few hundred bytes; this bounds it.
 CREDENTIAL_MAX_CHARS = 16_000
@@ -56,22 +57,35 @@ def signing_begin(request: HttpRequest, *, subject: object, signed: dict[str, st
 
 
 def signed_record(
-    request: HttpRequest, *, kind: str, subject: object, decision: str
+    request: HttpRequest, *, kind: str, subject: object, decision: str, operation_key: str = ""
 ) -> dict[str, Any] | None:
     """The checked record of the passkey's signature the decision's form carries, or None
     when it carries none; ``SettleError`` when it does not hold.
 
     The statement is the one ``signing_begin`` kept for this kind, subject and decision:
     an answer to any other, or a second use of it, is refused.
+    Each refusal is recorded (``signature_refused``): one that answers no kept statement
+    (a second submit, a stale page) names the decision the form claimed, on
+    ``operation_key``'s chain (none: the system chain's).
     """
     credential = request.POST.get("credential", "")
     if not credential:
         return None
     signed = request.session.pop(_session_key(kind, subject), None)
     if not isinstance(signed, dict) or signed.get("decision") != decision:
-        raise SettleError(
-            ErrorCode.SIGNATURE_INVALID, "sign again: this page asked for no such signature"
-        )
+        claimed = {
+            "kind": kind,
+            "decision": decision,
+            SUBJECTS[kind][0]: str(subject),
+            "operation_key": operation_key,
+        }
+        _refused(request, claimed, "sign again: this page asked for no such signature")
     if len(credential) > CREDENTIAL_MAX_CHARS:
-        raise SettleError(ErrorCode.SIGNATURE_INVALID, "the signed answer is too large")
+        _refused(request, signed, "the signed answer is too large")
     return signed_record_verify(user=person(request), statement=signed, assertion_json=credential)
+
+
+def _refused(request: HttpRequest, statement: dict[str, Any], message: str) -> NoReturn:
+    refusal = SettleError(ErrorCode.SIGNATURE_INVALID, message)
+    signature_refusal_record(user=person(request), statement=statement, refusal=refusal)
+    raise refusal

@@ -169,6 +169,16 @@ def test_a_rejection_signed_cannot_approve(proposal, approver, passkey):
     assert said.startswith("Refused (signature_invalid)")
     proposal.refresh_from_db()
     assert proposal.status == "pending" and proposal.signature == {}
+    # It answers no statement the page kept: the refusal names what the form claimed.
+    refused = AuditEvent.objects.get(kind=AuditKind.SIGNATURE_REFUSED)
+    assert (refused.operation_key, refused.actor) == ("op-1", Actor.of("user", approver))
+    assert refused.data == {
+        "kind": "reconciliation",
+        "decision": "approve",
+        "code": "signature_invalid",
+        "reason": "sign again: this page asked for no such signature",
+        "request_id": str(proposal.pk),
+    }
 
 
 def test_where_the_policy_requires_passkeys_an_unsigned_decision_is_refused_and_recorded(
@@ -360,6 +370,27 @@ def test_an_export_checks_signed_four_eyes_decisions_offline(proposal, batch, ap
     problem = export_verify(records)
     assert problem is not None and problem.seq == event.seq
     assert problem.reason == "its passkey signature does not hold (bad_signature)"
+
+
+def test_a_signed_answer_too_large_is_refused_recorded_and_decides_nothing(
+    proposal, approver, passkey
+):
+    client = _client(approver)
+    _kept(client, f"/reconciliations/{proposal.pk}/sign", "approve")
+    response = client.post(
+        f"/reconciliations/{proposal.pk}/approve",
+        {"reason": "ok", "credential": "x" * 20_000},
+        follow=True,
+    )
+    [said] = _messages(response)
+    assert said.startswith("Refused (signature_invalid)")
+    assert ReconciliationRequest.objects.get(pk=proposal.pk).status == "pending"
+    refused = AuditEvent.objects.get(kind=AuditKind.SIGNATURE_REFUSED)
+    assert refused.operation_key == "op-1"
+    assert (refused.data["request_id"], refused.data["reason"]) == (
+        str(proposal.pk),
+        "the signed answer is too large",
+    )
 
 
 def test_a_replayed_sign_count_is_refused_recorded_and_decides_nothing(proposal, approver, passkey):
