@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote
-from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from recovery.models import Operation
+from tests.support.audit import sign_again_recorded
 from tests.support.console import console_user, pending_approval
 from tests.support.flow import PARAMS, Flow
 
@@ -354,15 +354,7 @@ def test_a_signed_answer_the_page_never_asked_for_decides_nothing(signed_in, dec
     )
     assert "Refused (signature_invalid)" in _notices(response)
     assert Approval.objects.get(pk=approval.pk).status == "pending"
-    refused = AuditEvent.objects.get(kind=AuditKind.SIGNATURE_REFUSED)
-    assert (refused.operation_key, refused.actor) == ("op-1", Actor.of("user", decider))
-    assert refused.data == {
-        "kind": "approval",
-        "decision": "approve",
-        "code": "signature_invalid",
-        "reason": "sign again: this page asked for no such signature",
-        "approval_id": str(approval.pk),
-    }
+    sign_again_recorded("op-1", decider, "approval", approval_id=str(approval.pk))
 
 
 def test_an_incomplete_form_decides_nothing(signed_in, decider, flow):

@@ -32,7 +32,12 @@ from console.services.bulk import Pick, bulk_items_digest, bulk_submit
 from identity.models import PasskeyUse
 from policies.services import policy_apply
 from recovery.models import Operation, Provider
-from tests.support.audit import event_data_forged, only_problem, signature_byte_changed
+from tests.support.audit import (
+    event_data_forged,
+    only_problem,
+    sign_again_recorded,
+    signature_byte_changed,
+)
 from tests.support.console import console_user, run_batch
 from tests.support.webauthn import UP, SoftPasskey, passkey_register
 
@@ -170,15 +175,7 @@ def test_a_rejection_signed_cannot_approve(proposal, approver, passkey):
     proposal.refresh_from_db()
     assert proposal.status == "pending" and proposal.signature == {}
     # It answers no statement the page kept: the refusal names what the form claimed.
-    refused = AuditEvent.objects.get(kind=AuditKind.SIGNATURE_REFUSED)
-    assert (refused.operation_key, refused.actor) == ("op-1", Actor.of("user", approver))
-    assert refused.data == {
-        "kind": "reconciliation",
-        "decision": "approve",
-        "code": "signature_invalid",
-        "reason": "sign again: this page asked for no such signature",
-        "request_id": str(proposal.pk),
-    }
+    sign_again_recorded("op-1", approver, "reconciliation", request_id=str(proposal.pk))
 
 
 def test_where_the_policy_requires_passkeys_an_unsigned_decision_is_refused_and_recorded(

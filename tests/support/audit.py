@@ -15,6 +15,7 @@ from fido2.utils import websafe_decode, websafe_encode
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, event_digest
+from audit.kinds import AuditKind
 from audit.models import AuditChainHead, AuditEvent
 from audit.verify import audit_verify
 from recovery.models import Operation
@@ -22,6 +23,22 @@ from recovery.services.locking import operation_lock
 
 AUDIT_TABLES = ("audit_auditevent", "audit_auditcheckpoint")
 GENESIS = "sha256:" + "0" * 64
+
+
+def sign_again_recorded(
+    chain: str, person: Any, kind: str, decision: str = "approve", **subject: str
+) -> None:
+    """The one ``signature_refused`` event is ``person``'s "sign again" on ``chain``: a
+    signed answer to no statement the page kept, naming the decision the form claimed."""
+    refused = AuditEvent.objects.get(kind=AuditKind.SIGNATURE_REFUSED)
+    assert (refused.operation_key, refused.actor) == (chain, Actor.of("user", person))
+    assert refused.data == {
+        "kind": kind,
+        "decision": decision,
+        "code": "signature_invalid",
+        "reason": "sign again: this page asked for no such signature",
+        **subject,
+    }
 
 
 def events_append(operation: Operation, count: int) -> None:
