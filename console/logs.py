@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
@@ -41,6 +42,17 @@ class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
             record.request_id = _request_id.get()
+        return True
+
+
+class RefusalFilter(logging.Filter):
+    """Keep Django's one line for a 403 and drop its traceback: a refusal is ordinary
+    (an operator opening a supervisor's page), not an error to debug."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], PermissionDenied):
+            record.exc_info = None
+            record.exc_text = None
         return True
 
 

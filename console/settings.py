@@ -135,7 +135,10 @@ if _LOG_FORMAT not in {"text", "json"}:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "console.logs.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "console.logs.RequestIdFilter"},
+        "refusal": {"()": "console.logs.RefusalFilter"},
+    },
     "formatters": {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
         "json": {"()": "console.logs.JsonFormatter"},
@@ -143,7 +146,7 @@ LOGGING = {
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "filters": ["request_id"],
+            "filters": ["request_id", "refusal"],
             "formatter": _LOG_FORMAT,
         }
     },

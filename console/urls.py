@@ -4,6 +4,7 @@ import re
 
 from allauth.account.views import LogoutView
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path, re_path, register_converter
 from django.urls.converters import StringConverter
 from django.views.generic import RedirectView
@@ -137,6 +138,8 @@ urlpatterns = [
     path("people/", people.people, name="people"),
     path("people/<int:user_id>/end-sessions", people.people_sessions_end, name="people-end"),
     path("people/<int:user_id>/deactivate", people.people_deactivate, name="people-deactivate"),
+    # Browsers and tools that ask for it whatever the page says.
+    path("favicon.ico", RedirectView.as_view(url=static("settle/favicon.svg"), permanent=True)),
     path("healthz", system.healthz, name="healthz"),
     path("livez", system.livez, name="livez"),
     path("status/", system.status, name="status"),
@@ -145,5 +148,6 @@ urlpatterns = [
     path("api/", include("recovery.urls")),
 ]
 
+handler403 = "console.views.system.forbidden"
 handler404 = "console.views.system.not_found"
 handler500 = "console.views.system.server_error"

@@ -274,6 +274,14 @@ def _json_error(code: ErrorCode, message: str | None = None) -> JsonResponse:
     return JsonResponse({"error": code, "message": message or code.message}, status=code.status)
 
 
+def forbidden(request: HttpRequest, exception: Any = None) -> HttpResponse:
+    """The 403 of a page this user may not use, saying why (the refusal's own words)."""
+    if _wants_json(request):
+        return _json_error(ErrorCode.FORBIDDEN, str(exception or "") or None)
+    reason = str(exception or "").rstrip(".")
+    return render(request, "403.html", {"reason": reason}, status=403)
+
+
 def not_found(request: HttpRequest, exception: Any = None) -> HttpResponse:
     if _wants_json(request):
         return _json_error(ErrorCode.NOT_FOUND)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import logging
+
 import pytest
 from django.test import Client
 
-from tests.support.console import console_user
+from tests.support.console import PASSWORD, console_user
 
 pytestmark = pytest.mark.django_db
 
@@ -105,3 +108,44 @@ def test_the_csrf_header_on_body_is_accepted_for_a_post(operator):
     (token,) = re.findall(r'hx-headers=\'\{"X-CSRFToken": "([^"]+)"\}\'', page)
     assert client.post("/logout/", HTTP_X_CSRFTOKEN="not-the-token").status_code == 403
     assert client.post("/logout/", HTTP_X_CSRFTOKEN=token).status_code == 302
+
+
+def test_a_refused_page_is_styled_says_why_and_logs_no_traceback(client, provider):
+    """An operator opening the dashboard: the console's 403 page with the reason, and one
+    warning line in the log, not a traceback."""
+    [handler] = [h for h in logging.getLogger().handlers if h.get_name() == "console"]
+    assert isinstance(handler, logging.StreamHandler)
+    log = io.StringIO()
+    previous = handler.setStream(log)
+    try:
+        client.force_login(console_user("oscar", "operator", provider))
+        response = client.get("/dashboard/")
+    finally:
+        handler.setStream(previous)
+    page = response.content.decode()
+    assert response.status_code == 403
+    assert "settle/settle.css" in page and "<h1>Not allowed</h1>" in page
+    assert "The dashboard is for supervisors of a provider." in page
+    assert "Forbidden (Permission denied): /dashboard/" in log.getvalue()
+    assert "Traceback" not in log.getvalue()
+
+
+def test_every_page_names_its_icon_and_favicon_ico_leads_to_it(client, operator):
+    client.force_login(operator)
+    assert 'rel="icon" href="/static/settle/favicon.svg"' in client.get("/").content.decode()
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301
+    assert response["Location"] == "/static/settle/favicon.svg"
+    assert b"<svg" in _static(client, "/static/settle/favicon.svg")
+
+
+def test_what_sign_in_says_shows_on_the_queue(client, provider):
+    """allauth's "signed in as" note shows on the page sign-in leads to, the queue."""
+    console_user("olivia", "operator", provider)
+    response = client.post("/login/", {"login": "olivia", "password": PASSWORD, "next": "/"})
+    assert response["Location"] == "/"
+    page = client.get("/").content.decode()
+    assert '<ul class="notices"><li class="notice success">' in page
+    assert "Successfully signed in as olivia." in page
+    # Said once: the next page does not repeat it.
+    assert "Successfully signed in" not in client.get("/").content.decode()
