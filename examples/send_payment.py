@@ -5,7 +5,7 @@ payment provider here is a journal file (one checksummed JSON line per payment, 
 provider's own record, which Settle's journal adapter reads). Run it against ``make run``:
 
     .venv/bin/python manage.py add_provider example-payments --adapter journal \\
-        --path /tmp/example-payments.jsonl --lease-seconds 5
+        --path /tmp/example-payments.jsonl --missing-ok --lease-seconds 5
     export SETTLE_HOST_TOKEN=$(.venv/bin/python manage.py create_host example-agent)
     export SETTLE_APPROVER_TOKEN=$(.venv/bin/python manage.py create_approver \\
         example-phone --provider example-payments)

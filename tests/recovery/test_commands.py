@@ -49,6 +49,7 @@ def test_create_approver_prints_a_working_token(client):
 
 def test_add_provider_creates_then_updates_and_audits(tmp_path):
     path = str(tmp_path / "orders.sqlite3")
+    (tmp_path / "orders.sqlite3").touch()
     assert _run("add_provider", "orders", "--adapter", "sqlite", "--path", path).startswith(
         "created provider orders"
     )
@@ -72,6 +73,7 @@ def test_add_provider_creates_then_updates_and_audits(tmp_path):
 
 def test_absent_is_authoritative_is_off_until_set_and_its_change_is_audited(tmp_path):
     path = str(tmp_path / "orders.sqlite3")
+    (tmp_path / "orders.sqlite3").touch()
     _run("add_provider", "orders", "--adapter", "sqlite", "--path", path)
     assert Provider.objects.get(name="orders").absent_is_authoritative is False
     _run(
@@ -85,14 +87,29 @@ def test_absent_is_authoritative_is_off_until_set_and_its_change_is_audited(tmp_
     assert Provider.objects.get(name="orders").absent_is_authoritative is True
 
 
+def test_add_provider_refuses_a_path_with_no_file_unless_told(tmp_path):
+    missing = str(tmp_path / "typo.sqlite3")
+    with pytest.raises(CommandError, match=f"no file at {missing}"):
+        _run("add_provider", "orders", "--adapter", "sqlite", "--path", missing)
+    assert not Provider.objects.exists()
+    _run("add_provider", "orders", "--adapter", "journal", "--path", missing, "--missing-ok")
+    assert Provider.objects.get(name="orders").path == missing
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--adapter", "sqlite"], "needs --path"),
         (["--adapter", "http", "--url", "http://127.0.0.1:9"], "needs --url and --secret"),
-        (["--adapter", "journal", "--path", "/j", "--timeout-seconds", "0"], "timeout"),
-        (["--adapter", "journal", "--path", "/j", "--lease-seconds", "0"], "lease"),
-        (["--adapter", "journal", "--path", "/j", "--lookup-budget", "0"], "lookup budget"),
+        (
+            ["--adapter", "journal", "--path", "/j", "--missing-ok", "--timeout-seconds", "0"],
+            "timeout",
+        ),
+        (["--adapter", "journal", "--path", "/j", "--missing-ok", "--lease-seconds", "0"], "lease"),
+        (
+            ["--adapter", "journal", "--path", "/j", "--missing-ok", "--lookup-budget", "0"],
+            "lookup budget",
+        ),
         (["--adapter", "journal", "--path", "relative/j.jsonl"], "must be absolute"),
         (["--adapter", "http", "--url", "ftp://h/x", "--secret", "s"], "http:// or https://"),
         (["--adapter", "http", "--url", "file:///etc/x", "--secret", "s"], "http:// or https://"),

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -17,6 +18,12 @@ class Command(BaseCommand):
         parser.add_argument("name")
         parser.add_argument("--adapter", required=True, choices=Provider.Adapter.values)
         parser.add_argument("--path", default="", help="sqlite file or journal file (absolute)")
+        parser.add_argument(
+            "--missing-ok",
+            action="store_true",
+            help="accept a --path with no file yet (the provider creates it before its first "
+            "effect); by default a missing file is refused, as lookups could never read it",
+        )
         parser.add_argument("--url", default="", help="base URL of the http provider")
         parser.add_argument("--secret", default="", help="HMAC secret of the http provider")
         parser.add_argument("--timeout-seconds", type=float, default=None)
@@ -41,6 +48,14 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        path = options["path"]
+        if path and os.path.isabs(path) and not options["missing_ok"] and not os.path.isfile(path):
+            # The service takes any absolute path (a file may come later); a person typing
+            # the command most likely mistyped it, and every lookup would then fail.
+            raise CommandError(
+                f"no file at {path}: give the path Settle's workers read the provider's "
+                "record at, or --missing-ok if the provider creates it later"
+            )
         try:
             provider, created = provider_configure(
                 name=options["name"],
