@@ -145,6 +145,12 @@ def _verification_check(facts: HealthFacts) -> Check:
         f"last found intact {_ago(facts.verified_age)} (red after {late} s); fully "
         f"{_ago(facts.full_verified_age)} (red after {full_late} s){job}"
     )
+    if facts.verified_age is None and routine_ok:
+        # Green and "never" together read as a contradiction: say why it is not late.
+        detail = (
+            "not verified yet, and not due: the first verification follows the first signed "
+            f"checkpoint (red {late} s after it if none ran){job}"
+        )
     if facts.verify_problem is not None:
         detail = f"problem found: {facts.verify_problem}; {detail}"
     return Check(

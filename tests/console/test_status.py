@@ -179,3 +179,13 @@ def test_the_status_page_turns_red_and_htmx_gets_only_the_checks(viewer, setting
     partial = client.get("/status/", HTTP_HX_REQUEST="true").content.decode()
     assert partial.lstrip().startswith('<section id="status-checks"')
     assert 'data-check="beat" data-ok="false"' in partial
+
+
+def test_a_log_never_verified_and_not_due_says_so_rather_than_never_in_green(
+    db: None, client: Client
+):
+    fresh_sweep()
+    check = detail(client)[1]["checks"]["audit verification"]
+    assert check["ok"] is True
+    assert "never" not in check["detail"]
+    assert check["detail"].startswith("not verified yet, and not due")
