@@ -10,7 +10,7 @@ PORT ?= 8000
 PYTEST_WORKERS ?= auto
 PYTEST_ARGS ?=
 
-.PHONY: run test lint install install-dev
+.PHONY: run test test-fast lint install install-dev
 
 # The demo's workers and the host test processes use the client library, installed beside
 # Settle: it is not a dependency of the server (a production `pip install .` runs without).
@@ -41,3 +41,8 @@ lint: install-dev
 # clients/python/tests that need no live server.
 test: install-dev lint
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --maxprocesses 4 $(PYTEST_ARGS)
+
+# The edit-test loop: every test but those that start servers, worker processes or
+# Chromium (markers ``processes`` and ``browser``), without lint. `make test` is the suite.
+test-fast: install-dev
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --maxprocesses 4 -m "not processes and not browser" $(PYTEST_ARGS)

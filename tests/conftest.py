@@ -34,6 +34,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError("SETTLE_REQUIRE_POSTGRES is set but DATABASE_URL is not PostgreSQL")
 
 
+# What ``make test-fast`` leaves out (``-m "not processes and not browser"``): the folders
+# whose tests start servers, workers or Chromium, marked here so that a new test there is
+# counted without remembering a marker.
+_PROCESS_FOLDERS = {"integration", "procs"}
+_PROCESS_FIXTURES = {"celery_env", "celery_procs", "identity_provider"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.parts
+        if "browser" in parts:
+            item.add_marker(pytest.mark.browser)
+        elif (_PROCESS_FOLDERS.intersection(parts) and "tests" in parts) or (
+            _PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        ):
+            item.add_marker(pytest.mark.processes)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
