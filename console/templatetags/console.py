@@ -94,8 +94,7 @@ def compact_json(value: Any) -> str:
 
 _QUEUE_ROW = (
     '<tr data-href="{href}">\n'
-    '        <td class="pick" data-label="Select"><input type="checkbox" form="bulk" name="op"'
-    ' value="{pk}.{version}" aria-label="Select {key}"></td>\n'
+    "{pick}"
     '        <td data-label="Key"><a class="key" href="{href}">{key}</a></td>\n'
     '        <td data-label="Action">{action}</td>\n'
     '        <td data-label="Provider">{provider}</td>\n'
@@ -108,6 +107,10 @@ _QUEUE_ROW = (
     '        <td data-label="Claimed by">{claimed}</td>\n'
     "      </tr>\n"
 )
+_PICK = (
+    '        <td class="pick" data-label="Select"><input type="checkbox" form="bulk" name="op"'
+    ' value="{pk}.{version}" aria-label="Select {key}"></td>\n'
+)
 _STRANDED = mark_safe(
     ' <span class="badge stranded" title="The host\'s receipt is still running although no'
     ' worker holds the dispatch">stranded</span>'
@@ -117,7 +120,7 @@ _UNCLAIMED = mark_safe('<span class="muted">—</span>')
 
 
 @register.simple_tag
-def queue_rows(rows: list[QueueRow]) -> SafeString:
+def queue_rows(rows: list[QueueRow], pickable: bool = True) -> SafeString:
     """The queue's rows (``<tr>``), each written by one format string.
 
     Not a template loop: fifty rows of twenty-odd nodes and a ``{% url %}`` each
@@ -138,11 +141,11 @@ def queue_rows(rows: list[QueueRow]) -> SafeString:
             lookup = f'<span class="badge verdict-{verdict}">{verdict}</span> {at}'
         else:
             lookup = _NO_LOOKUP
+        pick = _PICK.format(pk=int(row.pk), version=int(row.version), key=key) if pickable else ""
         written.append(
             _QUEUE_ROW.format(
+                pick=pick,
                 href=escape(before + quote(row.key, safe=RFC3986_SUBDELIMS + "~:@") + after),
-                pk=int(row.pk),
-                version=int(row.version),
                 key=key,
                 action=escape(row.action),
                 provider=escape(row.provider),

@@ -54,6 +54,15 @@ def test_the_queue_offers_a_checkbox_per_row_and_all_that_match(operator, stuck)
     assert 'href="/bulk/preview?state=unknown"' in page
 
 
+def test_a_viewer_is_offered_no_selection_nor_bulk_actions(viewer, stuck):
+    stuck.unknown("u-1")
+    page = client_for(viewer).get("/?state=unknown").content.decode()
+    assert "u-1" in page
+    assert 'name="op"' not in page
+    assert "data-pick-all" not in page
+    assert "Act on selected" not in page and "/bulk/preview" not in page
+
+
 def test_the_preview_counts_exactly_what_the_filter_matches(operator, stuck, other_stuck):
     stuck.unknown("u-1")
     stuck.unknown("u-2")

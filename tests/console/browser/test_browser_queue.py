@@ -169,3 +169,17 @@ def test_a_viewer_sees_no_action_on_an_operation(page: Page, viewer, queue):
     page.goto("/operations/pay-2026-000117/")
     expect(page.locator("h1")).to_have_text("pay-2026-000117")
     expect(page.locator("text=Look up now")).to_have_count(0)
+
+
+def test_a_long_provider_name_stays_on_one_line_in_the_wide_queue(page: Page, operator, queue):
+    from recovery.models import Provider
+
+    Provider.objects.filter(name="orders").update(name="demo-payments-eu-west")
+    sign_in(page, "olivia")
+    cell = rows(page).nth(0).locator('td[data-label="Provider"]')
+    expect(cell).to_have_text("demo-payments-eu-west")
+    lines = cell.evaluate(
+        "td => { const r = document.createRange(); r.selectNodeContents(td);"
+        " return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; }"
+    )
+    assert lines == 1
