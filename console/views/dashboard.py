@@ -24,6 +24,7 @@ from console.selectors.dashboard import (
     dashboard_for_user,
     dashboard_providers_for_user,
 )
+from console.services.dashboard import SETTLE_MARGIN
 from policies.selectors import budgets_in_use
 from recovery.models import Verdict
 from recovery.selectors import QUEUE_AGES, QUEUE_REASONS
@@ -78,6 +79,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "supervised": supervised,
         "selected": chosen[0].name if wanted and chosen else "",
         "ignored": wanted if ignored else "",
+        "margin_minutes": int(SETTLE_MARGIN.total_seconds() // 60),
         "budgets": budgets_in_use(providers={provider.name for provider in chosen or supervised}),
         **_figures(board, chosen[0].name if wanted and chosen else ""),
     }

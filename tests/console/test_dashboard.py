@@ -138,3 +138,13 @@ def test_a_superuser_sees_every_provider(provider, other_provider):
     root = User.objects.create_superuser("root", password="x")
     board = _board(root).context["board"]
     assert {p.name for p in board.providers} == {"orders", "ledger"}
+
+
+def test_the_page_says_its_figures_trail_the_log_and_by_how_much(supervisor, stuck):
+    """A fresh install's charts are empty for the first minutes although lookups ran: the
+    page says why (the rollup counts up to a margin behind now), not just nothing."""
+    stuck.unknown("op-1")
+    _refreshed()
+    page = _board(supervisor).content.decode()
+    assert "counted 2 minutes behind" in page
+    assert "what ran since shows then" in page
