@@ -52,10 +52,8 @@ SETTLE_METRICS_DIR = Path(
 )
 SETTLE_METRICS_DIR.mkdir(parents=True, exist_ok=True)
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(SETTLE_METRICS_DIR)
-# The status page (and /healthz?detail=1) turns a fact red past these ages.
-SETTLE_STATUS_SWEEP_STALE_SECONDS = env_int(
-    "SETTLE_STATUS_SWEEP_STALE_SECONDS", max(60, 6 * SETTLE_SWEEP_SECONDS), minimum=1
-)
+# The status page (and /healthz?detail=1) turns a fact red past these ages; beat's is
+# SETTLE_LIVENESS_BEAT_SECONDS below, the one /livez judges by, so the two never disagree.
 SETTLE_STATUS_LOOKUP_LAG_SECONDS = env_int("SETTLE_STATUS_LOOKUP_LAG_SECONDS", 300, minimum=1)
 SETTLE_STATUS_WEBHOOK_LAG_SECONDS = env_int("SETTLE_STATUS_WEBHOOK_LAG_SECONDS", 300, minimum=1)
 # An audit event unsigned this long means checkpoints are late (the older name still
@@ -84,7 +82,10 @@ SETTLE_AUDIT_VERIFY_FULL_LATE_SECONDS = env_int(
 # SETTLE_LIVENESS_WORKER_SECONDS.
 SETTLE_WORKER_HEARTBEAT_SECONDS = env_int("SETTLE_WORKER_HEARTBEAT_SECONDS", 10, minimum=1)
 SETTLE_LIVENESS_BEAT_SECONDS = env_int(
-    "SETTLE_LIVENESS_BEAT_SECONDS", max(60, 6 * SETTLE_SWEEP_SECONDS), minimum=1
+    "SETTLE_LIVENESS_BEAT_SECONDS",
+    # The status page's own threshold before it was this one: still read.
+    env_int("SETTLE_STATUS_SWEEP_STALE_SECONDS", max(60, 6 * SETTLE_SWEEP_SECONDS), minimum=1),
+    minimum=1,
 )
 SETTLE_LIVENESS_WORKER_SECONDS = env_int(
     "SETTLE_LIVENESS_WORKER_SECONDS", max(120, 6 * SETTLE_WORKER_HEARTBEAT_SECONDS), minimum=1

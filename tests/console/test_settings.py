@@ -365,3 +365,27 @@ def test_a_readable_apprise_configuration_starts(tmp_path):
     # A folder is not a configuration file.
     result = _start({"SETTLE_APPROVAL_NOTIFY_CONFIG": str(tmp_path)}, tmp_path)
     assert "is not a readable file" in result.stderr
+
+
+def test_the_status_pages_older_beat_threshold_name_is_still_read(tmp_path):
+    """``SETTLE_STATUS_SWEEP_STALE_SECONDS`` became ``SETTLE_LIVENESS_BEAT_SECONDS``."""
+    environment = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "DEBUG"}}
+    environment |= {
+        "SETTLE_VAR_DIR": str(tmp_path / "var"),
+        "SETTLE_STATUS_SWEEP_STALE_SECONDS": "77",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
+            "'console.settings'); django.setup(); from django.conf import settings; "
+            "print(settings.SETTLE_LIVENESS_BEAT_SECONDS)",
+        ],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "77", done.stderr

@@ -77,7 +77,7 @@ def test_detail_is_red_and_503_when_beat_never_swept(db: None, client: Client):
 
 
 def test_beat_goes_red_past_its_threshold(db: None, client: Client, settings):
-    settings.SETTLE_STATUS_SWEEP_STALE_SECONDS = 30
+    settings.SETTLE_LIVENESS_BEAT_SECONDS = 30
     fresh_sweep(seconds_ago=29)
     assert detail(client)[1]["checks"]["beat"]["ok"] is True
     fresh_sweep(seconds_ago=31)
@@ -170,7 +170,7 @@ def test_the_status_page_shows_every_check_to_any_signed_in_user(user: str, requ
 
 
 def test_the_status_page_turns_red_and_htmx_gets_only_the_checks(viewer, settings):
-    settings.SETTLE_STATUS_SWEEP_STALE_SECONDS = 10
+    settings.SETTLE_LIVENESS_BEAT_SECONDS = 10
     fresh_sweep(seconds_ago=11)
     client = client_for(viewer)
     html = client.get("/status/").content.decode()
@@ -189,3 +189,18 @@ def test_a_log_never_verified_and_not_due_says_so_rather_than_never_in_green(
     assert check["ok"] is True
     assert "never" not in check["detail"]
     assert check["detail"].startswith("not verified yet, and not due")
+
+
+@pytest.mark.parametrize(("ago", "ok"), [(29, True), (31, False)])
+def test_the_status_page_and_livez_judge_beat_by_one_threshold(
+    db: None, client: Client, settings, ago, ok
+):
+    """Beat that published and finished its last sweep ``ago`` seconds back is late on
+    both or on neither: ``SETTLE_LIVENESS_BEAT_SECONDS`` is the one threshold."""
+    settings.SETTLE_LIVENESS_BEAT_SECONDS = 30
+    fresh_sweep(seconds_ago=ago)
+    pulse_record(name=Pulse.Name.BEAT, seconds=0.0, at=timezone.now() - timedelta(seconds=ago))
+    beat_line = detail(client)[1]["checks"]["beat"]
+    livez = client.get("/livez").json()
+    assert beat_line["ok"] is ok
+    assert ("beat" not in livez.get("silent", {})) is ok

@@ -47,7 +47,7 @@ def _sweeps_timed(client: Client) -> float:
 def test_the_status_page_goes_red_when_beat_is_killed(
     celery_env: dict[str, str | None], celery_procs: Any, settings: Any
 ) -> None:
-    settings.SETTLE_STATUS_SWEEP_STALE_SECONDS = 3
+    settings.SETTLE_LIVENESS_BEAT_SECONDS = 3
     settings.SETTLE_METRICS_TOKEN = TOKEN
     client = Client()
     client.force_login(User.objects.create_user("watcher"))

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_the_status_page_is_green_then_red_when_beat_stops(page: Page, provider, settings):
-    settings.SETTLE_STATUS_SWEEP_STALE_SECONDS = 60
+    settings.SETTLE_LIVENESS_BEAT_SECONDS = 60
     console_user("vera", "viewer", provider)
     pulse_record(name=Pulse.Name.SWEEP, seconds=0.12)
     sign_in(page, "vera")
