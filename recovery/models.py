@@ -94,7 +94,12 @@ class State(models.TextChoices):
 TERMINAL_STATES = frozenset(
     {State.RELEASED, State.FAILED, State.VOIDED, State.DENIED, State.EXPIRED, State.REVOKED}
 )
+# What waits for an operator (the queue, the dashboard's "stuck"): an operation in one
+# of these states; and a receipt still running while its operation is in none of
+# ``RECEIPT_MAY_RUN_STATES`` (a dispatch in flight, or an operation waiting anyway) is
+# stranded, and waits too.
 UNSETTLED_STATES = (State.UNKNOWN, State.RECONCILE)
+RECEIPT_MAY_RUN_STATES = (State.DISPATCHED, *UNSETTLED_STATES)
 
 
 class Operation(ChainHolder):
@@ -147,7 +152,7 @@ class Operation(ChainHolder):
             models.Index(
                 fields=["updated_at", "id"],
                 condition=Q(receipt_running=True)
-                & ~Q(state__in=["dispatched", "unknown", "reconcile"]),
+                & ~Q(state__in=[state.value for state in RECEIPT_MAY_RUN_STATES]),
                 name="operation_stranded",
             ),
             # The sweeper's due lookups in its order; with the id, the queue's count of

@@ -22,7 +22,7 @@ from django.utils import timezone
 from console.models import DashboardRefresh, DashboardRollup
 from console.services.dashboard import SETTLE_BUCKETS
 from console.services.dashboard_waiting import SETTLE_WINDOWS
-from recovery.models import Operation, Provider, State, Verdict
+from recovery.models import UNSETTLED_STATES, Operation, Provider, Verdict
 from recovery.selectors.access import providers_supervised
 from recovery.selectors.queue import QUEUE_AGES, QUEUE_STRANDED
 from recovery.vocabulary import WaitReason
@@ -128,7 +128,7 @@ def dashboard_for_user(*, user: Any, providers: list[Provider]) -> Dashboard:
     )
 
 
-_COLUMNS = (State.UNKNOWN, State.RECONCILE, QUEUE_STRANDED)
+_COLUMNS = (*UNSETTLED_STATES, QUEUE_STRANDED)
 
 
 def _summed(parts: list[dict[str, Any]], name: str, keys: Iterable[str]) -> dict[str, int]:

@@ -27,14 +27,13 @@ from django.utils import timezone
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from console.models import DashboardRefresh, DashboardRollup, DashboardWaiting
-from recovery.models import Dispatch, Operation, State
+from recovery.models import UNSETTLED_STATES, Dispatch, Operation, State
 from recovery.selectors.queue import QUEUE_AGES
 from recovery.transitions import Event
 from recovery.vocabulary import WaitReason
 
 # -- what is stuck ----------------------------------------------------------------------
 
-STUCK_STATES = (State.UNKNOWN, State.RECONCILE)
 _WAITING_KINDS = (AuditKind.TRANSITION, AuditKind.HOST_REPORT, AuditKind.RECEIPT_RECOVERED)
 _BATCH = 1000
 
@@ -82,7 +81,7 @@ def _waiting_snapshot(now: datetime) -> int:
         operation=OuterRef("pk"), receipt_status=Dispatch.ReceiptStatus.RUNNING
     )
     rows = []
-    stuck = Operation.objects.filter(state__in=list(STUCK_STATES)).annotate(
+    stuck = Operation.objects.filter(state__in=list(UNSETTLED_STATES)).annotate(
         last=Subquery(last), stranded=Exists(stranded)
     )
     for pk, provider, state, updated_at, data, is_stranded in stuck.values_list(
@@ -101,7 +100,7 @@ def _waiting_snapshot(now: datetime) -> int:
         )
     settled = (
         Dispatch.objects.filter(receipt_status=Dispatch.ReceiptStatus.RUNNING)
-        .exclude(operation__state__in=[State.DISPATCHED, *STUCK_STATES])
+        .exclude(operation__state__in=[State.DISPATCHED, *UNSETTLED_STATES])
         .values_list("operation", "operation__provider", "lease_expires_at")
     )
     for pk, provider, lapsed in settled.iterator(chunk_size=_BATCH):
@@ -164,7 +163,7 @@ def _waiting_event(row: DashboardWaiting, kind: str, at: datetime, data: dict[st
     if data.get("event") == Event.LEASE_LOST:
         # A lease lapses only while the receipt runs: from now on it is stranded.
         row.stranded = True
-    if target in STUCK_STATES:
+    if target in UNSETTLED_STATES:
         row.state = target
         row.reason = WaitReason.LEASE_LOST if target == State.UNKNOWN else wait_reason(data)
         row.since = at
@@ -197,7 +196,7 @@ def dashboard_summary(now: datetime) -> dict[str, Any]:
 
     A few grouped reads of the waiting rows and of the rollup, once per refresh.
     """
-    in_queue = Q(state__in=list(STUCK_STATES))
+    in_queue = Q(state__in=list(UNSETTLED_STATES))
     ages = {
         f"age_{name}": Count("pk", filter=in_queue & _age_q(newer, older, now))
         for name, (newer, older) in AGES.items()
@@ -208,7 +207,7 @@ def dashboard_summary(now: datetime) -> dict[str, Any]:
         return summary.setdefault(
             str(pk),
             {
-                "stuck": dict.fromkeys([*STUCK_STATES, WaitReason.STRANDED], 0),
+                "stuck": dict.fromkeys([*UNSETTLED_STATES, WaitReason.STRANDED], 0),
                 "reasons": {},
                 "ages": dict.fromkeys(AGES, 0),
                 "oldest": None,
@@ -239,7 +238,7 @@ def dashboard_summary(now: datetime) -> dict[str, Any]:
             oldest[line["provider"]] = at
     for pk, at in oldest.items():
         first = (
-            DashboardWaiting.objects.filter(provider=pk, since=at, state__in=list(STUCK_STATES))
+            DashboardWaiting.objects.filter(provider=pk, since=at, state__in=list(UNSETTLED_STATES))
             .order_by("pk")
             .values_list("pk", flat=True)
             .first()

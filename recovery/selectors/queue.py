@@ -20,6 +20,8 @@ from approvals.actors import Actor
 from audit.kinds import AuditKind
 from dbsql.rows import values_from_rows
 from recovery.models import (
+    RECEIPT_MAY_RUN_STATES,
+    UNSETTLED_STATES,
     Dispatch,
     Evidence,
     Operation,
@@ -32,7 +34,6 @@ from recovery.selectors.access import providers_visible_to
 from recovery.vocabulary import WaitReason
 
 QUEUE_STRANDED = WaitReason.STRANDED
-QUEUE_STATES = (State.UNKNOWN, State.RECONCILE)
 # The queue's counts stop here. Exact below it, where a number tells an operator
 # something ("3 waiting"); past it "1,000+" says as much, and a count that read every
 # stuck row on every page view would cost more the worse things get. Not a counts
@@ -147,8 +148,8 @@ def queue_statement(branch: QueueBranch, sql: str, params: Sequence[Any]) -> tup
 # prepares it. States, kinds and receipt statuses are written into the text, not sent
 # as parameters: a prepared statement's generic plan can then still prove that a
 # partial index (``state IN ('unknown', 'reconcile')``) covers its rows.
-_UNSETTLED = f"('{State.UNKNOWN.value}', '{State.RECONCILE.value}')"
-_NOT_STRANDED = f"('{State.DISPATCHED.value}', '{State.UNKNOWN.value}', '{State.RECONCILE.value}')"
+_UNSETTLED = "(" + ", ".join(f"'{state.value}'" for state in UNSETTLED_STATES) + ")"
+_NOT_STRANDED = "(" + ", ".join(f"'{state.value}'" for state in RECEIPT_MAY_RUN_STATES) + ")"
 
 # Whether ``o``'s dispatch's receipt is still running. Asked row by row, from the
 # ``receipt_running`` index alone, not by a join or an EXISTS (which the planner makes a
@@ -317,7 +318,7 @@ def queue_branches_for_user(*, user: Any, filters: QueueFilters) -> list[QueueBr
 
 
 def _branches(visible: QueueBranch, filters: QueueFilters) -> list[QueueBranch]:
-    states = [filters.state] if filters.state in QUEUE_STATES else list(QUEUE_STATES)
+    states = [filters.state] if filters.state in UNSETTLED_STATES else list(UNSETTLED_STATES)
     branches = []
     # Only the stranded branch's settled rows wait for the stranded reason, and only
     # they: a branch that cannot hold the reason asked for is not read at all.
@@ -325,7 +326,7 @@ def _branches(visible: QueueBranch, filters: QueueFilters) -> list[QueueBranch]:
         branches += [_state_branch(visible, s) for s in states]
     elif filters.state == QUEUE_STRANDED:
         # The stranded receipts of unsettled operations, along the same index.
-        branches += [_state_branch(visible, s).checked(_RECEIPT_RUNNING) for s in QUEUE_STATES]
+        branches += [_state_branch(visible, s).checked(_RECEIPT_RUNNING) for s in UNSETTLED_STATES]
     if filters.state in ("", QUEUE_STRANDED) and filters.reason in ("", QUEUE_STRANDED):
         branches.append(_settled_stranded_branch(visible))
     return branches
@@ -377,7 +378,7 @@ def _counts_sql(visible: QueueBranch) -> tuple[str, list[Any]]:
     """
     selects: list[str] = []
     params: list[Any] = []
-    for state in QUEUE_STATES:
+    for state in UNSETTLED_STATES:
         branch = _state_branch(visible, state)
         count = capped_count_sql(branch, QUEUE_COUNT_CAP, f"capped_{state.value}")
         selects.append(f"{count} AS count_{state.value}")
@@ -386,7 +387,7 @@ def _counts_sql(visible: QueueBranch) -> tuple[str, list[Any]]:
     # settled operations ``operation_stranded`` marks) under one LIMIT: each receipt is
     # asked about row by row, and once the cap is reached no further part is read.
     stranded = [
-        *(_state_branch(visible, state).checked(_RECEIPT_RUNNING) for state in QUEUE_STATES),
+        *(_state_branch(visible, state).checked(_RECEIPT_RUNNING) for state in UNSETTLED_STATES),
         _settled_stranded_branch(visible),
     ]
     parts = [f"SELECT 1 FROM recovery_operation o WHERE {branch.condition}" for branch in stranded]
@@ -398,7 +399,7 @@ def _counts_sql(visible: QueueBranch) -> tuple[str, list[Any]]:
     return "SELECT " + ", ".join(selects), params
 
 
-_COUNT_NAMES = (*(str(state) for state in QUEUE_STATES), str(QUEUE_STRANDED))
+_COUNT_NAMES = (*(str(state) for state in UNSETTLED_STATES), str(QUEUE_STRANDED))
 
 
 def operations_queue_for_user(
