@@ -257,6 +257,12 @@ class Dispatch(Leased, models.Model):
     def __str__(self) -> str:
         return f"dispatch of {self.operation_id}"
 
+    @property
+    def receipt_running(self) -> bool:
+        """Whether its receipt still runs: stranded once no worker can still report it
+        (the operation's state says when: ``RECEIPT_MAY_RUN_STATES``)."""
+        return self.receipt_status == self.ReceiptStatus.RUNNING
+
     @classmethod
     def of(cls, operation: Operation) -> Dispatch | None:
         """The operation's one dispatch as the database holds it now, or None before one.

@@ -106,8 +106,7 @@ def _outcomes(operation: Operation, dispatch: Dispatch | None) -> dict[str, Any]
     """What a decision does besides the transition, for the sentence beside its button."""
     return {
         # A confirm or a void completes a stranded receipt too (``apply_decision``).
-        "stranded": dispatch is not None
-        and dispatch.receipt_status == Dispatch.ReceiptStatus.RUNNING,
+        "stranded": dispatch is not None and dispatch.receipt_running,
         # A repair completes it as the settled state says.
         "repair_as": "succeeded" if operation.state == State.RELEASED else "failed",
     }

@@ -91,7 +91,7 @@ def _not_performed(evidence: Evidence | None) -> bool:
 
 
 def _stranded(dispatch: Dispatch | None) -> bool:
-    return dispatch is not None and dispatch.receipt_status == Dispatch.ReceiptStatus.RUNNING
+    return dispatch is not None and dispatch.receipt_running
 
 
 def reconcile_grounds(
