@@ -49,7 +49,7 @@ urlpatterns = [
     path("operations/<key:key>/lookup", operations.operation_lookup, name="operation-lookup"),
     path(
         "operations/<key:key>/permits/<str:permit_id>/history",
-        operations.operation_permit_history,
+        operations.permit_history,
         name="operation-permit-history",
     ),
     *(
