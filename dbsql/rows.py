@@ -1,6 +1,6 @@
 """Statements written out instead of built by the ORM: the host API's path, and batches.
 
-Reads are here; writes in ``dbsql.writes``.
+Reads are here; writes in ``dbsql.writes``; what both build from in ``dbsql.columns``.
 
 Every host-API call runs six to eight statements. Building each through the ORM (a
 queryset, its compiler, the model's save machinery) cost the web worker more CPU than
@@ -29,42 +29,17 @@ values_from_rows
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.models import Field, Model
 
+from dbsql import columns
 from dbsql.clock import clock
 
 M = TypeVar("M", bound=Model)
-
-_PLAIN = (int, str, bool)
-
-
-def _quote(name: str) -> str:
-    return str(connection.ops.quote_name(name))
-
-
-def _field(model: type[Model], name: str) -> Field[Any, Any]:
-    found = model._meta.pk if name == "pk" else model._meta.get_field(name)
-    assert isinstance(found, Field), f"{name} is a column of {model.__name__}"
-    return found
-
-
-def _column(model: type[Model], name: str) -> str:
-    return str(_field(model, name).column)
-
-
-def _attname(model: type[Model], name: str) -> str:
-    """The attribute that holds the column's value (``evidence_id`` for ``evidence``)."""
-    return _field(model, name).attname
-
-
-def _prep(model: type[Model], name: str, value: Any) -> Any:
-    return _field(model, name).get_db_prep_save(value, connection)
-
 
 # -- reading -----------------------------------------------------------------------------
 
@@ -145,38 +120,21 @@ def values_from_rows(
 
 @functools.cache
 def _columns(model: type[Model]) -> str:
-    return ", ".join(_quote(str(field.column)) for field in model._meta.concrete_fields)
-
-
-Shape = tuple[tuple[str, bool], ...]  # conditions: (field name, whether it IS NULL)
-
-
-def _where(model: type[Model], where: Mapping[str, Any]) -> tuple[Shape, list[Any]]:
-    """Equality conditions as ``filter()`` reads them (``None`` is ``IS NULL``): their
-    shape, which names the statement's text, and their parameters."""
-    shape = tuple((name, value is None) for name, value in where.items())
-    params = [_prep(model, name, value) for name, value in where.items() if value is not None]
-    return shape, params
-
-
-def _conditions(model: type[Model], shape: Shape) -> str:
-    return " AND ".join(
-        f"{_quote(_column(model, name))} {'IS NULL' if null else '= %s'}" for name, null in shape
-    )
+    return ", ".join(columns.quote(str(field.column)) for field in model._meta.concrete_fields)
 
 
 @functools.cache
-def _select_sql(model: type[Model], shape: Shape) -> str:
+def _select_sql(model: type[Model], shape: columns.Shape) -> str:
     return (
-        f"SELECT {_columns(model)} FROM {_quote(model._meta.db_table)} "
-        f"WHERE {_conditions(model, shape)} "
-        f"ORDER BY {_quote(str(model._meta.pk.column))} LIMIT 1"
+        f"SELECT {_columns(model)} FROM {columns.quote(model._meta.db_table)} "
+        f"WHERE {columns.conditions(model, shape)} "
+        f"ORDER BY {columns.quote(str(model._meta.pk.column))} LIMIT 1"
     )
 
 
 def select_first(model: type[M], **where: Any) -> M | None:
     """``model.objects.filter(**where).first()``, equality on columns only."""
-    shape, params = _where(model, where)
+    shape, params = columns.where_shape(model, where)
     with connection.cursor() as cursor:
         cursor.execute(_select_sql(model, shape), params)
         row = cursor.fetchone()
@@ -192,7 +150,7 @@ def select_first_at(model: type[M], **where: Any) -> tuple[M | None, datetime]:
     now = clock()
     if now.local is not None:
         return select_first(model, **where), now.local
-    shape, params = _where(model, where)
+    shape, params = columns.where_shape(model, where)
     with connection.cursor() as cursor:
         cursor.execute(_select_at_sql(model, shape, now.sql), [*now.params, *params])
         at, *row = cursor.fetchone()
@@ -202,7 +160,7 @@ def select_first_at(model: type[M], **where: Any) -> tuple[M | None, datetime]:
 
 
 @functools.cache
-def _select_at_sql(model: type[Model], shape: Shape, clock_sql: str) -> str:
+def _select_at_sql(model: type[Model], shape: columns.Shape, clock_sql: str) -> str:
     # One row always: the clock, and the row's columns (NULL when there is none).
     return (
         f"SELECT {clock_sql}, t.* FROM (SELECT 1) clock "
@@ -214,15 +172,16 @@ def _select_at_sql(model: type[Model], shape: Shape, clock_sql: str) -> str:
 def select_locked_with_sql(model: type[Model], related: str) -> str:
     """``select_locked_with``'s text, ``{where}`` left to fill in (``t``: the row, ``r``:
     the related row); ``FOR NO KEY UPDATE OF t`` where the database has it."""
-    target = _field(model, related).related_model
+    target = columns.field(model, related).related_model
     assert isinstance(target, type) and issubclass(target, Model), f"{related} is a foreign key"
-    columns = [f"t.{_quote(str(f.column))}" for f in model._meta.concrete_fields]
-    columns += [f"r.{_quote(str(f.column))}" for f in target._meta.concrete_fields]
+    selected = [f"t.{columns.quote(str(f.column))}" for f in model._meta.concrete_fields]
+    selected += [f"r.{columns.quote(str(f.column))}" for f in target._meta.concrete_fields]
     lock = " FOR NO KEY UPDATE OF t" if connection.features.has_select_for_update_of else ""
+    joined = columns.quote(columns.column(model, related))
     return (
-        f"SELECT {', '.join(columns)} FROM {_quote(model._meta.db_table)} t "
-        f"JOIN {_quote(target._meta.db_table)} r "
-        f"ON r.{_quote(str(target._meta.pk.column))} = t.{_quote(_column(model, related))} "
+        f"SELECT {', '.join(selected)} FROM {columns.quote(model._meta.db_table)} t "
+        f"JOIN {columns.quote(target._meta.db_table)} r "
+        f"ON r.{columns.quote(str(target._meta.pk.column))} = t.{joined} "
         f"WHERE {{where}}{lock}"
     )
 
@@ -244,7 +203,7 @@ def select_locked_with(
         return None
     fields = model._meta.concrete_fields
     found = model_from_row(model, fields, row[: len(fields)])
-    field = _field(model, related)
+    field = columns.field(model, related)
     target = field.related_model
     assert isinstance(target, type) and issubclass(target, Model)
     found._state.fields_cache[field.name] = model_from_row(

@@ -28,18 +28,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field, Model
 
+from dbsql import columns
 from dbsql.clock import clock
-from dbsql.rows import (
-    _PLAIN,
-    Shape,
-    _attname,
-    _column,
-    _conditions,
-    _field,
-    _prep,
-    _quote,
-    _where,
-)
 
 NOW = object()  # a parameter of ``update_returning``: the database's clock goes here
 
@@ -56,9 +46,9 @@ def _insert_shape(
     meta = model._meta
     written = tuple(field for field in meta.concrete_fields if not field.db_returning)
     returned = tuple(field for field in meta.concrete_fields if field.db_returning)
-    returning = ", ".join(_quote(str(field.column)) for field in returned)
-    columns = ", ".join(_quote(str(field.column)) for field in written)
-    return written, columns, returned, f" RETURNING {returning}" if returning else ""
+    returning = ", ".join(columns.quote(str(field.column)) for field in returned)
+    names = ", ".join(columns.quote(str(field.column)) for field in written)
+    return written, names, returned, f" RETURNING {returning}" if returning else ""
 
 
 def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
@@ -78,7 +68,7 @@ def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
     assert not unless_conflict or len(objects) == 1, "which rows went in is read back for one"
     model = type(objects[0])
     assert all(type(obj) is model for obj in objects), "one model per statement"
-    written, columns, returned, returning = _insert_shape(model)
+    written, names, returned, returning = _insert_shape(model)
     assert not any(getattr(obj, f.attname) for obj in objects for f in returned), "made by it"
     params: list[Any] = []
     for obj in objects:
@@ -87,7 +77,7 @@ def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
         ]
     row_marks = "(" + ", ".join(["%s"] * len(written)) + ")"
     sql = (
-        f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) "
+        f"INSERT INTO {columns.quote(model._meta.db_table)} ({names}) "
         f"VALUES {', '.join([row_marks] * len(objects))}"
         f"{' ON CONFLICT DO NOTHING' if unless_conflict else ''}{returning}"
     )
@@ -114,7 +104,7 @@ def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:
     separate read. Returns whether the row went in (then ``obj`` is saved).
     """
     model = type(obj)
-    written, columns, returned, returning = _insert_shape(model)
+    written, names, returned, returning = _insert_shape(model)
     values = [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written]
     # PostgreSQL types a SELECT list's parameters on its own: say each column's type.
     casts = [
@@ -124,7 +114,7 @@ def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:
         for field in written
     ]
     sql = (
-        f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) "
+        f"INSERT INTO {columns.quote(model._meta.db_table)} ({names}) "
         f"SELECT {', '.join(casts)} WHERE {condition}{returning}"
     )
     with connection.cursor() as cursor:
@@ -145,13 +135,13 @@ def _update_sql(
     model: type[Model],
     assigned: tuple[str, ...],
     expressions: tuple[tuple[str, str], ...],
-    where: Shape,
+    where: columns.Shape,
 ) -> str:
-    sets = [f"{_quote(_column(model, name))} = %s" for name in assigned]
-    sets += [f"{_quote(_column(model, name))} = {sql}" for name, sql in expressions]
+    sets = [f"{columns.quote(columns.column(model, name))} = %s" for name in assigned]
+    sets += [f"{columns.quote(columns.column(model, name))} = {sql}" for name, sql in expressions]
     return (
-        f"UPDATE {_quote(model._meta.db_table)} SET {', '.join(sets)} "
-        f"WHERE {_conditions(model, where)}"
+        f"UPDATE {columns.quote(model._meta.db_table)} SET {', '.join(sets)} "
+        f"WHERE {columns.conditions(model, where)}"
     )
 
 
@@ -167,9 +157,9 @@ def update(
     ``expressions``: field → SQL over the row's own columns (``"version" + 1``), for
     what ``F()`` would say.
     """
-    shape, conditions = _where(model, where)
+    shape, conditions = columns.where_shape(model, where)
     sql = _update_sql(model, tuple(values), tuple((expressions or {}).items()), shape)
-    params = [_prep(model, name, value) for name, value in values.items()] + conditions
+    params = [columns.prep(model, name, value) for name, value in values.items()] + conditions
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
@@ -181,7 +171,7 @@ def save_fields(obj: Model, fields: Sequence[str]) -> None:
     update(
         model,
         where={"pk": obj.pk},
-        values={name: _field(model, name).pre_save(obj, False) for name in fields},
+        values={name: columns.field(model, name).pre_save(obj, False) for name in fields},
     )
 
 
@@ -198,7 +188,7 @@ def update_returning(
     sql = (
         f"UPDATE {table} SET {assignments.format(now=now.sql)} "
         f"WHERE {where.format(now=now.sql)} "
-        f"RETURNING {', '.join(_quote(name) for name in returning)}"
+        f"RETURNING {', '.join(columns.quote(name) for name in returning)}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
@@ -233,7 +223,7 @@ def values_update(
     if not rows:
         return set()
     meta = model._meta
-    fields = [_field(model, name) for _, name in values]
+    fields = [columns.field(model, name) for _, name in values]
     casts = ", ".join(f"%s::{field.db_type(connection)}" for field in fields)
     params: list[Any] = []
     for row in rows:
@@ -242,20 +232,22 @@ def values_update(
             # Plain values need no conversion: asking each field costs more than the
             # rest of the statement for a large batch.
             value
-            if value is None or type(value) in _PLAIN
+            if value is None or type(value) in columns.PLAIN
             else field.get_db_prep_save(value, connection)
             for field, value in zip(fields, row, strict=True)
         ]
-    key = _quote(_column(model, meta.pk.name if match == "pk" else match))
-    aliases = ", ".join(_quote(alias) for alias, _ in values)
-    sets = ", ".join(f"{_quote(_column(model, name))} = {sql}" for name, sql in assign.items())
-    where = [f"t.{key} = v.{_quote(values[0][0])}"]
+    key = columns.quote(columns.column(model, meta.pk.name if match == "pk" else match))
+    aliases = ", ".join(columns.quote(alias) for alias, _ in values)
+    sets = ", ".join(
+        f"{columns.quote(columns.column(model, name))} = {sql}" for name, sql in assign.items()
+    )
+    where = [f"t.{key} = v.{columns.quote(values[0][0])}"]
     where += [
-        f"t.{_quote(_column(model, name))} = v.{_quote(alias)}"
+        f"t.{columns.quote(columns.column(model, name))} = v.{columns.quote(alias)}"
         for name, alias in (expect or {}).items()
     ]
     sql = (
-        f"UPDATE {_quote(meta.db_table)} AS t SET {sets} "
+        f"UPDATE {columns.quote(meta.db_table)} AS t SET {sets} "
         f"FROM (VALUES {', '.join([f'({casts})'] * len(rows))}) AS v({aliases}) "
         f"WHERE {' AND '.join(where)} RETURNING t.{key}"
     )
@@ -276,10 +268,12 @@ def bulk_save(objects: Sequence[Model], fields: Sequence[str]) -> None:
     if connection.vendor != "postgresql":
         model._default_manager.bulk_update(objects, fields)
         return
-    names = [_attname(model, name) for name in fields]
+    names = [columns.attname(model, name) for name in fields]
     values_update(
         model,
         values=[("pk", model._meta.pk.name), *zip(names, fields, strict=True)],
         rows=[[obj.pk, *(getattr(obj, name) for name in names)] for obj in objects],
-        assign={name: f"v.{_quote(attname)}" for name, attname in zip(fields, names, strict=True)},
+        assign={
+            name: f"v.{columns.quote(attname)}" for name, attname in zip(fields, names, strict=True)
+        },
     )
