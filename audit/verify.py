@@ -65,7 +65,7 @@ def _event_rows(
     """Every event after (chain, seq) ``after``, in chain order, of the chains up to
     ``until`` (None: all): one statement per page."""
     sql = (
-        f"SELECT {event_columns()} FROM audit_auditevent"
+        f"SELECT {event_columns()} FROM {AuditEvent._meta.db_table}"
         " WHERE (operation_key, seq) > (%s, %s)"
         + (" AND operation_key <= %s" if until is not None else "")
         + " ORDER BY operation_key, seq LIMIT %s"
