@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.contrib.auth import get_user_model
 from django.db.models import Exists
@@ -11,43 +11,51 @@ from django.utils.functional import SimpleLazyObject
 
 from audit.alarms import audit_alarms_open
 from audit.models import AuditAlarm
+from console.services.bulk import ACTION_PERMISSIONS
 from recovery.permissions import ProviderPermission
 from recovery.selectors import audit_alarms_for_user, providers_for_user, providers_supervised
 
 
-def _roles(request: HttpRequest) -> tuple[bool, bool]:
-    """Whether the user supervises (the alarm banner, the dashboard's link) and whether
-    they may decide approvals anywhere (the inbox's link).
+class Roles(NamedTuple):
+    supervises: bool  # the alarm banner, the dashboard's link
+    decides: bool  # the inbox's link
+    acts: bool  # the queue's selection and bulk actions: more than viewing somewhere
+
+
+# What a bulk batch can ask on a provider (``console.services.bulk``), any of them.
+_ACTING = tuple({p for needed in ACTION_PERMISSIONS.values() for p in needed})
+
+
+def _roles(request: HttpRequest) -> Roles:
+    """What the user is, for what the pages offer them.
 
     Asked once per request (the answer is kept on it), by whichever the page reads
-    first, both in one statement: a page pays one statement for all three. Where the
-    passkey middleware has asked whether the user supervises, only the other is asked.
+    first, all in one statement: a page pays one statement for all of them. Where the
+    passkey middleware has asked whether the user supervises, only the others are asked.
     """
     if hasattr(request, "_settle_roles"):
         return request._settle_roles  # type: ignore[no-any-return]
     user = request.user
-    roles = (False, False)
+    roles = Roles(False, False, False)
     if user.is_authenticated and user.is_superuser:
-        roles = (True, True)
+        roles = Roles(True, True, True)
     elif user.is_authenticated and user.is_active:
         deciding = providers_for_user(user=user, permissions=(ProviderPermission.DECIDE_APPROVALS,))
+        acting = providers_for_user(user=user, permissions=_ACTING)
         known = getattr(request, "_settle_supervising", None)
-        if known is not None:
-            roles = (bool(known), deciding.exists())
-        else:
-            found = (
-                get_user_model()
-                .objects.filter(pk=user.pk)
-                .values_list(Exists(providers_supervised(user=user)), Exists(deciding))
-                .first()
-            )
-            roles = (bool(found[0]), bool(found[1])) if found else roles
+        asked = [Exists(deciding), Exists(acting)]
+        if known is None:
+            asked.insert(0, Exists(providers_supervised(user=user)))
+        found = get_user_model().objects.filter(pk=user.pk).values_list(*asked).first()
+        if found:
+            answers = [bool(known), *found] if known is not None else list(found)
+            roles = Roles(*(bool(answer) for answer in answers))
     request._settle_roles = roles  # type: ignore[attr-defined]
     return roles
 
 
 def _supervising(request: HttpRequest) -> bool:
-    return _roles(request)[0]
+    return _roles(request).supervises
 
 
 def _alarms_for(request: HttpRequest) -> list[AuditAlarm]:
@@ -86,4 +94,11 @@ def decides(request: HttpRequest) -> dict[str, Any]:
     Read with ``supervises``, in its statement. The inbox lists only what the user may
     decide whatever the link says.
     """
-    return {"decides": SimpleLazyObject(lambda: _roles(request)[1])}
+    return {"decides": SimpleLazyObject(lambda: _roles(request).decides)}
+
+
+def acts(request: HttpRequest) -> dict[str, Any]:
+    """``acts``: whether the queue offers its selection and bulk actions (a viewer's
+    batch could only be refused). Read with ``supervises``, in its statement; the bulk
+    service checks each item's own permission whatever the page offered."""
+    return {"acts": SimpleLazyObject(lambda: _roles(request).acts)}

@@ -98,6 +98,7 @@ TEMPLATES = [
                 "console.context_processors.audit_alarms",
                 "console.context_processors.supervises",
                 "console.context_processors.decides",
+                "console.context_processors.acts",
             ],
         },
     },

@@ -9,9 +9,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_safe
 from django_htmx.http import HttpResponseClientRedirect
 
-from approvals.actors import Actor
 from console.forms import QueueFilterForm, cursor_encode, page_queries
-from console.services.bulk import bulk_actions_permitted
 from recovery.selectors import (
     operation_jump_for_user,
     operations_queue_for_user,
@@ -53,9 +51,6 @@ def home(request: HttpRequest) -> HttpResponse:
         "page": page,
         "counts": page.counts,
         "has_providers": bool(providers),
-        # A viewer is offered no picking: every batch of theirs could only be refused.
-        "bulk": bool(providers)
-        and bool(bulk_actions_permitted(actor=Actor.of("user", request.user))),
         **page_queries(request.GET, cursor),
     }
     template = "console/queue.html#results" if request.htmx else "console/queue.html"  # type: ignore[attr-defined]
