@@ -1,6 +1,6 @@
 """Imports point one way, down this list: an app imports only the apps below it.
 
-``common`` (canonical JSON and digests, the error codes) and ``dbsql`` (hand-written
+``common`` (canonical JSON and digests, the error codes, outbound HTTP) and ``dbsql`` (hand-written
 SQL) are infrastructure under every app and import none. ``audit`` sits under the operation
 core, which writes its events in the same transaction as each change. The core
 (``recovery``) imports none of its consumers: it records what changed

@@ -40,7 +40,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from recovery.outbound import Target
+from common.outbound import Target
 from recovery.services.errors import Invalid
 from webhooks.endpoints import endpoint_signers
 from webhooks.models import WebhookEndpoint, WebhookMessage

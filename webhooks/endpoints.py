@@ -7,7 +7,7 @@ endpoint
     (``webhook_configured``), the URL redacted and fingerprinted.
 address check
     A URL must be http(s) with a host that resolves only to public addresses
-    (``webhook_url_addresses``, judged by ``recovery.outbound.address_refused``): checked
+    (``webhook_url_addresses``, judged by ``common.outbound.address_refused``): checked
     when an endpoint is added and again before every delivery, as DNS changes.
 """
 
@@ -29,8 +29,8 @@ from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
+from common.outbound import address_refused
 from recovery.models import Host
-from recovery.outbound import address_refused
 from recovery.services.errors import Invalid, NotFound
 from webhooks.models import WebhookEndpoint, WebhookEvent, webhook_url_redacted
 

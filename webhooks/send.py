@@ -8,7 +8,7 @@ signing
 deadline
     Each exchange (connect, TLS, request, status and headers, body) ends
     ``SETTLE_WEBHOOK_TIMEOUT_SECONDS`` after it began, however the receiver spaces its
-    bytes (``recovery.outbound``, which every outbound request goes through).
+    bytes (``common.outbound``, which every outbound request goes through).
     Redirects are never followed.
 """
 
@@ -22,7 +22,7 @@ from django.conf import settings
 from django.utils import timezone
 from standardwebhooks import Webhook
 
-from recovery.outbound import (
+from common.outbound import (
     Target,
     body_read,
     outbound_client,

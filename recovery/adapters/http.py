@@ -1,6 +1,6 @@
 """The HMAC-signed HTTP adapter: ``GET {url}/effects/{key}``, trusted only when signed.
 
-The request goes through ``recovery.outbound`` (a hard deadline of the provider's
+The request goes through ``common.outbound`` (a hard deadline of the provider's
 ``timeout_seconds`` for the whole exchange, no redirects, the body capped); the signature
 check of the answer is this adapter's own. A provider's URL is set by an administrator
 and may be a private address, so no address check applies, as it never has.
@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from common.canonical import CanonicalError, strict_loads
+from common.outbound import Body, body_read, outbound_client, outbound_exchange, target_direct
 from recovery.adapters.base import (
     ABSENT,
     MAX_RECORD_BYTES,
@@ -32,7 +33,6 @@ from recovery.adapters.base import (
     unavailable,
     verdict_result,
 )
-from recovery.outbound import Body, body_read, outbound_client, outbound_exchange, target_direct
 
 # Requests in flight at once to one HTTP provider, for a batch of lookups.
 HTTP_CONCURRENCY = 8

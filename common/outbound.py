@@ -1,7 +1,8 @@
 """Outbound HTTP: the one way Settle asks another system over the network.
 
 Provider lookups (``recovery.adapters.http``) and webhook deliveries (``webhooks.send``)
-both send through it; it lives in the core so that both layers can import it.
+both send through it, and so will whatever else Settle sends (the customer's approval
+links): it lives in the bottom layer, which every app may import.
 
 deadline
     Each exchange (connect, TLS, request, status and headers, body) ends ``seconds`` after
@@ -18,7 +19,7 @@ address check
     only public addresses (``address_refused``), and its request goes to the very address
     checked (``target_pinned``), so a DNS change between check and connection cannot point
     it elsewhere. A provider's URL is set by an administrator and may be private: it is
-    sent to as written (``target_direct``), resolved at connection as before.
+    sent to as written (``target_direct``), resolved at connection.
 """
 
 from __future__ import annotations
