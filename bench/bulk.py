@@ -44,9 +44,9 @@ from bench.recovery import (
     celery_start,
     celery_stop,
 )
+from bulk.models import BulkBatch, BulkItem
+from bulk.services import Pick, bulk_submit
 from common.canonical import canonical_params, params_digest, sha256_digest
-from console.models import BulkBatch, BulkItem
-from console.services.bulk import Pick, bulk_submit
 from recovery.models import Dispatch, Evidence, Host, Operation, Provider, State
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure

@@ -11,7 +11,7 @@ from django.utils.functional import SimpleLazyObject
 
 from audit.alarms import audit_alarms_open
 from audit.models import AuditAlarm
-from console.services.bulk import ACTION_PERMISSIONS
+from bulk.services import ACTION_PERMISSIONS
 from recovery.permissions import ProviderPermission
 from recovery.selectors import audit_alarms_for_user, providers_for_user, providers_supervised
 
@@ -22,7 +22,7 @@ class Roles(NamedTuple):
     acts: bool  # the queue's selection and bulk actions: more than viewing somewhere
 
 
-# What a bulk batch can ask on a provider (``console.services.bulk``), any of them.
+# What a bulk batch can ask on a provider (``bulk.services``), any of them.
 _ACTING = tuple({p for needed in ACTION_PERMISSIONS.values() for p in needed})
 
 

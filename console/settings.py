@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "webhooks",
     "monitoring",
     "identity",
+    "bulk",
     "console",
 ]
 # The benchmarks (bench/) are in a checkout, never in the wheel: an app only where importable.

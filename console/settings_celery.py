@@ -71,7 +71,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     # Running bulk batches whose lease lapsed with items pending are published again.
     "bulk-resume": {
-        "task": "console.tasks.bulk_resume",
+        "task": "bulk.tasks.bulk_resume",
         "schedule": float(SETTLE_BULK_RESUME_SECONDS),
         "options": {"expires": float(SETTLE_BULK_RESUME_SECONDS)},
     },

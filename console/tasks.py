@@ -1,4 +1,5 @@
-"""The console's Celery tasks: bulk work, the dashboard's refresh, audit exports.
+"""The console's Celery tasks: the dashboard's refresh, audit exports (bulk work's are
+``bulk.tasks``).
 
 Thin, as the core's (``recovery.tasks``): each takes ids, calls one service, and is safe
 to run twice. Delivery is at least once (``task_acks_late``): a redelivered or duplicated
@@ -11,28 +12,7 @@ from celery import shared_task
 from django.conf import settings
 
 from console.services.audit_export import audit_export_run
-from console.services.bulk import bulk_chunk_run, bulk_publish_run
-from console.services.bulk import bulk_resume as bulk_resume_run
 from console.services.dashboard import dashboard_refresh as dashboard_refresh_run
-
-
-@shared_task
-def bulk_chunk(batch_id: str, first: int, last: int) -> int:
-    """Do the pending items ``first``..``last`` of a bulk batch (published by the batch)."""
-    return bulk_chunk_run(batch_id=batch_id, first=first, last=last)
-
-
-@shared_task
-def bulk_publish(batch_id: str) -> int:
-    """Publish the chunks of a bulk batch just submitted or approved (published after its
-    commit, so that the request publishes one message at most)."""
-    return bulk_publish_run(batch_id=batch_id)
-
-
-@shared_task
-def bulk_resume() -> int:
-    """Beat's check: publish again the running bulk batches no worker made progress on."""
-    return len(bulk_resume_run())
 
 
 @shared_task

@@ -210,6 +210,22 @@ def stuck(flow: Flow, provider_db: Path) -> Stuck:
     return Stuck(flow, provider_db)
 
 
+@pytest.fixture
+def supervisor(provider: Provider) -> User:
+    return console_user("sam", "supervisor", provider)
+
+
+@pytest.fixture
+def outsider(other_provider: Provider) -> User:
+    """An operator, but of the other provider."""
+    return console_user("oscar", "operator", other_provider)
+
+
+@pytest.fixture
+def other_stuck(host_api: Api, approver_api: Api, other_provider: Provider) -> Stuck:
+    return Stuck(Flow(host_api, approver_api, other_provider), Path(other_provider.path))
+
+
 # ``ledger``, a second provider: the console's outsider works on it, and the alerts tests
 # tell its operations from those of ``orders``.
 @pytest.fixture

@@ -24,6 +24,7 @@ LAYERS = [
     "bench",
     "tests",
     "console",
+    "bulk",
     "identity",
     "monitoring",
     "webhooks",

@@ -1,20 +1,16 @@
 """The console's own rows, one module per area, every model re-exported here.
 
-- ``bulk``: bulk batches and their items;
 - ``dashboard``: the supervisor dashboard's rollup, its refresh state, what is stuck;
 - ``exports``: operators' exports of the audit trail.
 """
 
 from __future__ import annotations
 
-from console.models.bulk import BulkBatch, BulkItem
 from console.models.dashboard import DashboardRefresh, DashboardRollup, DashboardWaiting
 from console.models.exports import AuditExport
 
 __all__ = [
     "AuditExport",
-    "BulkBatch",
-    "BulkItem",
     "DashboardRefresh",
     "DashboardRollup",
     "DashboardWaiting",

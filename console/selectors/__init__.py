@@ -3,7 +3,6 @@
 Each starts from the recovery core's selectors (``recovery.selectors``), so that what a
 console user sees is limited as everywhere else.
 
-- ``bulk``: what a queue filter selects for bulk work, and the batches a user may see;
 - ``dashboard``: the supervisor dashboard's figures, from what its refresh keeps;
 - ``audit_trail``: the audit trail's filters, pages, export and health.
 """

@@ -3,8 +3,6 @@
 Each builds on the recovery core's services (``recovery.services``) and audits through
 ``audit``; nothing below the console imports these.
 
-- ``bulk``: bulk batches — submit, decide (four eyes), publish, resume;
-- ``bulk_items``: doing a batch's items, each through its single-operation service;
 - ``dashboard``: the supervisor dashboard's refresh, its hourly rollup of the audit log;
 - ``dashboard_waiting``: what the dashboard counts as stuck, and its summary;
 - ``audit_export``: audit exports as jobs, written to a file by a worker;

@@ -2,7 +2,7 @@
 
 A selection is either picked by hand (the queue's checkboxes, ``<id>.<version>``) or
 "all that match this filter" (the queue's own filter, in the URL). The preview only
-counts; submitting freezes the list (``console.services.bulk``) and Celery does the
+counts; submitting freezes the list (``bulk.services``) and Celery does the
 items; the batch's page follows them (htmx polling) and ends with a report, also as CSV.
 """
 
@@ -22,23 +22,15 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
 
 from approvals.actors import Actor
-from common.errors import ErrorCode, SettleError
-from console.forms import (
-    BulkSubmitForm,
-    DecisionForm,
-    QueueFilterForm,
-    moment_encode,
-    picks_parse,
-)
-from console.models import BulkBatch, BulkItem
-from console.selectors.bulk import (
+from bulk.models import BulkBatch, BulkItem
+from bulk.selectors import (
     bulk_batch_for_user,
     bulk_batches_for_user,
     bulk_items_for_user,
     operations_matching_count_for_user,
     operations_matching_for_user,
 )
-from console.services.bulk import (
+from bulk.services import (
     Pick,
     bulk_actions_permitted,
     bulk_approvable,
@@ -48,6 +40,14 @@ from console.services.bulk import (
     bulk_passkey_required,
     bulk_statement,
     bulk_submit,
+)
+from common.errors import ErrorCode, SettleError
+from console.forms import (
+    BulkSubmitForm,
+    DecisionForm,
+    QueueFilterForm,
+    moment_encode,
+    picks_parse,
 )
 from console.views.access import refusal_status_raise
 from console.views.signing import json_refusal, signed_record, signing_begin

@@ -153,7 +153,7 @@ def reconciliation_approve(
     whose operation or evidence moved on since the proposal is invalidated
     (``request_invalidated``). ``batch_signed``: the approval is an item of a bulk batch
     whose decision was signed, its statement naming this operation at its version
-    (``console.services.bulk``), so it counts as signed.
+    (``bulk.services``), so it counts as signed.
     """
     operator_permitted(
         operation=operation,

@@ -13,7 +13,7 @@ LOCKED`` — it never waits for a row someone holds — and then, under each, on
 operation's lookup attempts; so it cannot join a cycle either. A batch of background
 lookups (``lookup_batch_run``) locks its operations in one statement, in id order, then
 their attempts; two batches over the same rows take them in the same order. A chunk of a
-bulk batch (``console.services.bulk``) locks its own items first (rows nothing else
+bulk batch (``bulk.services``) locks its own items first (rows nothing else
 locks, ``SKIP LOCKED``), then their operations in id order, as one operator action or
 ``operations_reconcile_many`` does.
 

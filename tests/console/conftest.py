@@ -6,38 +6,18 @@ API, the way they do in production: registered, approved, dispatched, the worker
 lease lapses, a fresh worker's resume queues a lookup of the record, and a background
 worker (the task's body, run here) looks it up.
 
-The operator, the viewer, ``stuck`` and ``other_provider``, which other apps' tests use
-too, are in ``tests/conftest.py``; the helpers behind them in ``tests/support/console.py``.
+The operator, the viewer, the supervisor, the outsider, ``stuck``, ``other_stuck`` and
+``other_provider``, which other apps' tests use too, are in ``tests/conftest.py``; the
+helpers behind them in ``tests/support/console.py``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
-
-from recovery.models import Provider
-from tests.support.console import Stuck, console_user
-from tests.support.flow import Api, Flow
-
-
-@pytest.fixture
-def supervisor(provider: Provider) -> User:
-    return console_user("sam", "supervisor", provider)
-
-
-@pytest.fixture
-def outsider(other_provider: Provider) -> User:
-    """An operator, but of the other provider."""
-    return console_user("oscar", "operator", other_provider)
-
-
-@pytest.fixture
-def other_stuck(host_api: Api, approver_api: Api, other_provider: Provider) -> Stuck:
-    return Stuck(Flow(host_api, approver_api, other_provider), Path(other_provider.path))
 
 
 @pytest.fixture

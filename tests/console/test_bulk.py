@@ -3,7 +3,7 @@ the batch's page, its report and CSV, and approving a void batch — for an oper
 viewer, another provider's operator, anonymous, without CSRF, and from a stale page.
 
 The worker's part is done in this process by the task's own body
-(``tests.console.test_bulk_service.run_batch``).
+(``tests.support.console.run_batch``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from audit.models import AuditEvent
-from console.models import BulkBatch, BulkItem
+from bulk.models import BulkBatch, BulkItem
 from recovery.models import Operation, Provider
 from tests.support.console import client_for, console_user, run_batch
 

@@ -135,8 +135,8 @@ def test_celery_is_at_least_once_and_redis_never_redelivers_a_live_task():
         "recovery.tasks.sweep",
         "recovery.tasks.lookup_attempt",
         "audit.tasks.audit_checkpoint",
-        "console.tasks.bulk_chunk",
-        "console.tasks.bulk_publish",
+        "bulk.tasks.bulk_chunk",
+        "bulk.tasks.bulk_publish",
         "console.tasks.audit_export",
     }
     # Beat publishes only what a worker knows by that name.

@@ -27,8 +27,8 @@ from audit.hashing import SYSTEM_CHAIN, event_export
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from audit.verify import audit_verify
-from console.models import BulkBatch, BulkItem
-from console.services.bulk import Pick, bulk_items_digest, bulk_submit
+from bulk.models import BulkBatch, BulkItem
+from bulk.services import Pick, bulk_items_digest, bulk_submit
 from identity.models import PasskeyUse
 from policies.services import policy_apply
 from recovery.models import Operation, Provider

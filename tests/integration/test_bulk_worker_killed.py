@@ -21,8 +21,8 @@ from django.db.models import Count
 from approvals.actors import Actor
 from audit.models import AuditEvent
 from bench.bulk import matched_seed
-from console.models import BulkBatch, BulkItem
-from console.services.bulk import Pick, bulk_resume, bulk_submit
+from bulk.models import BulkBatch, BulkItem
+from bulk.services import Pick, bulk_resume, bulk_submit
 from recovery.models import Host, Operation
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure

@@ -117,7 +117,7 @@ ADMIN_ONLY = {
     "request_invalidated",
     "claimed",
     "not_claimed",
-    # bulk work from the console (console.services.bulk, and its confirm in reconcile)
+    # bulk work from the console (bulk.services, and its confirm in reconcile)
     "not_backed",
     "empty_selection",
     "selection_too_large",

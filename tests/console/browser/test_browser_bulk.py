@@ -2,7 +2,7 @@
 watch the progress and read the report, then download it as CSV.
 
 The batch's chunks are done by the task's own body in this process
-(``tests.console.test_bulk_service.run_batch``) while the page polls; a real worker is
+(``tests.support.console.run_batch``) while the page polls; a real worker is
 in ``tests/integration/test_bulk_worker_killed.py``.
 """
 
@@ -13,7 +13,7 @@ import csv
 import pytest
 from playwright.sync_api import Page, expect
 
-from console.models import BulkBatch
+from bulk.models import BulkBatch
 from recovery.models import Operation
 from tests.support.browser import screenshot, screenshots_everywhere, sign_in
 from tests.support.console import run_batch

@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.verify import audit_verify
-from console.services.bulk import Pick, bulk_submit
+from bulk.services import Pick, bulk_submit
 from recovery.models import Operation
 from recovery.services.reconcile import operation_reconcile
 from tests.support.browser import (

@@ -7,7 +7,7 @@ batch
     that the web request stays cheap; Celery workers do the items, a chunk of item ids
     per message (``bulk_chunk_run``).
 item
-    Done (``console.services.bulk_items``) through the single-operation service the
+    Done (``bulk.items``) through the single-operation service the
     operation page uses (``operator_lookup``, ``operation_reconcile``), with every check
     it makes: the permission on the item's provider, the version frozen at submission,
     the evidence, a claim by someone else. A refusal is the item's outcome (its code and
@@ -61,10 +61,10 @@ from approvals import signing
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from bulk.items import bulk_confirm_many, bulk_item_run
+from bulk.models import BulkBatch, BulkItem
 from common.canonical import canonical_dumps, sha256_digest
 from common.errors import ErrorCode
-from console.models import BulkBatch, BulkItem
-from console.services.bulk_items import bulk_confirm_many, bulk_item_run
 from policies.services import passkey_required_for
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission
@@ -360,7 +360,7 @@ def bulk_publish_later(*, batch_id: uuid.UUID) -> bool:
     """
     try:
         current_app.send_task(
-            "console.tasks.bulk_publish",
+            "bulk.tasks.bulk_publish",
             args=[str(batch_id)],
             queue=settings.CELERY_TASK_DEFAULT_QUEUE,
         )
@@ -399,7 +399,7 @@ def bulk_publish(batch: BulkBatch, *, send: Callable[..., object] | None = None)
                 send(*args)
             else:
                 current_app.send_task(
-                    "console.tasks.bulk_chunk",
+                    "bulk.tasks.bulk_chunk",
                     args=args,
                     queue=settings.CELERY_TASK_DEFAULT_QUEUE,
                 )

@@ -1,5 +1,5 @@
 """Bulk work's items: each done through its single-operation service, its outcome written
-in the transaction of the change it made (what a batch is: ``console.services.bulk``).
+in the transaction of the change it made (what a batch is: ``bulk.services``).
 
 An item is locked and skipped unless still pending, so that a chunk run twice, or by two
 workers at once, does each item once; a refusal is the item's outcome and never stops
@@ -14,8 +14,8 @@ from django.db import connection
 from django.utils import timezone
 
 from audit.chain import audit_tagged, audit_transaction
+from bulk.models import BulkBatch, BulkItem
 from common.errors import ErrorCode
-from console.models import BulkBatch, BulkItem
 from dbsql.writes import values_update
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission

@@ -18,9 +18,9 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.models import AuditEvent
-from console.models import BulkBatch, BulkItem
-from console.services import bulk as bulk_module
-from console.services.bulk import (
+from bulk import services as bulk_module
+from bulk.models import BulkBatch, BulkItem
+from bulk.services import (
     Pick,
     bulk_chunk_run,
     bulk_decide,
@@ -344,7 +344,7 @@ def test_a_submission_publishes_one_message_however_many_chunks_its_batch_has(
     with django_capture_on_commit_callbacks(execute=True):
         batch = _submit(operator, "confirm", matched)
     # The request's one message; its task (a worker) publishes the four chunks.
-    assert sent == [("console.tasks.bulk_publish", [str(batch.pk)])]
+    assert sent == [("bulk.tasks.bulk_publish", [str(batch.pk)])]
     sent.clear()
     assert bulk_module.bulk_publish_run(batch_id=str(batch.pk)) == 4
-    assert [name for name, _ in sent] == ["console.tasks.bulk_chunk"] * 4
+    assert [name for name, _ in sent] == ["bulk.tasks.bulk_chunk"] * 4

@@ -10,7 +10,7 @@ from recovery.models import Leased, Operation
 
 
 class BulkBatch(Leased, models.Model):
-    """One bulk action on a frozen selection of operations (``console.services.bulk``).
+    """One bulk action on a frozen selection of operations (``bulk.services``).
 
     The selection is frozen when it is submitted, as one ``BulkItem`` per operation with
     the version it had then; later arrivals are never swept in. A lookup or confirm batch
@@ -52,6 +52,7 @@ class BulkBatch(Leased, models.Model):
     refused_count = models.PositiveIntegerField(default=0)
 
     class Meta:
+        db_table = "console_bulkbatch"  # made by the console app, before bulk was an app
         ordering = ["-created_at"]
         indexes = [
             models.Index(
@@ -101,6 +102,7 @@ class BulkItem(models.Model):
     done_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "console_bulkitem"
         ordering = ["id"]
         constraints = [
             models.UniqueConstraint(fields=["batch", "operation_ref"], name="bulk_item_once"),

@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from approvals.actors import Actor
-from console.models import BulkBatch, BulkItem
+from bulk.models import BulkBatch, BulkItem
 from recovery.selectors.access import providers_visible_to
 from recovery.selectors.queue import (
     QueueBranch,
