@@ -185,7 +185,7 @@ ENDPOINTS = [
         },
         codes=(E.UNKNOWN_PROVIDER, E.KEY_CONFLICT, E.INVALID_PARAMS, E.PARAMS_TOO_LARGE),
         errors={
-            404: "unknown_provider",
+            404: "unknown_provider: no such provider",
             409: "key_conflict: the key exists with a different action, provider or params",
             413: "body_too_large, or params_too_large (over 64 KiB canonical)",
             422: "missing_field, invalid_field, or invalid_params (with a reason: "
