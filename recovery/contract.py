@@ -5,8 +5,9 @@ which refuses duplicate keys and non-finite numbers first), build every response
 them, and ``recovery.openapi`` generates the OpenAPI document from them. A validation
 error becomes one of the API's stable error codes in one place: ``refusal``.
 
-Models are strict: no coercion (``"5"`` is not 5, ``true`` is not 1) and no unknown
-fields. Text is valid Unicode without NUL; patterns match the whole value.
+Models are strict: no coercion (``"5"`` is not 5, ``true`` is not 1; 5.0 is 5, as JSON
+has one kind of number) and no unknown fields. Text is valid Unicode without NUL;
+patterns match the whole value.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
@@ -26,7 +28,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from approvals.services import MAX_TTL_SECONDS
-from common.canonical import MAX_SAFE_INTEGER
+from common.canonical import MAX_DEPTH, MAX_PARAMS_BYTES, MAX_SAFE_INTEGER
 from common.errors import ErrorCode, SettleError
 from recovery.models import State
 
@@ -47,6 +49,19 @@ def _no_nul(value: str) -> str:
 
 
 NoNul = AfterValidator(_no_nul)
+
+
+def _whole(value: Any) -> Any:
+    # JSON has one kind of number, and to JSON Schema (the document's) 300.0 is the
+    # integer 300: a host whose encoder writes it so is sending what the document allows.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# An integer field: a whole number, however it is written (300 or 300.0); never text or
+# a boolean.
+Whole = BeforeValidator(_whole)
 # Each text field: at most so many characters, without NUL, matching its pattern.
 Key = Annotated[str, StringConstraints(max_length=200, pattern=KEY_PATTERN), NoNul]
 Name = Annotated[str, StringConstraints(max_length=200, pattern=NAME_PATTERN), NoNul]
@@ -67,21 +82,62 @@ class Body(BaseModel):
 # -- requests -------------------------------------------------------------------------
 
 
+# The values params may hold, as JSON Schema: ``ParamsValue<n>`` is a value with at most
+# n levels of objects and arrays inside it (itself included), so that the schema says the
+# depth ``common.canonical`` allows. Numbers are within ±(2^53-1): a float beyond, such
+# as 1e21, is also taken as written, but only the safe range is promised, as the same
+# value written with integer digits is refused. Text has no NUL.
+PARAMS_VALUE = "ParamsValue{levels}"
+# Where the OpenAPI document keeps its schemas (``recovery.openapi``).
+REF = "#/components/schemas/{model}"
+_NO_NUL = r"^[^\x00]*$"
+_SCALAR = {
+    "minimum": -MAX_SAFE_INTEGER,
+    "maximum": MAX_SAFE_INTEGER,
+    "pattern": _NO_NUL,
+}
+
+
+def _params_value(levels: int) -> dict[str, str]:
+    return {"$ref": REF.format(model=PARAMS_VALUE.format(levels=levels))}
+
+
+def params_value_schemas() -> dict[str, dict[str, Any]]:
+    """The ``ParamsValue<n>`` schemas, for the document's components."""
+    schemas: dict[str, dict[str, Any]] = {
+        PARAMS_VALUE.format(levels=0): {
+            "type": ["null", "boolean", "number", "string"],
+            **_SCALAR,
+        }
+    }
+    for levels in range(1, MAX_DEPTH):
+        inner = _params_value(levels - 1)
+        schemas[PARAMS_VALUE.format(levels=levels)] = {
+            "type": ["null", "boolean", "number", "string", "array", "object"],
+            **_SCALAR,
+            "items": inner,
+            "propertyNames": {"pattern": _NO_NUL},
+            "additionalProperties": inner,
+        }
+    return schemas
+
+
+def params_schema() -> dict[str, Any]:
+    """The schema of ``params``: an object at depth 1, its values one level down."""
+    return {
+        "type": "object",
+        "description": f"At most {MAX_PARAMS_BYTES // 1024} KiB canonical (RFC 8785), "
+        f"depth ≤ {MAX_DEPTH}, finite numbers within ±(2^53-1), text without NUL.",
+        "propertyNames": {"pattern": _NO_NUL},
+        "additionalProperties": _params_value(MAX_DEPTH - 1),
+    }
+
+
 class RegisterRequest(Body):
     key: Key
     action: Name
     provider: ProviderName
-    params: Any = Field(
-        json_schema_extra={
-            "type": "object",
-            "description": "At most 64 KiB canonical (RFC 8785), depth ≤ 10, finite "
-            "numbers, integers within ±(2^53-1).",
-        }
-    )
-
-
-class EmptyRequest(Body):
-    """No fields: the body may be empty or ``{}``."""
+    params: Any = Field(json_schema_extra=params_schema())
 
 
 class OpenApprovalRequest(Body):
@@ -93,7 +149,7 @@ class OpenApprovalRequest(Body):
 
 class DecisionRequest(Body):
     decision: Literal["approve", "deny"]
-    ttl_seconds: Annotated[int, Field(ge=1, le=MAX_TTL_SECONDS)] = 300
+    ttl_seconds: Annotated[int, Field(ge=1, le=MAX_TTL_SECONDS), Whole] = 300
     params_digest: Digest = Field(description="The digest of the parameters reviewed.")
     reason: Reason = ""
 
@@ -126,7 +182,7 @@ class CallbackRequest(Body):
     status: Outcome
     params_digest: Digest
     reference: Reference
-    sequence: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
+    sequence: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), Whole]
 
 
 # -- responses ------------------------------------------------------------------------

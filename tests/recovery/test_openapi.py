@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client
 from django.urls import resolve
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
+import recovery.api
 from approvals.services import Refusal
+from common.canonical import CanonicalError, canonical_params
 from common.errors import ErrorCode
-from recovery import contract, urls
+from recovery import contract, openapi, urls
 from recovery.openapi import openapi_document
 from tests.support.contract import ContractViolation, response_check, route_template
 
@@ -348,3 +355,224 @@ def _pointer_of(endpoint: str, status: str) -> str:
         f"#/paths/~1api~1v1~1operations~1{{key}}~1{endpoint}/post/responses/{status}"
         "/content/application~1json/schema"
     )
+
+
+# -- each operation's statuses: those of every code its view can answer with -----------
+
+FIRST_PARTY = ("recovery.", "approvals.", "policies.", "common.", "identity.")
+CALLS = re.compile(r"\b(?:(\w+)\.)?(\w+)\(")
+# Caller checks in api_view that a signed endpoint (no bearer token) never reaches.
+BEARER_ONLY = {"_authenticate", "_rate_limit"}
+
+
+def _first_party(function: object) -> bool:
+    return inspect.isfunction(function) and function.__module__.startswith(FIRST_PARTY)
+
+
+def codes_reached(function: Any, *, skip: frozenset[str] = frozenset()) -> set[ErrorCode]:
+    """The ErrorCode members named in ``function`` and in every first-party function it
+    calls by name (``name(`` or ``module.name(``), transitively."""
+    found: set[ErrorCode] = set()
+    pending = [inspect.unwrap(function)]
+    seen: set[Any] = set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        text = inspect.getsource(current)
+        found |= {ErrorCode[member] for member in MEMBERS.findall(text)}
+        for owner, name in CALLS.findall(text):
+            if name in skip:
+                continue
+            target = current.__globals__.get(owner or name)
+            if owner:
+                target = getattr(target, name, None) if inspect.ismodule(target) else None
+            if target is not None and _first_party(inspect.unwrap(target)):
+                pending.append(inspect.unwrap(target))
+    return found
+
+
+def test_every_operation_declares_the_status_of_every_code_its_view_can_answer(document):
+    """Walks each view, the api_view around it and every first-party function they call:
+    a code named there (an api one) whose status its operation does not declare fails."""
+    missing = {}
+    for pattern in API_ROUTES:
+        path = documented_path(str(pattern.pattern))
+        for method, operation in document["paths"][path].items():
+            if method == "parameters":
+                continue
+            signed = operation.get("security") == []
+            around = codes_reached(
+                recovery.api.api_view, skip=frozenset(BEARER_ONLY if signed else ())
+            )
+            if signed:
+                around.discard(ErrorCode.RATE_LIMITED)  # only answered, never raised, there
+            # The view's own decorator is api_view, walked above as this caller meets it.
+            view = codes_reached(pattern.callback, skip=frozenset({"api_view"}))
+            codes = {c for c in view | around if c.api}
+            undeclared = sorted(
+                f"{code.value} ({code.status})"
+                for code in codes
+                if str(code.status) not in operation["responses"]
+            )
+            if undeclared:
+                missing[f"{method.upper()} {path}"] = undeclared
+    assert missing == {}
+
+
+def test_the_walk_sees_the_codes_a_view_answers_with():
+    """The walk above reaches into services: the decision's refusals, the dispatch's."""
+    decision = codes_reached(recovery.api.approval_decision)
+    assert {ErrorCode.ALREADY_DECIDED, ErrorCode.DIGEST_MISMATCH, ErrorCode.INVALID_TTL} <= decision
+    assert ErrorCode.MISSING_FIELD in decision  # through _parse and contract.refusal
+    assert ErrorCode.ALREADY_CONSUMED in codes_reached(recovery.api.operation_dispatch)
+
+
+def test_every_write_declares_every_status_a_service_refusal_has(document):
+    """A refusal added to the enum later (``api``) is declared on every write with no edit."""
+    statuses = {str(code.status) for code in openapi.SERVICE}
+    for endpoint in openapi.ENDPOINTS:
+        if endpoint.writes:
+            responses = document["paths"][endpoint.path][endpoint.method]["responses"]
+            assert statuses <= set(responses), endpoint.operation_id
+
+
+def test_every_operation_declares_400_401_403_404_422_429_as_the_code_answers_them(document):
+    for endpoint in openapi.ENDPOINTS:
+        responses = document["paths"][endpoint.path][endpoint.method]["responses"]
+        expected = {"404", "405", "500", "503"}
+        if not endpoint.signed:
+            expected |= {"401", "403", "429"}
+        if endpoint.body:
+            expected |= {"400", "413", "415", "422"}
+        assert expected <= set(responses), endpoint.operation_id
+        if endpoint.signed:
+            assert "403" not in responses and "429" not in responses
+
+
+# -- params: the schema says what common.canonical refuses --------------------------
+
+
+def nested(levels: int) -> Any:
+    """A value with ``levels`` levels of objects and arrays (alternating), 1 inside."""
+    value: Any = 1
+    for level in range(levels):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+@pytest.fixture(scope="module")
+def params_valid(document) -> Any:
+    validator = Draft202012Validator(
+        {**document, "$ref": "#/components/schemas/RegisterRequest/properties/params"}
+    )
+    return validator.is_valid
+
+
+SAFE = 2**53 - 1
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"n": SAFE, "m": -SAFE, "f": 1.5, "z": -0.0, "t": True, "x": None},
+        {"s": "text é \U0001f600", "é": [1, "two", {"three": 3.0}]},
+        {"deep": nested(9)},  # ten levels with params itself
+    ],
+)
+def test_params_the_schema_allows_are_accepted(params_valid, params):
+    assert params_valid(params)
+    canonical_params(params)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"n": SAFE + 1},
+        {"n": -SAFE - 1},
+        {"n": float(2**53)},
+        {"a": [{"b": 2**60}]},
+        {"s": "a\x00b"},
+        {"a\x00": 1},
+        {"a": {"b\x00": 1}},
+        {"deep": nested(10)},  # eleven levels
+        [],
+        "text",
+    ],
+)
+def test_params_the_server_refuses_are_refused_by_the_schema(params_valid, params):
+    assert not params_valid(params)
+    with pytest.raises(CanonicalError):
+        canonical_params(params)
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**64), max_value=2**64)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(params=st.dictionaries(st.text(max_size=3), JSON, max_size=4))
+def test_params_the_schema_allows_are_never_refused(params_valid, params):
+    """What the fuzzer relies on: schema-valid params always have a canonical form."""
+    if params_valid(params):
+        canonical_params(params)
+
+
+# -- links --------------------------------------------------------------------------
+
+
+def test_every_link_names_an_operation_and_its_parameters(document):
+    operations = {
+        operation["operationId"]: (path, item, operation)
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        if method != "parameters"
+    }
+    links = 0
+    for _, _, operation in operations.values():
+        for response in operation["responses"].values():
+            for name, link in response.get("links", {}).items():
+                links += 1
+                _, item, target = operations[link["operationId"]]
+                declared = {p["name"] for p in item.get("parameters", [])}
+                assert set(link["parameters"]) <= declared, name
+                body = target.get("requestBody", {}).get("content", {})
+                if "requestBody" in link:
+                    ref = body["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+                    fields = document["components"]["schemas"][ref]["properties"]
+                    assert set(link["requestBody"]) <= set(fields), name
+    assert links >= 10
+
+
+def test_a_registration_links_to_what_a_host_does_with_its_key(document):
+    links = document["paths"]["/api/v1/operations"]["post"]["responses"]["201"]["links"]
+    targets = {link["operationId"] for link in links.values()}
+    assert {"openApproval", "dispatchOperation", "resumeOperation", "reportResult"} <= targets
+    opened = document["paths"]["/api/v1/operations/{key}/approvals"]["post"]["responses"]
+    targets = {link["operationId"] for link in opened["201"]["links"].values()}
+    assert targets == {"getApproval", "decideApproval"}
+
+
+def test_every_request_body_is_the_model_its_view_parses(document):
+    """POST .../approvals was once documented as taking no field while its view took
+    ``proposer``: what the fuzzer sent as invalid, the server accepted."""
+    for pattern in API_ROUTES:
+        path = documented_path(str(pattern.pattern))
+        parsed = set(re.findall(r"contract\.(\w+Request)\b", inspect.getsource(pattern.callback)))
+        for method, operation in document["paths"][path].items():
+            if method == "parameters":
+                continue
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            documented = {body["schema"]["$ref"].rsplit("/", 1)[1]} if body else set()
+            assert documented == parsed, (method, path)
