@@ -15,6 +15,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from console.settings_env import env_int, env_str
+from console.settings_security import HTTPS
 
 # The one the plain names configure; its callback is /accounts/oidc/sso/login/callback/.
 SETTLE_OIDC_DEFAULT_ID = "sso"
@@ -145,21 +146,28 @@ MFA_PASSKEY_LOGIN_ENABLED = True
 MFA_WEBAUTHN_USER_VERIFICATION = "required"
 # The origin is checked against the host the browser reached, always.
 MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = False
-# Who must have used a passkey in their session before the console serves them:
-# nobody (empty), or every supervisor (identity.passkeys.PasskeyRequiredMiddleware).
-_PASSKEY_REQUIRED_FOR = ("", "supervisor")
+# Who must have used a passkey in their session before the console, or the API through
+# their session, serves them (identity.passkeys.PasskeyRequiredMiddleware): supervisors,
+# approvers (anyone who may decide an approval), both, or nobody. Unset, it follows
+# SETTLE_HTTPS as the other protections do: everyone who can decide an approval in
+# production, nobody on the embedded default (plain http://127.0.0.1, password sign-in).
+_PASSKEY_ROLES = ("supervisor", "approver")
 
 
-def _require_passkey_for() -> str:
-    value = env_str("SETTLE_REQUIRE_PASSKEY_FOR", "").strip()
-    if value not in _PASSKEY_REQUIRED_FOR:
+def _require_passkey_for(*, https: bool) -> tuple[str, ...]:
+    value = env_str("SETTLE_REQUIRE_PASSKEY_FOR", ",".join(_PASSKEY_ROLES) if https else "none")
+    names = {name.strip() for name in value.split(",") if name.strip()}
+    if names <= {"none"}:
+        return ()
+    if not names <= set(_PASSKEY_ROLES):
         raise ImproperlyConfigured(
-            f"SETTLE_REQUIRE_PASSKEY_FOR={value!r}: leave it empty or set it to supervisor"
+            f"SETTLE_REQUIRE_PASSKEY_FOR={value!r}: name the roles it holds, comma separated, "
+            "of supervisor, approver; or none"
         )
-    return value
+    return tuple(role for role in _PASSKEY_ROLES if role in names)
 
 
-SETTLE_REQUIRE_PASSKEY_FOR = _require_passkey_for()
+SETTLE_REQUIRE_PASSKEY_FOR = _require_passkey_for(https=HTTPS)
 
 # How long a session lasts (identity.sessions): at most SETTLE_SESSION_MAX_AGE_MINUTES
 # from sign-in, however busy (its expiry is set once, at sign-in: never slid by a
