@@ -8,9 +8,11 @@ the same names with its id in them (``SETTLE_OIDC_PARTNER_ISSUER`` for ``partner
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -35,12 +37,30 @@ class OidcProvider:
     allowed_groups: tuple[str, ...]
 
 
-def _oidc_provider(provider_id: str, prefix: str) -> OidcProvider | None:
+def _loopback(issuer: str) -> bool:
+    """Whether the issuer's host is this machine (a test's identity provider)."""
+    host = urlsplit(issuer).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _oidc_provider(provider_id: str, prefix: str, *, https: bool) -> OidcProvider | None:
     issuer = env_str(f"{prefix}_ISSUER", "").strip().rstrip("/")
     if not issuer:
         return None
     if not issuer.startswith(("https://", "http://")):
         raise ImproperlyConfigured(f"{prefix}_ISSUER={issuer!r} is not an http(s) URL")
+    # Discovery, the keys that sign ID tokens and the token exchange all come from the
+    # issuer: over plain HTTP anyone on the path could sign people in as anyone.
+    if https and not issuer.startswith("https://") and not _loopback(issuer):
+        raise ImproperlyConfigured(
+            f"{prefix}_ISSUER={issuer!r}: SETTLE_HTTPS is on, so the issuer must be an "
+            "https:// URL (http:// only on a loopback address)"
+        )
     client_id = env_str(f"{prefix}_CLIENT_ID", "")
     secret = env_str(f"{prefix}_CLIENT_SECRET", "")
     if not client_id or not secret:
@@ -57,9 +77,9 @@ def _oidc_provider(provider_id: str, prefix: str) -> OidcProvider | None:
     )
 
 
-def _oidc_providers() -> tuple[OidcProvider, ...]:
+def _oidc_providers(*, https: bool) -> tuple[OidcProvider, ...]:
     found = []
-    plain = _oidc_provider(SETTLE_OIDC_DEFAULT_ID, "SETTLE_OIDC")
+    plain = _oidc_provider(SETTLE_OIDC_DEFAULT_ID, "SETTLE_OIDC", https=https)
     if plain:
         found.append(plain)
     for provider_id in (p.strip() for p in env_str("SETTLE_OIDC_PROVIDERS", "").split(",")):
@@ -70,7 +90,7 @@ def _oidc_providers() -> tuple[OidcProvider, ...]:
                 f"SETTLE_OIDC_PROVIDERS: {provider_id!r} is not a lower-case name other than sso"
             )
         prefix = "SETTLE_OIDC_" + provider_id.upper().replace("-", "_")
-        provider = _oidc_provider(provider_id, prefix)
+        provider = _oidc_provider(provider_id, prefix, https=https)
         if provider is None:
             raise ImproperlyConfigured(
                 f"SETTLE_OIDC_PROVIDERS names {provider_id}: set {prefix}_ISSUER"
@@ -79,7 +99,7 @@ def _oidc_providers() -> tuple[OidcProvider, ...]:
     return tuple(found)
 
 
-SETTLE_OIDC = _oidc_providers()
+SETTLE_OIDC = _oidc_providers(https=HTTPS)
 # With single sign-on on, password sign-in is for superusers alone (break-glass).
 SETTLE_SSO_ENABLED = bool(SETTLE_OIDC)
 # Directory groups to Settle roles (``identity.rolemap``), reviewed like code; read at

@@ -65,6 +65,15 @@ def _start(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[s
         ),
         ({"SETTLE_OIDC_ISSUER": "id.example.com"}, "SETTLE_OIDC_ISSUER='id.example.com' is not"),
         (
+            {
+                "SETTLE_HTTPS": "true",
+                "SETTLE_OIDC_ISSUER": "http://id.example.com",
+                "SETTLE_OIDC_CLIENT_ID": "settle",
+                "SETTLE_OIDC_CLIENT_SECRET": "s",
+            },
+            "SETTLE_OIDC_ISSUER='http://id.example.com': SETTLE_HTTPS is on",
+        ),
+        (
             {"SETTLE_REQUIRE_PASSKEY_FOR": "supervisor,everyone"},
             "SETTLE_REQUIRE_PASSKEY_FOR='supervisor,everyone': name the roles",
         ),
