@@ -347,3 +347,10 @@ def test_confirmation_page_is_a_console_page_that_takes_the_password(supervisor)
     assert confirmed.status_code == 302
     assert confirmed["Location"] == "/accounts/2fa/webauthn/add/"
     assert client.get("/accounts/2fa/webauthn/add/").status_code == 200
+
+
+def test_a_held_sessions_path_with_a_nul_byte_is_refused_and_recorded(required, supervisor):
+    response = _signed_in(supervisor).get("/api/v1/approvals/a%00b")
+    assert (response.status_code, response.json()["error"]) == (403, "passkey_required")
+    refused = AuditEvent.objects.get(kind=AuditKind.PASSKEY_HOLD_REFUSED)
+    assert refused.data["path"] == "/api/v1/approvals/ab"
