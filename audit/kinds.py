@@ -64,5 +64,8 @@ class AuditKind(models.TextChoices):
     SIGN_IN_REFUSED = "sign_in_refused", "Sign-in refused"
     ROLES_SYNCED = "roles_synced", "Roles synced from the directory"
     SESSIONS_ENDED = "sessions_ended", "Sessions ended"
+    # A session held until its person uses a passkey (SETTLE_REQUIRE_PASSKEY_FOR) tried
+    # to act, or to read through the API.
+    PASSKEY_HOLD_REFUSED = "passkey_hold_refused", "Refused until a passkey is used"
     PASSKEY_ADDED = "passkey_added", "Passkey registered"
     PASSKEY_REMOVED = "passkey_removed", "Passkey removed"

@@ -8,13 +8,16 @@ the same names with its id in them (``SETTLE_OIDC_PARTNER_ISSUER`` for ``partner
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
 from console.settings_env import env_int, env_str
+from console.settings_security import HTTPS
 
 # The one the plain names configure; its callback is /accounts/oidc/sso/login/callback/.
 SETTLE_OIDC_DEFAULT_ID = "sso"
@@ -34,12 +37,30 @@ class OidcProvider:
     allowed_groups: tuple[str, ...]
 
 
-def _oidc_provider(provider_id: str, prefix: str) -> OidcProvider | None:
+def _loopback(issuer: str) -> bool:
+    """Whether the issuer's host is this machine (a test's identity provider)."""
+    host = urlsplit(issuer).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _oidc_provider(provider_id: str, prefix: str, *, https: bool) -> OidcProvider | None:
     issuer = env_str(f"{prefix}_ISSUER", "").strip().rstrip("/")
     if not issuer:
         return None
     if not issuer.startswith(("https://", "http://")):
         raise ImproperlyConfigured(f"{prefix}_ISSUER={issuer!r} is not an http(s) URL")
+    # Discovery, the keys that sign ID tokens and the token exchange all come from the
+    # issuer: over plain HTTP anyone on the path could sign people in as anyone.
+    if https and not issuer.startswith("https://") and not _loopback(issuer):
+        raise ImproperlyConfigured(
+            f"{prefix}_ISSUER={issuer!r}: SETTLE_HTTPS is on, so the issuer must be an "
+            "https:// URL (http:// only on a loopback address)"
+        )
     client_id = env_str(f"{prefix}_CLIENT_ID", "")
     secret = env_str(f"{prefix}_CLIENT_SECRET", "")
     if not client_id or not secret:
@@ -56,9 +77,9 @@ def _oidc_provider(provider_id: str, prefix: str) -> OidcProvider | None:
     )
 
 
-def _oidc_providers() -> tuple[OidcProvider, ...]:
+def _oidc_providers(*, https: bool) -> tuple[OidcProvider, ...]:
     found = []
-    plain = _oidc_provider(SETTLE_OIDC_DEFAULT_ID, "SETTLE_OIDC")
+    plain = _oidc_provider(SETTLE_OIDC_DEFAULT_ID, "SETTLE_OIDC", https=https)
     if plain:
         found.append(plain)
     for provider_id in (p.strip() for p in env_str("SETTLE_OIDC_PROVIDERS", "").split(",")):
@@ -69,7 +90,7 @@ def _oidc_providers() -> tuple[OidcProvider, ...]:
                 f"SETTLE_OIDC_PROVIDERS: {provider_id!r} is not a lower-case name other than sso"
             )
         prefix = "SETTLE_OIDC_" + provider_id.upper().replace("-", "_")
-        provider = _oidc_provider(provider_id, prefix)
+        provider = _oidc_provider(provider_id, prefix, https=https)
         if provider is None:
             raise ImproperlyConfigured(
                 f"SETTLE_OIDC_PROVIDERS names {provider_id}: set {prefix}_ISSUER"
@@ -78,7 +99,7 @@ def _oidc_providers() -> tuple[OidcProvider, ...]:
     return tuple(found)
 
 
-SETTLE_OIDC = _oidc_providers()
+SETTLE_OIDC = _oidc_providers(https=HTTPS)
 # With single sign-on on, password sign-in is for superusers alone (break-glass).
 SETTLE_SSO_ENABLED = bool(SETTLE_OIDC)
 # Directory groups to Settle roles (``identity.rolemap``), reviewed like code; read at
@@ -145,21 +166,28 @@ MFA_PASSKEY_LOGIN_ENABLED = True
 MFA_WEBAUTHN_USER_VERIFICATION = "required"
 # The origin is checked against the host the browser reached, always.
 MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = False
-# Who must have used a passkey in their session before the console serves them:
-# nobody (empty), or every supervisor (identity.passkeys.PasskeyRequiredMiddleware).
-_PASSKEY_REQUIRED_FOR = ("", "supervisor")
+# Who must have used a passkey in their session before the console, or the API through
+# their session, serves them (identity.passkeys.PasskeyRequiredMiddleware): supervisors,
+# approvers (anyone who may decide an approval), both, or nobody. Unset, it follows
+# SETTLE_HTTPS as the other protections do: everyone who can decide an approval in
+# production, nobody on the embedded default (plain http://127.0.0.1, password sign-in).
+_PASSKEY_ROLES = ("supervisor", "approver")
 
 
-def _require_passkey_for() -> str:
-    value = env_str("SETTLE_REQUIRE_PASSKEY_FOR", "").strip()
-    if value not in _PASSKEY_REQUIRED_FOR:
+def _require_passkey_for(*, https: bool) -> tuple[str, ...]:
+    value = env_str("SETTLE_REQUIRE_PASSKEY_FOR", ",".join(_PASSKEY_ROLES) if https else "none")
+    names = {name.strip() for name in value.split(",") if name.strip()}
+    if names <= {"none"}:
+        return ()
+    if not names <= set(_PASSKEY_ROLES):
         raise ImproperlyConfigured(
-            f"SETTLE_REQUIRE_PASSKEY_FOR={value!r}: leave it empty or set it to supervisor"
+            f"SETTLE_REQUIRE_PASSKEY_FOR={value!r}: name the roles it holds, comma separated, "
+            "of supervisor, approver; or none"
         )
-    return value
+    return tuple(role for role in _PASSKEY_ROLES if role in names)
 
 
-SETTLE_REQUIRE_PASSKEY_FOR = _require_passkey_for()
+SETTLE_REQUIRE_PASSKEY_FOR = _require_passkey_for(https=HTTPS)
 
 # How long a session lasts (identity.sessions): at most SETTLE_SESSION_MAX_AGE_MINUTES
 # from sign-in, however busy (its expiry is set once, at sign-in: never slid by a

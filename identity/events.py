@@ -188,3 +188,20 @@ def sign_in_refused(
         )
     if _recordable(request, AuditKind.SIGN_IN_REFUSED, data):
         audit_append(kind=AuditKind.SIGN_IN_REFUSED, actor=SIGN_IN, data=data)
+
+
+@audit_transaction()
+def passkey_hold_refused(request: HttpRequest, user: AbstractBaseUser, held_for: list[str]) -> None:
+    """A held session refused (``passkey_required``): an API call made with it, or a form
+    it posted; a page it asked for is only sent to the page that says why."""
+    data: dict[str, Any] = {
+        **user_named(user),
+        "code": str(ErrorCode.PASSKEY_REQUIRED),
+        "held_for": held_for,  # the roles SETTLE_REQUIRE_PASSKEY_FOR names
+        "method": request.method or "",
+        # As asked, short of what a database's text cannot hold.
+        "path": request.path.replace("\x00", "")[:200],
+        "address": client_address(request),
+    }
+    if _recordable(request, AuditKind.PASSKEY_HOLD_REFUSED, data):
+        audit_append(kind=AuditKind.PASSKEY_HOLD_REFUSED, actor=Actor.of("user", user), data=data)

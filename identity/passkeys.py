@@ -1,4 +1,4 @@
-"""Passkeys: their audit events, and the console held until a supervisor has used one.
+"""Passkeys: their audit events, and the console and API held until a person has used one.
 
 allauth.mfa does the WebAuthn ceremonies (fido2 underneath) and keeps each passkey as an
 ``Authenticator`` with its registration response. Here Settle records every passkey
@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
 from fido2 import cbor
 from fido2.utils import websafe_encode
@@ -27,8 +27,11 @@ from fido2.webauthn import RegistrationResponse
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.errors import ErrorCode
 from identity.audited import user_named
-from recovery.selectors import audit_supervisor
+from identity.events import passkey_hold_refused
+from recovery.permissions import ProviderPermission
+from recovery.selectors import audit_supervisor, providers_for_user
 
 
 def _passkey_data(user: AbstractBaseUser, authenticator: Authenticator) -> dict[str, Any]:
@@ -108,48 +111,79 @@ def passkey_used(request: HttpRequest, user: AbstractBaseUser) -> bool:
     )
 
 
-class PasskeyRequiredMiddleware:
-    """With ``SETTLE_REQUIRE_PASSKEY_FOR=supervisor``, a supervisor who has not used a
-    passkey in this session is sent to the page that says why, from every page but the
-    passkey pages, sign-in, sign-out and static files.
+# The permission on a provider that makes someone each role SETTLE_REQUIRE_PASSKEY_FOR
+# names: a supervisor as the navigation knows one (``audit_supervisor``), an approver as
+# anyone who may decide an approval (a supervisor holds both). Superusers hold every one.
+_ROLE_PERMISSIONS = {
+    "supervisor": ProviderPermission.APPROVE_RECONCILIATIONS,
+    "approver": ProviderPermission.DECIDE_APPROVALS,
+}
 
-    A supervisor as the navigation knows one (``audit_supervisor``): anyone holding
-    ``approve_reconciliations`` on a provider, and superusers, who hold it on all.
+
+class PasskeyRequiredMiddleware:
+    """With ``SETTLE_REQUIRE_PASSKEY_FOR`` naming roles (``supervisor``, ``approver``), a
+    person in one of them who has not used a passkey in this session is held: a page is
+    sent to the one that says why, and the host API answers 403 ``passkey_required`` to
+    anything the session asks of it. Only the passkey pages, sign-in, sign-out, static
+    files and the API's document stay open.
+
+    The API is held too because its approval endpoints accept a console session (with
+    its CSRF token). A request that carries an ``Authorization`` header is not the
+    session's: the API authenticates it by that token alone, never by the cookie.
 
     Asked on every request rather than once at sign-in: a role granted while a session
     is open applies from its next request, as every other role change does. The passkey
     mark is allauth's own record of the session's sign-in steps (no query); only a
-    signed-in user without it costs one statement, the one the navigation asks anyway
-    (whether the user supervises), whose answer is left on the request for it.
+    signed-in user without it costs one statement. Where the hold is for supervisors
+    alone, it is the one the navigation asks anyway (whether the user supervises), and
+    its answer is left on the request for it.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if settings.SETTLE_REQUIRE_PASSKEY_FOR and self._held(request):
-            url = reverse("passkey-required")
-            if getattr(request, "htmx", False):
-                held = HttpResponse(status=403)
-                held["HX-Redirect"] = url
-                return held
-            return HttpResponseRedirect(url)
-        return self.get_response(request)
+        if not (settings.SETTLE_REQUIRE_PASSKEY_FOR and self._held(request)):
+            return self.get_response(request)
+        user = request.user
+        assert user.is_authenticated  # only a signed-in person is held
+        api = request.path_info.startswith("/api/")
+        if api or request.method not in ("GET", "HEAD", "OPTIONS"):
+            # Tried to act (or to read through the API): on the record, as refusals are.
+            passkey_hold_refused(request, user, list(settings.SETTLE_REQUIRE_PASSKEY_FOR))
+        if api:
+            code = ErrorCode.PASSKEY_REQUIRED
+            message = "use a passkey in this session first (the console asks for it)"
+            return JsonResponse({"error": code, "message": message}, status=code.status)
+        url = reverse("passkey-required")
+        if getattr(request, "htmx", False):
+            held = HttpResponse(status=403)
+            held["HX-Redirect"] = url
+            return held
+        return HttpResponseRedirect(url)
 
     def _held(self, request: HttpRequest) -> bool:
         if request.path_info.startswith(_exempt_paths()):
             return False
+        if request.path_info.startswith("/api/") and "Authorization" in request.headers:
+            return False  # a token's request (recovery.api._authenticate), not the session's
         user = request.user
         if not user.is_authenticated or passkey_used(request, user):
             return False
-        supervising = audit_supervisor(user=user)
-        request._settle_supervising = supervising  # type: ignore[attr-defined]
-        return supervising
+        roles = settings.SETTLE_REQUIRE_PASSKEY_FOR
+        if tuple(roles) == ("supervisor",):
+            supervising = audit_supervisor(user=user)
+            request._settle_supervising = supervising  # type: ignore[attr-defined]
+            return supervising
+        if user.is_superuser:
+            return True
+        permissions = tuple(_ROLE_PERMISSIONS[role] for role in roles)
+        return providers_for_user(user=user, permissions=permissions).exists()
 
 
 def _exempt_paths() -> tuple[str, ...]:
-    """What a held supervisor may still reach: enough to register a passkey, prove it,
-    or leave. The host API signs in with tokens, never a session."""
+    """What a held person may still reach: enough to register a passkey, prove it, or
+    leave; and the API's document, which is public."""
     return (
         "/" + settings.STATIC_URL.lstrip("/"),
         reverse("passkey-required"),
@@ -158,5 +192,5 @@ def _exempt_paths() -> tuple[str, ...]:
         reverse("login"),
         reverse("logout"),
         reverse("account_logout"),
-        "/api/",
+        reverse("openapi"),
     )

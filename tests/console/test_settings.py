@@ -64,6 +64,19 @@ def _start(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[s
             "SETTLE_OIDC_ISSUER is set: set SETTLE_OIDC_CLIENT_ID and _SECRET",
         ),
         ({"SETTLE_OIDC_ISSUER": "id.example.com"}, "SETTLE_OIDC_ISSUER='id.example.com' is not"),
+        (
+            {
+                "SETTLE_HTTPS": "true",
+                "SETTLE_OIDC_ISSUER": "http://id.example.com",
+                "SETTLE_OIDC_CLIENT_ID": "settle",
+                "SETTLE_OIDC_CLIENT_SECRET": "s",
+            },
+            "SETTLE_OIDC_ISSUER='http://id.example.com': SETTLE_HTTPS is on",
+        ),
+        (
+            {"SETTLE_REQUIRE_PASSKEY_FOR": "supervisor,everyone"},
+            "SETTLE_REQUIRE_PASSKEY_FOR='supervisor,everyone': name the roles",
+        ),
         ({"SETTLE_OIDC_PROVIDERS": "Partner"}, "SETTLE_OIDC_PROVIDERS: 'Partner' is not a"),
         ({"SETTLE_OIDC_PROVIDERS": "partner"}, "set SETTLE_OIDC_PARTNER_ISSUER"),
         ({"SETTLE_OIDC_ROLE_MAP": "/nowhere/roles.toml"}, "SETTLE_OIDC_ROLE_MAP='/nowhere/"),

@@ -130,7 +130,7 @@ def test_passkey_not_unlocked_signs_nobody_in(page: Page, authenticator, operato
 def test_supervisor_held_until_they_register_and_use_a_passkey(
     page: Page, authenticator, settings, provider, operator
 ):
-    settings.SETTLE_REQUIRE_PASSKEY_FOR = "supervisor"
+    settings.SETTLE_REQUIRE_PASSKEY_FOR = ("supervisor",)
     supervisor = console_user("sasha", "supervisor", provider)
     sign_in(page, supervisor.username)
     expect(page).to_have_url(re.compile(r"/passkey-required/$"))
