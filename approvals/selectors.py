@@ -19,6 +19,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Func, Q, QuerySet,
 
 from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote, Permit, PermitEvent
+from dbsql.clock import DatabaseNow
 
 
 class _ListHoldsAny(Func):
@@ -47,6 +48,15 @@ class _ListHoldsAny(Func):
         self, compiler: Any, connection: Any, **extra: Any
     ) -> tuple[str, tuple[Any, ...]]:
         return self._exists(compiler, "jsonb_array_elements_text(%s) AS g(value)")
+
+
+def decidable_now() -> Q:
+    """Pending, and not past its ``expires_at`` by the database's clock: what a person
+    may still decide. The sweep closes the rest when it comes by; until then they are
+    not offered, as a decision on them would be refused (``approval_expired``)."""
+    return Q(status=Approval.Status.PENDING) & (
+        Q(expires_at__isnull=True) | Q(expires_at__gt=DatabaseNow())
+    )
 
 
 def approvals_with_standing(*, user: Any) -> QuerySet[Approval]:

@@ -179,8 +179,10 @@ def approval_decide(
     """Decide a pending approval of exactly ``binding``; approving issues the permit.
 
     One compare-and-set on the approval, judged and timed by the database's clock;
-    the permit is valid for ``ttl_seconds`` from that moment. An approval decided by
-    votes is decided here only once they are ``counted``; before, ``NeedsVotes``.
+    the permit is valid for ``ttl_seconds`` from that moment. A pending approval past
+    its ``expires_at`` by that clock is ``approval_expired``, whether or not the sweep
+    has come by. An approval decided by votes is decided here only once they are
+    ``counted``; before, ``NeedsVotes``.
     """
     if not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise ApprovalError(ErrorCode.INVALID_TTL, f"ttl_seconds must be 1..{MAX_TTL_SECONDS}")
@@ -190,7 +192,8 @@ def approval_decide(
         Approval._meta.db_table,
         "status = %s, decided_by = %s, decided_at = {now}, decision_reason = %s",
         "id = %s AND status = %s AND operation_key = %s AND action = %s AND provider = %s "
-        "AND params_digest = %s" + ("" if counted else " AND NOT voting"),
+        "AND params_digest = %s AND (expires_at IS NULL OR expires_at > {now})"
+        + ("" if counted else " AND NOT voting"),
         [
             status,
             decided_by.stored,
@@ -202,11 +205,14 @@ def approval_decide(
             binding.action,
             binding.provider,
             binding.params_digest,
+            NOW,
         ],
         [str(field.column) for field in fields],
     )
     if row is None:
         current = Approval.objects.filter(pk=approval_id).first()
+        if current is not None and approval_expired(approval=current):
+            raise ApprovalError(ErrorCode.APPROVAL_EXPIRED)
         if current is not None and current.status == Approval.Status.PENDING and current.voting:
             raise NeedsVotes
         if current is None or current.status == Approval.Status.PENDING:
@@ -227,6 +233,17 @@ def approval_decide(
     )
     insert([permit])
     return approval, permit
+
+
+def approval_expired(*, approval: Approval) -> bool:
+    """Whether a pending approval is past its ``expires_at`` by the database's clock.
+
+    Past it, no decision counts, though the sweep may not have closed it yet. Once past,
+    always past: a read after a refused compare-and-set judges it as that statement did.
+    """
+    if approval.status != Approval.Status.PENDING or approval.expires_at is None:
+        return False
+    return approval.expires_at <= db_now()
 
 
 def approval_vote(

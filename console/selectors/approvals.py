@@ -2,10 +2,11 @@
 page.
 
 decidable
-    Pending; of a provider on which the user holds ``decide_approvals``; one the
-    policy lets the user decide (``approvals.selectors.approvals_with_standing``: not
-    their own proposal, from the groups it named); and not one the user has voted on
-    already (a person decides once).
+    Pending and not past its ``expires_at`` (``approvals.selectors.decidable_now``,
+    whether or not the sweep has closed it yet); of a provider on which the user holds
+    ``decide_approvals``; one the policy lets the user decide
+    (``approvals.selectors.approvals_with_standing``: not their own proposal, from the
+    groups it named); and not one the user has voted on already (a person decides once).
 
 The deciding service checks again (``recovery.services.permits.approval_decision``):
 this is what the console offers, not what makes a decision valid.
@@ -30,7 +31,7 @@ from django.db.models.functions import Coalesce
 from django.utils.text import Truncator
 
 from approvals.models import Approval, ApprovalVote
-from approvals.selectors import approvals_with_standing
+from approvals.selectors import approvals_with_standing, decidable_now
 from recovery.models import Operation
 from recovery.params_diff import params_rows
 from recovery.permissions import ProviderPermission
@@ -60,7 +61,7 @@ def approvals_decidable(*, user: Any) -> QuerySet[Approval]:
     return (
         approvals_with_standing(user=user)
         .filter(
-            status=Approval.Status.PENDING,
+            decidable_now(),
             provider__in=providers.values("name"),
             in_groups=True,
             by_proposer=False,

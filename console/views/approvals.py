@@ -188,7 +188,13 @@ def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
         )
     except SettleError as exc:  # the service's refusal, or the signature's (identity.signing)
         refusal_status_raise(exc)
-        messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
+        # A decision after its time closes the approval (as the sweep would have).
+        after = (
+            "It is closed as expired."
+            if exc.code == ErrorCode.APPROVAL_EXPIRED
+            else "Nothing changed."
+        )
+        messages.error(request, f"Refused ({exc.code.value}): {exc.message}. {after}")
     else:
         messages.success(request, _outcome(decided, approve, permit is not None))
     return redirect("approval", approval_id=approval.pk)
