@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -259,11 +260,20 @@ def approval_vote(
 
     The caller holds the lock on the approval's operation, so votes on one approval are
     counted one at a time. A voter decides once: the same person again is
-    ``already_voted``, however the first vote went.
+    ``already_voted``, however the first vote went and whatever they are called now
+    (votes are unique on ``Actor.identity``). Two accounts with one e-mail address (a
+    directory account and a break-glass one, say) are one person: the second is
+    ``already_voted`` too.
     """
+    if _same_email_voted(approval=approval, voter=voter):
+        raise ApprovalError(
+            ErrorCode.ALREADY_VOTED,
+            "another account with your e-mail address has decided this approval already",
+        )
     vote = ApprovalVote(
         approval=approval,
         voter=voter,
+        voter_identity=voter.identity,
         approve=approve,
         reason=reason,
         params_digest=approval.params_digest,
@@ -276,6 +286,24 @@ def approval_vote(
         return vote, 0
     approvals = approval.votes.filter(approve=True).count() if approval.required > 1 else 1
     return vote, approvals
+
+
+def _same_email_voted(*, approval: Approval, voter: Actor) -> bool:
+    """Whether another user with ``voter``'s e-mail address (compared case-insensitively;
+    none: nobody) has voted on ``approval``. E-mail addresses as they are now."""
+    if voter.kind != "user" or not voter.id.isdigit():
+        return False
+    users = get_user_model()._default_manager
+    email_field = get_user_model().get_email_field_name()
+    email = users.filter(pk=int(voter.id)).values_list(email_field, flat=True).first()
+    if not email:
+        return False
+    voted = approval.votes.filter(voter_identity__startswith="user:").values_list(
+        "voter_identity", flat=True
+    )
+    ids = [int(ident) for _, _, ident in (v.partition(":") for v in voted) if ident.isdigit()]
+    others = users.filter(pk__in=ids, **{f"{email_field}__iexact": email})
+    return others.exclude(pk=int(voter.id)).exists()
 
 
 class Recorded:

@@ -13,7 +13,7 @@ from approvals import services as approvals
 from approvals import signing
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
-from approvals.selectors import approvals_with_standing
+from approvals.selectors import approvals_with_standing, proposer_user_for
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
@@ -66,8 +66,9 @@ def approval_open(
 
     The policy in force (``policies``) says what the new approval needs; where it
     approves or denies by itself, Settle decides it here, in the same transaction,
-    naming the rule. ``proposer``: the username of the person the host acts for, who
-    never decides it.
+    naming the rule. ``proposer``: the username of the person the host acts for
+    (case-insensitive), who never decides it; the user it names now is kept by id
+    (``approvals.selectors``' ``proposer``).
     """
     operation = operation_lock(operation)
     if operation.state != State.AWAITING_APPROVAL:
@@ -134,6 +135,7 @@ def _approval_fields(terms: Terms, proposer: str) -> dict[str, Any]:
         "groups": list(rule.groups),
         "passkey_required": terms.passkey,
         "proposer": proposer,
+        "proposer_user": proposer_user_for(name=proposer),
         "voting": bool(rule.approvals > 1 or rule.groups or terms.passkey or proposer),
         "expires_at": after(rule.expires_after),
         "notify_groups": list(rule.notify),

@@ -68,6 +68,7 @@ def _vote(approval: Approval, user: User, *, approve: bool, reason: str = "", si
     return ApprovalVote.objects.create(
         approval=approval,
         voter=Actor.of("user", user),
+        voter_identity=Actor.of("user", user).identity,
         approve=approve,
         reason=reason,
         params_digest=approval.params_digest,

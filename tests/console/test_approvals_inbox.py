@@ -86,6 +86,19 @@ def test_the_proposer_never_sees_their_own_action(signed_in, decider, flow):
     assert _listed(signed_in(decider).get("/approvals/")) == [str(theirs.pk)]
 
 
+def test_the_proposer_named_in_another_case_or_renamed_never_sees_it(
+    signed_in, decider, supervisor, flow
+):
+    flow.register("op-1")
+    opened = flow.host_api.post("/api/v1/operations/op-1/approvals", {"proposer": "Dora"})
+    assert opened.status_code == 201, opened.content
+    assert _listed(signed_in(decider).get("/approvals/")) == []
+    decider.username = "dora2"
+    decider.save(update_fields=["username"])
+    assert _listed(signed_in(decider).get("/approvals/")) == []
+    assert _listed(signed_in(supervisor).get("/approvals/")) == [opened.json()["approval_id"]]
+
+
 def test_an_approval_they_voted_on_leaves_their_inbox_but_not_anothers(
     signed_in, decider, supervisor, flow
 ):
@@ -93,6 +106,7 @@ def test_an_approval_they_voted_on_leaves_their_inbox_but_not_anothers(
     ApprovalVote.objects.create(
         approval=approval,
         voter=Actor.of("user", decider),
+        voter_identity=Actor.of("user", decider).identity,
         approve=True,
         params_digest=approval.params_digest,
         at=timezone.now(),
