@@ -123,6 +123,16 @@ def test_a_proposer_settle_does_not_know_yet_is_excluded_once_they_arrive(flow: 
 # -- two accounts of one person ----------------------------------------------------------
 
 
+def test_the_proposers_break_glass_account_is_the_proposer_too(flow: Flow, provider):
+    directory = console_user("ann", "decide_approvals", provider)
+    break_glass = console_user("admin-ann", "decide_approvals", provider)
+    User.objects.filter(pk=directory.pk).update(email="ann@example.com")
+    User.objects.filter(pk=break_glass.pk).update(email="ANN@example.com", is_superuser=True)
+    approval_id = _open(flow, proposer="ann")
+    assert _refused(User.objects.get(pk=break_glass.pk), approval_id) == "proposer_excluded"
+    assert not ApprovalVote.objects.exists()
+
+
 def test_a_break_glass_account_with_the_directorys_e_mail_is_the_same_person(
     flow: Flow, quorum: None, provider
 ):
