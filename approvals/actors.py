@@ -51,6 +51,14 @@ class Actor:
             return f"{self.kind}:{self.id}:{self.name}"
         return f"{self.kind}:{self.name}" if self.name else self.kind
 
+    @property
+    def identity(self) -> str:
+        """Who it is, whatever its name: ``kind:id`` (a person votes once by this).
+
+        An actor written before ids were kept has only its name to go by.
+        """
+        return f"{self.kind}:{self.id}" if self.id else self.stored
+
     @classmethod
     def parse(cls, stored: str) -> Actor:
         kind, _, rest = stored.partition(":")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -86,8 +87,18 @@ class Approval(models.Model):
     # decision decides it in one statement, as before policies.
     voting = models.BooleanField(default=False)
     decision_reason = models.CharField(max_length=500, blank=True)
-    # The person on whose behalf the host asked (a username); they never count.
+    # The person on whose behalf the host asked, as the host named them; they never
+    # count. ``proposer_user``: the user that name resolved to when it opened (a username,
+    # case-insensitive), kept by id so that a rename changes nothing; none when it named
+    # nobody Settle knew, and then whoever holds that username when deciding is left out.
     proposer = models.CharField(max_length=150, blank=True)
+    proposer_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     # A person's decision is due by then; the sweep expires it.
     expires_at = models.DateTimeField(null=True, blank=True)
     # Reaching people: who is told, who is told next, and when each message went.
@@ -123,13 +134,16 @@ class Approval(models.Model):
 class ApprovalVote(models.Model):
     """One person's decision on an approval; a quorum counts distinct voters.
 
-    A person decides an approval once (the same person twice counts once). A signed
+    A person decides an approval once (the same person twice counts once, however
+    renamed in between: unique on the voter's identity, not its name). A signed
     vote keeps the WebAuthn assertion over the statement it signed
     (``approvals.signing``), so the decision can be verified without trusting the row.
     """
 
     approval = models.ForeignKey(Approval, on_delete=models.PROTECT, related_name="votes")
     voter = ActorField(blank=False)
+    # ``voter.identity`` (kind and id): one vote per person whatever their name becomes.
+    voter_identity = models.CharField(max_length=200)
     approve = models.BooleanField()
     reason = models.CharField(max_length=500, blank=True)
     params_digest = models.CharField(max_length=71)
@@ -139,7 +153,9 @@ class ApprovalVote(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["approval", "voter"], name="approval_vote_once"),
+            models.UniqueConstraint(
+                fields=["approval", "voter_identity"], name="approval_vote_once_per_person"
+            ),
         ]
 
     def __str__(self) -> str:

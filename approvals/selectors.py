@@ -3,10 +3,17 @@
 standing
     The policy's rules on whose decision counts, once, as SQL the inbox filters on and
     the deciding service reads for one approval to name its refusal
-    (``approvals_with_standing``): never the proposer's own action
-    (``Approval.proposer``, a username), and, where the policy named groups, only a
-    member of one of them (the user's Django groups, which sign-on mirrors from the
-    directory).
+    (``approvals_with_standing``): never the proposer's own action, and, where the
+    policy named groups, only a member of one of them (the user's Django groups, which
+    sign-on mirrors from the directory).
+
+proposer
+    A person, not a text. The host names them by username, case-insensitively; the user
+    it names when the approval opens is kept by id (``Approval.proposer_user``), so a
+    rename later changes nothing, and so is any account with that user's e-mail address
+    (compared case-insensitively, as votes are). A name that resolves to nobody (or to
+    more than one user) is kept as text: whoever holds that username, in any case, when
+    deciding is the proposer.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db.models import BooleanField, ExpressionWrapper, Func, Q, QuerySet, Subquery
 
 from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote, Permit, PermitEvent
+from dbsql.clock import DatabaseNow
 
 
 class _ListHoldsAny(Func):
@@ -49,13 +58,47 @@ class _ListHoldsAny(Func):
         return self._exists(compiler, "jsonb_array_elements_text(%s) AS g(value)")
 
 
+def decidable_now() -> Q:
+    """Pending, and not past its ``expires_at`` by the database's clock: what a person
+    may still decide. The sweep closes the rest when it comes by; until then they are
+    not offered, as a decision on them would be refused (``approval_expired``)."""
+    return Q(status=Approval.Status.PENDING) & (
+        Q(expires_at__isnull=True) | Q(expires_at__gt=DatabaseNow())
+    )
+
+
+def proposer_user_for(*, name: str) -> Any | None:
+    """The user a host's ``proposer`` names: the one whose username it is, compared
+    case-insensitively (``Ann`` names ``ann``); None when it names nobody, or more than
+    one user (then the name itself is compared at each decision: see ``standing``)."""
+    if not name:
+        return None
+    model = get_user_model()
+    found = list(model._default_manager.filter(**{f"{model.USERNAME_FIELD}__iexact": name})[:2])
+    return found[0] if len(found) == 1 else None
+
+
+def _by_proposer(user: Any) -> Q:
+    """Whether ``user`` is the approval's proposer (see ``standing``)."""
+    # Each term is false, never NULL, where no user was kept: the inbox filters on
+    # ``by_proposer=False``, which a NULL would fail.
+    kept = Q(proposer_user__isnull=False)
+    named = Q(proposer_user__isnull=True) & ~Q(proposer="")
+    mine = (kept & Q(proposer_user=user.pk)) | (named & Q(proposer__iexact=user.get_username()))
+    email = getattr(user, user.get_email_field_name(), "")
+    if email:
+        # Another account of the same person (a break-glass one, say) is them too.
+        mine |= kept & Q(**{f"proposer_user__{user.get_email_field_name()}__iexact": email})
+    return mine
+
+
 def approvals_with_standing(*, user: Any) -> QuerySet[Approval]:
     """Approvals, each with ``user``'s standing under its policy (see ``standing``):
     ``by_proposer`` (the action is the user's own proposal) and ``in_groups`` (the
     policy named no groups, or the user is in one of them)."""
     groups = Subquery(user.groups.values("name"))
     return Approval.objects.annotate(
-        by_proposer=ExpressionWrapper(Q(proposer=user.get_username()), output_field=BooleanField()),
+        by_proposer=ExpressionWrapper(_by_proposer(user), output_field=BooleanField()),
         in_groups=ExpressionWrapper(
             Q(groups=[]) | Q(_ListHoldsAny("groups", groups)), output_field=BooleanField()
         ),

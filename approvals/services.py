@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -179,8 +180,10 @@ def approval_decide(
     """Decide a pending approval of exactly ``binding``; approving issues the permit.
 
     One compare-and-set on the approval, judged and timed by the database's clock;
-    the permit is valid for ``ttl_seconds`` from that moment. An approval decided by
-    votes is decided here only once they are ``counted``; before, ``NeedsVotes``.
+    the permit is valid for ``ttl_seconds`` from that moment. A pending approval past
+    its ``expires_at`` by that clock is ``approval_expired``, whether or not the sweep
+    has come by. An approval decided by votes is decided here only once they are
+    ``counted``; before, ``NeedsVotes``.
     """
     if not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise ApprovalError(ErrorCode.INVALID_TTL, f"ttl_seconds must be 1..{MAX_TTL_SECONDS}")
@@ -190,7 +193,8 @@ def approval_decide(
         Approval._meta.db_table,
         "status = %s, decided_by = %s, decided_at = {now}, decision_reason = %s",
         "id = %s AND status = %s AND operation_key = %s AND action = %s AND provider = %s "
-        "AND params_digest = %s" + ("" if counted else " AND NOT voting"),
+        "AND params_digest = %s AND (expires_at IS NULL OR expires_at > {now})"
+        + ("" if counted else " AND NOT voting"),
         [
             status,
             decided_by.stored,
@@ -202,11 +206,14 @@ def approval_decide(
             binding.action,
             binding.provider,
             binding.params_digest,
+            NOW,
         ],
         [str(field.column) for field in fields],
     )
     if row is None:
         current = Approval.objects.filter(pk=approval_id).first()
+        if current is not None and approval_expired(approval=current):
+            raise ApprovalError(ErrorCode.APPROVAL_EXPIRED)
         if current is not None and current.status == Approval.Status.PENDING and current.voting:
             raise NeedsVotes
         if current is None or current.status == Approval.Status.PENDING:
@@ -229,6 +236,17 @@ def approval_decide(
     return approval, permit
 
 
+def approval_expired(*, approval: Approval) -> bool:
+    """Whether a pending approval is past its ``expires_at`` by the database's clock.
+
+    Past it, no decision counts, though the sweep may not have closed it yet. Once past,
+    always past: a read after a refused compare-and-set judges it as that statement did.
+    """
+    if approval.status != Approval.Status.PENDING or approval.expires_at is None:
+        return False
+    return approval.expires_at <= db_now()
+
+
 def approval_vote(
     *,
     approval: Approval,
@@ -242,11 +260,20 @@ def approval_vote(
 
     The caller holds the lock on the approval's operation, so votes on one approval are
     counted one at a time. A voter decides once: the same person again is
-    ``already_voted``, however the first vote went.
+    ``already_voted``, however the first vote went and whatever they are called now
+    (votes are unique on ``Actor.identity``). Two accounts with one e-mail address (a
+    directory account and a break-glass one, say) are one person: the second is
+    ``already_voted`` too.
     """
+    if _same_email_voted(approval=approval, voter=voter):
+        raise ApprovalError(
+            ErrorCode.ALREADY_VOTED,
+            "another account with your e-mail address has decided this approval already",
+        )
     vote = ApprovalVote(
         approval=approval,
         voter=voter,
+        voter_identity=voter.identity,
         approve=approve,
         reason=reason,
         params_digest=approval.params_digest,
@@ -259,6 +286,24 @@ def approval_vote(
         return vote, 0
     approvals = approval.votes.filter(approve=True).count() if approval.required > 1 else 1
     return vote, approvals
+
+
+def _same_email_voted(*, approval: Approval, voter: Actor) -> bool:
+    """Whether another user with ``voter``'s e-mail address (compared case-insensitively;
+    none: nobody) has voted on ``approval``. E-mail addresses as they are now."""
+    if voter.kind != "user" or not voter.id.isdigit():
+        return False
+    users = get_user_model()._default_manager
+    email_field = get_user_model().get_email_field_name()
+    email = users.filter(pk=int(voter.id)).values_list(email_field, flat=True).first()
+    if not email:
+        return False
+    voted = approval.votes.filter(voter_identity__startswith="user:").values_list(
+        "voter_identity", flat=True
+    )
+    ids = [int(ident) for _, _, ident in (v.partition(":") for v in voted) if ident.isdigit()]
+    others = users.filter(pk__in=ids, **{f"{email_field}__iexact": email})
+    return others.exclude(pk=int(voter.id)).exists()
 
 
 class Recorded:

@@ -71,6 +71,12 @@ class ErrorCode(StrEnum):
     INVALID_TTL = "invalid_ttl", 422, "ttl_seconds is out of range", True
     # a person's decision on an approval (recovery.services.permits)
     ALREADY_VOTED = "already_voted", 409, "you have decided this approval already", True
+    APPROVAL_EXPIRED = (
+        "approval_expired",
+        409,
+        "the approval expired before this decision: ask the host to open a new one",
+        True,
+    )
     PROPOSER_EXCLUDED = "proposer_excluded", 403, "the proposer may not decide it", True
     NOT_IN_GROUP = "not_in_group", 403, "it needs a person from other groups", True
     PASSKEY_REQUIRED = "passkey_required", 403, "this decision must be signed with a passkey", True

@@ -2,10 +2,11 @@
 page.
 
 decidable
-    Pending; of a provider on which the user holds ``decide_approvals``; one the
-    policy lets the user decide (``approvals.selectors.approvals_with_standing``: not
-    their own proposal, from the groups it named); and not one the user has voted on
-    already (a person decides once).
+    Pending and not past its ``expires_at`` (``approvals.selectors.decidable_now``,
+    whether or not the sweep has closed it yet); of a provider on which the user holds
+    ``decide_approvals``; one the policy lets the user decide
+    (``approvals.selectors.approvals_with_standing``: not their own proposal, from the
+    groups it named); and not one the user has voted on already (a person decides once).
 
 The deciding service checks again (``recovery.services.permits.approval_decision``):
 this is what the console offers, not what makes a decision valid.
@@ -29,8 +30,9 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils.text import Truncator
 
+from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote
-from approvals.selectors import approvals_with_standing
+from approvals.selectors import approvals_with_standing, decidable_now
 from recovery.models import Operation
 from recovery.params_diff import params_rows
 from recovery.permissions import ProviderPermission
@@ -41,26 +43,19 @@ SUMMARY_CHARS = 90
 EARLIER_SHOWN = 10
 
 
-def _voter_prefix(user: Any) -> str:
-    """How a user's votes begin in the voter column (``Actor.stored``: kind, id, name).
-
-    By id, not by the whole text: a vote cast before a rename is still the user's.
-    """
-    return f"user:{user.pk}:"
-
-
 def approvals_decidable(*, user: Any) -> QuerySet[Approval]:
     """The pending approvals ``user`` may decide now (see the module's ``decidable``)."""
     if not user.is_authenticated or not user.is_active:
         return Approval.objects.none()
     providers = providers_for_user(user=user, permissions=(ProviderPermission.DECIDE_APPROVALS,))
+    # By identity, not by name: a vote cast before a rename is still the user's.
     voted = ApprovalVote.objects.filter(
-        approval=OuterRef("pk"), voter__startswith=_voter_prefix(user)
+        approval=OuterRef("pk"), voter_identity=Actor.of("user", user).identity
     )
     return (
         approvals_with_standing(user=user)
         .filter(
-            status=Approval.Status.PENDING,
+            decidable_now(),
             provider__in=providers.values("name"),
             in_groups=True,
             by_proposer=False,
@@ -139,6 +134,14 @@ def approvals_inbox(*, user: Any, filters: InboxFilters) -> tuple[list[InboxRow]
 
 def approval_decidable_by(*, user: Any, approval: Approval) -> bool:
     return approvals_decidable(user=user).filter(pk=approval.pk).exists()
+
+
+def approval_proposed_by(*, user: Any, approval: Approval) -> bool:
+    """Whether ``user`` is the person the host named as the approval's proposer."""
+    if not approval.proposer:
+        return False
+    standing = approvals_with_standing(user=user).filter(pk=approval.pk)
+    return standing.filter(by_proposer=True).exists()  # type: ignore[misc]
 
 
 def operations_earlier(*, user: Any, operation: Operation) -> list[Operation]:

@@ -19,6 +19,7 @@ from common.errors import ErrorCode, SettleError
 from console.forms import ApprovalDecisionForm, InboxFilterForm
 from console.selectors.approvals import (
     approval_decidable_by,
+    approval_proposed_by,
     approvals_inbox,
     operations_earlier,
 )
@@ -102,7 +103,7 @@ def approval_detail(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
         "remaining": max(approval.required - approving, 0),
         "my_vote": mine,
         "may_decide": may_decide,
-        "proposer_is_me": approval.proposer == request.user.get_username(),
+        "proposer_is_me": approval_proposed_by(user=request.user, approval=approval),
         "earlier": operations_earlier(user=request.user, operation=operation),
         "form": ApprovalDecisionForm(initial={"params_digest": operation.params_digest}),
         "has_passkey": may_decide and passkey_held(user=request.user),
@@ -188,7 +189,13 @@ def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
         )
     except SettleError as exc:  # the service's refusal, or the signature's (identity.signing)
         refusal_status_raise(exc)
-        messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
+        # A decision after its time closes the approval (as the sweep would have).
+        after = (
+            "It is closed as expired."
+            if exc.code == ErrorCode.APPROVAL_EXPIRED
+            else "Nothing changed."
+        )
+        messages.error(request, f"Refused ({exc.code.value}): {exc.message}. {after}")
     else:
         messages.success(request, _outcome(decided, approve, permit is not None))
     return redirect("approval", approval_id=approval.pk)

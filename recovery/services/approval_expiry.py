@@ -9,6 +9,11 @@ transaction. The change carries the approval's id and the decision, so its recor
 hear of it as of any decision: the hosts' ``approval.decided`` webhook says
 ``expired``, and resume answers ``closed`` with state ``expired``, as after a denial.
 
+A decision that comes after ``expires_at`` is refused whatever the sweep's lag
+(``approvals.services.approval_decide`` compares it with the database's clock in its
+compare-and-set); it expires the approval there and then, through the same steps
+(``approval_expire_at_decision``), so the inbox stops offering it.
+
 Lock order as everywhere (``locking``): the operations first, ``SKIP LOCKED`` — one a
 host or an approver holds right now is left to the next sweep, which finds it decided or
 still due — then each approval's compare-and-set under its operation's lock.
@@ -27,10 +32,11 @@ from approvals.actors import Actor
 from approvals.models import Approval
 from audit.chain import audit_append, audit_chain_locked, audit_transaction
 from audit.kinds import AuditKind
+from dbsql.clock import db_now
 from recovery.models import Operation, State
 from recovery.services.locking import locking
 from recovery.services.lookups import SWEEPER_ACTOR
-from recovery.transitions import Change, Event, operation_transition_many
+from recovery.transitions import Change, Event, operation_transition, operation_transition_many
 
 logger = logging.getLogger(__name__)
 
@@ -68,40 +74,67 @@ def approvals_expire(
         expired, changes = [], []
         for operation in operations:
             approval_id = due[operation.key]
-            # Under the operation's lock nobody decides it, yet the status is compared
-            # anyway: a decision that committed after the read above must win.
-            won = Approval.objects.filter(
-                pk=approval_id, status=PENDING, expires_at__lte=now
-            ).update(status=EXPIRED, decided_by=actor, decided_at=now)
-            if won != 1:
-                continue
-            expired.append(approval_id)
-            audit_append(
-                kind=AuditKind.APPROVAL_EXPIRED,
-                operation=operation,
-                actor=actor,
-                data={"approval_id": str(approval_id), "at": now.isoformat()},
-            )
-            if operation.state != State.AWAITING_APPROVAL:
-                # An approval left pending by an operation that moved on without it:
-                # closed, on the record, and nothing else moves.
-                logger.warning(
-                    "approval %s of %s expired in %s", approval_id, operation.key, operation.state
-                )
-                continue
-            changes.append(
-                Change(
-                    operation,
-                    Event.EXPIRE,
-                    data={"approval_id": str(approval_id), "decision": EXPIRED.value},
-                )
-            )
+            won, change = _approval_expire(operation, approval_id, now, actor)
+            if won:
+                expired.append(approval_id)
+            if change is not None:
+                changes.append(change)
         # The operations are locked and were read under the lock: a refusal here is a
         # bug, and raising takes back the approvals' expiry with it.
         refused = operation_transition_many(changes=changes, actor=actor)
         if refused:
             raise refused[0]
     return expired
+
+
+def approval_expire_at_decision(*, operation: Operation, approval_id: uuid.UUID) -> bool:
+    """Expire one approval found past due by a decision, as the sweep would have.
+
+    A decision that comes after ``expires_at`` is refused whatever the sweep's lag; the
+    approval is closed at once (and its operation with it) so that nobody is offered it
+    again. The caller holds the operation's lock (``audit_chain_locked``) and its
+    transaction, which also records the refusal: both commit together. False if it was
+    not pending and due by the database's clock. Settle's expiry has one actor, the
+    sweeper's, whichever path found it due.
+    """
+    won, change = _approval_expire(operation, approval_id, db_now(), SWEEPER_ACTOR)
+    if change is not None:
+        operation_transition(
+            operation=operation, event=change.event, actor=SWEEPER_ACTOR, data=change.data
+        )
+    return won
+
+
+def _approval_expire(
+    operation: Operation, approval_id: uuid.UUID, now: datetime, actor: Actor
+) -> tuple[bool, Change | None]:
+    """Expire the approval if still pending and due by ``now``, on the operation's
+    chain; whether it did, and the operation's transition to make, if any.
+
+    The operation is locked by the caller.
+    """
+    # Under the operation's lock nobody decides it, yet the status is compared anyway:
+    # a decision that committed after the caller's read must win.
+    won = Approval.objects.filter(pk=approval_id, status=PENDING, expires_at__lte=now).update(
+        status=EXPIRED, decided_by=actor, decided_at=now
+    )
+    if won != 1:
+        return False, None
+    audit_append(
+        kind=AuditKind.APPROVAL_EXPIRED,
+        operation=operation,
+        actor=actor,
+        data={"approval_id": str(approval_id), "at": now.isoformat()},
+    )
+    if operation.state != State.AWAITING_APPROVAL:
+        # An approval left pending by an operation that moved on without it: closed, on
+        # the record, and nothing else moves.
+        logger.warning(
+            "approval %s of %s expired in %s", approval_id, operation.key, operation.state
+        )
+        return True, None
+    data = {"approval_id": str(approval_id), "decision": EXPIRED.value}
+    return True, Change(operation, Event.EXPIRE, data=data)
 
 
 def approvals_expire_due(*, now: datetime, max_batches: int = 10) -> int:

@@ -13,7 +13,7 @@ from approvals import services as approvals
 from approvals import signing
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
-from approvals.selectors import approvals_with_standing
+from approvals.selectors import approvals_with_standing, proposer_user_for
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
@@ -25,6 +25,7 @@ from recovery.models import (
 )
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require
+from recovery.services.approval_expiry import approval_expire_at_decision
 from recovery.services.errors import Forbidden, NotFound, RecoveryError
 from recovery.services.locking import (
     OperationRef,
@@ -65,8 +66,9 @@ def approval_open(
 
     The policy in force (``policies``) says what the new approval needs; where it
     approves or denies by itself, Settle decides it here, in the same transaction,
-    naming the rule. ``proposer``: the username of the person the host acts for, who
-    never decides it.
+    naming the rule. ``proposer``: the username of the person the host acts for
+    (case-insensitive), who never decides it; the user it names now is kept by id
+    (``approvals.selectors``' ``proposer``).
     """
     operation = operation_lock(operation)
     if operation.state != State.AWAITING_APPROVAL:
@@ -133,6 +135,7 @@ def _approval_fields(terms: Terms, proposer: str) -> dict[str, Any]:
         "groups": list(rule.groups),
         "passkey_required": terms.passkey,
         "proposer": proposer,
+        "proposer_user": proposer_user_for(name=proposer),
         "voting": bool(rule.approvals > 1 or rule.groups or terms.passkey or proposer),
         "expires_at": after(rule.expires_after),
         "notify_groups": list(rule.notify),
@@ -212,10 +215,14 @@ def approval_decision(
                 params_digest=operation.params_digest,
             )
         if decided_by.kind == "system":
-            return _decide(operation, approval_id, approve, ttl_seconds, decided_by, reason, True)
+            return _decide(
+                operation, approval_id, approve, ttl_seconds, decided_by, reason, True, refuse
+            )
         if not signature:
             try:
-                return _decide(operation, approval_id, approve, ttl_seconds, decided_by, reason)
+                return _decide(
+                    operation, approval_id, approve, ttl_seconds, decided_by, reason, refuse=refuse
+                )
             except approvals.NeedsVotes:
                 pass
         approval = Approval.objects.get(pk=approval_id)
@@ -225,6 +232,9 @@ def approval_decision(
                 f"approval is already {approval.status}",
                 status=approval.status,
             )
+        # Before any vote is recorded: past its time, nobody's decision counts.
+        if approvals.approval_expired(approval=approval):
+            _expired_refuse(operation, approval_id, refuse)
         # The caller checked the signature; here, that what it signs is this very decision.
         if signature and not signing.statement_matches(
             signature,
@@ -261,7 +271,9 @@ def approval_decision(
         )
         if approve and approvals_so_far < approval.required:
             return approval, None
-        return _decide(operation, approval_id, approve, ttl_seconds, decided_by, reason, True)
+        return _decide(
+            operation, approval_id, approve, ttl_seconds, decided_by, reason, True, refuse
+        )
 
 
 class _DecisionRefusal:
@@ -281,6 +293,16 @@ class _DecisionRefusal:
             data={"approval_id": str(self.approval_id), "reason": code.value, **data},
         )
         raise RecoveryError(code, message, **detail)
+
+
+def _expired_refuse(
+    operation: Operation, approval_id: uuid.UUID, refuse: _DecisionRefusal
+) -> NoReturn:
+    """Refuse a decision that came after the approval's ``expires_at``, and expire it now,
+    as the sweep would (``approval_expiry``): the refusal and the expiry commit together
+    (``refusals_committed``), whatever the sweep's lag."""
+    approval_expire_at_decision(operation=operation, approval_id=approval_id)
+    refuse(ErrorCode.APPROVAL_EXPIRED, ErrorCode.APPROVAL_EXPIRED.message, {})
 
 
 def approval_subject(approval: Approval) -> dict[str, object]:
@@ -332,7 +354,10 @@ def _decide(
     actor: Actor,
     reason: str = "",
     counted: bool = False,
+    refuse: _DecisionRefusal | None = None,
 ) -> tuple[Approval, Permit | None]:
+    """Decide the approval and move the operation; ``refuse``: how a person's decision
+    that came after the approval's ``expires_at`` is refused and recorded."""
     try:
         approval, permit = approvals.approval_decide(
             approval_id=approval_id,
@@ -344,6 +369,8 @@ def _decide(
             counted=counted,
         )
     except approvals.ApprovalError as exc:
+        if exc.code == ErrorCode.APPROVAL_EXPIRED and refuse is not None:
+            _expired_refuse(operation, approval_id, refuse)
         current = Approval.objects.filter(pk=approval_id).values_list("status", flat=True)
         raise RecoveryError(exc.code, exc.message, status=current.first()) from exc
     if permit is not None:

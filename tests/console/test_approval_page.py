@@ -6,12 +6,13 @@ import re
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
 from approvals.actors import Actor
-from approvals.models import Approval, ApprovalVote
+from approvals.models import Approval, ApprovalVote, Permit
 from audit.models import AuditEvent
 from recovery.models import Operation
 from tests.support.audit import sign_again_recorded
@@ -67,6 +68,7 @@ def _vote(approval: Approval, user: User, *, approve: bool, reason: str = "", si
     return ApprovalVote.objects.create(
         approval=approval,
         voter=Actor.of("user", user),
+        voter_identity=Actor.of("user", user).identity,
         approve=approve,
         reason=reason,
         params_digest=approval.params_digest,
@@ -248,6 +250,27 @@ def test_deciding_what_is_decided_already_is_refused_with_its_code(signed_in, de
     assert response.status_code == 200
     assert "Refused (" in _notices(response)
     assert Operation.objects.get(key="op-1").state == "denied"
+
+
+def _past_due(flow: Flow, key: str) -> Approval:
+    """Opened five seconds ago with a one-second expiry; no sweep has run since."""
+    with time_machine.travel(timezone.now() - timedelta(seconds=5)):
+        return pending_approval(flow, key, expires_at=timezone.now() + timedelta(seconds=1))
+
+
+def test_an_expired_approval_cannot_be_approved_through_the_page(signed_in, decider, flow):
+    approval = _past_due(flow, "op-1")
+    client = signed_in(decider)
+    assert "/decide" not in _page(client, approval)  # not offered
+    response = _decide(client, approval, decision="approve")
+    assert response.status_code == 200
+    assert "Refused (approval_expired)" in _notices(response)
+    assert "It is closed as expired." in _notices(response)
+    assert Approval.objects.get(pk=approval.pk).status == "expired"
+    assert Operation.objects.get(key="op-1").state == "expired"
+    assert not Permit.objects.exists()
+    refused = AuditEvent.objects.get(operation_key="op-1", kind="decision_refused")
+    assert refused.data["reason"] == "approval_expired"
 
 
 def test_a_get_of_the_decision_is_not_allowed(signed_in, decider, approval):

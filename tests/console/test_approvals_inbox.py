@@ -6,6 +6,7 @@ import re
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
@@ -85,6 +86,19 @@ def test_the_proposer_never_sees_their_own_action(signed_in, decider, flow):
     assert _listed(signed_in(decider).get("/approvals/")) == [str(theirs.pk)]
 
 
+def test_the_proposer_named_in_another_case_or_renamed_never_sees_it(
+    signed_in, decider, supervisor, flow
+):
+    flow.register("op-1")
+    opened = flow.host_api.post("/api/v1/operations/op-1/approvals", {"proposer": "Dora"})
+    assert opened.status_code == 201, opened.content
+    assert _listed(signed_in(decider).get("/approvals/")) == []
+    decider.username = "dora2"
+    decider.save(update_fields=["username"])
+    assert _listed(signed_in(decider).get("/approvals/")) == []
+    assert _listed(signed_in(supervisor).get("/approvals/")) == [opened.json()["approval_id"]]
+
+
 def test_an_approval_they_voted_on_leaves_their_inbox_but_not_anothers(
     signed_in, decider, supervisor, flow
 ):
@@ -92,6 +106,7 @@ def test_an_approval_they_voted_on_leaves_their_inbox_but_not_anothers(
     ApprovalVote.objects.create(
         approval=approval,
         voter=Actor.of("user", decider),
+        voter_identity=Actor.of("user", decider).identity,
         approve=True,
         params_digest=approval.params_digest,
         at=timezone.now(),
@@ -100,6 +115,14 @@ def test_an_approval_they_voted_on_leaves_their_inbox_but_not_anothers(
     page = signed_in(supervisor).get("/approvals/")
     assert _listed(page) == [str(approval.pk)]
     assert '<span class="badge quorum">1 of 2</span>' in page.content.decode()
+
+
+def test_an_approval_past_its_expiry_is_not_offered_before_the_sweep(signed_in, decider, flow):
+    with time_machine.travel(timezone.now() - timedelta(seconds=5)):
+        pending_approval(flow, "op-late", expires_at=timezone.now() + timedelta(seconds=1))
+    in_time = pending_approval(flow, "op-1", expires_at=timezone.now() + timedelta(minutes=5))
+    assert Approval.objects.get(operation_key="op-late").status == "pending"  # no sweep
+    assert _listed(signed_in(decider).get("/approvals/")) == [str(in_time.pk)]
 
 
 def test_decided_approvals_are_not_listed(signed_in, decider, flow):

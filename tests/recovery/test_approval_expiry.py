@@ -4,18 +4,25 @@ transition table; the host hears of it as of a denial."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
+import time_machine
 from django.utils import timezone
 
-from approvals.actors import COMMAND_LINE
-from approvals.models import Approval
+from approvals.actors import COMMAND_LINE, Actor
+from approvals.models import Approval, ApprovalVote, Permit
 from audit.models import AuditEvent
+from policies.services import policy_apply
 from recovery.models import Operation
 from recovery.services.approval_expiry import approvals_expire, approvals_expire_due
-from tests.support.flow import Flow
+from recovery.services.errors import RecoveryError
+from recovery.services.permits import approval_decision
+from tests.support.console import console_user
+from tests.support.flow import PARAMS, Flow
+from tests.support.providers import digest_of
 from webhooks.endpoints import webhook_endpoint_add
 from webhooks.models import WebhookMessage
 
@@ -96,9 +103,9 @@ def test_an_approval_not_due_or_without_expiry_stays_pending(flow: Flow):
 
 
 def test_an_approval_decided_first_is_never_expired(flow: Flow):
-    opened(flow, "op-1", expires_in=timedelta(minutes=-1))
-    flow.approve("op-1")  # the approver was late, but the sweep later still
-    assert approvals_expire(now=timezone.now(), limit=10) == []
+    opened(flow, "op-1", expires_in=timedelta(minutes=1))
+    flow.approve("op-1")  # in time; the sweep comes by once it would have been due
+    assert approvals_expire(now=timezone.now() + timedelta(minutes=2), limit=10) == []
     assert Operation.objects.get(key="op-1").state == "approved"
     assert not AuditEvent.objects.filter(kind="approval_expired").exists()
 
@@ -121,3 +128,96 @@ def test_a_permits_expiry_is_not_an_approval_decision(flow: Flow, endpoint: None
     assert approvals_expire(now=timezone.now(), limit=10) == []  # decided already
     [decided] = WebhookMessage.objects.filter(event="approval.decided")
     assert json.loads(decided.payload)["data"]["decision"] == "approved"
+
+
+# -- a decision after expires_at, before any sweep ---------------------------------------
+
+EXPIRES_SOON = b"""
+[[rules]]
+name = "soon"
+outcome = "quorum"
+approvals = 2
+expires_after = "1s"
+"""
+
+
+def opened_past_due(flow: Flow, key: str, *, policy: bytes | None = None) -> dict[str, Any]:
+    """An approval opened a few seconds ago with a one-second expiry; no sweep ran since.
+
+    Opened in the past (time-machine) so that its ``expires_at`` is behind the database's
+    own clock too, which time-machine does not move on PostgreSQL.
+    """
+    if policy is not None:
+        policy_apply(source=policy, actor=Actor.system("test"))
+    with time_machine.travel(timezone.now() - timedelta(seconds=5)):
+        flow.register(key)
+        response = flow.host_api.post(f"/api/v1/operations/{key}/approvals")
+        assert response.status_code == 201, response.content
+        body: dict[str, Any] = response.json()
+        if policy is None:
+            Approval.objects.filter(pk=body["approval_id"]).update(
+                expires_at=timezone.now() + timedelta(seconds=1)
+            )
+    return body
+
+
+def _refused_and_expired(key: str, approval_id: str) -> None:
+    """The refusal is on the record and the approval closed with its operation, at once."""
+    refused = AuditEvent.objects.get(operation_key=key, kind="decision_refused")
+    assert refused.data == {"approval_id": approval_id, "reason": "approval_expired"}
+    assert Approval.objects.get(pk=approval_id).status == "expired"
+    assert Operation.objects.get(key=key).state == "expired"
+    assert AuditEvent.objects.filter(operation_key=key, kind="approval_expired").count() == 1
+    assert not Permit.objects.filter(operation_key=key).exists()
+
+
+def test_an_expired_approval_cannot_be_decided_by_an_approver(flow: Flow):
+    body = opened_past_due(flow, "op-1")
+    path = f"/api/v1/approvals/{body['approval_id']}"
+    response = flow.approver_api.post(
+        f"{path}/decision",
+        {"decision": "approve", "ttl_seconds": 604800, "params_digest": digest_of(PARAMS)},
+    )
+    assert (response.status_code, response.json()["error"]) == (409, "approval_expired")
+    _refused_and_expired("op-1", body["approval_id"])
+    assert flow.dispatch("op-1").status_code == 409
+    assert approvals_expire(now=timezone.now(), limit=10) == []  # nothing left to sweep
+
+
+def test_an_expired_quorum_takes_no_more_votes(flow: Flow, provider: Any):
+    body = opened_past_due(flow, "op-1", policy=EXPIRES_SOON)
+    ann = console_user("ann", "decide_approvals", provider)
+    with pytest.raises(RecoveryError) as refused:
+        approval_decision(
+            approval_id=body["approval_id"],
+            approve=True,
+            ttl_seconds=300,
+            decided_by=Actor.of("user", ann),
+            reviewed_digest=digest_of(PARAMS),
+        )
+    assert refused.value.code == "approval_expired"
+    assert not ApprovalVote.objects.exists()
+    _refused_and_expired("op-1", body["approval_id"])
+
+
+def test_the_last_vote_of_a_quorum_after_expiry_decides_nothing(flow: Flow, provider: Any):
+    policy_apply(source=EXPIRES_SOON, actor=Actor.system("test"))
+    flow.register("op-1")
+    body = flow.host_api.post("/api/v1/operations/op-1/approvals").json()
+    ann = console_user("ann", "decide_approvals", provider)
+    approval, _ = approval_decision(
+        approval_id=body["approval_id"],
+        approve=True,
+        ttl_seconds=300,
+        decided_by=Actor.of("user", ann),
+        reviewed_digest=digest_of(PARAMS),
+    )
+    assert approval.status == "pending"  # in time: 1 of 2
+    time.sleep(1.2)  # a real second passes, by the database's clock too; no sweep runs
+    response = flow.approver_api.post(
+        f"/api/v1/approvals/{body['approval_id']}/decision",
+        {"decision": "approve", "params_digest": digest_of(PARAMS)},
+    )
+    assert (response.status_code, response.json()["error"]) == (409, "approval_expired")
+    assert ApprovalVote.objects.count() == 1
+    _refused_and_expired("op-1", body["approval_id"])

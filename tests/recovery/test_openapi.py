@@ -65,6 +65,7 @@ EMITTED = {
     "digest_mismatch",
     "invalid_ttl",
     "already_voted",
+    "approval_expired",
     "proposer_excluded",
     "not_in_group",
     "passkey_required",

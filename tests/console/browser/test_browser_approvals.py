@@ -54,6 +54,7 @@ def inbox(flow, supervisor):
     ApprovalVote.objects.create(
         approval=large,
         voter=Actor.of("user", supervisor),
+        voter_identity=Actor.of("user", supervisor).identity,
         approve=True,
         reason="matches the invoice",
         params_digest=large.params_digest,

@@ -237,6 +237,12 @@ class AlreadyVoted(ConflictError):
     code = "already_voted"
 
 
+class ApprovalExpired(ConflictError):
+    """The approval's time ran out before this decision: it decides nothing."""
+
+    code = "approval_expired"
+
+
 class ProposerExcluded(AuthError):
     """The person the host acts for may not decide its approval."""
 
@@ -360,6 +366,7 @@ ERRORS_BY_CODE: dict[str, type[ApiError]] = {
         AlreadyDecided,
         DigestMismatch,
         AlreadyVoted,
+        ApprovalExpired,
         ProposerExcluded,
         NotInGroup,
         PasskeyRequired,
