@@ -7,7 +7,7 @@ second venv with ``pip install .`` (no extras, not editable) and names it in
 ``SETTLE_RUNTIME_VENV``; this test runs that venv's ``celery`` from outside the checkout,
 so the workers and beat import the installed package, and lets them settle a stranded
 operation with nobody calling resume and deliver its webhooks (a worker of the webhook
-queue, as the README's deployment runs one); and that venv's gunicorn serves the
+queue, as docs/deploying.md's deployment runs one); and that venv's gunicorn serves the
 console's pages and static files, which must ship inside the package. The benchmarks
 (``bench/``, its ``benchmark_*`` commands and ``sqlcount``) must not.
 """

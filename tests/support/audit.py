@@ -89,7 +89,7 @@ def chain_forge(key: str) -> None:
 
 
 def offline_hash(record: dict[str, Any]) -> str:
-    """What the README tells an auditor to run: no Settle code, only the exported fields."""
+    """What docs/audit-export.md tells an auditor to run: no Settle code, the exported fields."""
     data = record["data"]
     content = {
         "seq": int(record["seq"]),

@@ -1,9 +1,10 @@
 """Run Settle under gunicorn the way production does, for the soak test and bench/api.py.
 
-The README's production line is ``gunicorn console.wsgi -w 4 -b 127.0.0.1:8000``; this
-runs exactly that command (with a free port, and optionally another WSGI module such as
-``bench.counting_wsgi``) from the repository root, with ``DATABASE_URL`` pointing at the
-database the caller chose::
+docs/deploying.md's production line is ``gunicorn -c python:console.gunicorn_conf
+console.wsgi -w 4 -b 127.0.0.1:8000``; this runs that command without the ``-c`` config,
+which only tidies the metrics directory (with a free port, and optionally another WSGI
+module such as ``bench.counting_wsgi``) from the repository root, with ``DATABASE_URL``
+pointing at the database the caller chose::
 
     server = gunicorn_start(database_url=url, log_path=tmp / "gunicorn.log")
     try:
