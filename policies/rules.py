@@ -28,18 +28,27 @@ rule
     the opening does not fit is passed over. No rule matched: one person, as without
     a policy.
 condition
-    ``<JSON Pointer> <operator> <JSON value>`` on the parameters: ``==``, ``!=``,
-    ``<``, ``<=``, ``>``, ``>=`` (numbers with numbers, strings with strings),
+    ``<JSON Pointer> <operator> <JSON value>`` on the parameters: ``==``,
+    ``!=``, ``<``, ``<=``, ``>``, ``>=`` (numbers with numbers, strings with strings),
     ``in`` and ``not in`` (a JSON array), ``matches`` (a regular expression the whole
-    string must match). A pointer that names nothing, or a value of another type,
-    makes the condition false: a rule never matches by accident.
+    string must match). A pointer that names nothing, or a value of another JSON type
+    (string, number, boolean, null, array, object; ``in`` and ``not in``: of no member's
+    type), makes the condition false, ``!=`` and ``not in`` included: a rule never
+    matches by accident, nor because a host changed a value's type. The value is a
+    finite JSON value: ``NaN`` and numbers too large for a float are refused.
+budget
+    Spends, per approval it pays for, the ``sum`` parameter's value: a number from 0 to
+    ``MAX_AMOUNT``. Any other value (negative: it would give budget back; missing, not a
+    number, too large) is not counted, and the rule does not pay for the opening.
 outcome
     ``approve``: Settle approves it, recording the rule and the policy's version.
     ``deny``: Settle denies it. ``person``: one person decides. ``quorum``:
     ``approvals`` distinct people (at least 2). ``person`` and ``quorum`` may name
     ``groups`` the people come from, ``passkey = true``, and who is told: ``notify``
     and ``escalate_to`` (groups), ``remind_after``, ``escalate_after``,
-    ``expires_after`` (durations such as "90s", "15m", "4h", "7d").
+    ``expires_after`` (durations such as "90s", "15m", "4h", "7d", each at most
+    ``MAX_DURATION``). ``permit_ttl``: how long the permit an approve rule issues lasts,
+    1 s to 7 days, as a person's approval may.
 """
 
 from __future__ import annotations
@@ -85,6 +94,12 @@ DURATION = re.compile(r"([1-9][0-9]{0,6})([smhd])")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 CONDITION = re.compile(r"\s*(/\S*|)\s+(==|!=|<=|>=|<|>|not in|in|matches)\s+(.+?)\s*")
 DEFAULT_PERMIT_TTL = timedelta(minutes=5)
+# Every duration the file names is at most this: far enough for any real rule, near
+# enough that now + it is a date (a million days is not).
+MAX_DURATION = timedelta(days=366)
+MAX_PERMIT_TTL = timedelta(days=7)  # approvals.services.MAX_TTL_SECONDS
+# What a budget can count: ``BudgetUse.amount`` holds 30 digits, 8 of them decimals.
+MAX_AMOUNT = Decimal(10) ** 22
 
 
 class PolicyError(ValueError):
@@ -113,6 +128,26 @@ def _equal(found: Any, wanted: Any) -> bool:
     return type(found) is type(wanted) and found == wanted
 
 
+def _json_type(value: Any) -> str:
+    """The JSON type of a parsed value; int and float are one type, bool is not a number."""
+    if value is None or isinstance(value, bool | str | list | dict):
+        return type(value).__name__
+    return "number" if _number(value) is not None else type(value).__name__
+
+
+def _unequal(found: Any, wanted: Any) -> bool:
+    """Of the same JSON type and not equal: another type makes ``!=`` false too."""
+    return _json_type(found) == _json_type(wanted) and not _equal(found, wanted)
+
+
+def _not_in(found: Any, wanted: list[Any]) -> bool:
+    """Of the type of some member, and equal to none."""
+    kind = _json_type(found)
+    return any(_json_type(item) == kind for item in wanted) and not any(
+        _equal(found, item) for item in wanted
+    )
+
+
 def _number(value: Any) -> Decimal | None:
     """A JSON number as an exact decimal (``0.1`` is one tenth); None for anything else."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -122,13 +157,13 @@ def _number(value: Any) -> Decimal | None:
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "==": _equal,
-    "!=": lambda found, wanted: not _equal(found, wanted),
+    "!=": _unequal,
     "<": _compare(operator.lt),
     "<=": _compare(operator.le),
     ">": _compare(operator.gt),
     ">=": _compare(operator.ge),
     "in": lambda found, wanted: any(_equal(found, item) for item in wanted),
-    "not in": lambda found, wanted: not any(_equal(found, item) for item in wanted),
+    "not in": _not_in,
     "matches": lambda found, wanted: isinstance(found, str) and bool(wanted.fullmatch(found)),
 }
 
@@ -156,11 +191,15 @@ class Budget:
     limit: Decimal | None
 
     def amount(self, params: Any) -> Decimal | None:
-        """What this opening spends of the sum, or None when it cannot be counted
-        (the parameter is missing or not a number): the budget does not pay for it."""
+        """What this opening spends of the sum, or None when it cannot be counted (the
+        parameter is missing, not a number, negative or over ``MAX_AMOUNT``): the budget
+        does not pay for it."""
         if self.sum is None:
             return Decimal(0)
-        return _number(self.sum.resolve(params, None))
+        amount = _number(self.sum.resolve(params, None))
+        if amount is None or not amount.is_finite() or not 0 <= amount < MAX_AMOUNT:
+            return None
+        return amount
 
 
 @dataclass(frozen=True)
@@ -241,7 +280,10 @@ def policy_parse(source: bytes) -> Policy:
         if not isinstance(table, dict) or set(table) - {"passkey"}:
             raise PolicyError(line, f"providers.{name} takes only passkey")
         if table.get("passkey", "optional") not in ("required", "optional"):
-            raise PolicyError(line, 'passkey must be "required" or "optional"')
+            raise PolicyError(
+                lines.key_in_table(line, "passkey") or line,
+                'passkey must be "required" or "optional"',
+            )
         if table.get("passkey") == "required":
             passkey_providers.add(name)
     rules = document.get("rules", [])
@@ -295,7 +337,9 @@ def _rule(table: Any, line: int, lines: _Lines, index: int) -> Rule:
         budget_line = lines.header_in_rule(index, "budget") or line
         if outcome != "approve":
             raise PolicyError(budget_line, "only an approve rule has a budget")
-        rule["budget"] = _budget(table["budget"], budget_line)
+        rule["budget"] = _budget(
+            table["budget"], budget_line, lambda key: lines.key_in_table(budget_line, key)
+        )
     people = {"approvals", "groups", "passkey", "notify", "escalate_to"} | {
         "remind_after",
         "escalate_after",
@@ -322,27 +366,37 @@ def _rule(table: Any, line: int, lines: _Lines, index: int) -> Rule:
     rule["groups"] = _strings(table, "groups", at)
     rule["notify"] = _strings(table, "notify", at)
     rule["escalate_to"] = _strings(table, "escalate_to", at)
-    for key in ("remind_after", "escalate_after", "expires_after", "permit_ttl"):
+    for key in ("remind_after", "escalate_after", "expires_after"):
         if key in table:
             rule[key] = _duration(table[key], at(key), key)
+    if "permit_ttl" in table:
+        # The permit an approve rule issues at once; a person's approval may ask the same.
+        rule["permit_ttl"] = _duration(
+            table["permit_ttl"], at("permit_ttl"), "permit_ttl", MAX_PERMIT_TTL
+        )
     return Rule(**rule)
 
 
-def _budget(table: Any, line: int) -> Budget:
+def _budget(table: Any, line: int, key_line: Callable[[str], int]) -> Budget:
+    """A rule's budget; ``key_line(key)``: the line of one of its keys (0: not found)."""
     if not isinstance(table, dict):
         raise PolicyError(line, "budget must be a table")
+
+    def at(key: str) -> int:
+        return key_line(key) or line
+
     unknown = sorted(set(table) - BUDGET_KEYS)
     if unknown:
-        raise PolicyError(line, f"unknown key {unknown[0]!r} in a budget")
+        raise PolicyError(at(unknown[0]), f"unknown key {unknown[0]!r} in a budget")
     per = table.get("per", "host")
     if per not in ("host", "action"):
-        raise PolicyError(line, 'budget per must be "host" or "action"')
+        raise PolicyError(at("per"), 'budget per must be "host" or "action"')
     if "window" not in table:
         raise PolicyError(line, "a budget needs a window")
-    window = _duration(table["window"], line, "window")
+    window = _duration(table["window"], at("window"), "window")
     count = table.get("count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
-        raise PolicyError(line, "budget count must be a whole number from 1")
+        raise PolicyError(at("count"), "budget count must be a whole number from 1")
     pointer, limit = table.get("sum"), table.get("limit")
     if (pointer is None) != (limit is None):
         raise PolicyError(line, "a budget's sum and limit go together")
@@ -356,8 +410,8 @@ def _budget(table: Any, line: int) -> Budget:
                 total = Decimal(limit)
             except InvalidOperation:
                 total = None
-        if total is None or not total.is_finite() or total < 0:
-            raise PolicyError(line, "budget limit must be a number from 0")
+        if total is None or not total.is_finite() or not 0 <= total < MAX_AMOUNT:
+            raise PolicyError(at("limit"), "budget limit must be a number from 0 below 1e22")
     return Budget(
         per=per,
         window=window,
@@ -373,9 +427,11 @@ def _condition(text: str, line: int) -> Condition:
         raise PolicyError(line, f"{text!r}: a condition is '<pointer> <operator> <JSON value>'")
     pointer, op, literal = found.groups()
     try:
-        value = json.loads(literal)
+        value = json.loads(literal, parse_constant=_no_constant)
     except ValueError as exc:
         raise PolicyError(line, f"{text!r}: {literal!r} is not a JSON value") from exc
+    if not _finite(value):
+        raise PolicyError(line, f"{text!r}: a number must be finite (not NaN, not Infinity)")
     if op in ("in", "not in") and not isinstance(value, list):
         raise PolicyError(line, f"{text!r}: {op} needs a JSON array")
     if op in ("<", "<=", ">", ">=") and _number(value) is None and not isinstance(value, str):
@@ -390,6 +446,21 @@ def _condition(text: str, line: int) -> Condition:
     return Condition(text=text, pointer=_pointer(pointer, line), op=op, value=value)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(value: Any) -> bool:
+    """No infinite float anywhere in a JSON value (``1e400`` reads as one)."""
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))
+    if isinstance(value, list):
+        return all(_finite(item) for item in value)
+    if isinstance(value, dict):
+        return all(_finite(item) for item in value.values())
+    return True
+
+
 def _pointer(text: Any, line: int) -> jsonpointer.JsonPointer:
     if not isinstance(text, str):
         raise PolicyError(line, "a JSON Pointer is a string")
@@ -402,11 +473,14 @@ def _pointer(text: Any, line: int) -> jsonpointer.JsonPointer:
     return pointer
 
 
-def _duration(value: Any, line: int, key: str) -> timedelta:
+def _duration(value: Any, line: int, key: str, maximum: timedelta = MAX_DURATION) -> timedelta:
     found = DURATION.fullmatch(value) if isinstance(value, str) else None
     if found is None:
         raise PolicyError(line, f'{key} is a duration such as "90s", "15m", "4h" or "7d"')
-    return timedelta(**{UNITS[found.group(2)]: int(found.group(1))})
+    duration = timedelta(**{UNITS[found.group(2)]: int(found.group(1))})
+    if duration > maximum:
+        raise PolicyError(line, f"{key} is at most {maximum.days} days")
+    return duration
 
 
 def _name(table: dict[str, Any], key: str, at: Callable[[str], int]) -> str:
@@ -462,6 +536,19 @@ class _Lines:
             if pattern.match(self.lines[n]):
                 return n + 1
         return self.key_in_rule(index, name)
+
+    def key_in_table(self, header: int, key: str) -> int:
+        """The line of ``key`` in the table whose header is on line ``header`` (1-based),
+        up to the next header; 0 when it is not written there."""
+        if not header:
+            return 0
+        pattern = re.compile(rf"\s*{re.escape(key)}\s*=")
+        for n in range(header, len(self.lines)):
+            if self.lines[n].lstrip().startswith("["):
+                break
+            if pattern.match(self.lines[n]):
+                return n + 1
+        return 0
 
     def key(self, key: str) -> int:
         pattern = re.compile(rf"\s*(\[+\s*)?{re.escape(key)}\b")

@@ -97,7 +97,7 @@ def test_a_rule_for_another_provider_action_or_host_does_not_match():
         ),
         (
             b'[[rules]]\nname = "a"\noutcome = "approve"\n[rules.budget]\nwindow = "1 day"\n',
-            4,
+            5,  # the key's own line, not the table's header
             "duration",
         ),
         (
@@ -111,7 +111,7 @@ def test_a_rule_for_another_provider_action_or_host_does_not_match():
             5,
             "another rule",
         ),
-        (b'[providers.orders]\npasskey = "always"\n', 1, "required"),
+        (b'[providers.orders]\npasskey = "always"\n', 2, "required"),
         (b'colour = "red"\n', 1, "unknown key"),
         (b"\xff\xfe", 0, "UTF-8"),
     ],

@@ -29,7 +29,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "show":
-            self.stdout.write(policy_source_current(), ending="")
+            current = policy_source_current()
+            if not current:
+                # A script that reads the file in force must not take silence for one.
+                raise CommandError("no policy in force: every approval asks one person")
+            self.stdout.write(current, ending="")
             return
         path = Path(options["file"])
         try:
