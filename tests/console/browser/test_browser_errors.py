@@ -29,3 +29,15 @@ def test_server_error_page(page: Page, operator):
     screenshots_everywhere(page, "server-error")
     page.get_by_role("link", name="Back to the queue").click()
     expect(page.locator("h1")).to_have_text("Queue")
+
+
+def test_forbidden_page_says_why_and_leads_back(page: Page, operator):
+    sign_in(page, "olivia")
+    response = page.goto("/dashboard/")
+    assert response is not None and response.status == 403
+    expect(page.locator("h1")).to_have_text("Not allowed")
+    expect(page.locator("main")).to_contain_text("The dashboard is for supervisors of a provider.")
+    assert page.locator(".bar").evaluate("e => getComputedStyle(e).borderBottomStyle") == "solid"
+    screenshots_everywhere(page, "forbidden")
+    page.get_by_role("link", name="Back to the queue").click()
+    expect(page.locator("h1")).to_have_text("Queue")
