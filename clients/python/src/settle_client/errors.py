@@ -237,8 +237,10 @@ class AlreadyVoted(ConflictError):
     code = "already_voted"
 
 
-class ApprovalExpired(ConflictError):
-    """The approval's time ran out before this decision: it decides nothing."""
+class DecisionTooLate(ConflictError):
+    """The approval's time ran out before this decision: it decides nothing, and the
+    approval and its operation are closed as expired (``ApprovalExpired`` is what
+    ``run()`` raises for such an operation)."""
 
     code = "approval_expired"
 
@@ -366,7 +368,7 @@ ERRORS_BY_CODE: dict[str, type[ApiError]] = {
         AlreadyDecided,
         DigestMismatch,
         AlreadyVoted,
-        ApprovalExpired,
+        DecisionTooLate,
         ProposerExcluded,
         NotInGroup,
         PasskeyRequired,
