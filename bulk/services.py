@@ -67,7 +67,7 @@ from common.canonical import canonical_dumps, sha256_digest
 from common.errors import ErrorCode
 from policies.services import passkey_required_for
 from recovery.models import Operation
-from recovery.permissions import ProviderPermission
+from recovery.permissions import ACTING_PERMISSIONS, ProviderPermission
 from recovery.selectors import provider_permissions_all, providers_supervised
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound, RecoveryError
@@ -88,6 +88,8 @@ ACTION_PERMISSIONS: dict[str, tuple[ProviderPermission, ...]] = {
     Action.CONFIRM: (DECISION_PERMISSIONS[Action.CONFIRM],),
     Action.VOID: (DECISION_PERMISSIONS[Action.VOID], ProviderPermission.PROPOSE_RECONCILIATIONS),
 }
+# The queue offers its selection to whoever holds any of these (``user_roles``).
+assert {p for needed in ACTION_PERMISSIONS.values() for p in needed} == set(ACTING_PERMISSIONS)
 
 
 @dataclass(frozen=True)

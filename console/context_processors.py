@@ -2,56 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.db.models import Exists
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
 from audit.alarms import audit_alarms_open
 from audit.models import AuditAlarm
-from bulk.services import ACTION_PERMISSIONS
-from recovery.permissions import ProviderPermission
-from recovery.selectors import audit_alarms_for_user, providers_for_user, providers_supervised
+from recovery.selectors import UserRoles, audit_alarms_for_user, user_roles
 
 
-class Roles(NamedTuple):
-    supervises: bool  # the alarm banner, the dashboard's link
-    decides: bool  # the inbox's link
-    acts: bool  # the queue's selection and bulk actions: more than viewing somewhere
-
-
-# What a bulk batch can ask on a provider (``bulk.services``), any of them.
-_ACTING = tuple({p for needed in ACTION_PERMISSIONS.values() for p in needed})
-
-
-def _roles(request: HttpRequest) -> Roles:
-    """What the user is, for what the pages offer them.
+def _roles(request: HttpRequest) -> UserRoles:
+    """What the user is, for what the pages offer them (``user_roles``).
 
     Asked once per request (the answer is kept on it), by whichever the page reads
-    first, all in one statement: a page pays one statement for all of them. Where the
-    passkey middleware has asked whether the user supervises, only the others are asked.
+    first, or by the passkey middleware before them: one statement for all of them.
     """
-    if hasattr(request, "_settle_roles"):
-        return request._settle_roles  # type: ignore[no-any-return]
-    user = request.user
-    roles = Roles(False, False, False)
-    if user.is_authenticated and user.is_superuser:
-        roles = Roles(True, True, True)
-    elif user.is_authenticated and user.is_active:
-        deciding = providers_for_user(user=user, permissions=(ProviderPermission.DECIDE_APPROVALS,))
-        acting = providers_for_user(user=user, permissions=_ACTING)
-        known = getattr(request, "_settle_supervising", None)
-        asked = [Exists(deciding), Exists(acting)]
-        if known is None:
-            asked.insert(0, Exists(providers_supervised(user=user)))
-        found = get_user_model().objects.filter(pk=user.pk).values_list(*asked).first()
-        if found:
-            answers = [bool(known), *found] if known is not None else list(found)
-            roles = Roles(*(bool(answer) for answer in answers))
-    request._settle_roles = roles  # type: ignore[attr-defined]
-    return roles
+    if not hasattr(request, "_settle_roles"):
+        request._settle_roles = user_roles(user=request.user)  # type: ignore[attr-defined]
+    return request._settle_roles  # type: ignore[attr-defined,no-any-return]
 
 
 def _supervising(request: HttpRequest) -> bool:

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from fido2 import cbor
 from fido2.utils import websafe_encode
@@ -30,8 +30,8 @@ from audit.kinds import AuditKind
 from common.errors import ErrorCode
 from identity.audited import user_named
 from identity.events import passkey_hold_refused
-from recovery.permissions import ProviderPermission
-from recovery.selectors import audit_supervisor, providers_for_user
+from recovery.api import error_response
+from recovery.selectors import user_roles
 
 
 def _passkey_data(user: AbstractBaseUser, authenticator: Authenticator) -> dict[str, Any]:
@@ -111,13 +111,10 @@ def passkey_used(request: HttpRequest, user: AbstractBaseUser) -> bool:
     )
 
 
-# The permission on a provider that makes someone each role SETTLE_REQUIRE_PASSKEY_FOR
-# names: a supervisor as the navigation knows one (``audit_supervisor``), an approver as
-# anyone who may decide an approval (a supervisor holds both). Superusers hold every one.
-_ROLE_PERMISSIONS = {
-    "supervisor": ProviderPermission.APPROVE_RECONCILIATIONS,
-    "approver": ProviderPermission.DECIDE_APPROVALS,
-}
+# What makes someone each role SETTLE_REQUIRE_PASSKEY_FOR names (``UserRoles``): a
+# supervisor as the navigation knows one, an approver as anyone who may decide an
+# approval. Superusers are both.
+_ROLE_HELD = {"supervisor": "supervises", "approver": "decides"}
 
 
 class PasskeyRequiredMiddleware:
@@ -134,9 +131,8 @@ class PasskeyRequiredMiddleware:
     Asked on every request rather than once at sign-in: a role granted while a session
     is open applies from its next request, as every other role change does. The passkey
     mark is allauth's own record of the session's sign-in steps (no query); only a
-    signed-in user without it costs one statement. Where the hold is for supervisors
-    alone, it is the one the navigation asks anyway (whether the user supervises), and
-    its answer is left on the request for it.
+    signed-in user without it costs one statement, the one the navigation asks anyway
+    (``user_roles``), whose answer is left on the request for it.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -152,9 +148,10 @@ class PasskeyRequiredMiddleware:
             # Tried to act (or to read through the API): on the record, as refusals are.
             passkey_hold_refused(request, user, list(settings.SETTLE_REQUIRE_PASSKEY_FOR))
         if api:
-            code = ErrorCode.PASSKEY_REQUIRED
-            message = "use a passkey in this session first (the console asks for it)"
-            return JsonResponse({"error": code, "message": message}, status=code.status)
+            return error_response(
+                ErrorCode.PASSKEY_REQUIRED,
+                "use a passkey in this session first (the console asks for it)",
+            )
         url = reverse("passkey-required")
         if getattr(request, "htmx", False):
             held = HttpResponse(status=403)
@@ -170,15 +167,10 @@ class PasskeyRequiredMiddleware:
         user = request.user
         if not user.is_authenticated or passkey_used(request, user):
             return False
-        roles = settings.SETTLE_REQUIRE_PASSKEY_FOR
-        if tuple(roles) == ("supervisor",):
-            supervising = audit_supervisor(user=user)
-            request._settle_supervising = supervising  # type: ignore[attr-defined]
-            return supervising
-        if user.is_superuser:
-            return True
-        permissions = tuple(_ROLE_PERMISSIONS[role] for role in roles)
-        return providers_for_user(user=user, permissions=permissions).exists()
+        roles = user_roles(user=user)
+        # The navigation's answer too (``console.context_processors``): asked once.
+        request._settle_roles = roles  # type: ignore[attr-defined]
+        return any(getattr(roles, _ROLE_HELD[role]) for role in settings.SETTLE_REQUIRE_PASSKEY_FOR)
 
 
 def _exempt_paths() -> tuple[str, ...]:

@@ -49,3 +49,13 @@ class ProviderPermission(models.TextChoices):
     def perm(self) -> str:
         """The name ``has_perm`` and guardian's shortcuts take: ``recovery.<codename>``."""
         return f"recovery.{self.value}"
+
+
+# What lets a person act on a provider's operations in bulk, beyond viewing them: any of
+# these (``bulk.services.ACTION_PERMISSIONS`` asks each action's own).
+ACTING_PERMISSIONS = (
+    ProviderPermission.LOOKUP_OPERATIONS,
+    ProviderPermission.CONFIRM_OPERATIONS,
+    ProviderPermission.VOID_OPERATIONS,
+    ProviderPermission.PROPOSE_RECONCILIATIONS,
+)

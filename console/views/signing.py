@@ -23,6 +23,7 @@ from django.urls import reverse
 from approvals.signing import SUBJECTS
 from common.errors import ErrorCode, SettleError
 from identity.signing import signature_refusal_record, signed_record_verify, signing_options
+from recovery.api import error_response
 
 # The browser's signed answer (WebAuthn JSON) is a few hundred bytes; this bounds it.
 CREDENTIAL_MAX_CHARS = 16_000
@@ -39,7 +40,7 @@ def person(request: HttpRequest) -> AbstractBaseUser:
 
 def json_refusal(code: ErrorCode, message: str, **more: str) -> JsonResponse:
     """A refusal the page's script shows: its stable code and what to do."""
-    return JsonResponse({"error": code.value, "message": message, **more}, status=code.status)
+    return error_response(code, message, **more)
 
 
 def signing_begin(request: HttpRequest, *, subject: object, signed: dict[str, str]) -> JsonResponse:

@@ -22,6 +22,7 @@ from dbsql.errors import database_unavailable
 from monitoring.metrics import metrics_text
 from monitoring.selectors.health import liveness
 from monitoring.status import status_checks
+from recovery.api import error_response
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ def _wants_json(request: HttpRequest) -> bool:
 
 def _json_error(code: ErrorCode, message: str | None = None) -> JsonResponse:
     """An /api/ path's error body, as the host API answers: the code's status and text."""
-    return JsonResponse({"error": code, "message": message or code.message}, status=code.status)
+    return error_response(code, message or code.message)
 
 
 def forbidden(request: HttpRequest, exception: Any = None) -> HttpResponse:

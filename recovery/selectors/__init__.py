@@ -17,6 +17,7 @@ One module per concern, every public name re-exported here:
 from __future__ import annotations
 
 from recovery.selectors.access import (
+    UserRoles,
     approval_for_caller,
     approvals_for_approver,
     approvals_for_user,
@@ -31,6 +32,7 @@ from recovery.selectors.access import (
     providers_for_user,
     providers_supervised,
     providers_visible_to,
+    user_roles,
 )
 from recovery.selectors.jump import operation_jump_for_user
 from recovery.selectors.operation_page import (
@@ -93,6 +95,7 @@ __all__ = [
     "QueueRow",
     "Timeline",
     "TimelineEntry",
+    "UserRoles",
     "approval_for_caller",
     "approval_needs",
     "approval_record",
@@ -126,4 +129,5 @@ __all__ = [
     "providers_visible_to",
     "reconciliation_request_for_user",
     "reconciliation_requests_for_user",
+    "user_roles",
 ]

@@ -8,8 +8,9 @@ The other selector modules start from these, or take an object already read thro
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
+from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Exists, Q, QuerySet
 from guardian.core import ObjectPermissionChecker
@@ -20,7 +21,7 @@ from approvals.models import Approval, Approver
 from audit.models import AuditAlarm
 from common.errors import ErrorCode
 from recovery.models import Host, Operation, Provider
-from recovery.permissions import ProviderPermission
+from recovery.permissions import ACTING_PERMISSIONS, ProviderPermission
 from recovery.services.errors import NotFound
 
 
@@ -159,6 +160,34 @@ def operation_for_user(*, user: Any, key: str) -> Operation | None:
         Operation.objects.filter(key=key, provider__in=providers_visible_to(user=user))
         .select_related("provider", "host")
         .first()
+    )
+
+
+class UserRoles(NamedTuple):
+    """What a user is anywhere, for what the console offers them and the passkey hold."""
+
+    supervises: bool  # ``providers_supervised``: the dashboard, the system chain
+    decides: bool  # ``decide_approvals`` on some provider: the approvals inbox
+    acts: bool  # one of ``ACTING_PERMISSIONS`` somewhere: the queue's bulk selection
+
+
+def user_roles(*, user: Any) -> UserRoles:
+    """``UserRoles`` of ``user``, all three in one statement (none for a superuser,
+    who is all three, or for someone signed out or inactive, who is none)."""
+    if not user.is_authenticated or not user.is_active:
+        return UserRoles(False, False, False)
+    if user.is_superuser:
+        return UserRoles(True, True, True)
+    deciding = providers_for_user(user=user, permissions=(ProviderPermission.DECIDE_APPROVALS,))
+    acting = providers_for_user(user=user, permissions=ACTING_PERMISSIONS)
+    found = (
+        get_user_model()
+        .objects.filter(pk=user.pk)
+        .values_list(Exists(providers_supervised(user=user)), Exists(deciding), Exists(acting))
+        .first()
+    )
+    return (
+        UserRoles(*(bool(answer) for answer in found)) if found else UserRoles(False, False, False)
     )
 
 

@@ -316,7 +316,7 @@ def test_middleware_asks_one_statement_of_a_user_without_the_mark_and_shares_it(
     request.session = {}
     with django_assert_num_queries(1):
         assert _through_middleware(request) == 1
-    assert request._settle_supervising is False  # the navigation's answer, asked once
+    assert request._settle_roles.supervises is False  # the navigation's answer, asked once
 
 
 def test_middleware_asks_one_statement_for_supervisors_and_approvers_alike(
