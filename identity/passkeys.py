@@ -30,7 +30,7 @@ from audit.kinds import AuditKind
 from common.errors import ErrorCode
 from identity.audited import user_named
 from identity.events import passkey_hold_refused
-from recovery.api import error_response
+from recovery.api import carries_token, error_response
 from recovery.selectors import user_roles
 
 
@@ -162,8 +162,8 @@ class PasskeyRequiredMiddleware:
     def _held(self, request: HttpRequest) -> bool:
         if request.path_info.startswith(_exempt_paths()):
             return False
-        if request.path_info.startswith("/api/") and "Authorization" in request.headers:
-            return False  # a token's request (recovery.api._authenticate), not the session's
+        if request.path_info.startswith("/api/") and carries_token(request):
+            return False  # a token's request, not the session's
         user = request.user
         if not user.is_authenticated or passkey_used(request, user):
             return False

@@ -65,10 +65,16 @@ class Caller:
         return self.actor.kind
 
 
+def carries_token(request: HttpRequest) -> bool:
+    """Whether the request is the ``Authorization`` header's to answer for: then its
+    token alone authenticates it, never the session's cookie (``_authenticate``)."""
+    return bool(request.headers.get("Authorization", ""))
+
+
 def _bearer(request: HttpRequest) -> str | None:
-    header = request.headers.get("Authorization", "")
-    if not header:
+    if not carries_token(request):
         return None
+    header = request.headers["Authorization"]
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(ErrorCode.UNAUTHORIZED, "use 'Authorization: Bearer <token>'")

@@ -251,6 +251,22 @@ def test_a_token_call_from_a_held_browser_is_the_tokens_and_is_not_held(deciders
     assert approval.decided_by.kind == "approver"
 
 
+@pytest.mark.parametrize(
+    ("authorization", "status", "code"), [("", 403, "passkey_required"), (" ", 401, "unauthorized")]
+)
+def test_an_empty_authorization_header_does_not_lift_the_hold(
+    deciders, decider, flow, authorization, status, code
+):
+    """An empty header is no token: the API takes the session, so the hold holds it. One
+    that says something is the token's to answer for (here: none, 401)."""
+    approval = pending_approval(flow, "op-1")
+    browser, csrf = _password_session("dana")
+    response = _decide(browser, csrf, approval, HTTP_AUTHORIZATION=authorization)
+    assert (response.status_code, response.json()["error"]) == (status, code)
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.PENDING
+
+
 def test_held_approvers_console_decision_is_sent_away_and_recorded(deciders, decider, flow):
     approval = pending_approval(flow, "op-1")
     browser, csrf = _password_session("dana")
