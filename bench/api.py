@@ -7,7 +7,7 @@ Creates a scratch PostgreSQL database (``bench_api_<name>``, destroyed afterward
 SQLite is refused), configures one SQLite provider, a host and an approver credential,
 and runs gunicorn as the README's *Operating and deploying* section does
 (``gunicorn console.wsgi -w 4 -b 127.0.0.1:<free port>``). For each ``--clients`` value it
-starts that many client processes (``tests/procs/fleet.py``, role ``lifecycle``), each
+starts that many client processes (``harness/fleet``, role ``lifecycle``), each
 looping register → open approval → approve → dispatch → report committed with unique
 keys for ``--seconds``; any non-2xx answer is an error. With ``--auto-approve`` a policy
 of twenty rules approves each opening from a budget, and the clients skip the approve.
@@ -69,16 +69,16 @@ from bench.api_runs import (  # noqa: E402
     request_floor,
 )
 from bench.policies import twenty_rules  # noqa: E402
-from policies.services import policy_apply  # noqa: E402
-from recovery.services.credentials import host_create  # noqa: E402
-from recovery.services.providers import provider_configure  # noqa: E402
-from tests.support.gunicorn import (  # noqa: E402
+from harness.gunicorn import (  # noqa: E402
     database_url,
     gunicorn_running,
     pg_deadlocks,
     pg_wait_for_other_sessions,
 )
-from tests.support.providers import sqlite_provider_init  # noqa: E402
+from harness.providers import sqlite_provider_init  # noqa: E402
+from policies.services import policy_apply  # noqa: E402
+from recovery.services.credentials import host_create  # noqa: E402
+from recovery.services.providers import provider_configure  # noqa: E402
 
 
 def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> None:

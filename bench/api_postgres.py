@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connection
 
 from bench.api_runs import percentile
-from tests.support.gunicorn import pg_wait_for_other_sessions
+from harness.gunicorn import pg_wait_for_other_sessions
 
 PGBENCH_SECONDS = 5
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.api_cpu import CpuMeter, machine_cpu
-from tests.procs.fleet import FleetSpec, fleet_run
-from tests.support.gunicorn import GunicornServer
+from harness.fleet import FleetSpec, fleet_run
+from harness.gunicorn import GunicornServer
 
 SQL_PASS_SECONDS = 3.0
 WARM_UP_SECONDS = 1.5

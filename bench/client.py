@@ -4,7 +4,7 @@
 
 On a scratch PostgreSQL database (``bench/api.py``'s: ``bench_api_<name>``, dropped
 afterwards), one SQLite provider and ``gunicorn console.wsgi -w 4``, it alternates rounds
-of ``--clients`` client processes (``tests/procs/fleet.py``) in three roles, the same five
+of ``--clients`` client processes (``harness/fleet``) in three roles, the same five
 requests each (register, open approval, approve with the digest, dispatch, report):
 
 * ``library``: ``settle_client.Host.run``;
@@ -44,11 +44,11 @@ django.setup()
 from approvals.services import approver_create  # noqa: E402
 from bench.api_postgres import analyze, scratch_database  # noqa: E402
 from bench.api_postgres import connection as db  # noqa: E402
+from harness.fleet import FleetSpec, fleet_run  # noqa: E402
+from harness.gunicorn import database_url, gunicorn_running  # noqa: E402
+from harness.providers import sqlite_provider_init  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402
 from recovery.services.providers import provider_configure  # noqa: E402
-from tests.procs.fleet import FleetSpec, fleet_run  # noqa: E402
-from tests.support.gunicorn import database_url, gunicorn_running  # noqa: E402
-from tests.support.providers import sqlite_provider_init  # noqa: E402
 
 # (fleet role, what this benchmark calls it): the library, the baseline it is held to, and
 # the plain-socket loop of ``bench/api.py`` as a third figure.

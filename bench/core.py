@@ -41,6 +41,7 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from approvals.actors import Actor  # noqa: E402
+from harness.providers import sqlite_provider_commit, sqlite_provider_init  # noqa: E402
 from recovery.models import Dispatch, Host, LookupAttempt, Operation  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402
 from recovery.services.dispatch import operation_dispatch, operation_report  # noqa: E402
@@ -49,7 +50,6 @@ from recovery.services.permits import approval_decision, approval_open  # noqa: 
 from recovery.services.providers import provider_configure  # noqa: E402
 from recovery.services.registration import operation_register  # noqa: E402
 from recovery.services.resume import operation_resume  # noqa: E402
-from tests.support.providers import sqlite_provider_commit, sqlite_provider_init  # noqa: E402
 
 BENCH = Actor.system("bench")
 

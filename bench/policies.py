@@ -34,13 +34,13 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals.actors import Actor
 from bench.scratch import scratch_database_use
+from harness.providers import sqlite_provider_init
 from policies.models import Policy
 from policies.services import approval_terms, policy_apply
 from recovery.services.credentials import host_create
 from recovery.services.permits import approval_open
 from recovery.services.providers import provider_configure
 from recovery.services.registration import operation_register
-from tests.support.providers import sqlite_provider_init
 
 BENCH = Actor.system("bench")
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7", "memo": "benchmark"}

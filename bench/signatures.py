@@ -43,7 +43,7 @@ from audit.models import AuditChainHead, AuditEvent
 from audit.signatures import Passkeys
 from bench.audit import _measured
 from bench.seed import AUDIT_COLUMNS, SPAN, Chain, Writer, analyze
-from tests.support.webauthn import SoftPasskey
+from harness.webauthn import SoftPasskey
 
 PEOPLE = 10
 _AUDIT_TABLES = (

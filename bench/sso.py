@@ -2,7 +2,7 @@
 
     python manage.py benchmark_sso [--sign-ins 30]
 
-Figures, not a test. Starts the tests' own OpenID Connect provider (``tests.support.oidc``,
+Figures, not a test. Starts the tests' own OpenID Connect provider (``harness.oidc``,
 a process of its own on loopback), points Settle at it in a scratch database, and signs
 one person in ``--sign-ins`` times (signing out after each) through Django's test
 client: Settle's button (the authorization request), the person at the provider (not
@@ -39,12 +39,12 @@ from django.test import Client
 from approvals.actors import Actor
 from bench.scratch import scratch_database_use
 from bench.sqlcount import statements_noted
+from harness.accounts import PASSWORD
+from harness.oidc import identity_provider_start
+from harness.sso import sso_on, sso_start
 from recovery.models import Provider
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure
-from tests.support.console import PASSWORD
-from tests.support.oidc import identity_provider_start
-from tests.support.sso import sso_on, sso_start
 
 BENCH = Actor.system("benchmark")
 # The test client's requests name this host (one ALLOWED_HOSTS has, outside the tests).

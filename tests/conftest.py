@@ -15,13 +15,13 @@ from django.db import connection
 from django.test import Client
 
 from approvals.services import approver_create
+from harness.providers import sqlite_provider_init
 from recovery.models import Host, Provider
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
 from tests.support.console import Stuck, console_user
 from tests.support.contract import response_check
 from tests.support.flow import Api, Flow
-from tests.support.providers import sqlite_provider_init
 from tests.support.strict import STRICT
 
 # Real Celery processes (queue, celery_env, celery_procs), and a real OpenID Connect
@@ -127,8 +127,8 @@ def _lookups_published_to_this_runs_queue() -> Iterator[None]:
     worker's queue."""
     from django.test import override_settings
 
+    from harness.celery_procs import queue_name
     from tests.support.celery_fixtures import queue_delete
-    from tests.support.celery_procs import queue_name
 
     name = queue_name()
     with override_settings(CELERY_TASK_DEFAULT_QUEUE=name, SETTLE_WEBHOOK_QUEUE=f"{name}-webhooks"):

@@ -1,5 +1,5 @@
 """The statement a person signs and the check of a passkey's assertion over it: real
-P-256 signatures from a software passkey (tests/support/webauthn.py)."""
+P-256 signatures from a software passkey (harness/webauthn.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from approvals.signing import (
     statement_matches,
 )
 from common.canonical import canonical_dumps
-from tests.support.webauthn import ORIGIN, RP_ID, UP, UV, SoftPasskey
+from harness.webauthn import ORIGIN, RP_ID, UP, UV, SoftPasskey
 
 AT = datetime(2026, 12, 3, 18, 0, tzinfo=UTC)
 SUBJECT = {

@@ -31,6 +31,7 @@ from audit.signatures import Passkeys, signature_problem
 from audit.verification import audit_verification_incremental
 from audit.verify import VerifyTally, audit_verify
 from console.services.audit_export import sealed_export
+from harness.webauthn import RP_ID, SoftPasskey, passkey_register, passkey_unregister
 from identity.signing import signed_record_verify
 from recovery.permissions import ProviderPermission as P
 from recovery.services.permits import approval_decision
@@ -41,7 +42,6 @@ from tests.support.audit import (
     signature_byte_changed,
 )
 from tests.support.flow import Flow
-from tests.support.webauthn import RP_ID, SoftPasskey, passkey_register, passkey_unregister
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -24,12 +24,12 @@ from console.services.dashboard import (
     dashboard_refresh,
     settle_bucket,
 )
+from harness.providers import sqlite_provider_commit
 from recovery.models import Evidence, State
 from recovery.services.four_eyes import reconciliation_approve
 from recovery.services.reconcile import operation_reconcile
 from recovery.transitions import TRANSITIONS
 from tests.support.flow import PARAMS, lookup_due
-from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
 

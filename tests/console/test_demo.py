@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.providers import _free_port
+from harness.providers import _free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MANAGE = [sys.executable, str(REPO_ROOT / "manage.py")]

@@ -14,6 +14,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
 from audit.chain import audit_append, audit_transaction
+from harness.providers import digest_of, sqlite_provider_commit
 from recovery.models import LookupAttempt, Operation
 from recovery.selectors import TIMELINE_LIMIT, operation_timeline
 from recovery.selectors.operation_page import PERMIT_LINES
@@ -21,7 +22,6 @@ from recovery.services.locking import operation_lock
 from recovery.services.lookup_tasks import lookup_attempt_run
 from tests.support.console import queue_lookup
 from tests.support.flow import PARAMS
-from tests.support.providers import digest_of, sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
 
@@ -256,10 +256,10 @@ def test_a_viewer_polls_too_but_is_sent_no_action_form_field(client, viewer, stu
 def test_a_journal_record_without_params_flags_the_digest_and_says_why_no_more(
     client, operator, host_api, approver_api, tmp_path
 ):
+    from harness.providers import journal_append
     from recovery.services.providers import provider_configure
     from tests.support.console import Stuck
     from tests.support.flow import Flow
-    from tests.support.providers import journal_append
 
     journal = tmp_path / "journal.jsonl"
     journal.touch()

@@ -9,10 +9,10 @@ from django.test import Client
 from django.utils import timezone
 
 from audit.models import AuditEvent
+from harness.providers import sqlite_provider_commit
 from recovery.models import Evidence, LookupAttempt, Operation
 from recovery.services.lookup_tasks import lookup_attempt_run
 from tests.support.console import client_for
-from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
 

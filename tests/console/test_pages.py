@@ -8,7 +8,8 @@ import logging
 import pytest
 from django.test import Client
 
-from tests.support.console import PASSWORD, console_user
+from harness.accounts import PASSWORD
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db
 

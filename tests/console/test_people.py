@@ -15,7 +15,8 @@ from django.test.utils import CaptureQueriesContext
 
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from tests.support.console import PASSWORD, console_user
+from harness.accounts import PASSWORD
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db
 

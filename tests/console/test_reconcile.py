@@ -19,10 +19,10 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.models import AuditEvent
+from harness.providers import sqlite_provider_commit
 from recovery.models import Dispatch, Operation, OperationClaim, Provider
 from tests.support.console import client_for, console_user
 from tests.support.flow import PARAMS, lookup_due
-from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
 

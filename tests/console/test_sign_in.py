@@ -7,7 +7,8 @@ import time_machine
 from axes.models import AccessAttempt, AccessLog
 from django.test import Client
 
-from tests.support.console import PASSWORD, console_user
+from harness.accounts import PASSWORD
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db
 

@@ -29,6 +29,7 @@ from audit.models import AuditEvent
 from audit.verify import audit_verify
 from bulk.models import BulkBatch, BulkItem
 from bulk.services import Pick, bulk_items_digest, bulk_submit
+from harness.webauthn import UP, SoftPasskey, passkey_register
 from identity.models import PasskeyUse
 from policies.services import policy_apply
 from recovery.models import Operation, Provider
@@ -39,7 +40,6 @@ from tests.support.audit import (
     signature_byte_changed,
 )
 from tests.support.console import console_user, run_batch
-from tests.support.webauthn import UP, SoftPasskey, passkey_register
 
 pytestmark = pytest.mark.django_db
 

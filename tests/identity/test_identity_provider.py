@@ -1,4 +1,4 @@
-"""The tests' OpenID Connect provider itself (tests/support/idp), spoken to over HTTP only.
+"""The tests' OpenID Connect provider itself (harness/idp), spoken to over HTTP only.
 
 Settle's sign-in tests will trust it to behave as a real IdP and to misbehave exactly as
 asked: here a client of the code flow (PKCE, state, nonce) checks what it hands out, the
@@ -19,7 +19,7 @@ import httpx
 import jwt
 import pytest
 
-from tests.support.oidc import IdentityProvider, SignInRefused
+from harness.oidc import IdentityProvider, SignInRefused
 
 pytestmark = pytest.mark.processes
 

@@ -16,11 +16,12 @@ from approvals.models import Approval
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from console.settings_identity import _require_passkey_for
+from harness.accounts import PASSWORD
+from harness.providers import digest_of
 from identity.passkeys import PasskeyRequiredMiddleware
 from recovery.models import Operation
-from tests.support.console import PASSWORD, console_user, pending_approval
+from tests.support.console import console_user, pending_approval
 from tests.support.flow import PARAMS
-from tests.support.providers import digest_of
 
 pytestmark = pytest.mark.django_db
 

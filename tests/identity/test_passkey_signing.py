@@ -1,6 +1,6 @@
 """Signing a decision with one's passkey: the browser's request options, and the check of
 what it returns against the person's current passkeys and their sign counts. Real
-signatures, from a software passkey (tests/support/webauthn.py)."""
+signatures, from a software passkey (harness/webauthn.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from approvals.signing import challenge_of, statement
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from common.errors import SettleError
+from harness.webauthn import RP_ID, UP, SoftPasskey, passkey_register, passkey_unregister
 from identity.models import PasskeyUse
 from identity.signing import signed_record_verify, signing_options
-from tests.support.webauthn import RP_ID, UP, SoftPasskey, passkey_register, passkey_unregister
 
 pytestmark = pytest.mark.django_db
 

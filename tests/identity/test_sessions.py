@@ -23,8 +23,9 @@ from guardian.models import UserObjectPermission
 from approvals.actors import Actor
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from harness.accounts import PASSWORD
 from identity.sessions import SEEN_AT, SIGNED_IN_AT, sessions_end
-from tests.support.console import PASSWORD, console_user
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,8 @@ from django.test import Client
 from audit.hashing import SYSTEM_CHAIN
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from tests.support.console import PASSWORD, console_user
+from harness.accounts import PASSWORD
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db
 

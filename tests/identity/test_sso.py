@@ -1,4 +1,4 @@
-"""Single sign-on against a real OpenID Connect provider (``tests.support.oidc``): accounts
+"""Single sign-on against a real OpenID Connect provider (``harness.oidc``): accounts
 made at the first sign-on, roles from groups, and every refusal a page, an audit event,
 and nothing half-created."""
 
@@ -18,12 +18,13 @@ from django.test.utils import CaptureQueriesContext
 from audit.hashing import SYSTEM_CHAIN
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from harness.accounts import PASSWORD
+from harness.oidc import IdentityProvider
+from harness.sso import CALLBACK, sso_on, sso_sign_in, sso_start
 from identity.metrics import BREAK_GLASS_SIGN_INS
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission as P
-from tests.support.console import PASSWORD, console_user
-from tests.support.oidc import IdentityProvider
-from tests.support.sso import CALLBACK, sso_on, sso_sign_in, sso_start
+from tests.support.console import console_user
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db]
 

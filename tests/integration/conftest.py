@@ -21,12 +21,12 @@ import pytest
 from pytest_django.live_server_helper import LiveServer
 
 from approvals.services import approver_create
+from harness.celery_procs import queue_name, worker_start
+from harness.providers import http_provider_start, http_provider_stop, sqlite_provider_init
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
 from tests.support.celery_fixtures import queue_delete, test_database_url
-from tests.support.celery_procs import queue_name, worker_start
 from tests.support.live import Http, LookupWorker, Procs, ProviderHandle, Settle, WideBacklogServer
-from tests.support.providers import http_provider_start, http_provider_stop, sqlite_provider_init
 
 
 @pytest.fixture(scope="session")

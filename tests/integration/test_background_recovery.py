@@ -29,6 +29,12 @@ from audit.models import AuditCheckpoint, AuditVerification
 from audit.verify import audit_verify
 from console.celery import app as celery_app
 from dbsql.clock import db_now
+from harness.celery_procs import (
+    REPO_ROOT,
+    redis_start,
+)
+from harness.gunicorn import gunicorn_running
+from harness.providers import digest_of, http_provider_control, sqlite_provider_commit
 from recovery.models import Dispatch, Evidence, LookupAttempt
 from recovery.services.credentials import host_create
 from recovery.services.dispatch import operation_dispatch
@@ -36,12 +42,7 @@ from recovery.services.permits import approval_decision, approval_open
 from recovery.services.registration import operation_register
 from recovery.services.sweep import sweep
 from tests.support.celery_fixtures import test_database_url
-from tests.support.celery_procs import (
-    REPO_ROOT,
-    redis_start,
-)
 from tests.support.flow import PARAMS
-from tests.support.gunicorn import gunicorn_running
 from tests.support.live import (
     Http,
     Procs,
@@ -56,7 +57,6 @@ from tests.support.live import (
     transitions_of,
     wait_until,
 )
-from tests.support.providers import digest_of, http_provider_control, sqlite_provider_commit
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

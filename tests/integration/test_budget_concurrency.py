@@ -22,12 +22,12 @@ from django.db import connection
 
 from approvals.actors import Actor
 from approvals.models import Approval
+from harness.gunicorn import REPO_ROOT, database_url, gunicorn_running
 from policies.models import BudgetUse
 from policies.services import policy_apply
 from recovery.models import Provider
 from recovery.services.credentials import host_create
 from tests.support.flow import Api
-from tests.support.gunicorn import REPO_ROOT, database_url, gunicorn_running
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

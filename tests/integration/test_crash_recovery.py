@@ -18,6 +18,14 @@ from typing import Any
 import pytest
 
 from audit.models import AuditEvent
+from harness.providers import (
+    digest_of,
+    http_provider_control,
+    journal_append,
+    journal_checksum,
+    sqlite_provider_commit,
+    sqlite_provider_tamper,
+)
 from recovery.models import Dispatch, Evidence, LookupAttempt, Verdict
 from tests.support.flow import PARAMS, lookup_due
 from tests.support.live import (
@@ -33,14 +41,6 @@ from tests.support.live import (
     permit_events,
     permit_of,
     wait_lease_lapsed,
-)
-from tests.support.providers import (
-    digest_of,
-    http_provider_control,
-    journal_append,
-    journal_checksum,
-    sqlite_provider_commit,
-    sqlite_provider_tamper,
 )
 
 pytestmark = [

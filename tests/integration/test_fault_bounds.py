@@ -30,8 +30,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.celery_procs import REPO_ROOT, Proc, beat_start, child_environment, worker_start
-from tests.support.gunicorn import GunicornServer, gunicorn_start, gunicorn_stop
+from harness.celery_procs import REPO_ROOT, Proc, beat_start, child_environment, worker_start
+from harness.gunicorn import GunicornServer, gunicorn_start, gunicorn_stop
+from harness.providers import sqlite_provider_init
 from tests.support.private_services import (
     PG_BIN,
     PrivatePostgres,
@@ -39,7 +40,6 @@ from tests.support.private_services import (
     postgres_running,
     redis_private_running,
 )
-from tests.support.providers import sqlite_provider_init
 from tests.support.webhook_receiver import Receiver, receiver_serve
 
 pytestmark = [pytest.mark.processes]

@@ -27,15 +27,15 @@ from django.test.utils import CaptureQueriesContext
 from approvals.models import PermitEvent
 from approvals.services import approver_create
 from audit.models import AuditEvent
+from harness.gunicorn import database_url, gunicorn_running
+from harness.providers import digest_of, sqlite_provider_init
 from recovery import contract
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
 from tests.support.celery_fixtures import BROKER
 from tests.support.console import console_user
 from tests.support.flow import PARAMS
-from tests.support.gunicorn import database_url, gunicorn_running
 from tests.support.live import Http
-from tests.support.providers import digest_of, sqlite_provider_init
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

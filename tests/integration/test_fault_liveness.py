@@ -22,7 +22,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.gunicorn import GunicornServer, gunicorn_start, gunicorn_stop
+from harness.gunicorn import GunicornServer, gunicorn_start, gunicorn_stop
 from tests.support.monitoring import RULES, promtool, rule_expressions, run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]

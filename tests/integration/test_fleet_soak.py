@@ -1,11 +1,11 @@
 """Soak: ten client processes drive every kind of call at once through gunicorn (4 workers).
 
-Settle runs as in production (``gunicorn console.wsgi -w 4``, ``tests/support/gunicorn.py``,
+Settle runs as in production (``gunicorn console.wsgi -w 4``, ``harness/gunicorn.py``,
 and a real ``celery -A console worker`` on this test's own queue of the Redis broker the
 environment names) against pytest-django's PostgreSQL test database. Resume never looks a
 provider up inside a request: it queues the lookup for the Celery worker and answers
 ``in_progress``, and the clients poll until the worker's lookup settled it. The clients
-(``tests/procs/fleet.py``) only speak HTTP, on three providers: a SQLite one (60 s lease)
+(``harness/fleet``) only speak HTTP, on three providers: a SQLite one (60 s lease)
 shared by racers that fight over the same keys, a journal one with a 1 s lease whose
 workers "crash" (and are resumed, or report late), and an HTTP one (1 s lease, signed
 callbacks: matching, mismatching, stale, forged, "not performed"), while steady clients
@@ -38,9 +38,8 @@ from django.db import connection
 
 from approvals.services import approver_create
 from audit.verify import audit_verify
-from recovery.services.credentials import host_create
-from tests.procs.fleet import FleetSpec, fleet_run
-from tests.support.gunicorn import (
+from harness.fleet import FleetSpec, fleet_run
+from harness.gunicorn import (
     GunicornServer,
     database_url,
     gunicorn_running,
@@ -48,6 +47,7 @@ from tests.support.gunicorn import (
     pg_deadlocks,
     pg_wait_for_other_sessions,
 )
+from recovery.services.credentials import host_create
 from tests.support.live import Http, ProviderHandle
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]

@@ -18,6 +18,7 @@ import pytest
 
 from approvals.actors import Actor
 from audit.models import AuditEvent
+from harness.providers import digest_of, sqlite_provider_commit
 from recovery.models import Dispatch, Evidence, LookupAttempt, Verdict
 from recovery.services.lookups import operation_lookup
 from tests.support.flow import PARAMS
@@ -31,7 +32,6 @@ from tests.support.live import (
     permit_events,
     wait_lease_lapsed,
 )
-from tests.support.providers import digest_of, sqlite_provider_commit
 
 pytestmark = [
     pytest.mark.processes,

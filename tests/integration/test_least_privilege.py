@@ -34,13 +34,13 @@ from psycopg import errors, sql
 from approvals.services import approver_create
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.verify import audit_verify
+from harness.gunicorn import GunicornServer, database_url, gunicorn_running
+from harness.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
 from recovery.management.commands.db_grants import AUDIT_TABLES
 from recovery.models import Operation
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
-from tests.support.gunicorn import GunicornServer, database_url, gunicorn_running
 from tests.support.live import Http, resume_polled, wait_lease_lapsed
-from tests.support.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}

@@ -34,6 +34,7 @@ from approvals.services import approver_create
 from audit.chain import audit_append, audit_transaction
 from audit.models import AuditEvent
 from audit.verify import audit_verify
+from harness.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
 from recovery.models import Operation
 from recovery.services.credentials import host_create
 from recovery.services.dispatch import operation_dispatch, operation_heartbeat
@@ -41,7 +42,6 @@ from recovery.services.locking import operation_lock
 from recovery.services.providers import provider_configure
 from tests.support.flow import Api
 from tests.support.live import WAIT, LookupWorker, wait_lease_lapsed
-from tests.support.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}
 LOCK_TIMEOUT = "2s"

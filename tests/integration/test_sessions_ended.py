@@ -14,9 +14,10 @@ import httpx
 import pytest
 from django.db import connection
 
+from harness.accounts import PASSWORD
+from harness.gunicorn import database_url, gunicorn_running
 from recovery.models import Provider
-from tests.support.console import PASSWORD, console_user
-from tests.support.gunicorn import database_url, gunicorn_running
+from tests.support.console import console_user
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

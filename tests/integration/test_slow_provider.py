@@ -21,19 +21,19 @@ import pytest
 from django.db import connection
 
 from approvals.services import approver_create
-from recovery.models import Evidence, LookupAttempt, Operation
-from recovery.services.credentials import host_create
-from recovery.services.providers import provider_configure
-from tests.support.flow import PARAMS
-from tests.support.gunicorn import database_url, gunicorn_running
-from tests.support.live import Http, LookupWorker, wait_lease_lapsed
-from tests.support.providers import (
+from harness.gunicorn import database_url, gunicorn_running
+from harness.providers import (
     digest_of,
     http_provider_control,
     http_provider_start,
     http_provider_stop,
     sqlite_provider_init,
 )
+from recovery.models import Evidence, LookupAttempt, Operation
+from recovery.services.credentials import host_create
+from recovery.services.providers import provider_configure
+from tests.support.flow import PARAMS
+from tests.support.live import Http, LookupWorker, wait_lease_lapsed
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

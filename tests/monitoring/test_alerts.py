@@ -9,13 +9,13 @@ from typing import Any
 import time_machine
 from django.utils import timezone
 
+from harness.providers import _free_port
 from monitoring.models import AlertRule, AlertState
 from monitoring.services.alerts import alerts_evaluate
 from recovery.models import Operation, Provider, Pulse
 from recovery.services.runs import lookups_record, pulse_record
 from tests.support.apprise_receiver import Receiver
 from tests.support.console import Stuck, aged
-from tests.support.providers import _free_port
 
 
 def rule(provider: Provider | None, kind: str, url: str, **fields: Any) -> AlertRule:

@@ -14,13 +14,13 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote
 from audit.models import AuditEvent
+from harness.providers import digest_of
 from policies.services import policy_apply
 from recovery.models import Operation
 from recovery.services.errors import RecoveryError
 from recovery.services.permits import approval_decision
 from tests.support.console import console_user
 from tests.support.flow import PARAMS
-from tests.support.providers import digest_of
 
 POLICY = b"""
 [[rules]]

@@ -2,7 +2,7 @@
 
 Run by the client's kill and race tests as ``python tests/procs/host_run.py ...`` with the
 host token in ``SETTLE_HOST_TOKEN``. The effect performs the operation at the provider
-with the "outside tools" of ``tests/support/providers.py`` (no Django), and first appends
+with the "outside tools" of ``harness/providers.py`` (no Django), and first appends
 a line to ``--effects-log``, so a test counts every call of the effect, not only those
 the provider kept.
 
@@ -36,8 +36,8 @@ if str(REPO_ROOT) not in sys.path:
 
 import settle_client  # noqa: E402
 
-from tests.procs.worker import emit, wait_for_file  # noqa: E402
-from tests.support import providers  # noqa: E402
+from harness import providers  # noqa: E402
+from harness.processes import emit, wait_for_file  # noqa: E402
 
 
 def hold(stage: str, seconds: float) -> None:

@@ -3,7 +3,7 @@
 Run by the integration tests as ``python tests/procs/worker.py ...`` with the host token in
 the ``SETTLE_HOST_TOKEN`` environment variable. It talks to Settle only through the host
 HTTP API (standard library ``urllib``) and performs effects at the provider with the
-"outside tools" in ``tests/support/providers.py`` (which need no Django).
+"outside tools" in ``harness/providers.py`` (which need no Django).
 
 Every step is printed as one JSON line on stdout (flushed), so the parent can wait for a
 precise point -- ``ready``, ``request``, ``answer``, ``effect_committed``, ``holding`` --
@@ -45,6 +45,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from harness.processes import emit, wait_for_file  # noqa: E402
+
 DECISIONS = {"wait", "dispatch", "in_progress", "released", "unknown", "reconcile", "closed"}
 
 # A local live server: never through a proxy from the environment.
@@ -53,19 +55,6 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 class Malformed(Exception):
     """The API answered something that is not a well-formed answer."""
-
-
-def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "pid": os.getpid(), **fields}), flush=True)
-
-
-def wait_for_file(path: str, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            emit("timeout", waiting_for=what)
-            sys.exit(3)
-        time.sleep(0.002)
 
 
 def post(base_url: str, token: str, path: str, body: dict[str, Any], timeout: float) -> Any:
@@ -128,7 +117,7 @@ def check_answer(mode: str, status: int, body: dict[str, Any]) -> str:
 
 def perform_effect(args: argparse.Namespace, digest: str) -> dict[str, Any]:
     """Perform the effect at the provider, as the outside tool of that provider does."""
-    from tests.support import providers
+    from harness import providers
 
     reference = args.reference or f"ref-{args.key}"
     stored = providers.provider_perform(
@@ -154,7 +143,7 @@ def hold(stage: str, seconds: float) -> None:
 def params_digest(args: argparse.Namespace) -> str:
     if args.digest:
         return str(args.digest)
-    from tests.support.providers import digest_of
+    from harness.providers import digest_of
 
     return digest_of(json.loads(args.params))
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from harness.providers import digest_of
 from recovery.adapters import MAX_RECORD_BYTES, LookupResult, ProviderConfig, evidence_lookup
 from recovery.models import Verdict
-from tests.support.providers import digest_of
 from tests.support.webhook_receiver import trickling_serve
 
 DIGEST = digest_of({"amount": 1250, "currency": "EUR", "to": "acct-42"})

@@ -1,7 +1,7 @@
 """Provider adapters: every verdict of every adapter, against real provider artefacts.
 
-The SQLite and journal providers are files written by ``tests.support.providers``; the HTTP
-provider is the real ``tests/support/http_provider.py`` process. No Django database is used:
+The SQLite and journal providers are files written by ``harness.providers``; the HTTP
+provider is the real ``harness/http_provider.py`` process. No Django database is used:
 adapters never touch it.
 """
 
@@ -19,10 +19,7 @@ from typing import Any
 import pytest
 
 from common.canonical import canonical_dumps
-from recovery import adapters
-from recovery.adapters import LookupResult, ProviderConfig, evidence_lookup
-from recovery.models import Verdict
-from tests.support.providers import (
+from harness.providers import (
     HTTP_PROVIDER_SCRIPT,
     digest_of,
     http_provider_control,
@@ -36,6 +33,9 @@ from tests.support.providers import (
     sqlite_provider_init,
     sqlite_provider_tamper,
 )
+from recovery import adapters
+from recovery.adapters import LookupResult, ProviderConfig, evidence_lookup
+from recovery.models import Verdict
 
 PARAMS: dict[str, Any] = {"amount": 1250, "currency": "EUR", "to": "acct-42"}
 DIGEST = digest_of(PARAMS)

@@ -15,6 +15,7 @@ from django.utils import timezone
 from approvals.actors import COMMAND_LINE, Actor
 from approvals.models import Approval, ApprovalVote, Permit
 from audit.models import AuditEvent
+from harness.providers import digest_of
 from policies.services import policy_apply
 from recovery.models import Operation
 from recovery.services.approval_expiry import approvals_expire, approvals_expire_due
@@ -22,7 +23,6 @@ from recovery.services.errors import RecoveryError
 from recovery.services.permits import approval_decision
 from tests.support.console import console_user
 from tests.support.flow import PARAMS, Flow
-from tests.support.providers import digest_of
 from webhooks.endpoints import webhook_endpoint_add
 from webhooks.models import WebhookMessage
 

@@ -14,13 +14,13 @@ from approvals.models import Approval, ApprovalVote
 from approvals.signing import statement
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from harness.webauthn import RP_ID, SoftPasskey, passkey_register
 from identity.signing import signed_record_verify
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission as P
 from recovery.services.errors import RecoveryError
 from recovery.services.permits import approval_decision
 from tests.support.flow import Flow
-from tests.support.webauthn import RP_ID, SoftPasskey, passkey_register
 
 pytestmark = pytest.mark.django_db
 

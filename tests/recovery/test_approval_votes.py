@@ -11,12 +11,12 @@ from django.contrib.auth.models import User
 from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote, Approver
 from audit.models import AuditEvent
+from harness.providers import digest_of
 from policies.services import policy_apply
 from recovery.services.errors import RecoveryError
 from recovery.services.permits import approval_decision
 from tests.support.console import console_user
 from tests.support.flow import PARAMS, Flow
-from tests.support.providers import digest_of
 
 pytestmark = pytest.mark.django_db
 

@@ -14,10 +14,10 @@ from approvals.actors import COMMAND_LINE, Actor
 from approvals.models import Approval, Approver, Permit
 from approvals.services import approver_create
 from audit.models import AuditEvent
+from harness.providers import digest_of
 from recovery.models import Operation
 from recovery.services.providers import provider_configure
 from tests.support.flow import PARAMS, Api
-from tests.support.providers import digest_of
 
 pytestmark = pytest.mark.django_db
 

@@ -13,15 +13,15 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
 from audit.models import AuditEvent
-from recovery.models import Dispatch, LookupAttempt, Operation, Provider
-from recovery.services.lookups import operation_lookup
-from tests.support.flow import PARAMS, lookup_due
-from tests.support.providers import (
+from harness.providers import (
     digest_of,
     sqlite_provider_commit,
     sqlite_provider_init,
     sqlite_provider_tamper,
 )
+from recovery.models import Dispatch, LookupAttempt, Operation, Provider
+from recovery.services.lookups import operation_lookup
+from tests.support.flow import PARAMS, lookup_due
 
 pytestmark = pytest.mark.django_db
 

@@ -11,10 +11,10 @@ from guardian.shortcuts import assign_perm
 from approvals.actors import Actor
 from approvals.models import PermitEvent
 from audit.models import AuditEvent
+from harness.providers import digest_of, sqlite_provider_commit
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation
 from recovery.permissions import ProviderPermission
 from tests.support.flow import PARAMS, lookups_published
-from tests.support.providers import digest_of, sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
 

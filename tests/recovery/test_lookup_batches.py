@@ -20,6 +20,12 @@ from hypothesis import strategies as st
 
 from audit.models import AuditEvent
 from audit.verify import audit_verify
+from harness.providers import (
+    digest_of,
+    journal_append,
+    journal_append_raw,
+    sqlite_provider_commit,
+)
 from recovery.adapters import ProviderConfig, evidence_lookup, evidence_lookup_many, sqlite_orders
 from recovery.adapters import journal as journal_adapter
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider
@@ -27,12 +33,6 @@ from recovery.services import locking, lookup_tasks, lookups
 from recovery.services.lookup_tasks import lookup_batch_run
 from recovery.services.sweep import sweep
 from tests.support.flow import PARAMS
-from tests.support.providers import (
-    digest_of,
-    journal_append,
-    journal_append_raw,
-    sqlite_provider_commit,
-)
 
 pytestmark = pytest.mark.django_db
 

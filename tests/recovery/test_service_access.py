@@ -20,6 +20,7 @@ from approvals.actors import Actor
 from approvals.models import Approval, Approver, ReconciliationRequest
 from approvals.services import approver_create
 from audit.models import AuditEvent
+from harness.providers import digest_of
 from recovery.models import Operation, OperationClaim, Provider
 from recovery.permissions import ProviderPermission as P
 from recovery.services.errors import RecoveryError
@@ -30,7 +31,6 @@ from recovery.services.providers import provider_configure
 from recovery.services.reconcile import operation_reconcile
 from tests.support.console import Stuck
 from tests.support.flow import PARAMS, Flow
-from tests.support.providers import digest_of
 
 pytestmark = pytest.mark.django_db
 

@@ -13,9 +13,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from harness.providers import digest_of
 from recovery.models import Dispatch
 from tests.support.flow import PARAMS, lookup_due, queued_lookups_run
-from tests.support.providers import digest_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,13 +13,13 @@ import time_machine
 from django.utils import timezone
 
 from audit.models import AuditEvent
+from harness.providers import sqlite_provider_commit
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider
 from recovery.services.evidence import LOOKUP_BACKOFF_JITTER, LOOKUP_BACKOFF_SECONDS
 from recovery.services.lookup_tasks import _attempt_begin, lookup_attempt_run
 from recovery.services.lookups import SWEEPER_ACTOR, lookup_run
 from recovery.services.sweep import sweep
 from tests.support.flow import PARAMS
-from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db
 

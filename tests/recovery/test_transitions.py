@@ -88,9 +88,9 @@ def test_only_evidence_or_an_operator_releases_an_uncertain_operation():
 def test_a_service_whose_transition_is_refused_records_it_and_raises_stale_state(flow):
     """Any caller — the API, a task, a console view — gets the same coded refusal."""
     from approvals.models import Approval, Approver
+    from harness.providers import digest_of
     from recovery.services.errors import RecoveryError
     from recovery.services.permits import approval_decision
-    from tests.support.providers import digest_of
 
     flow.register("op-s")
     approval_id = flow.host_api.post("/api/v1/operations/op-s/approvals").json()["approval_id"]

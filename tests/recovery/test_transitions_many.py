@@ -18,12 +18,12 @@ from audit.chain import audit_chain_locked, audit_transaction
 from audit.models import AuditEvent
 from audit.verify import audit_verify
 from bench.sqlcount import StatementCount, counting
+from harness.providers import sqlite_provider_commit
 from recovery.models import Dispatch, Operation, State
 from recovery.services.lookup_tasks import lookup_batch_run
 from recovery.services.sweep import leases_sweep, sweep
 from recovery.transitions import Change, Event, operation_transition_many
 from tests.support.flow import PARAMS
-from tests.support.providers import sqlite_provider_commit
 
 SYSTEM = Actor.system("test")
 

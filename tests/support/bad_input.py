@@ -23,9 +23,9 @@ from django.test import Client
 
 from approvals.models import Approval, Permit, PermitEvent
 from audit.models import AuditEvent
+from harness.providers import digest_of
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation
 from tests.support.flow import PARAMS, Api
-from tests.support.providers import digest_of
 
 SECRET = "s3cret"
 DIGEST = digest_of(PARAMS)

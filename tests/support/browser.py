@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.support.console import PASSWORD
+from harness.accounts import PASSWORD
 
 CHROMIUM = os.environ.get("SETTLE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

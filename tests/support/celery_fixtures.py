@@ -15,7 +15,7 @@ import pytest
 import redis
 from django.db import connection
 
-from tests.support.celery_procs import (
+from harness.celery_procs import (
     REPO_ROOT,
     Proc,
     beat_start,
@@ -23,7 +23,7 @@ from tests.support.celery_procs import (
     webhook_queue,
     worker_start,
 )
-from tests.support.gunicorn import database_url
+from harness.gunicorn import database_url
 
 BROKER = os.environ.get("CELERY_BROKER_URL", "")
 

@@ -38,10 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
 
     from approvals.services import approver_create
+    from harness.celery_procs import beat_start, worker_start
+    from harness.gunicorn import gunicorn_start, gunicorn_stop
     from recovery.services.credentials import host_create
     from recovery.services.providers import provider_configure
-    from tests.support.celery_procs import beat_start, worker_start
-    from tests.support.gunicorn import gunicorn_start, gunicorn_stop
 
     call_command("migrate", verbosity=0)
     with tempfile.TemporaryDirectory(prefix="settle-client-live-") as scratch:

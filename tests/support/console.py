@@ -16,14 +16,13 @@ from approvals.models import Approval
 from audit.chain import audit_transaction
 from bulk.models import BulkBatch
 from bulk.services import bulk_chunk_run, bulk_publish
+from harness.accounts import PASSWORD
+from harness.providers import digest_of, sqlite_provider_commit
 from recovery.models import Dispatch, LookupAttempt, Operation, Provider
 from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim
 from recovery.services.roles import role_grant, roles_ensure
 from tests.support.flow import PARAMS, Flow, lookup_due
-from tests.support.providers import digest_of, sqlite_provider_commit
-
-PASSWORD = "a-password-for-tests-only"
 
 
 def console_user(username: str, role: str | None = None, provider: Provider | None = None) -> User:

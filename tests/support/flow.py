@@ -9,8 +9,8 @@ from typing import Any
 
 from django.test import Client
 
+from harness.providers import digest_of
 from recovery.models import Provider
-from tests.support.providers import digest_of
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}
 

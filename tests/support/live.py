@@ -32,11 +32,11 @@ from approvals.selectors import permit_history
 from audit.models import AuditEvent
 from audit.verify import audit_verify
 from dbsql.clock import db_now
+from harness.celery_procs import Proc
+from harness.providers import digest_of, http_provider_history
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider, Verdict
 from recovery.services.lookups import SWEEPER_ACTOR
-from tests.support.celery_procs import Proc
 from tests.support.flow import PARAMS
-from tests.support.providers import digest_of, http_provider_history
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER_SCRIPT = REPO_ROOT / "tests" / "procs" / "worker.py"

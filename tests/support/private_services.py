@@ -36,8 +36,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.celery_procs import Proc, redis_start
-from tests.support.providers import _free_port
+from harness.celery_procs import Proc, redis_start
+from harness.providers import _free_port
 
 
 def _pg_bin() -> Path:

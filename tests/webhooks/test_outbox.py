@@ -122,9 +122,9 @@ def test_a_message_written_behind_one_waits_and_beat_finds_a_missed_promotion(
 def test_a_recovery_reports_the_release_with_its_evidence_and_the_repaired_receipt(
     flow, endpoint, receiver, provider_db
 ):
+    from harness.providers import sqlite_provider_commit
     from recovery.models import Dispatch
     from tests.support.flow import PARAMS
-    from tests.support.providers import sqlite_provider_commit
 
     flow.approved()
     flow.dispatch()
@@ -147,8 +147,8 @@ def test_a_recovery_reports_the_release_with_its_evidence_and_the_repaired_recei
 def test_an_operation_sent_to_reconcile_is_reported_with_the_reason(
     flow, endpoint, receiver, provider_db
 ):
+    from harness.providers import sqlite_provider_commit
     from recovery.models import Dispatch
-    from tests.support.providers import sqlite_provider_commit
 
     flow.approved()
     flow.dispatch()

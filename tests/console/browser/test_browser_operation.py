@@ -8,12 +8,12 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from approvals.models import Permit
+from harness.providers import sqlite_provider_commit
 from recovery.models import LookupAttempt, Operation
 from recovery.services.lookup_tasks import lookup_attempt_run
 from tests.support.browser import screenshot, screenshots_everywhere, sign_in
 from tests.support.console import aged, queue_lookup
 from tests.support.flow import PARAMS
-from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,8 +9,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from playwright.sync_api import Page, expect
 
+from harness.accounts import PASSWORD
 from tests.support.browser import screenshots_everywhere, sign_in
-from tests.support.console import PASSWORD, console_user
+from tests.support.console import console_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

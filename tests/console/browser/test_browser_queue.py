@@ -7,6 +7,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from harness.providers import sqlite_provider_commit
 from tests.support.browser import (
     NARROW,
     WIDE,
@@ -17,7 +18,6 @@ from tests.support.browser import (
 )
 from tests.support.console import aged
 from tests.support.flow import PARAMS
-from tests.support.providers import sqlite_provider_commit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

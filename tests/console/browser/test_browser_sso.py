@@ -11,12 +11,12 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
+from harness.accounts import PASSWORD
+from harness.oidc import IdentityProvider
+from harness.sso import sso_on
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission as P
 from tests.support.browser import screenshots_everywhere
-from tests.support.console import PASSWORD
-from tests.support.oidc import IdentityProvider
-from tests.support.sso import sso_on
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 

@@ -1,7 +1,7 @@
 """A passkey as the second step of single sign-on: allauth asks for it after the
 identity provider's callback, and the sign-in still counts as single sign-on.
 
-The tests' IdP (tests/support/idp) runs in a process of its own; Chromium goes there
+The tests' IdP (harness/idp) runs in a process of its own; Chromium goes there
 and back as it would to a company's."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from playwright.sync_api import Page, expect
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from console.settings_identity import OidcProvider
-from tests.support.console import PASSWORD
-from tests.support.sso import sso_on
+from harness.accounts import PASSWORD
+from harness.sso import sso_on
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 

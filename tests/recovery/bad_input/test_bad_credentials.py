@@ -11,6 +11,7 @@ from django.test import Client
 from guardian.shortcuts import assign_perm
 
 from approvals.models import Approval
+from harness.providers import digest_of
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission
 from tests.support.bad_input import (
@@ -24,7 +25,6 @@ from tests.support.bad_input import (
     snapshot,
 )
 from tests.support.flow import PARAMS
-from tests.support.providers import digest_of
 
 pytestmark = pytest.mark.django_db
 

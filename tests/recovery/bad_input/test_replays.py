@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import Approval, PermitEvent
+from harness.providers import digest_of
 from recovery.models import Dispatch, Operation
 from tests.support.bad_input import (
     ENDPOINTS,
@@ -17,7 +18,6 @@ from tests.support.bad_input import (
     snapshot,
 )
 from tests.support.flow import PARAMS
-from tests.support.providers import digest_of
 
 pytestmark = pytest.mark.django_db
 

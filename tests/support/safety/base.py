@@ -23,6 +23,10 @@ from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
 from approvals.services import Refusal, approver_create
 from audit.models import AuditEvent
+from harness.providers import (
+    digest_of,
+    sqlite_provider_init,
+)
 from recovery.models import (
     Dispatch,
     Evidence,
@@ -37,10 +41,6 @@ from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
 from recovery.services.resume import Decision
 from recovery.services.roles import OPERATOR, SUPERVISOR
-from tests.support.providers import (
-    digest_of,
-    sqlite_provider_init,
-)
 from tests.support.safety.model import (
     COMMITTED,
     FAILED_STATUS,

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from approvals.actors import Actor
+from harness.providers import (
+    SQLITE_TAMPER_MODES,
+    digest_of,
+)
 from recovery.models import (
     Dispatch,
     State,
@@ -16,10 +20,6 @@ from recovery.models import (
 )
 from recovery.services.errors import RecoveryError
 from recovery.services.resume import Decision
-from tests.support.providers import (
-    SQLITE_TAMPER_MODES,
-    digest_of,
-)
 
 EXAMPLES = int(os.environ.get("SETTLE_HYPOTHESIS_EXAMPLES", "60"))
 STEPS = int(os.environ.get("SETTLE_HYPOTHESIS_STEPS", "30"))

@@ -8,16 +8,16 @@ from hypothesis.stateful import (
     rule,
 )
 
+from harness.providers import (
+    digest_of,
+    sqlite_provider_commit,
+    sqlite_provider_tamper,
+)
 from recovery.models import (
     State,
     Verdict,
 )
 from recovery.services.callbacks import CallbackOutcome, provider_callback
-from tests.support.providers import (
-    digest_of,
-    sqlite_provider_commit,
-    sqlite_provider_tamper,
-)
 from tests.support.safety.base import SafetyBase, step
 from tests.support.safety.model import (
     COMMITTED,

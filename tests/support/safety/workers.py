@@ -13,6 +13,9 @@ from hypothesis.stateful import (
 )
 
 from dbsql.clock import db_now
+from harness.providers import (
+    digest_of,
+)
 from recovery.models import (
     Dispatch,
     LookupAttempt,
@@ -26,9 +29,6 @@ from recovery.services.dispatch import (
     operation_report,
 )
 from recovery.services.resume import LOOKUP_POLL_SECONDS, Decision, operation_resume
-from tests.support.providers import (
-    digest_of,
-)
 from tests.support.safety.base import SafetyBase, step
 from tests.support.safety.model import (
     COMMITTED,

@@ -1,6 +1,6 @@
 """A small HTTP provider that performs effects and answers signed lookups (tests only).
 
-Run: ``python tests/support/http_provider.py --port PORT --secret SECRET --store FILE``.
+Run: ``python harness/http_provider.py --port PORT --secret SECRET --store FILE``.
 Prints ``ready`` on stdout once listening on 127.0.0.1. Standard library only, so it runs
 as a plain script without the project on ``sys.path``.
 

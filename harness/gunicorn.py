@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.celery_procs import child_environment
-from tests.support.processes import process_stop
-from tests.support.providers import _free_port
+from harness.celery_procs import child_environment
+from harness.processes import process_stop
+from harness.providers import _free_port
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 # A local server: never through a proxy from the environment.
 _LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

@@ -1,4 +1,4 @@
-"""Settings of the tests' identity provider (``DJANGO_SETTINGS_MODULE=tests.support.idp.settings``).
+"""Settings of the tests' identity provider (``DJANGO_SETTINGS_MODULE=harness.idp.settings``).
 
 Everything it keeps is in ``IDP_STATE_DIR`` (a temporary folder the fixture made): its
 SQLite database, its signing key (``key.pem``, RSA, written by the fixture), the directory
@@ -18,7 +18,7 @@ IDP_ISSUER = os.environ["IDP_ISSUER"]
 SECRET_KEY = "the-tests-identity-provider-not-a-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["localhost", "127.0.0.1"]
-ROOT_URLCONF = "tests.support.idp.urls"
+ROOT_URLCONF = "harness.idp.urls"
 USE_TZ = True
 TIME_ZONE = "UTC"
 
@@ -39,7 +39,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "allauth.account.middleware.AccountMiddleware",
-    "tests.support.idp.middleware.clients_sync",
+    "harness.idp.middleware.clients_sync",
 ]
 
 TEMPLATES = [
@@ -71,12 +71,12 @@ SESSION_COOKIE_NAME = "idp_sessionid"
 CSRF_COOKIE_NAME = "idp_csrftoken"
 
 # People sign in with the username and password the directory file gives them.
-AUTHENTICATION_BACKENDS = ["tests.support.idp.backends.DirectoryBackend"]
+AUTHENTICATION_BACKENDS = ["harness.idp.backends.DirectoryBackend"]
 LOGIN_URL = "account_login"
 ACCOUNT_LOGIN_METHODS = {"username"}
 ACCOUNT_SIGNUP_FIELDS = ["username*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = "none"
-ACCOUNT_ADAPTER = "tests.support.idp.adapter.AccountAdapter"
+ACCOUNT_ADAPTER = "harness.idp.adapter.AccountAdapter"
 # The suite signs in again and again from 127.0.0.1, on purpose with wrong passwords too.
 ACCOUNT_RATE_LIMITS = False
 # Only client secrets are hashed here (people's passwords are in the directory file):
@@ -84,7 +84,7 @@ ACCOUNT_RATE_LIMITS = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 IDP_OIDC_PRIVATE_KEY = (STATE_DIR / "key.pem").read_text()
-IDP_OIDC_ADAPTER = "tests.support.idp.adapter.OIDCAdapter"
+IDP_OIDC_ADAPTER = "harness.idp.adapter.OIDCAdapter"
 
 LOGGING = {
     "version": 1,

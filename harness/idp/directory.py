@@ -1,6 +1,6 @@
 """The directory file: the people who may sign in at the IdP, and the faults of its tokens.
 
-One JSON file in the IdP's state folder. The tests write it (``tests.support.oidc.Directory``,
+One JSON file in the IdP's state folder. The tests write it (``harness.oidc.Directory``,
 one writer per IdP, as each xdist worker has an IdP of its own) and the IdP reads it at
 every request (:func:`directory_read`), so a change counts from the next request on::
 

@@ -12,7 +12,7 @@ Three providers:
   To restore a tampered record, commit it again: a commit replaces both rows.
 * Journal: a JSON Lines file of checksummed lines (:func:`journal_append`), plus
   :func:`journal_append_raw` for garbage.
-* HTTP: ``tests/support/http_provider.py`` run as a real process
+* HTTP: ``harness/http_provider.py`` run as a real process
   (:func:`http_provider_start`), driven with :func:`http_provider_perform` and
   :func:`http_provider_control`.
 """

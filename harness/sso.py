@@ -1,5 +1,5 @@
 """Single sign-on in the tests: Settle configured for the tests' own identity provider
-(``tests.support.oidc``), and a sign-in through it driven by Django's test client."""
+(``harness.oidc``), and a sign-in through it driven by Django's test client."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.http import HttpResponse
 from django.test import Client
 
 from console.settings_identity import OidcProvider, socialaccount_providers
-from tests.support.oidc import IdentityProvider
+from harness.oidc import IdentityProvider
 
 CLIENT_ID = "settle-console"
 CLIENT_SECRET = "a-client-secret-for-tests-only"

@@ -9,7 +9,7 @@ from django.contrib.auth.backends import BaseBackend
 from django.contrib.auth.models import User
 from django.http import HttpRequest
 
-from tests.support.idp.directory import directory_read
+from harness.idp.directory import directory_read
 
 
 def person_of(username: str) -> dict[str, Any] | None:

@@ -1,11 +1,19 @@
-"""Stopping a server process the tests started in a session (process group) of its own."""
+"""Processes the tests and benchmarks start: stopping one, and a child's side of the handshake.
+
+A child (a worker, a fleet client) prints JSON lines (``emit``) and waits for a go file
+(``wait_for_file``) so that its parent can release many at once.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
+import time
+from typing import Any
 
 
 def process_stop(process: subprocess.Popen[bytes], timeout: float) -> int | None:
@@ -25,3 +33,16 @@ def process_stop(process: subprocess.Popen[bytes], timeout: float) -> int | None
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=10)
     return process.returncode
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, "pid": os.getpid(), **fields}), flush=True)
+
+
+def wait_for_file(path: str, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            emit("timeout", waiting_for=what)
+            sys.exit(3)
+        time.sleep(0.002)

@@ -1,6 +1,6 @@
 """Run the IdP: migrate its SQLite database, then serve on ``ADDRPORT`` until stopped.
 
-``DJANGO_SETTINGS_MODULE=tests.support.idp.settings python -m tests.support.idp.serve
+``DJANGO_SETTINGS_MODULE=harness.idp.settings python -m harness.idp.serve
 127.0.0.1:<port>`` (from the repository root). One process for both steps: the fixture
 pays for Django's start once.
 """

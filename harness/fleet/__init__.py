@@ -4,7 +4,7 @@ Used by ``bench/api.py`` (role ``lifecycle``) and ``tests/integration/test_fleet
 (the mixed roles) through :func:`fleet_run`, which starts the processes, releases them
 together and collects what each wrote. A client runs as::
 
-    python tests/procs/fleet.py --url URL --name NAME --role ROLE --seconds S \\
+    python harness/fleet --url URL --name NAME --role ROLE --seconds S \\
         --go-file FILE --out FILE [--providers JSON] [--shared-dir DIR] [--index N]
 
 with the host token in ``SETTLE_HOST_TOKEN`` and the approver token in
@@ -12,7 +12,7 @@ with the host token in ``SETTLE_HOST_TOKEN`` and the approver token in
 waits for the go file, then loops until ``--seconds`` after the go file appeared, with a
 fresh connection per request (gunicorn's sync workers close every connection anyway) and
 standard library only, apart from the provider "outside tools" in
-``tests/support/providers.py`` and ``httpx`` for roles ``httpx`` and ``library``. Its CPU
+``harness/providers.py`` and ``httpx`` for roles ``httpx`` and ``library``. Its CPU
 is counted from the first iteration of its loop (``cpu`` in the ``--out`` file), so that
 a role's set-up is not charged to its requests.
 
@@ -97,8 +97,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from tests.procs.worker import emit, wait_for_file  # noqa: E402
-from tests.support import providers  # noqa: E402
+from harness import providers  # noqa: E402
+from harness.processes import emit, wait_for_file  # noqa: E402
 
 FLEET_SCRIPT = Path(__file__).resolve()
 SQL_HEADER = "X-Settle-SQL"

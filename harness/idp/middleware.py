@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 
-from tests.support.idp.directory import CLIENTS_FILE
+from harness.idp.directory import CLIENTS_FILE
 
 _lock = threading.Lock()
 _synced: str | None = None

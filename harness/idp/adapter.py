@@ -15,7 +15,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import User
 from django.http import HttpRequest
 
-from tests.support.idp.directory import directory_read
+from harness.idp.directory import directory_read
 
 # What a token with the nonce fault carries instead of the request's nonce.
 WRONG_NONCE = "not-the-nonce-of-the-request"

@@ -1,8 +1,0 @@
-"""The tests' own OpenID Connect provider: a tiny Django project on ``allauth.idp.oidc``.
-
-It runs as a process of its own (``python -m tests.support.idp.serve``, started by
-``tests.support.oidc``), with its own SQLite database, signing key and cookies, all in one
-state folder. Who may sign in, with which claims, and the faults its next ID tokens carry
-come from a directory file it reads at every request (``tests.support.idp.directory``),
-so a test changes them by rewriting that file, without a restart.
-"""
