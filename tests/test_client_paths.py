@@ -40,7 +40,7 @@ def test_every_client_test_module_is_run_by_one_of_the_two_runs() -> None:
 
 def test_the_client_venv_runs_no_module_that_needs_settle() -> None:
     settle = {*_pyproject(ROOT)["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]}
-    settle |= {"django", "tests", "bench"}
+    settle |= {"django", "tests", "bench", "harness"}
     wrong = {}
     for path in _test_modules(CLIENT):
         wrong[path.name] = sorted(top_level_imports(path) & settle)

@@ -409,7 +409,16 @@ def api_error(status: int, body: dict[str, Any]) -> ApiError:
         or _BY_STATUS.get(status)
         or (ServerError if status >= 500 else ApiError)
     )
-    return cls(message, status=status, code=code, **details)
+    # The answer's own ``status`` and ``code`` are attributes; a detail of either name (a
+    # permit's "status") stays in ``details`` only, instead of clashing with them.
+    error = cls(
+        message,
+        status=status,
+        code=code,
+        **{name: value for name, value in details.items() if name not in ("status", "code")},
+    )
+    error.details = details
+    return error
 
 
 # -- what the client concludes --------------------------------------------------------
