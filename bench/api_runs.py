@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.api_cpu import CpuMeter, machine_cpu
-from harness.fleet import FleetSpec, fleet_run
+from harness.fleet.run import FleetSpec, fleet_run
 from harness.gunicorn import GunicornServer
 
 SQL_PASS_SECONDS = 3.0

@@ -44,7 +44,7 @@ django.setup()
 from approvals.services import approver_create  # noqa: E402
 from bench.api_postgres import analyze, scratch_database  # noqa: E402
 from bench.api_postgres import connection as db  # noqa: E402
-from harness.fleet import FleetSpec, fleet_run  # noqa: E402
+from harness.fleet.run import FleetSpec, fleet_run  # noqa: E402
 from harness.gunicorn import database_url, gunicorn_running  # noqa: E402
 from harness.providers import sqlite_provider_init  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402

@@ -45,7 +45,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from bench.sqlcount import StatementCount, counting
 from console.wsgi import application as django_application
-from harness.fleet import SQL_DETAIL_HEADER, SQL_HEADER
+from harness.fleet.api import SQL_DETAIL_HEADER, SQL_HEADER
 
 _current = threading.local()
 

@@ -38,7 +38,7 @@ from django.db import connection
 
 from approvals.services import approver_create
 from audit.verify import audit_verify
-from harness.fleet import FleetSpec, fleet_run
+from harness.fleet.run import FleetSpec, fleet_run
 from harness.gunicorn import (
     GunicornServer,
     database_url,
