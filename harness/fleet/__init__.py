@@ -15,8 +15,9 @@ is counted from the first iteration of its loop (``cpu`` in the ``--out`` file),
 a role's set-up is not charged to its requests.
 
 Modules: ``api`` (one call through ``settle_client``, measured and judged), ``client``
-(each endpoint and the steps the roles share), ``roles``, ``process`` (the client's
-``main``) and ``run`` (the parent's side).
+(each endpoint and the steps the roles share), ``roles``, ``baselines`` (the lifecycle by
+hand, for ``bench/client.py``), ``process`` (the client's ``main``) and ``run`` (the
+parent's side).
 
 Roles (``--providers`` is a JSON list of ``{kind, name, path, url, secret, lease_seconds}``):
 
@@ -26,6 +27,9 @@ Roles (``--providers`` is a JSON list of ``{kind, name, path, url, secret, lease
 ``httpx``
     The same lifecycle written by hand on ``httpx.Client``, as a host engineer would
     without the library: the baseline ``bench/client.py`` holds the library to.
+``sockets``
+    The same lifecycle by hand on plain sockets, a fresh connection per request: the
+    floor ``bench/client.py`` shows beside ``httpx`` and ``library``.
 ``library``
     The same lifecycle through ``settle_client.Host.run`` (``bench/client.py`` sets it
     against ``httpx`` and ``lifecycle`` in one run).
@@ -57,7 +61,8 @@ Every role speaks through ``settle_client`` (``harness.fleet.api``): ``library``
 layer, with nothing retried, as the soak test's judges of the server (each answer checked
 against what the role expects there, forged tokens, lapsed leases on purpose), with
 resumes of many keys interleaved in one process (``run_due``), which a blocking
-``Host.run`` per key cannot do. ``httpx`` is the baseline written without the library.
+``Host.run`` per key cannot do. ``httpx`` and ``sockets`` are the baselines written
+without it (``harness.fleet.baselines``).
 
 Resume never looks a provider up inside the request: after a lapsed lease it queues a
 lookup for a Celery worker and answers ``in_progress`` with ``retry_after``. A client

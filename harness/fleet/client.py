@@ -54,7 +54,7 @@ class Client:
     deadline: float = 0.0
     t0: float = 0.0
     lifecycles: int = 0
-    requests: int = 0  # HTTP requests made through httpx (roles httpx, library)
+    requests: int = 0  # HTTP requests of a whole-lifecycle role (httpx, sockets, library)
     tokens: Counter[str] = field(default_factory=Counter)
     keys: dict[str, dict[str, str]] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
@@ -266,3 +266,13 @@ class Client:
                 step()
             if not all_of_them:
                 return
+
+
+def iterations(client: Client) -> Iterable[int]:
+    # The loop's CPU is counted from here: a role's set-up (an httpx client builds its
+    # TLS context) is paid once per process, not per request.
+    client.cpu_started = time.process_time()
+    i = 0
+    while time.time() < client.deadline:
+        yield i
+        i += 1

@@ -9,94 +9,24 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from harness import providers
-from harness.fleet.client import OTHER_PARAMS, PARAMS, Client, Provider
+from harness.fleet.baselines import role_httpx, role_sockets
+from harness.fleet.client import OTHER_PARAMS, PARAMS, Client, Provider, iterations
 
 RACE_SLOT_SECONDS = 0.4
 
 
 def role_lifecycle(client: Client) -> None:
     provider = client.providers[0]
-    for i in _iterations(client):
+    for i in iterations(client):
         key = f"{client.name}-{i}"
         if not client.approved(key, provider):
             continue
         token = client.dispatch(key)
         if token and client.report(key, token).ok:
             client.lifecycles += 1
-
-
-def role_httpx(client: Client) -> None:
-    """``lifecycle`` written by hand on ``httpx``, as a host engineer would without the library.
-
-    The baseline ``bench/client.py`` holds the library to: the same five requests on the
-    same HTTP client the library uses (one ``httpx.Client`` per credential, its
-    connections reused when the server keeps them), the digest computed per run, every
-    answer's status checked and the fields the next request needs read from it. No
-    heartbeat: the effect does nothing, as in ``library``.
-    """
-    import httpx
-
-    url = client.api.url
-    host = httpx.Client(
-        base_url=url, headers={"Authorization": f"Bearer {client.api.tokens['host']}"}
-    )
-    approver = httpx.Client(
-        base_url=url, headers={"Authorization": f"Bearer {client.api.tokens['approver']}"}
-    )
-    provider = client.providers[0]
-
-    def post(http: httpx.Client, path: str, body: dict[str, Any], status: int) -> dict[str, Any]:
-        client.requests += 1
-        response = http.post(path, json=body)
-        answer: dict[str, Any] = response.json()
-        if response.status_code != status:
-            raise RuntimeError(f"{path}: HTTP {response.status_code} {answer}")
-        return answer
-
-    for i in _iterations(client):
-        key = f"{client.name}-{i}"
-        operation = f"/api/v1/operations/{key}"
-        started = time.perf_counter()
-        try:
-            digest = providers.digest_of(PARAMS)
-            registered = post(
-                host,
-                "/api/v1/operations",
-                {"key": key, "action": "payment.send", "provider": provider.name, "params": PARAMS},
-                201,
-            )
-            if registered["params_digest"] != digest:
-                raise RuntimeError(f"Settle digests the params as {registered['params_digest']}")
-            opened = post(host, f"{operation}/approvals", {}, 201)
-            post(
-                approver,
-                f"/api/v1/approvals/{opened['approval_id']}/decision",
-                {"decision": "approve", "ttl_seconds": 300, "params_digest": digest},
-                200,
-            )
-            held = post(
-                host, f"{operation}/dispatch", {"worker": client.name, "params_digest": digest}, 200
-            )
-            reported = post(
-                host,
-                f"{operation}/result",
-                {"fencing_token": held["fencing_token"], "outcome": "committed"},
-                200,
-            )
-        except (RuntimeError, KeyError, ValueError, httpx.HTTPError) as exc:
-            client.api.unexpected.append({"endpoint": "httpx run", "key": key, "error": repr(exc)})
-            continue
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        client.api.calls.append(["httpx run", 200, "", elapsed_ms, None, None])
-        if reported.get("state") == "released":
-            client.lifecycles += 1
-        else:
-            client.api.unexpected.append({"endpoint": "httpx run", "key": key, "body": reported})
 
 
 def role_library(client: Client) -> None:
@@ -123,7 +53,7 @@ def role_library(client: Client) -> None:
     approver = settle_client.Approver(url, client.api.tokens["approver"], transport=transport)
     digest = settle_client.params_digest(PARAMS)
     provider = client.providers[0]
-    for i in _iterations(client):
+    for i in iterations(client):
         key = f"{client.name}-{i}"
         started = time.perf_counter()
         try:
@@ -153,7 +83,7 @@ def role_library(client: Client) -> None:
 
 
 def role_steady(client: Client) -> None:
-    for i in _iterations(client):
+    for i in iterations(client):
         provider = client.providers[i % len(client.providers)]
         key = f"{client.name}-{i}"
         variant = (i // len(client.providers)) % 6
@@ -243,7 +173,7 @@ def _race(client: Client, provider: Provider, key: str, number: int) -> None:
 def role_crasher(client: Client) -> None:
     provider = client.providers[0]
     wait = provider.lease_seconds + 0.6
-    for i in _iterations(client):
+    for i in iterations(client):
         client.run_due()
         key = f"{client.name}-{i}"
         if not client.approved(key, provider):
@@ -301,7 +231,7 @@ def _late(client: Client, key: str, token: str) -> None:
 def role_callbacker(client: Client) -> None:
     provider = client.providers[0]
     digest = providers.digest_of(PARAMS)
-    for i in _iterations(client):
+    for i in iterations(client):
         key = f"{client.name}-{i}"
         if not client.approved(key, provider):
             continue
@@ -379,19 +309,10 @@ def _published(directory: Path) -> list[tuple[float, str]]:
     return found
 
 
-def _iterations(client: Client) -> Iterable[int]:
-    # The loop's CPU is counted from here: a role's set-up (an httpx client builds its
-    # TLS context) is paid once per process, not per request.
-    client.cpu_started = time.process_time()
-    i = 0
-    while time.time() < client.deadline:
-        yield i
-        i += 1
-
-
 ROLES = {
     "lifecycle": role_lifecycle,
     "httpx": role_httpx,
+    "sockets": role_sockets,
     "library": role_library,
     "steady": role_steady,
     "racer": role_racer,

@@ -1,0 +1,159 @@
+"""The baselines ``bench/client.py`` holds the library to: the lifecycle written by hand.
+
+``httpx`` is what a host engineer would write without the library; ``sockets`` is the
+same on plain sockets, so that what any HTTP client costs here is not hidden. Both record
+one ``calls`` entry per lifecycle (``<role> run``) and count their requests.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.parse
+from typing import Any
+
+from harness import providers
+from harness.fleet.api import REQUEST_TIMEOUT
+from harness.fleet.client import PARAMS, Client, iterations
+
+
+def role_httpx(client: Client) -> None:
+    """``lifecycle`` written by hand on ``httpx``, as a host engineer would without the library.
+
+    The baseline ``bench/client.py`` holds the library to: the same five requests on the
+    same HTTP client the library uses (one ``httpx.Client`` per credential, its
+    connections reused when the server keeps them), the digest computed per run, every
+    answer's status checked and the fields the next request needs read from it. No
+    heartbeat: the effect does nothing, as in ``library``.
+    """
+    import httpx
+
+    url = client.api.url
+    host = httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {client.api.tokens['host']}"}
+    )
+    approver = httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {client.api.tokens['approver']}"}
+    )
+    provider = client.providers[0]
+
+    def post(http: httpx.Client, path: str, body: dict[str, Any], status: int) -> dict[str, Any]:
+        client.requests += 1
+        response = http.post(path, json=body)
+        answer: dict[str, Any] = response.json()
+        if response.status_code != status:
+            raise RuntimeError(f"{path}: HTTP {response.status_code} {answer}")
+        return answer
+
+    for i in iterations(client):
+        key = f"{client.name}-{i}"
+        operation = f"/api/v1/operations/{key}"
+        started = time.perf_counter()
+        try:
+            digest = providers.digest_of(PARAMS)
+            registered = post(
+                host,
+                "/api/v1/operations",
+                {"key": key, "action": "payment.send", "provider": provider.name, "params": PARAMS},
+                201,
+            )
+            if registered["params_digest"] != digest:
+                raise RuntimeError(f"Settle digests the params as {registered['params_digest']}")
+            opened = post(host, f"{operation}/approvals", {}, 201)
+            post(
+                approver,
+                f"/api/v1/approvals/{opened['approval_id']}/decision",
+                {"decision": "approve", "ttl_seconds": 300, "params_digest": digest},
+                200,
+            )
+            held = post(
+                host, f"{operation}/dispatch", {"worker": client.name, "params_digest": digest}, 200
+            )
+            reported = post(
+                host,
+                f"{operation}/result",
+                {"fencing_token": held["fencing_token"], "outcome": "committed"},
+                200,
+            )
+        except (RuntimeError, KeyError, ValueError, httpx.HTTPError) as exc:
+            client.api.unexpected.append({"endpoint": "httpx run", "key": key, "error": repr(exc)})
+            continue
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        client.api.calls.append(["httpx run", 200, "", elapsed_ms, None, None])
+        if reported.get("state") == "released":
+            client.lifecycles += 1
+        else:
+            client.api.unexpected.append({"endpoint": "httpx run", "key": key, "body": reported})
+
+
+def role_sockets(client: Client) -> None:
+    """``lifecycle`` written by hand on plain sockets: what any HTTP client costs, shown.
+
+    The floor ``bench/client.py`` reports beside ``httpx`` and the library: the same five
+    requests, each on a fresh connection that the server closes after it (gunicorn's sync
+    workers close every connection anyway), the status line checked and the JSON body
+    read, no HTTP library at all. No heartbeat: the effect does nothing, as in ``library``.
+    """
+    parts = urllib.parse.urlsplit(client.api.url)
+    address = (parts.hostname or "127.0.0.1", parts.port or 80)
+    provider = client.providers[0]
+
+    def post(caller: str, path: str, body: dict[str, Any], status: int) -> dict[str, Any]:
+        client.requests += 1
+        raw = json.dumps(body).encode("utf-8")
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\n"
+            f"Authorization: Bearer {client.api.tokens[caller]}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        with socket.create_connection(address, timeout=REQUEST_TIMEOUT) as sock:
+            sock.sendall(head.encode("latin-1") + raw)
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        status_line, _, rest = b"".join(chunks).partition(b"\r\n")
+        answer: dict[str, Any] = json.loads(rest.partition(b"\r\n\r\n")[2])
+        if status_line.split(b" ")[1:2] != [str(status).encode()]:
+            raise RuntimeError(f"{path}: {status_line!r} {answer}")
+        return answer
+
+    for i in iterations(client):
+        key = f"{client.name}-{i}"
+        operation = f"/api/v1/operations/{key}"
+        started = time.perf_counter()
+        try:
+            digest = providers.digest_of(PARAMS)
+            body = {"key": key, "action": "payment.send", "provider": provider.name}
+            post("host", "/api/v1/operations", {**body, "params": PARAMS}, 201)
+            opened = post("host", f"{operation}/approvals", {}, 201)
+            post(
+                "approver",
+                f"/api/v1/approvals/{opened['approval_id']}/decision",
+                {"decision": "approve", "ttl_seconds": 300, "params_digest": digest},
+                200,
+            )
+            held = post(
+                "host",
+                f"{operation}/dispatch",
+                {"worker": client.name, "params_digest": digest},
+                200,
+            )
+            reported = post(
+                "host",
+                f"{operation}/result",
+                {"fencing_token": held["fencing_token"], "outcome": "committed"},
+                200,
+            )
+        except (RuntimeError, KeyError, ValueError, OSError) as exc:
+            client.api.unexpected.append(
+                {"endpoint": "sockets run", "key": key, "error": repr(exc)}
+            )
+            continue
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        client.api.calls.append(["sockets run", 200, "", elapsed_ms, None, None])
+        if reported.get("state") == "released":
+            client.lifecycles += 1
+        else:
+            client.api.unexpected.append({"endpoint": "sockets run", "key": key, "body": reported})
