@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from approvals.actors import ActorField
+from common.actors import ActorField
 
 
 class Approver(models.Model):

@@ -21,7 +21,6 @@ from django.db import connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import (
     Approval,
     ApprovalVote,
@@ -30,6 +29,7 @@ from approvals.models import (
     PermitEvent,
     ReconciliationRequest,
 )
+from common.actors import Actor
 from common.errors import ErrorCode, SettleError
 from dbsql.clock import DatabaseNow, db_now
 from dbsql.rows import model_from_row, select_first

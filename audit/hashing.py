@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 from django.db import connection
 from django.utils.dateparse import parse_datetime
 
-from approvals.actors import Actor
 from audit.models import AuditEvent
+from common.actors import Actor
 from common.canonical import canonical_dumps, canonical_plain_dumps, plain_loads, safe_integer
 
 GENESIS_HASH = "sha256:" + "0" * 64

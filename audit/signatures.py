@@ -24,7 +24,6 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from approvals.actors import Actor
 from approvals.signing import SignatureInvalid, assertion_verify, statement_matches
 from audit.hashing import (
     SYSTEM_CHAIN,
@@ -36,6 +35,7 @@ from audit.hashing import (
 )
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from common.actors import Actor
 
 VOTED = AuditKind.APPROVAL_VOTED.value
 ADDED = AuditKind.PASSKEY_ADDED.value

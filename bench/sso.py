@@ -36,9 +36,9 @@ from django.core.management.base import OutputWrapper
 from django.db import connection, connections
 from django.test import Client
 
-from approvals.actors import Actor
 from bench.scratch import scratch_database_use
 from bench.sqlcount import statements_noted
+from common.actors import Actor
 from recovery.models import Provider
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from approvals.actors import ActorField
+from common.actors import ActorField
 from recovery.models import Leased, Operation
 
 

@@ -58,11 +58,11 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from approvals import signing
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from bulk.items import bulk_confirm_many, bulk_item_run
 from bulk.models import BulkBatch, BulkItem
+from common.actors import Actor
 from common.canonical import canonical_dumps, sha256_digest
 from common.errors import ErrorCode
 from policies.services import passkey_required_for

@@ -37,10 +37,10 @@ from fido2.webauthn import (
     UserVerificationRequirement,
 )
 
-from approvals.actors import Actor
 from approvals.signing import SignatureInvalid, assertion_verify, challenge_of
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode, SettleError
 from identity.models import PasskeyUse
 from identity.passkeys import passkey_credential

@@ -21,8 +21,8 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
 from approvals import services as approvals
-from approvals.actors import Actor
 from approvals.models import Approval, Approver
+from common.actors import Actor
 from common.canonical import CanonicalError, strict_loads
 from common.errors import ErrorCode, SettleError
 from dbsql.errors import database_unavailable

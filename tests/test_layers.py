@@ -39,11 +39,34 @@ ABOVE = {app: LAYERS[: LAYERS.index(app)] for app in LAYERS}
 SHIPPED = LAYERS[2:]
 
 
+# Landed migrations name the actor type by the path it had (``approvals.actors``, now an
+# alias of ``common.actors``) and are never edited: from a migration, that module alone
+# may be imported whatever the layers.
+MIGRATIONS_MAY_IMPORT = "approvals.actors"
+
+
+def _imports(path: Path) -> set[str]:
+    """The apps ``path`` imports, less ``MIGRATIONS_MAY_IMPORT`` if it is a migration."""
+    found = top_level_imports(path)
+    if "migrations" not in path.relative_to(ROOT).parts:
+        return found
+    app = MIGRATIONS_MAY_IMPORT.split(".")[0]
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules.add(node.module)
+    if {module for module in modules if module.split(".")[0] == app} == {MIGRATIONS_MAY_IMPORT}:
+        found.discard(app)
+    return found
+
+
 @pytest.mark.parametrize("app", SHIPPED)
 def test_an_app_never_imports_the_layers_above_it(app: str) -> None:
     assert (ROOT / app).is_dir()
     wrong = {
-        str(path.relative_to(ROOT)): sorted(top_level_imports(path) & set(ABOVE[app]))
+        str(path.relative_to(ROOT)): sorted(_imports(path) & set(ABOVE[app]))
         for path in (ROOT / app).rglob("*.py")
     }
     assert {name: above for name, above in wrong.items() if above} == {}

@@ -11,9 +11,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from approvals.signing import statement
+from common.actors import Actor
 from common.errors import ErrorCode, SettleError
 from console.forms import ActionForm, DecisionForm
 from console.views.access import (

@@ -11,10 +11,10 @@ from django.db import models
 from django.utils import timezone
 
 from approvals import services as approvals
-from approvals.actors import Actor
 from approvals.models import Approver
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.models import Host
 from recovery.services.errors import NotFound

@@ -17,10 +17,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.chain import audit_append
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from policies.services import passkey_required_for
 from recovery.models import Dispatch, Evidence, Operation

@@ -11,11 +11,11 @@ from django.utils import timezone
 
 from approvals import services as approvals
 from approvals import signing
-from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
 from approvals.selectors import approvals_with_standing, proposer_user_for
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from policies.services import Terms, approval_terms
 from recovery.models import (

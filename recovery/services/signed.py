@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from approvals import signing
-from approvals.actors import Actor
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.services.errors import RecoveryError
 

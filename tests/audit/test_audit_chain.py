@@ -15,7 +15,6 @@ import time_machine
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
-from approvals.actors import Actor
 from audit import checkpoints
 from audit.alarms import alarm_signed
 from audit.chain import audit_append, audit_transaction
@@ -32,6 +31,7 @@ from audit.keys import sign
 from audit.models import AuditAlarm, AuditChainHead, AuditCheckpoint, AuditEvent, AuditVouchedHead
 from audit.signing import checkpoint_digest, vouched_digest
 from audit.verify import audit_verify
+from common.actors import Actor
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
 from recovery.services.registration import operation_register

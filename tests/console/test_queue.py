@@ -9,8 +9,8 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from approvals.actors import Actor
 from approvals.models import Permit
+from common.actors import Actor
 from recovery.models import Dispatch, Evidence, Operation, Provider
 from recovery.selectors import QueueFilters, operations_queue_for_user
 from recovery.services.roles import role_grant

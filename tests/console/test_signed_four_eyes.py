@@ -19,7 +19,6 @@ from django.test import Client
 from django.utils import timezone
 from fido2.utils import websafe_decode
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from approvals.signing import challenge_of
 from audit.exported import ExportTally, export_verify
@@ -29,6 +28,7 @@ from audit.models import AuditEvent
 from audit.verify import audit_verify
 from bulk.models import BulkBatch, BulkItem
 from bulk.services import Pick, bulk_items_digest, bulk_submit
+from common.actors import Actor
 from identity.models import PasskeyUse
 from policies.services import policy_apply
 from recovery.models import Operation, Provider

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from approvals.actors import Actor
 from audit.models import AuditEvent
+from common.actors import Actor
 from recovery.models import Dispatch, Evidence, LookupAttempt, Verdict
 from recovery.services.lookups import operation_lookup
 from tests.support.flow import PARAMS

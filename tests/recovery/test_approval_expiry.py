@@ -12,9 +12,9 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from approvals.actors import COMMAND_LINE, Actor
 from approvals.models import Approval, ApprovalVote, Permit
 from audit.models import AuditEvent
+from common.actors import COMMAND_LINE, Actor
 from policies.services import policy_apply
 from recovery.models import Operation
 from recovery.services.approval_expiry import approvals_expire, approvals_expire_due

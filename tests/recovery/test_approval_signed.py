@@ -9,11 +9,11 @@ import pytest
 from django.contrib.auth.models import User
 from guardian.shortcuts import assign_perm
 
-from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote
 from approvals.signing import statement
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from common.actors import Actor
 from identity.signing import signed_record_verify
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission as P

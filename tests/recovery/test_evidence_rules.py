@@ -10,9 +10,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
 from audit.models import AuditEvent
+from common.actors import Actor
 from recovery.models import Dispatch, LookupAttempt, Operation, Provider
 from recovery.services.lookups import operation_lookup
 from tests.support.flow import PARAMS, lookup_due

@@ -8,9 +8,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from guardian.shortcuts import assign_perm
 
-from approvals.actors import Actor
 from approvals.models import PermitEvent
 from audit.models import AuditEvent
+from common.actors import Actor
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation
 from recovery.permissions import ProviderPermission
 from tests.support.flow import PARAMS, lookups_published

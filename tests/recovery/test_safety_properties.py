@@ -60,11 +60,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent, ReconciliationRequest
 from approvals.services import Refusal, approver_create
 from audit.models import AuditEvent
 from audit.verify import audit_verify
+from common.actors import Actor
 from dbsql.clock import db_now
 from recovery.models import (
     TERMINAL_STATES,

@@ -16,8 +16,8 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 
-from approvals.actors import Actor
 from approvals.signing import statement
+from common.actors import Actor
 from common.errors import SettleError
 from identity.models import PasskeyUse
 from identity.signing import signed_record_verify, signing_options
