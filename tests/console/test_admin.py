@@ -7,9 +7,9 @@ from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 
 from approvals.models import Approver
-from approvals.services import token_hash
 from audit.models import AuditEvent
 from common.actors import Actor
+from common.credentials import token_hash
 from recovery.models import Host, Provider
 
 pytestmark = pytest.mark.django_db
