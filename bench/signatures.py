@@ -37,12 +37,12 @@ from django.core.management.base import CommandError, OutputWrapper
 from django.db import connection
 from django.utils import timezone
 
-from approvals.signing import statement
 from audit.hashing import SYSTEM_CHAIN, timestamp
 from audit.models import AuditChainHead, AuditEvent
 from audit.signatures import Passkeys
 from bench.audit import _measured
 from bench.seed import AUDIT_COLUMNS, SPAN, Chain, Writer, analyze
+from common.statements import statement
 from tests.support.webauthn import SoftPasskey
 
 PEOPLE = 10

@@ -13,9 +13,9 @@ from django.views.decorators.http import require_POST, require_safe
 
 from approvals.models import Approval
 from approvals.selectors import approval_votes
-from approvals.signing import statement
 from common.actors import Actor
 from common.errors import ErrorCode, SettleError
+from common.statements import statement
 from console.forms import ApprovalDecisionForm, InboxFilterForm
 from console.selectors.approvals import (
     approval_decidable_by,

@@ -12,9 +12,9 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
 from approvals.models import ReconciliationRequest
-from approvals.signing import statement
 from common.actors import Actor
 from common.errors import ErrorCode, SettleError
+from common.statements import statement
 from console.forms import ActionForm, DecisionForm
 from console.views.access import (
     operation_for_viewer,

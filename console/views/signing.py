@@ -2,7 +2,7 @@
 
 begin
     ``signing_begin``: the page's script posts the decision it is about to take; the
-    view makes the statement (``approvals.signing``: an approval, a reconciliation
+    view makes the statement (``common.statements``: an approval, a reconciliation
     request or a bulk batch) and this keeps it in the session, under its kind and
     subject, and answers the browser's WebAuthn options as JSON (``static/settle/sign.js``).
 finish
@@ -20,8 +20,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 
-from approvals.signing import SUBJECTS
 from common.errors import ErrorCode, SettleError
+from common.statements import SUBJECTS
 from identity.signing import signature_refusal_record, signed_record_verify, signing_options
 from recovery.api import error_response
 

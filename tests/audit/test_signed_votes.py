@@ -20,7 +20,6 @@ from fido2.webauthn import AuthenticatorData
 from guardian.shortcuts import assign_perm
 
 from approvals.models import Approval
-from approvals.signing import statement
 from audit.checkpoints import audit_checkpoint
 from audit.exported import export_records, export_verify
 from audit.hashing import event_export, timestamp
@@ -30,6 +29,7 @@ from audit.signatures import Passkeys, signature_problem
 from audit.verification import audit_verification_incremental
 from audit.verify import VerifyTally, audit_verify
 from common.actors import Actor
+from common.statements import statement
 from console.services.audit_export import sealed_export
 from identity.signing import signed_record_verify
 from recovery.permissions import ProviderPermission as P

@@ -20,7 +20,6 @@ from django.utils import timezone
 from fido2.utils import websafe_decode
 
 from approvals.models import ReconciliationRequest
-from approvals.signing import challenge_of
 from audit.exported import ExportTally, export_verify
 from audit.hashing import SYSTEM_CHAIN, event_export
 from audit.kinds import AuditKind
@@ -29,6 +28,7 @@ from audit.verify import audit_verify
 from bulk.models import BulkBatch, BulkItem
 from bulk.services import Pick, bulk_items_digest, bulk_submit
 from common.actors import Actor
+from common.statements import challenge_of
 from identity.models import PasskeyUse
 from policies.services import policy_apply
 from recovery.models import Operation, Provider

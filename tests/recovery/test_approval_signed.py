@@ -10,10 +10,10 @@ from django.contrib.auth.models import User
 from guardian.shortcuts import assign_perm
 
 from approvals.models import Approval, ApprovalVote
-from approvals.signing import statement
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from common.actors import Actor
+from common.statements import statement
 from identity.signing import signed_record_verify
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission as P

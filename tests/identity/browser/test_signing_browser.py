@@ -16,9 +16,9 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 
-from approvals.signing import statement
 from common.actors import Actor
 from common.errors import SettleError
+from common.statements import statement
 from identity.models import PasskeyUse
 from identity.signing import signed_record_verify, signing_options
 from tests.support.browser import passkey_register_in, sign_in

@@ -11,15 +11,9 @@ from typing import Any
 import pytest
 from fido2.utils import websafe_decode, websafe_encode
 
-from approvals.signing import (
-    SignatureInvalid,
-    assertion_verify,
-    challenge_of,
-    rp_id_named,
-    statement,
-    statement_matches,
-)
 from common.canonical import canonical_dumps
+from common.statements import challenge_of, statement, statement_matches
+from common.webauthn import SignatureInvalid, assertion_verify, rp_id_named
 from tests.support.webauthn import ORIGIN, RP_ID, UP, UV, SoftPasskey
 
 AT = datetime(2026, 12, 3, 18, 0, tzinfo=UTC)
