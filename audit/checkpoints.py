@@ -65,9 +65,8 @@ from audit.hashing import (
     event_row_break,
     event_rows,
 )
-from audit.keys import sign
 from audit.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
-from audit.signing import checkpoint_digest, vouched_digest, vouched_signed
+from audit.seal import checkpoint_digest, sign, vouched_digest, vouched_signed
 
 logger = logging.getLogger("settle.audit")
 

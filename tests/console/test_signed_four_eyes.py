@@ -24,7 +24,7 @@ from audit.exported import ExportTally, export_verify
 from audit.hashing import SYSTEM_CHAIN, event_export
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from bulk.models import BulkBatch, BulkItem
 from bulk.services import Pick, bulk_items_digest, bulk_submit
 from common.actors import Actor

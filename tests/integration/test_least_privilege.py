@@ -33,7 +33,7 @@ from psycopg import errors, sql
 
 from approvals.services import approver_create
 from audit.models import AuditCheckpoint, AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from recovery.management.commands.db_grants import AUDIT_TABLES
 from recovery.models import Operation
 from recovery.services.credentials import host_create

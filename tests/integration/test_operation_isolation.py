@@ -32,7 +32,7 @@ from django.db import DatabaseError, connection, transaction
 from approvals.services import approver_create
 from audit.chain import audit_append, audit_transaction
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from common.actors import Actor
 from recovery.models import Operation
 from recovery.services.credentials import host_create

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from recovery.adapters import ProviderConfig, evidence_lookup, evidence_lookup_many, sqlite_orders
 from recovery.adapters import journal as journal_adapter
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider

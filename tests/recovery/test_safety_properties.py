@@ -63,7 +63,7 @@ from hypothesis.stateful import (
 from approvals.models import Permit, PermitEvent, ReconciliationRequest
 from approvals.services import Refusal, approver_create
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from common.actors import Actor
 from dbsql.clock import db_now
 from recovery.models import (

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from audit.chain import audit_chain_locked, audit_transaction
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from bench.sqlcount import StatementCount, counting
 from common.actors import Actor
 from recovery.models import Dispatch, Operation, State

@@ -30,7 +30,7 @@ from django.core.servers.basehttp import ThreadedWSGIServer
 from approvals.models import Permit
 from approvals.selectors import permit_history
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from dbsql.clock import db_now
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider, Verdict
 from recovery.services.lookups import SWEEPER_ACTOR

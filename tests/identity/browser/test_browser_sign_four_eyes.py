@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from approvals.models import ReconciliationRequest
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from bulk.services import Pick, bulk_submit
 from common.actors import Actor
 from recovery.models import Operation

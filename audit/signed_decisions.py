@@ -1,5 +1,8 @@
 """Signed decisions on the audit log, checked against the passkeys the log itself names.
 
+A person's signature (``common.statements``, ``common.webauthn``), not the log's own
+seal under the audit key (``audit.seal``).
+
 A decision's event that carries a ``signature`` (``common.webauthn``'s record): an
 ``approval_voted``, a ``reconciliation_approved`` or ``_rejected`` on the operation's
 chain, a ``bulk_approved`` or ``_rejected`` on the system chain. It holds when: the
