@@ -1,9 +1,11 @@
 """Imports point one way, down this list: an app imports only the apps below it.
 
-``common`` (canonical JSON and digests, the error codes, outbound HTTP) and ``dbsql`` (hand-written
-SQL) are infrastructure under every app and import none. ``audit`` sits under the operation
-core, which writes its events in the same transaction as each change. The core
-(``recovery``) imports none of its consumers: it records what changed
+``common`` (canonical JSON and digests, the error codes, outbound HTTP, the actor type,
+credentials' rules, the read-only admin base, the statement a person signs and its passkey
+check) and ``dbsql`` (hand-written SQL) are infrastructure under every app and import none.
+``audit`` stands on them alone; ``approvals`` (approvals and permits) above it, and the
+operation core above both, which writes its events in the same transaction as each
+change. The core (``recovery``) imports none of its consumers: it records what changed
 (``recovery.changes``) and they decide what it means to them.
 ``bench`` and ``tests``, which a production install does not have, stand above them
 all: they may import anything, and nothing shipped imports them.
@@ -30,8 +32,8 @@ LAYERS = [
     "webhooks",
     "recovery",
     "policies",
-    "audit",
     "approvals",
+    "audit",
     "dbsql",
     "common",
 ]
@@ -70,6 +72,28 @@ def test_an_app_never_imports_the_layers_above_it(app: str) -> None:
         for path in (ROOT / app).rglob("*.py")
     }
     assert {name: above for name, above in wrong.items() if above} == {}
+
+
+def _names_module(path: Path, module: str) -> bool:
+    """Whether ``path`` imports ``module`` (or a name from it), wherever the import stands."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import) and any(alias.name == module for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == module and not node.level:
+            return True
+    return False
+
+
+def test_only_landed_migrations_name_the_actor_types_older_path() -> None:
+    """New code imports ``common.actors``; ``approvals.actors`` stays for the migrations."""
+    wrong = [
+        str(path.relative_to(ROOT))
+        for app in LAYERS
+        for path in (ROOT / app).rglob("*.py")
+        if "migrations" not in path.relative_to(ROOT).parts
+        and _names_module(path, MIGRATIONS_MAY_IMPORT)
+    ]
+    assert wrong == []
 
 
 def _conftest_imports(path: Path) -> list[str]:
