@@ -187,7 +187,7 @@ def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
             reason=form.cleaned_data["reason"],
             signature=signature,
         )
-    except SettleError as exc:  # the service's refusal, or the signature's (identity.signing)
+    except SettleError as exc:  # the service's refusal, or the signature's (passkey_signing)
         refusal_status_raise(exc)
         # A decision after its time closes the approval (as the sweep would have).
         after = (

@@ -271,7 +271,7 @@ def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) 
             actor=_actor(request),
             signature=signature,
         )
-    except SettleError as exc:  # the service's refusal, or the signature's (identity.signing)
+    except SettleError as exc:  # the service's refusal, or the signature's (passkey_signing)
         refusal_status_raise(exc)
         messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
     else:

@@ -9,7 +9,7 @@ finish
     ``signed_record``: the decision's form comes back with the browser's signed answer;
     the statement kept is taken out of the session (it signs one decision, once) and
     the answer checked against it and the person's current passkeys
-    (``identity.signing``). The service then checks that the statement is its decision.
+    (``identity.passkey_signing``). The service then checks that the statement is its decision.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.urls import reverse
 
 from common.errors import ErrorCode, SettleError
 from common.statements import SUBJECTS
-from identity.signing import signature_refusal_record, signed_record_verify, signing_options
+from identity.passkey_signing import signature_refusal_record, signed_record_verify, signing_options
 from recovery.api import error_response
 
 # The browser's signed answer (WebAuthn JSON) is a few hundred bytes; this bounds it.

@@ -1,6 +1,6 @@
 """A decision signed with a passkey, as the deciding services take it.
 
-The signature itself is checked before a service is called (``identity.signing``,
+The signature itself is checked before a service is called (``identity.passkey_signing``,
 against the person's current passkeys and the statement the console kept); what every
 deciding service checks again is that the statement is *its* decision, and that a
 decision the policy wants signed is (``common.statements`` names the kinds).

@@ -31,7 +31,7 @@ from audit.verify_walk import VerifyTally, audit_verify
 from common.actors import Actor
 from common.statements import statement
 from console.services.audit_export import sealed_export
-from identity.signing import signed_record_verify
+from identity.passkey_signing import signed_record_verify
 from recovery.permissions import ProviderPermission as P
 from recovery.services.permits import approval_decision
 from tests.support.audit import (

@@ -18,7 +18,7 @@ from common.actors import Actor
 from common.errors import SettleError
 from common.statements import challenge_of, statement
 from identity.models import PasskeyUse
-from identity.signing import signed_record_verify, signing_options
+from identity.passkey_signing import signed_record_verify, signing_options
 from tests.support.webauthn import RP_ID, UP, SoftPasskey, passkey_register, passkey_unregister
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from common.actors import Actor
 from common.statements import statement
-from identity.signing import signed_record_verify
+from identity.passkey_signing import signed_record_verify
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission as P
 from recovery.services.errors import RecoveryError

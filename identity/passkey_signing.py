@@ -1,4 +1,4 @@
-"""Signing a decision with one's passkey: the browser's request, and the record it returns.
+"""Signing a decision with one's stored passkeys: the browser's request, the record it returns.
 
 begin
     ``signing_options``: the ``PublicKeyCredentialRequestOptions`` for the browser's
