@@ -8,22 +8,10 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from approvals.actors import Actor
 from approvals.models import Approval, Permit, PermitEvent
 from approvals.services import ApprovalError, approver_create
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Records (permits, evidence, audit) are shown, never added, edited or deleted."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from common.actors import Actor
+from common.admin import ReadOnlyAdmin
 
 
 class CredentialAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

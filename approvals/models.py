@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from approvals.actors import ActorField
+from common.actors import ActorField
 
 
 class Approver(models.Model):
@@ -137,7 +137,7 @@ class ApprovalVote(models.Model):
     A person decides an approval once (the same person twice counts once, however
     renamed in between: unique on the voter's identity, not its name). A signed
     vote keeps the WebAuthn assertion over the statement it signed
-    (``approvals.signing``), so the decision can be verified without trusting the row.
+    (``common.webauthn``), so the decision can be verified without trusting the row.
     """
 
     approval = models.ForeignKey(Approval, on_delete=models.PROTECT, related_name="votes")
@@ -273,7 +273,7 @@ class ReconciliationRequest(models.Model):
     decided_by = ActorField()
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_reason = models.CharField(max_length=500, blank=True)
-    # The decider's passkey signature of the decision (``approvals.signing``'s record),
+    # The decider's passkey signature of the decision (``common.webauthn``'s record),
     # also in its audit event; empty when it was not signed.
     signature = models.JSONField(default=dict, blank=True)
 

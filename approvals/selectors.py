@@ -25,8 +25,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db.models import BooleanField, ExpressionWrapper, Func, Q, QuerySet, Subquery
 
-from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote, Permit, PermitEvent
+from common.actors import Actor
 from dbsql.clock import DatabaseNow
 
 

@@ -7,8 +7,6 @@ event commit together.
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +19,6 @@ from django.db import connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import (
     Approval,
     ApprovalVote,
@@ -30,6 +27,8 @@ from approvals.models import (
     PermitEvent,
     ReconciliationRequest,
 )
+from common.actors import Actor
+from common.credentials import token_hash, token_new
 from common.errors import ErrorCode, SettleError
 from dbsql.clock import DatabaseNow, db_now
 from dbsql.rows import model_from_row, select_first
@@ -38,7 +37,6 @@ from dbsql.writes import NOW, insert, insert_where, update_returning
 M = TypeVar("M", bound=models.Model)
 
 MAX_TTL_SECONDS = 7 * 24 * 3600
-APPROVER_TOKEN_PREFIX = "sta_"
 
 
 class Refusal:
@@ -55,10 +53,6 @@ class ApprovalError(SettleError):
     """A refused approval or approver; recovery re-raises it with the permit's status."""
 
 
-def token_hash(token: str) -> str:
-    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
 def approver_create(
     *,
     name: str,
@@ -72,7 +66,7 @@ def approver_create(
     """
     if not (providers or all_providers):
         raise ApprovalError(ErrorCode.EMPTY_SCOPE, "an approver needs a provider, or all providers")
-    token, hashed = new_token(APPROVER_TOKEN_PREFIX)
+    token, hashed = token_new("approver")
     approver = Approver.objects.create(
         name=name,
         token_hash=hashed,
@@ -102,12 +96,6 @@ def credential_by_token(model: type[M], token: str) -> M | None:
     every API call, and building it cost several times what running it does.
     """
     return select_first(model, token_hash=token_hash(token), disabled_at=None)
-
-
-def new_token(prefix: str) -> tuple[str, str]:
-    """A bearer token with its kind's prefix, and the hash that is all Settle keeps."""
-    token = prefix + secrets.token_urlsafe(32)
-    return token, token_hash(token)
 
 
 @dataclass(frozen=True)

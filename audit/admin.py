@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from approvals.admin import ReadOnlyAdmin
 from audit.models import AuditEvent
+from common.admin import ReadOnlyAdmin
 
 
 @admin.register(AuditEvent)

@@ -33,12 +33,12 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.hashing import ChainBreak, timestamp
-from audit.keys import sign, signed_by_key
 from audit.kinds import AuditKind
 from audit.models import AuditAlarm, AuditCheckpoint
+from audit.seal import sign, signed_by_key
+from common.actors import Actor
 from common.canonical import canonical_dumps, sha256_digest
 
 logger = logging.getLogger("settle.audit")

@@ -33,9 +33,9 @@ from django.db import connection, transaction
 from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, event_digest
 from audit.models import AuditChainHead, AuditEvent, ChainHolder
+from common.actors import Actor
 from dbsql.writes import insert, update, values_update
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -21,9 +19,13 @@ from django.conf import settings
 from django.db import connection
 
 from audit.hashing import GENESIS_HASH
-from audit.keys import signed_by_key
 from audit.models import AuditCheckpoint
-from audit.signing import checkpoint_content, checkpoint_digest
+from audit.seal import (
+    CHECKPOINT_LINE_TAIL,
+    checkpoint_digest,
+    checkpoint_file_line,
+    signed_by_key,
+)
 
 logger = logging.getLogger("settle.audit")
 
@@ -110,11 +112,6 @@ def _file_problem_text(exc: BaseException) -> str:
     return str(exc)
 
 
-# A line's end as ``checkpoint_file_line`` spells it: the keys after ``heads`` in order.
-_LINE_TAIL = re.compile(
-    rb'"number": ([0-9]+), "prev_digest": "[^"\\]*", "rescan_from": [0-9]+, '
-    rb'"signature": "([^"\\]*)", "watermark": [0-9]+\}$'
-)
 _TAIL_READ = 1 << 16
 
 
@@ -179,7 +176,7 @@ def _last_line_number(handle: BinaryIO, end: int) -> int:
     start = max(0, end - _TAIL_READ)
     handle.seek(start)
     tail = handle.read(end - start).removesuffix(b"\n")
-    found = _LINE_TAIL.search(tail)
+    found = CHECKPOINT_LINE_TAIL.search(tail)
     if found is None:
         raise CheckpointFileProblem(
             "the checkpoint file's last line is not one this version writes: not repaired"
@@ -206,16 +203,6 @@ def _synced(handle: BinaryIO) -> None:
     """On the disk before the signer lets go: a crash after this keeps the line."""
     handle.flush()
     os.fsync(handle.fileno())
-
-
-def checkpoint_file_line(checkpoint: AuditCheckpoint) -> str:
-    """The checkpoint's line in ``SETTLE_AUDIT_CHECKPOINT_FILE`` (without its newline)."""
-    line = {
-        **checkpoint_content(checkpoint),
-        "digest": checkpoint.digest,
-        "signature": checkpoint.signature,
-    }
-    return json.dumps(line, sort_keys=True)
 
 
 def _checkpoint_file_append(checkpoint: AuditCheckpoint) -> None:

@@ -54,7 +54,6 @@ from audit.checkpoint_file import (
     _signers_serialised,
     advisory_xact_lock,
     audit_checkpoint_number,
-    checkpoint_file_line,
     checkpoint_file_repair,
 )
 from audit.hashing import (
@@ -65,9 +64,14 @@ from audit.hashing import (
     event_row_break,
     event_rows,
 )
-from audit.keys import sign
 from audit.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
-from audit.signing import checkpoint_digest, vouched_digest, vouched_signed
+from audit.seal import (
+    checkpoint_digest,
+    checkpoint_file_line,
+    sign,
+    vouched_digest,
+    vouched_signed,
+)
 
 logger = logging.getLogger("settle.audit")
 

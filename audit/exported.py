@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, ChainBreak, exported_event_hash
-from audit.signatures import ADDED, REMOVED, SIGNED_KINDS, Passkeys
+from audit.signed_decisions import ADDED, REMOVED, SIGNED_KINDS, Passkeys
 
 
 @dataclass

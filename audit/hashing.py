@@ -8,7 +8,6 @@ building models; an exported event carries what is needed to check its hash offl
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,9 +18,15 @@ from typing import Any, NamedTuple
 from django.db import connection
 from django.utils.dateparse import parse_datetime
 
-from approvals.actors import Actor
 from audit.models import AuditEvent
-from common.canonical import canonical_dumps, canonical_plain_dumps, plain_loads, safe_integer
+from common.actors import Actor
+from common.canonical import (
+    canonical_dumps,
+    canonical_plain_dumps,
+    plain_loads,
+    safe_integer,
+    sha256_digest,
+)
 
 GENESIS_HASH = "sha256:" + "0" * 64
 SYSTEM_CHAIN = ""
@@ -43,7 +48,7 @@ def _content_hash(prev_hash: str, content: dict[str, Any], *, plain: bool = Fals
     same bytes are made without walking it first.
     """
     encoded = canonical_plain_dumps(content) if plain else canonical_dumps(content)
-    return "sha256:" + hashlib.sha256(prev_hash.encode("ascii") + encoded).hexdigest()
+    return sha256_digest(prev_hash.encode("ascii") + encoded)
 
 
 def event_hash(

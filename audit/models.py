@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from approvals.actors import ActorField
+from common.actors import ActorField
 
 
 class ChainHolder(models.Model):

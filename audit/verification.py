@@ -3,6 +3,7 @@
 ``audit_verification_incremental`` verifies what the checkpoints signed since the last
 verified one; ``audit_verify_job_step`` runs one bounded slice of a full verification
 (``AuditVerifyJob``); each outcome is an ``AuditVerification`` that the console shows.
+The walk itself, over every chain and checkpoint, is ``audit.verify_walk``'s.
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ from django.db import connection
 from django.utils import timezone
 
 from audit.hashing import GENESIS_HASH, ChainBreak, event_columns, event_rows
-from audit.keys import signed_by_key
 from audit.models import (
     AuditCheckpoint,
     AuditEvent,
     AuditVerification,
     AuditVerifyJob,
 )
-from audit.signatures import EventChecks
-from audit.signed import _checkpoints_verified
-from audit.verify import (
+from audit.seal import signed_by_key
+from audit.seal_verify import _checkpoints_verified
+from audit.signed_decisions import EventChecks
+from audit.verify_walk import (
     _AFTER_CHAIN,
     VerifyTally,
     _alarms_disagree,

@@ -52,7 +52,6 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from approvals.actors import COMMAND_LINE  # noqa: E402
 from approvals.services import approver_create  # noqa: E402
 from bench.api_postgres import (  # noqa: E402
     analyze,
@@ -69,6 +68,7 @@ from bench.api_runs import (  # noqa: E402
     request_floor,
 )
 from bench.policies import twenty_rules  # noqa: E402
+from common.actors import COMMAND_LINE  # noqa: E402
 from harness.gunicorn import (  # noqa: E402
     database_url,
     gunicorn_running,

@@ -36,7 +36,6 @@ from django.core.management.base import CommandError
 from django.db import connection, connections
 from django.utils import timezone
 
-from approvals.actors import Actor
 from bench.recovery import (
     DEFAULT_BROKER,
     RecoveryBenchmark,
@@ -46,6 +45,7 @@ from bench.recovery import (
 )
 from bulk.models import BulkBatch, BulkItem
 from bulk.services import Pick, bulk_submit
+from common.actors import Actor
 from common.canonical import canonical_params, params_digest, sha256_digest
 from recovery.models import Dispatch, Evidence, Host, Operation, Provider, State
 from recovery.services.providers import provider_configure

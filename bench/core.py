@@ -40,7 +40,7 @@ from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from approvals.actors import Actor  # noqa: E402
+from common.actors import Actor  # noqa: E402
 from harness.providers import sqlite_provider_commit, sqlite_provider_init  # noqa: E402
 from recovery.models import Dispatch, Host, LookupAttempt, Operation  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402

@@ -30,9 +30,9 @@ from django.core.management.base import OutputWrapper
 from django.db import connection, connections
 from django.test import Client
 
-from approvals.actors import Actor
 from bench.scratch import scratch_database_use
 from bench.sqlcount import statements_noted
+from common.actors import Actor
 from monitoring.metrics import metrics_dir
 from monitoring.services.pulses import operation_counts_refresh
 from recovery.metrics import LOOKUPS

@@ -32,8 +32,8 @@ from django.core.management.base import OutputWrapper
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from approvals.actors import Actor
 from bench.scratch import scratch_database_use
+from common.actors import Actor
 from harness.providers import sqlite_provider_init
 from policies.models import Policy
 from policies.services import approval_terms, policy_apply

@@ -52,9 +52,9 @@ from django.db import connection, connections
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from approvals.actors import Actor
 from bench.scratch import scratch_database_use
 from bench.sqlcount import StatementCount, count_files_total, counting
+from common.actors import Actor
 from common.canonical import canonical_dumps, canonical_params, params_digest, sha256_digest
 from recovery.models import Dispatch, Host, LookupAttempt, Operation, Provider, State
 from recovery.services.providers import provider_configure

@@ -36,10 +36,10 @@ from django.core.management.color import no_style
 from django.db import connection, models
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import Approval, Permit
 from audit.hashing import GENESIS_HASH, _content_hash, timestamp
 from audit.models import AuditEvent
+from common.actors import Actor
 from common.canonical import canonical_dumps, sha256_digest
 from recovery.models import Dispatch, Evidence, Host, LookupAttempt, Operation, Provider
 

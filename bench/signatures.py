@@ -5,7 +5,7 @@
 Figures, not a test. Two measurements:
 
 one signed decision
-    The audit log's check of one signed vote (``audit.signatures.Passkeys.vote_problem``:
+    The audit log's check of one signed vote (``audit.signed_decisions.Passkeys.vote_problem``:
     the registration, the statement, the relying party, the P-256 signature), over a
     few thousand distinct votes: mean and percentiles per vote.
 verify_audit, signed against unsigned
@@ -37,12 +37,12 @@ from django.core.management.base import CommandError, OutputWrapper
 from django.db import connection
 from django.utils import timezone
 
-from approvals.signing import statement
 from audit.hashing import SYSTEM_CHAIN, timestamp
 from audit.models import AuditChainHead, AuditEvent
-from audit.signatures import Passkeys
+from audit.signed_decisions import Passkeys
 from bench.audit import _measured
 from bench.seed import AUDIT_COLUMNS, SPAN, Chain, Writer, analyze
+from common.statements import statement
 from harness.webauthn import SoftPasskey
 
 PEOPLE = 10

@@ -36,9 +36,9 @@ from django.core.management.base import OutputWrapper
 from django.db import connection, connections
 from django.test import Client
 
-from approvals.actors import Actor
 from bench.scratch import scratch_database_use
 from bench.sqlcount import statements_noted
+from common.actors import Actor
 from harness.accounts import PASSWORD
 from harness.oidc import identity_provider_start
 from harness.sso import sso_on, sso_start

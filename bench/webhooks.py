@@ -51,8 +51,8 @@ from django.core.management.base import CommandError, OutputWrapper
 from django.db import connections, transaction
 from standardwebhooks import Webhook
 
-from approvals.actors import Actor
 from bench.recovery import RecoveryBenchmark, _percentile, celery_start, celery_stop
+from common.actors import Actor
 from recovery.models import Host, Operation, Provider, State
 from webhooks.endpoints import webhook_endpoint_add, webhook_endpoint_disable
 from webhooks.models import WebhookEvent, WebhookMessage

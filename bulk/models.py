@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from approvals.actors import ActorField
+from common.actors import ActorField
 from recovery.models import Leased, Operation
 
 
@@ -41,7 +41,7 @@ class BulkBatch(Leased, models.Model):
     decided_by = ActorField()
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_reason = models.CharField(max_length=500, blank=True)
-    # The decider's passkey signature of the decision (``approvals.signing``'s record),
+    # The decider's passkey signature of the decision (``common.webauthn``'s record),
     # also in its audit event; empty when it was not signed.
     signature = models.JSONField(default=dict, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -15,8 +15,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from approvals.actors import Actor
 from bulk.models import BulkBatch, BulkItem
+from common.actors import Actor
 from recovery.selectors.access import providers_visible_to
 from recovery.selectors.queue import (
     QueueBranch,

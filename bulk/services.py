@@ -24,7 +24,7 @@ four eyes
     ``approve_reconciliations`` is checked on each item's provider.
 signed
     A decision on a void batch may be signed with the decider's passkey
-    (``approvals.signing``, kind ``bulk``): the statement names the batch, its action,
+    (``common.statements``, kind ``bulk``): the statement names the batch, its action,
     its item count and the digest of its frozen (operation, version) pairs
     (``bulk_items_digest``), so the signature approves these very operations. Where the
     policy in force requires passkeys for a provider of its items, only signed ones
@@ -57,12 +57,12 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from approvals import signing
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from bulk.items import bulk_confirm_many, bulk_item_run
 from bulk.models import BulkBatch, BulkItem
+from common import statements
+from common.actors import Actor
 from common.canonical import canonical_dumps, sha256_digest
 from common.errors import ErrorCode
 from policies.services import passkey_required_for
@@ -295,18 +295,20 @@ def bulk_items_digest(*, batch: BulkBatch) -> str:
 
 
 def _bulk_subject(batch: BulkBatch) -> dict[str, object]:
-    """What a signed decision on the batch names (``approvals.signing``, kind ``bulk``)."""
-    return {
-        "batch_id": batch.pk,
-        "action": batch.action,
-        "items": batch.total,
-        "items_digest": bulk_items_digest(batch=batch),
-    }
+    """What a signed decision on the batch names (``common.statements.bulk_subject``)."""
+    return statements.bulk_subject(
+        batch_id=batch.pk,
+        action=batch.action,
+        items=batch.total,
+        items_digest=bulk_items_digest(batch=batch),
+    )
 
 
 def bulk_statement(*, batch: BulkBatch, decision: str, actor: Actor) -> dict[str, str]:
     """The statement ``actor`` signs to take ``decision`` on the batch."""
-    return signing.statement("bulk", _bulk_subject(batch), decision=decision, person=actor.stored)
+    return statements.statement(
+        "bulk", _bulk_subject(batch), decision=decision, person=actor.stored
+    )
 
 
 def bulk_passkey_required(*, batch: BulkBatch) -> bool:

@@ -167,7 +167,7 @@ class ErrorCode(StrEnum):
     SSO_GROUP_NOT_ALLOWED = "sso_group_not_allowed", 403, "none of your groups may sign in here"
     SSO_EMAIL_TAKEN = "sso_email_taken", 403, "another account has this e-mail address"
     SSO_ACCOUNT_INACTIVE = "sso_account_inactive", 403, "this account is deactivated"
-    # a decision signed with a passkey (approvals.signing, identity.signing)
+    # a decision signed with a passkey (common.webauthn, identity.passkey_signing)
     NO_PASSKEY = (
         "no_passkey",
         409,

@@ -23,7 +23,7 @@ from fido2.cose import ES256
 from fido2.utils import websafe_encode
 from fido2.webauthn import AttestationObject, AttestedCredentialData, AuthenticatorData
 
-from approvals.signing import challenge_of
+from common.statements import challenge_of
 
 RP_ID = "localhost"
 ORIGIN = "http://localhost:8000"
@@ -130,7 +130,7 @@ class SoftPasskey:
         }
 
     def record(self, statement: dict[str, Any], **options: Any) -> dict[str, Any]:
-        """The stored record of a signed decision (``approvals.signing``)."""
+        """The stored record of a signed decision (``common.webauthn``)."""
         response = self.assertion(statement, **options)["response"]
         return {
             "statement": statement,

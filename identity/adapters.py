@@ -25,7 +25,7 @@ from django.contrib.auth import get_user_model
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from approvals.actors import Actor
+from common.actors import Actor
 from common.errors import ErrorCode
 from identity.events import SSO_PENDING_SESSION_KEY, sign_in_refused
 from identity.oidc import NonceProvider, SsoClaims, SsoRefused, claims_checked

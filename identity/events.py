@@ -24,9 +24,9 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from identity.audited import user_named
 from identity.metrics import BREAK_GLASS_SIGN_INS, SIGN_INS

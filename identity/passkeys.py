@@ -24,9 +24,9 @@ from fido2 import cbor
 from fido2.utils import websafe_encode
 from fido2.webauthn import RegistrationResponse
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from identity.audited import user_named
 from identity.events import passkey_hold_refused

@@ -11,9 +11,9 @@ from django.contrib.auth.models import AbstractBaseUser, Group, Permission
 from django.contrib.contenttypes.models import ContentType
 from guardian.models import UserObjectPermission
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from identity.audited import user_named
 from identity.rolemap import EVERY_PROVIDER, role_map
 from recovery.models import Provider

@@ -25,9 +25,9 @@ from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from identity.audited import user_named
 from identity.throttle import client_address
 

@@ -14,8 +14,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from approvals.actors import Actor
-from approvals.admin import ReadOnlyAdmin
+from common.actors import Actor
+from common.admin import ReadOnlyAdmin
 from monitoring.models import AlertRule, AlertState, ApprovalNotice
 from monitoring.services.alerts import alert_rule_delete, alert_rule_save, apprise_url_valid
 

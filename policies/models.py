@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from approvals.actors import ActorField
+from common.actors import ActorField
 
 
 class Policy(models.Model):

@@ -53,7 +53,6 @@ outcome
 
 from __future__ import annotations
 
-import hashlib
 import json
 import operator
 import re
@@ -65,6 +64,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import jsonpointer
+
+from common.canonical import sha256_digest
 
 ANY = "*"
 OUTCOMES = ("approve", "deny", "person", "quorum")
@@ -253,7 +254,8 @@ ONE_PERSON = Rule(name="", line=0, outcome="person")
 
 
 def version_of(source: bytes) -> str:
-    return "sha256:" + hashlib.sha256(source).hexdigest()
+    """The policy file's version: the digest of its bytes, as they were applied."""
+    return sha256_digest(source)
 
 
 def policy_parse(source: bytes) -> Policy:

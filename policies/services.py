@@ -27,9 +27,9 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from dbsql.writes import insert_where
 from policies.models import BudgetLock, BudgetUse, Policy
 from policies.rules import (

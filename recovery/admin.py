@@ -12,9 +12,10 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from approvals.actors import Actor
-from approvals.admin import ApproverAdmin, CredentialAdmin, ReadOnlyAdmin
+from approvals.admin import ApproverAdmin, CredentialAdmin
 from approvals.models import Approver
+from common.actors import Actor
+from common.admin import ReadOnlyAdmin
 from recovery.models import (
     Dispatch,
     Evidence,

@@ -21,9 +21,10 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
 from approvals import services as approvals
-from approvals.actors import Actor
 from approvals.models import Approval, Approver
+from common.actors import Actor
 from common.canonical import CanonicalError, strict_loads
+from common.credentials import token_kind
 from common.errors import ErrorCode, SettleError
 from dbsql.errors import database_unavailable
 from recovery import contract, selectors
@@ -86,7 +87,7 @@ def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
     if token is not None:
         # Each kind of token carries its prefix, so one lookup finds its owner.
         host = approver = None
-        if token.startswith(approvals.APPROVER_TOKEN_PREFIX):
+        if token_kind(token) == "approver":
             approver = approvals.approver_authenticate(token=token)
         else:
             host = credentials.host_authenticate(token=token)

@@ -11,8 +11,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.actors import ActorField
 from audit.models import ChainHolder
+from common.actors import ActorField
 from recovery.permissions import ProviderPermission
 
 

@@ -12,7 +12,6 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import (
     audit_append,
     audit_head_fields,
@@ -22,6 +21,7 @@ from audit.chain import (
 )
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from common.actors import Actor
 from dbsql.writes import update, values_update
 from recovery.changes import OperationChange, changes_record
 from recovery.models import Operation, State

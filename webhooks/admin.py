@@ -10,8 +10,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from approvals.actors import Actor
-from approvals.admin import ReadOnlyAdmin
+from common.actors import Actor
+from common.admin import ReadOnlyAdmin
 from recovery.services.errors import Invalid, RecoveryError
 from webhooks.endpoints import (
     endpoint_events,

@@ -25,9 +25,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from common.outbound import address_refused
 from recovery.models import Host

@@ -25,9 +25,9 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require

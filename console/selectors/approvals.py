@@ -30,9 +30,9 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils.text import Truncator
 
-from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote
 from approvals.selectors import approvals_with_standing, decidable_now
+from common.actors import Actor
 from recovery.models import Operation
 from recovery.params_diff import params_rows
 from recovery.permissions import ProviderPermission

@@ -27,11 +27,11 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.hashing import event_export
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from common.actors import Actor
 from common.canonical import canonical_dumps
 from common.errors import ErrorCode
 from console.models import AuditExport

@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
-from approvals.actors import Actor
 from audit.alarms import audit_alarm_resolved
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from audit.models import AuditAlarm
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.selectors import audit_alarms_for_user, audit_supervisor
 from recovery.services.access import actor_user

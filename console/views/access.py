@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 
-from approvals.actors import Actor
+from common.actors import Actor
 from common.errors import ErrorCode, SettleError
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission

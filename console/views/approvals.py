@@ -11,11 +11,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
-from approvals.actors import Actor
 from approvals.models import Approval
 from approvals.selectors import approval_votes
-from approvals.signing import statement
+from common.actors import Actor
 from common.errors import ErrorCode, SettleError
+from common.statements import statement
 from console.forms import ApprovalDecisionForm, InboxFilterForm
 from console.selectors.approvals import (
     approval_decidable_by,
@@ -187,7 +187,7 @@ def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
             reason=form.cleaned_data["reason"],
             signature=signature,
         )
-    except SettleError as exc:  # the service's refusal, or the signature's (identity.signing)
+    except SettleError as exc:  # the service's refusal, or the signature's (passkey_signing)
         refusal_status_raise(exc)
         # A decision after its time closes the approval (as the sweep would have).
         after = (

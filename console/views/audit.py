@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST, require_safe
 
-from approvals.actors import Actor
+from common.actors import Actor
 from console.forms import AUDIT_KINDS, AuditFilterForm, page_queries
 from console.models import AuditExport
 from console.selectors.audit_trail import (

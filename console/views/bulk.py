@@ -21,7 +21,6 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
 
-from approvals.actors import Actor
 from bulk.models import BulkBatch, BulkItem
 from bulk.selectors import (
     bulk_batch_for_user,
@@ -41,6 +40,7 @@ from bulk.services import (
     bulk_statement,
     bulk_submit,
 )
+from common.actors import Actor
 from common.errors import ErrorCode, SettleError
 from console.forms import (
     BulkSubmitForm,

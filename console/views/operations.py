@@ -10,7 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadReque
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
-from approvals.actors import Actor
+from common.actors import Actor
 from console.forms import ActionForm
 from console.views.access import (
     operation_for_viewer,

@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
-from approvals.actors import Actor
+from common.actors import Actor
 from identity.selectors import people_for_user
 from identity.sessions import sessions_end, user_deactivate
 from recovery.selectors import audit_supervisor

@@ -11,10 +11,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from approvals.signing import statement
+from common.actors import Actor
 from common.errors import ErrorCode, SettleError
+from common.statements import statement
 from console.forms import ActionForm, DecisionForm
 from console.views.access import (
     operation_for_viewer,
@@ -271,7 +271,7 @@ def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) 
             actor=_actor(request),
             signature=signature,
         )
-    except SettleError as exc:  # the service's refusal, or the signature's (identity.signing)
+    except SettleError as exc:  # the service's refusal, or the signature's (passkey_signing)
         refusal_status_raise(exc)
         messages.error(request, f"Refused ({exc.code.value}): {exc.message}. Nothing changed.")
     else:

@@ -2,14 +2,14 @@
 
 begin
     ``signing_begin``: the page's script posts the decision it is about to take; the
-    view makes the statement (``approvals.signing``: an approval, a reconciliation
+    view makes the statement (``common.statements``: an approval, a reconciliation
     request or a bulk batch) and this keeps it in the session, under its kind and
     subject, and answers the browser's WebAuthn options as JSON (``static/settle/sign.js``).
 finish
     ``signed_record``: the decision's form comes back with the browser's signed answer;
     the statement kept is taken out of the session (it signs one decision, once) and
     the answer checked against it and the person's current passkeys
-    (``identity.signing``). The service then checks that the statement is its decision.
+    (``identity.passkey_signing``). The service then checks that the statement is its decision.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 
-from approvals.signing import SUBJECTS
 from common.errors import ErrorCode, SettleError
-from identity.signing import signature_refusal_record, signed_record_verify, signing_options
+from common.statements import SUBJECTS
+from identity.passkey_signing import signature_refusal_record, signed_record_verify, signing_options
 from recovery.api import error_response
 
 # The browser's signed answer (WebAuthn JSON) is a few hundred bytes; this bounds it.

@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
-from approvals.actors import Actor
+from common.actors import Actor
 from console.views.access import refusal_status_raise
 from recovery.permissions import ProviderPermission
 from recovery.selectors.access import providers_for_user

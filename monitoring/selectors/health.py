@@ -109,7 +109,7 @@ class HealthFacts:
     providers: list[ProviderFacts]
     last_verification_at: datetime | None = None
     last_verification_ok: bool | None = None
-    # Verification (``audit.verify``): when the newest verification that found
+    # Verification (``audit.verification``): when the newest verification that found
     # the log intact finished (routine or full), the newest full one's, and the problem
     # the newest verification found (None: it found none). The first checkpoint's time:
     # a log never verified is late only that long after something was signed.

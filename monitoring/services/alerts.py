@@ -37,9 +37,9 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from monitoring.models import AlertRule, AlertState
 from monitoring.selectors.health import HealthFacts, ProviderFacts, health_facts
 from monitoring.selectors.health import reconcile_entered_since as entered_since

@@ -16,8 +16,8 @@ from django.db import connection
 from django.db.models import Field
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.kinds import AuditKind
+from common.actors import Actor
 from dbsql.rows import values_from_rows
 from recovery.models import (
     RECEIPT_MAY_RUN_STATES,

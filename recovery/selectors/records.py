@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from approvals.actors import Actor
 from approvals.models import Approval, Permit, PermitEvent
 from approvals.selectors import approval_needed, permit_history
+from common.actors import Actor
 from recovery import contract
 from recovery.models import Dispatch, Evidence, Operation
 

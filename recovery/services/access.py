@@ -17,7 +17,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
-from approvals.actors import Actor
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission

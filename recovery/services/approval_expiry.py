@@ -28,10 +28,10 @@ from datetime import datetime
 from django.conf import settings
 from django.db.models import QuerySet
 
-from approvals.actors import Actor
 from approvals.models import Approval
 from audit.chain import audit_append, audit_chain_locked, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from dbsql.clock import db_now
 from recovery.models import Operation, State
 from recovery.services.locking import locking

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from approvals.actors import Actor
 from audit.chain import audit_transaction
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.adapters import LookupResult, signature_valid
 from recovery.models import (

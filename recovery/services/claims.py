@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from approvals.actors import Actor
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.models import Operation, OperationClaim
 from recovery.services.errors import RecoveryError

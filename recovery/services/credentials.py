@@ -11,24 +11,21 @@ from django.db import models
 from django.utils import timezone
 
 from approvals import services as approvals
-from approvals.actors import Actor
 from approvals.models import Approver
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
+from common.credentials import token_new
 from common.errors import ErrorCode
 from recovery.models import Host
 from recovery.services.errors import NotFound
 
-HOST_TOKEN_PREFIX = "sth_"
-KINDS: dict[str, tuple[type[models.Model], str]] = {
-    "host": (Host, HOST_TOKEN_PREFIX),
-    "approver": (Approver, approvals.APPROVER_TOKEN_PREFIX),
-}
+KINDS: dict[str, type[models.Model]] = {"host": Host, "approver": Approver}
 
 
 def host_create(*, name: str) -> tuple[Host, str]:
     """Create a host credential; the token is shown once and stored hashed."""
-    token, hashed = approvals.new_token(HOST_TOKEN_PREFIX)
+    token, hashed = token_new("host")
     host = Host.objects.create(name=name, token_hash=hashed)
     return host, token
 
@@ -41,7 +38,7 @@ def host_authenticate(*, token: str) -> Host | None:
 def _credential(kind: str, name: str) -> models.Model:
     if kind not in KINDS:
         raise NotFound(ErrorCode.UNKNOWN_CREDENTIAL_KIND, f"a credential is one of {sorted(KINDS)}")
-    model, _ = KINDS[kind]
+    model = KINDS[kind]
     credential = model.objects.select_for_update().filter(name=name).first()  # type: ignore[attr-defined]
     if credential is None:
         raise NotFound(ErrorCode.UNKNOWN_CREDENTIAL, f"no {kind} named {name!r}")
@@ -65,7 +62,7 @@ def credential_disable(*, kind: str, name: str, actor: Actor, disabled: bool = T
 def credential_rotate(*, kind: str, name: str, actor: Actor) -> str:
     """Give a credential a new token; the old one answers 401 from now on. Audited."""
     credential = _credential(kind, name)
-    token, hashed = approvals.new_token(KINDS[kind][1])
+    token, hashed = token_new(kind)
     credential.token_hash = hashed  # type: ignore[attr-defined]
     credential.save(update_fields=["token_hash"])
     audit_append(

@@ -12,9 +12,9 @@ from typing import TypeVar
 from django.utils import timezone
 
 from approvals import services as approvals
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from dbsql.rows import select_first_at
 from dbsql.writes import insert, save_fields

@@ -9,10 +9,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.chain import audit_append
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.canonical import canonical_dumps, sha256_digest
 from dbsql.writes import bulk_save
 from recovery.adapters import LookupResult

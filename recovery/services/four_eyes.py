@@ -6,7 +6,7 @@ it instead. Approving and the change it approves are one transaction; the propos
 never approves their own. Every approval, rejection, invalidation and refusal is an
 audit event on the operation's chain.
 
-A decision may be signed with the decider's passkey (``approvals.signing``, kind
+A decision may be signed with the decider's passkey (``common.statements``, kind
 ``reconciliation``): the signature is kept on the request and in its audit event.
 Where the policy in force requires passkeys for the provider, only signed ones count.
 """
@@ -17,10 +17,11 @@ from typing import Any
 
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.chain import audit_append
 from audit.kinds import AuditKind
+from common import statements
+from common.actors import Actor
 from common.errors import ErrorCode
 from policies.services import passkey_required_for
 from recovery.models import Dispatch, Evidence, Operation
@@ -62,14 +63,14 @@ def _request_closed(
 
 
 def reconciliation_subject(request: ReconciliationRequest) -> dict[str, object]:
-    """What a signed decision on ``request`` names (``approvals.signing``, kind
-    ``reconciliation``): the request, its operation and digest, the proposed action."""
-    return {
-        "request_id": request.pk,
-        "operation_key": request.operation_key,
-        "params_digest": request.params_digest,
-        "action": request.action,
-    }
+    """What a signed decision on ``request`` names
+    (``common.statements.reconciliation_subject``)."""
+    return statements.reconciliation_subject(
+        request_id=request.pk,
+        operation_key=request.operation_key,
+        params_digest=request.params_digest,
+        action=request.action,
+    )
 
 
 def _signature_check(

@@ -17,8 +17,8 @@ from typing import Any
 from django.db.models import Subquery
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_transaction
+from common.actors import Actor
 from recovery.models import (
     LOOKUP_IN_FLIGHT,
     UNSETTLED_STATES,

@@ -21,9 +21,9 @@ from celery import current_app
 from django.conf import settings
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from dbsql.writes import insert
 from recovery.adapters import LookupResult, evidence_lookup_many
 from recovery.metrics import lookup_timed

@@ -18,9 +18,9 @@ from typing import NoReturn
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.models import LookupAttempt, Operation, OperationClaim
 from recovery.permissions import ProviderPermission

@@ -10,12 +10,12 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from approvals import services as approvals
-from approvals import signing
-from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
 from approvals.selectors import approvals_with_standing, proposer_user_for
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common import statements
+from common.actors import Actor
 from common.errors import ErrorCode
 from policies.services import Terms, approval_terms
 from recovery.models import (
@@ -236,7 +236,7 @@ def approval_decision(
         if approvals.approval_expired(approval=approval):
             _expired_refuse(operation, approval_id, refuse)
         # The caller checked the signature; here, that what it signs is this very decision.
-        if signature and not signing.statement_matches(
+        if signature and not statements.statement_matches(
             signature,
             "approval",
             decision="approve" if approve else "deny",
@@ -306,13 +306,12 @@ def _expired_refuse(
 
 
 def approval_subject(approval: Approval) -> dict[str, object]:
-    """What a signed decision on ``approval`` names (``approvals.signing``, kind
-    ``approval``): the approval, its operation and the digest of its parameters."""
-    return {
-        "approval_id": approval.pk,
-        "operation_key": approval.operation_key,
-        "params_digest": approval.params_digest,
-    }
+    """What a signed decision on ``approval`` names (``common.statements.approval_subject``)."""
+    return statements.approval_subject(
+        approval_id=approval.pk,
+        operation_key=approval.operation_key,
+        params_digest=approval.params_digest,
+    )
 
 
 def _voter_check(

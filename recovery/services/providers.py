@@ -17,9 +17,9 @@ from typing import Any
 from django.db import IntegrityError
 
 from approvals import services as approvals
-from approvals.actors import COMMAND_LINE, Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import COMMAND_LINE, Actor
 from common.errors import ErrorCode
 from recovery.adapters import ProviderConfig
 from recovery.models import Provider

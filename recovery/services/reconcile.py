@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.chain import audit_append
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from dbsql.writes import update
 from recovery.models import Dispatch, Evidence, Operation, State, Verdict

@@ -6,9 +6,9 @@ from typing import Any
 
 from django.db import IntegrityError
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_head_new, audit_head_write, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.canonical import canonical_params, params_digest
 from common.errors import ErrorCode
 from dbsql.rows import select_first

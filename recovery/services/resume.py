@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from approvals.actors import Actor
 from audit.chain import audit_transaction
+from common.actors import Actor
 from dbsql.rows import select_first_at
 from recovery.models import (
     UNSETTLED_STATES,

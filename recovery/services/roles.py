@@ -18,9 +18,9 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser, Group, Permission
 from guardian.shortcuts import assign_perm
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission as P

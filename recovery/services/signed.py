@@ -1,17 +1,17 @@
 """A decision signed with a passkey, as the deciding services take it.
 
-The signature itself is checked before a service is called (``identity.signing``,
+The signature itself is checked before a service is called (``identity.passkey_signing``,
 against the person's current passkeys and the statement the console kept); what every
 deciding service checks again is that the statement is *its* decision, and that a
-decision the policy wants signed is (``approvals.signing`` names the kinds).
+decision the policy wants signed is (``common.statements`` names the kinds).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from approvals import signing
-from approvals.actors import Actor
+from common import statements
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.services.errors import RecoveryError
 
@@ -34,7 +34,7 @@ def signed_decision_check(
                 ErrorCode.PASSKEY_REQUIRED, "this decision must be signed with a passkey"
             )
         return
-    if not signing.statement_matches(
+    if not statements.statement_matches(
         signature, kind, decision=decision, person=actor.stored, **subject
     ):
         raise RecoveryError(

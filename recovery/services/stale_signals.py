@@ -7,9 +7,9 @@ from functools import wraps
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_chain_locked, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.models import (
     Operation,

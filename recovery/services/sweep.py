@@ -38,8 +38,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_chain_locked, audit_transaction
+from common.actors import Actor
 from recovery.models import (
     LOOKUP_IN_FLIGHT,
     Dispatch,

@@ -9,7 +9,6 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import Approval, Permit, PermitEvent
 from approvals.selectors import permit_history
 from approvals.services import (
@@ -20,6 +19,7 @@ from approvals.services import (
     permit_consume,
     permit_revoke,
 )
+from common.actors import Actor
 from tests.support.approvals import BINDING, HOST, approval_decided
 
 pytestmark = pytest.mark.django_db

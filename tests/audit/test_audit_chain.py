@@ -15,7 +15,6 @@ import time_machine
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
-from approvals.actors import Actor
 from audit import checkpoints
 from audit.alarms import alarm_signed
 from audit.chain import audit_append, audit_transaction
@@ -28,10 +27,10 @@ from audit.hashing import (
     event_row_digest,
     event_rows,
 )
-from audit.keys import sign
 from audit.models import AuditAlarm, AuditChainHead, AuditCheckpoint, AuditEvent, AuditVouchedHead
-from audit.signing import checkpoint_digest, vouched_digest
-from audit.verify import audit_verify
+from audit.seal import checkpoint_digest, sign, vouched_digest
+from audit.verify_walk import audit_verify
+from common.actors import Actor
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
 from recovery.services.registration import operation_register
@@ -647,8 +646,8 @@ def test_a_forged_alarm_is_named_by_verify(alarm):
 
 
 def _alarm_problems() -> list[str]:
-    from audit.signed import _checkpoints_verified
-    from audit.verify import _alarms_disagree
+    from audit.seal_verify import _checkpoints_verified
+    from audit.verify_walk import _alarms_disagree
 
     checkpointed, problem = _checkpoints_verified()
     assert problem is None

@@ -15,13 +15,11 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from audit import checkpoints
-from audit import signed as signed_heads
-from audit.checkpoint_file import checkpoint_file_line
+from audit import seal_verify as signed_heads
 from audit.checkpoints import audit_checkpoint
-from audit.keys import sign
 from audit.models import AuditCheckpoint, AuditEvent, AuditVouchedHead
-from audit.signing import checkpoint_digest, checkpoint_hashes_streamed
-from audit.verify import audit_verify
+from audit.seal import checkpoint_digest, checkpoint_file_line, checkpoint_hashes_streamed, sign
+from audit.verify_walk import audit_verify
 from common.canonical import MAX_SAFE_INTEGER
 from tests.support.audit import events_append, only_problem, sql_as_owner
 

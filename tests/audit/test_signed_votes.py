@@ -19,20 +19,20 @@ from fido2.utils import websafe_decode, websafe_encode
 from fido2.webauthn import AuthenticatorData
 from guardian.shortcuts import assign_perm
 
-from approvals.actors import Actor
 from approvals.models import Approval
-from approvals.signing import statement
 from audit.checkpoints import audit_checkpoint
 from audit.exported import export_records, export_verify
 from audit.hashing import event_export, timestamp
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from audit.signatures import Passkeys, signature_problem
+from audit.signed_decisions import Passkeys, signature_problem
 from audit.verification import audit_verification_incremental
-from audit.verify import VerifyTally, audit_verify
+from audit.verify_walk import VerifyTally, audit_verify
+from common.actors import Actor
+from common.statements import statement
 from console.services.audit_export import sealed_export
 from harness.webauthn import RP_ID, SoftPasskey, passkey_register, passkey_unregister
-from identity.signing import signed_record_verify
+from identity.passkey_signing import signed_record_verify
 from recovery.permissions import ProviderPermission as P
 from recovery.services.permits import approval_decision
 from tests.support.audit import (
@@ -251,7 +251,7 @@ def test_signatures_checked_by_the_helper_process_report_the_first_forged_vote(
     flow, decider, passkey, monkeypatch
 ):
     # Two votes a batch: the helper process checks them while the pass goes on.
-    monkeypatch.setattr("audit.signatures.BATCH", 2)
+    monkeypatch.setattr("audit.signed_decisions.BATCH", 2)
     started: list[int] = []
 
     class Pool(ProcessPoolExecutor):
@@ -259,7 +259,7 @@ def test_signatures_checked_by_the_helper_process_report_the_first_forged_vote(
             started.append(1)
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr("audit.signatures.ProcessPoolExecutor", Pool)
+    monkeypatch.setattr("audit.signed_decisions.ProcessPoolExecutor", Pool)
     voted = [_signed_vote(flow, f"op-{n}", decider, passkey) for n in range(1, 6)]
     assert list(audit_verify()) == []
     event_data_forged(voted[2], signature_byte_changed(voted[2].data))
@@ -274,7 +274,7 @@ def test_the_first_problem_in_chain_order_is_named_whether_a_helper_or_the_pass_
 ):
     # A signed decision is checked whole (hash and signature) by a helper; the events
     # around it by the pass itself.
-    monkeypatch.setattr("audit.signatures.BATCH", 2)
+    monkeypatch.setattr("audit.signed_decisions.BATCH", 2)
     voted = [_signed_vote(flow, f"op-{n}", decider, passkey) for n in range(1, 6)]
     registered = [AuditEvent.objects.get(operation_key=f"op-{n}", seq=1) for n in range(1, 6)]
     event_data_stored(voted[1], signature_byte_changed(voted[1].data))
@@ -289,8 +289,8 @@ def test_the_first_problem_in_chain_order_is_named_whether_a_helper_or_the_pass_
 
 def test_a_problem_a_helper_finds_stops_the_pass(flow, decider, passkey, monkeypatch):
     # Two decisions a batch, and the pass waits for each batch's answer before going on.
-    monkeypatch.setattr("audit.signatures.BATCH", 2)
-    monkeypatch.setattr("audit.signatures.WAITING_PER_HELPER", 0)
+    monkeypatch.setattr("audit.signed_decisions.BATCH", 2)
+    monkeypatch.setattr("audit.signed_decisions.WAITING_PER_HELPER", 0)
     voted = [_signed_vote(flow, f"op-{n}", decider, passkey) for n in range(1, 6)]
     event_data_forged(voted[0], signature_byte_changed(voted[0].data))
     tally = VerifyTally()

@@ -20,7 +20,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from bench import seed
 from bench.console import PAGES
 from tests.support.celery_fixtures import test_database_url
@@ -156,13 +156,13 @@ def test_verify_reads_the_log_in_batches_not_all_at_once(db, monkeypatch):
     before the next is read."""
     import weakref
 
-    from audit import verify
+    from audit import verify_walk
 
     seed.seed_audit(120)
     pages: list[int] = []
     alive: list[int] = []
     held: list[weakref.ref[Any]] = []
-    real = verify.event_rows
+    real = verify_walk.event_rows
 
     class Page(list):  # a list that a weak reference can follow
         pass
@@ -174,7 +174,7 @@ def test_verify_reads_the_log_in_batches_not_all_at_once(db, monkeypatch):
         pages.append(len(page))
         return real(page)
 
-    monkeypatch.setattr(verify, "event_rows", counting)
+    monkeypatch.setattr(verify_walk, "event_rows", counting)
     assert next(iter(audit_verify(chunk_size=10)), None) is None
     assert sum(pages) == 120 and max(pages) <= 10
     assert max(alive) <= 1  # at most the page before, being let go

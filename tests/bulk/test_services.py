@@ -15,7 +15,6 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.models import AuditEvent
 from bulk import services as bulk_module
@@ -28,6 +27,7 @@ from bulk.services import (
     bulk_resume,
     bulk_submit,
 )
+from common.actors import Actor
 from recovery.models import Dispatch, Operation
 from recovery.services.errors import Forbidden, Invalid, RecoveryError
 from recovery.services.operator import operation_claim

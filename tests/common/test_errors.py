@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from approvals.actors import Actor
+from common.actors import Actor
 from common.errors import ErrorCode, SettleError
 from recovery.contract import ERROR_CODES
 from recovery.openapi import openapi_document

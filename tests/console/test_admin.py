@@ -6,10 +6,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 
-from approvals.actors import Actor
 from approvals.models import Approver
-from approvals.services import token_hash
 from audit.models import AuditEvent
+from common.actors import Actor
+from common.credentials import token_hash
 from recovery.models import Host, Provider
 
 pytestmark = pytest.mark.django_db

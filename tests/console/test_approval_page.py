@@ -11,9 +11,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote, Permit
 from audit.models import AuditEvent
+from common.actors import Actor
 from recovery.models import Operation
 from tests.support.audit import sign_again_recorded
 from tests.support.console import console_user, pending_approval

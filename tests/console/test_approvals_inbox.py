@@ -10,8 +10,8 @@ import time_machine
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote
+from common.actors import Actor
 from console.selectors.approvals import InboxFilters, approvals_inbox, params_summary
 from tests.support.console import console_user, pending_approval
 from tests.support.flow import Flow

@@ -14,13 +14,13 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.alarms import audit_alarms_open
 from audit.chain import audit_append, audit_transaction
 from audit.checkpoints import audit_checkpoint
 from audit.models import AuditAlarm, AuditEvent
-from audit.signed import _checkpoints_verified
-from audit.verify import _alarms_disagree
+from audit.seal_verify import _checkpoints_verified
+from audit.verify_walk import _alarms_disagree
+from common.actors import Actor
 from console.services.audit_trail import audit_alarm_resolve
 from recovery.models import Operation
 from recovery.services.errors import Invalid, RecoveryError

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from guardian.models import UserObjectPermission
 
-from approvals.actors import Actor
 from audit.models import AuditEvent
+from common.actors import Actor
 from console.models import AuditExport
 from console.services.audit_export import (
     TRAILER,

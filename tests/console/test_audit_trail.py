@@ -23,11 +23,11 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.hashing import exported_event_hash
 from audit.kinds import AuditKind
 from audit.models import AuditEvent, AuditVerification
+from common.actors import Actor
 from tests.support.audit import GENESIS, offline_hash
 from tests.support.console import console_user
 

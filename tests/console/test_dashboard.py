@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from approvals.actors import Actor
+from common.actors import Actor
 from console.services.dashboard import dashboard_refresh
 from recovery.services.roles import role_grant
 from tests.support.console import aged, client_for, console_user

@@ -12,9 +12,9 @@ from django.db import connection, connections
 from django.db.models import Sum
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.models import AuditEvent
+from common.actors import Actor
 from console.models import DashboardRefresh, DashboardRollup, DashboardWaiting
 from console.selectors.dashboard import percentile
 from console.services.dashboard import (

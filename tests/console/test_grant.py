@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 
-from approvals.actors import COMMAND_LINE
 from audit.models import AuditEvent
+from common.actors import COMMAND_LINE
 from recovery.services.roles import OPERATOR, ROLES, SUPERVISOR
 
 pytestmark = pytest.mark.django_db

@@ -11,9 +11,9 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
 from audit.chain import audit_append, audit_transaction
+from common.actors import Actor
 from harness.providers import digest_of, sqlite_provider_commit
 from recovery.models import LookupAttempt, Operation
 from recovery.selectors import TIMELINE_LIMIT, operation_timeline

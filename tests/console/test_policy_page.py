@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from approvals.actors import Actor
+from common.actors import Actor
 from policies.services import policy_apply
 from tests.support.console import client_for, console_user
 from tests.support.flow import PARAMS

@@ -9,8 +9,8 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from approvals.actors import Actor
 from approvals.models import Permit
+from common.actors import Actor
 from harness.providers import digest_of, sqlite_provider_commit, sqlite_provider_tamper
 from recovery.models import Dispatch, Evidence, Operation, Provider
 from recovery.selectors import QueueFilters, operations_queue_for_user

@@ -16,9 +16,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
 from audit.models import AuditEvent
+from common.actors import Actor
 from harness.providers import sqlite_provider_commit
 from recovery.models import Dispatch, Operation, OperationClaim, Provider
 from tests.support.console import client_for, console_user

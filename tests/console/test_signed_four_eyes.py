@@ -19,16 +19,16 @@ from django.test import Client
 from django.utils import timezone
 from fido2.utils import websafe_decode
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from approvals.signing import challenge_of
 from audit.exported import ExportTally, export_verify
 from audit.hashing import SYSTEM_CHAIN, event_export
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from bulk.models import BulkBatch, BulkItem
 from bulk.services import Pick, bulk_items_digest, bulk_submit
+from common.actors import Actor
+from common.statements import challenge_of
 from harness.webauthn import UP, SoftPasskey, passkey_register
 from identity.models import PasskeyUse
 from policies.services import policy_apply

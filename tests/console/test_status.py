@@ -11,8 +11,8 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from approvals.actors import COMMAND_LINE
 from audit.checkpoints import audit_checkpoint
+from common.actors import COMMAND_LINE
 from recovery.models import Operation, Pulse
 from recovery.services.runs import pulse_record
 from tests.support.console import Stuck, client_for

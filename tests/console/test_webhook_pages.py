@@ -6,8 +6,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from approvals.actors import COMMAND_LINE
 from audit.models import AuditEvent
+from common.actors import COMMAND_LINE
 from tests.support.console import console_user
 from webhooks.endpoints import webhook_endpoint_add
 from webhooks.models import WebhookEndpoint, WebhookMessage

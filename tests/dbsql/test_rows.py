@@ -8,8 +8,8 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import Approval, Approver
+from common.actors import Actor
 from dbsql.rows import (
     model_from_row,
     select_first,

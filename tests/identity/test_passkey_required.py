@@ -11,10 +11,10 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client, RequestFactory
 
-from approvals.actors import Actor
 from approvals.models import Approval
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from common.actors import Actor
 from console.settings_identity import _require_passkey_for
 from harness.accounts import PASSWORD
 from harness.providers import digest_of
@@ -288,7 +288,7 @@ def test_the_api_document_stays_open_to_a_held_session(required, supervisor):
 
 
 def test_role_granted_in_an_open_session_holds_from_the_next_request(required, operator, provider):
-    from approvals.actors import Actor
+    from common.actors import Actor
     from recovery.services.roles import role_grant
 
     client = _signed_in(operator)

@@ -12,14 +12,14 @@ from allauth.core import context
 from django.contrib.auth.models import User
 from fido2.utils import websafe_decode, websafe_encode
 
-from approvals.actors import Actor
-from approvals.signing import challenge_of, statement
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from common.actors import Actor
 from common.errors import SettleError
+from common.statements import challenge_of, statement
 from harness.webauthn import RP_ID, UP, SoftPasskey, passkey_register, passkey_unregister
 from identity.models import PasskeyUse
-from identity.signing import signed_record_verify, signing_options
+from identity.passkey_signing import signed_record_verify, signing_options
 
 pytestmark = pytest.mark.django_db
 

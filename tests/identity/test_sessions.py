@@ -20,9 +20,9 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 from guardian.models import UserObjectPermission
 
-from approvals.actors import Actor
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from common.actors import Actor
 from harness.accounts import PASSWORD
 from identity.sessions import SEEN_AT, SIGNED_IN_AT, sessions_end
 from tests.support.console import console_user

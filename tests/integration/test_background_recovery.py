@@ -23,10 +23,10 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.services import approver_create
 from audit.models import AuditCheckpoint, AuditVerification
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
+from common.actors import Actor
 from console.celery import app as celery_app
 from dbsql.clock import db_now
 from harness.celery_procs import (

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from approvals.actors import Actor
 from approvals.models import Approval
+from common.actors import Actor
 from harness.gunicorn import REPO_ROOT, database_url, gunicorn_running
 from policies.models import BudgetUse
 from policies.services import policy_apply

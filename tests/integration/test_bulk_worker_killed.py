@@ -18,11 +18,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db.models import Count
 
-from approvals.actors import Actor
 from audit.models import AuditEvent
 from bench.bulk import matched_seed
 from bulk.models import BulkBatch, BulkItem
 from bulk.services import Pick, bulk_resume, bulk_submit
+from common.actors import Actor
 from recovery.models import Host, Operation
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure

@@ -22,7 +22,7 @@ from django.test import Client
 
 from audit.chain import audit_append, audit_transaction
 from audit.models import AuditAlarm, AuditCheckpoint
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from tests.support.celery_fixtures import test_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)

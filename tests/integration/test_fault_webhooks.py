@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from approvals.actors import COMMAND_LINE
+from common.actors import COMMAND_LINE
 from tests.support.flow import Api, Flow
 from tests.support.webhook_receiver import (
     Receiver,

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from approvals.actors import Actor
 from audit.models import AuditEvent
+from common.actors import Actor
 from harness.providers import digest_of, sqlite_provider_commit
 from recovery.models import Dispatch, Evidence, LookupAttempt, Verdict
 from recovery.services.lookups import operation_lookup

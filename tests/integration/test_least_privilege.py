@@ -33,7 +33,7 @@ from psycopg import errors, sql
 
 from approvals.services import approver_create
 from audit.models import AuditCheckpoint, AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from harness.gunicorn import GunicornServer, database_url, gunicorn_running
 from harness.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
 from recovery.management.commands.db_grants import AUDIT_TABLES

@@ -29,11 +29,11 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from approvals.actors import Actor
 from approvals.services import approver_create
 from audit.chain import audit_append, audit_transaction
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
+from common.actors import Actor
 from harness.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
 from recovery.models import Operation
 from recovery.services.credentials import host_create

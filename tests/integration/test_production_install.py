@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from approvals.actors import COMMAND_LINE
+from common.actors import COMMAND_LINE
 from harness.celery_procs import REPO_ROOT, child_environment
 from harness.gunicorn import _LOCAL, database_url, gunicorn_running
 from tests.support.live import (

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from approvals.actors import COMMAND_LINE
+from common.actors import COMMAND_LINE
 from tests.support.webhook_receiver import Receiver, receiver_serve
 from webhooks.endpoints import webhook_endpoint_add
 from webhooks.models import WebhookMessage

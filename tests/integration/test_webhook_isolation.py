@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from approvals.actors import COMMAND_LINE
+from common.actors import COMMAND_LINE
 from recovery.models import Dispatch
 from tests.support.live import (
     Procs,

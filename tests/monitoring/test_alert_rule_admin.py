@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from approvals.actors import Actor
 from audit.models import AuditEvent
+from common.actors import Actor
 from monitoring.models import AlertRule
 
 pytestmark = pytest.mark.django_db

@@ -15,9 +15,9 @@ import time_machine
 from django.db import connection
 from django.utils import timezone
 
-from approvals.actors import COMMAND_LINE
 from approvals.models import Approval
 from audit.models import AuditEvent
+from common.actors import COMMAND_LINE
 from monitoring.models import ApprovalNotice
 from monitoring.services.approval_notices import approval_notices_run
 from recovery.models import Operation

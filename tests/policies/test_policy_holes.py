@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from approvals.actors import Actor
+from common.actors import Actor
 from policies.models import BudgetUse, Policy
 from policies.rules import MAX_AMOUNT, PolicyError, policy_parse
 from policies.services import policy_apply

@@ -11,9 +11,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote
 from audit.models import AuditEvent
+from common.actors import Actor
 from harness.providers import digest_of
 from policies.services import policy_apply
 from recovery.models import Operation

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
+from common.actors import Actor
 from recovery import contract
 
 pytestmark = pytest.mark.django_db

@@ -12,9 +12,9 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from approvals.actors import COMMAND_LINE, Actor
 from approvals.models import Approval, ApprovalVote, Permit
 from audit.models import AuditEvent
+from common.actors import COMMAND_LINE, Actor
 from harness.providers import digest_of
 from policies.services import policy_apply
 from recovery.models import Operation

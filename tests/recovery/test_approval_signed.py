@@ -9,13 +9,13 @@ import pytest
 from django.contrib.auth.models import User
 from guardian.shortcuts import assign_perm
 
-from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote
-from approvals.signing import statement
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from common.actors import Actor
+from common.statements import statement
 from harness.webauthn import RP_ID, SoftPasskey, passkey_register
-from identity.signing import signed_record_verify
+from identity.passkey_signing import signed_record_verify
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission as P
 from recovery.services.errors import RecoveryError

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote, Approver
 from audit.models import AuditEvent
+from common.actors import Actor
 from harness.providers import digest_of
 from policies.services import policy_apply
 from recovery.services.errors import RecoveryError

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 
-from approvals.actors import COMMAND_LINE, Actor
 from approvals.models import Approval, Approver, Permit
 from approvals.services import approver_create
 from audit.models import AuditEvent
+from common.actors import COMMAND_LINE, Actor
 from harness.providers import digest_of
 from recovery.models import Operation
 from recovery.services.providers import provider_configure

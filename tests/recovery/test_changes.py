@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from approvals.actors import COMMAND_LINE
 from audit.chain import audit_transaction
+from common.actors import COMMAND_LINE
 from recovery import changes
 from recovery.changes import OperationChange, changes_recorder_register
 from recovery.models import Operation

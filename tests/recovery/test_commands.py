@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from approvals.models import Approver
-from approvals.services import token_hash
 from audit.models import AuditEvent
+from common.credentials import token_hash
 from recovery.models import Host, Provider
 
 pytestmark = pytest.mark.django_db

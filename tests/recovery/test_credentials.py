@@ -10,9 +10,9 @@ from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.core.management import CommandError, call_command
 
-from approvals.actors import COMMAND_LINE, Actor
 from approvals.models import Approver
 from audit.models import AuditEvent
+from common.actors import COMMAND_LINE, Actor
 from recovery.models import Host
 from recovery.services.credentials import credential_disable, credential_rotate
 

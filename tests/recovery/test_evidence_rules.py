@@ -10,9 +10,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent
 from audit.models import AuditEvent
+from common.actors import Actor
 from harness.providers import (
     digest_of,
     sqlite_provider_commit,

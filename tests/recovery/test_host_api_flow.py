@@ -8,9 +8,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from guardian.shortcuts import assign_perm
 
-from approvals.actors import Actor
 from approvals.models import PermitEvent
 from audit.models import AuditEvent
+from common.actors import Actor
 from harness.providers import digest_of, sqlite_provider_commit
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation
 from recovery.permissions import ProviderPermission

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from harness.providers import (
     digest_of,
     journal_append,

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-from approvals.actors import Actor
 from bench import seed
+from common.actors import Actor
 from recovery.models import Provider
 from recovery.selectors import operations_queue_counts_for_user
 from recovery.services.roles import role_grant, roles_ensure

@@ -11,7 +11,7 @@ import time_machine
 from approvals.models import PermitEvent
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 
 pytestmark = pytest.mark.django_db
 

@@ -38,7 +38,7 @@ from hypothesis.stateful import (
 )
 
 from approvals.models import Permit, ReconciliationRequest
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from recovery.models import (
     TERMINAL_STATES,
     LookupAttempt,

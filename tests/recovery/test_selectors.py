@@ -7,9 +7,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from guardian.shortcuts import assign_perm
 
-from approvals.actors import Actor
 from approvals.models import Approver
 from approvals.services import Binding, approval_request
+from common.actors import Actor
 from recovery import selectors
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission

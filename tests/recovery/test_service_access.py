@@ -16,10 +16,10 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
-from approvals.actors import Actor
 from approvals.models import Approval, Approver, ReconciliationRequest
 from approvals.services import approver_create
 from audit.models import AuditEvent
+from common.actors import Actor
 from harness.providers import digest_of
 from recovery.models import Operation, OperationClaim, Provider
 from recovery.permissions import ProviderPermission as P

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from approvals.actors import Actor
 from audit.chain import audit_append
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.models import Operation
 from recovery.services.errors import RecoveryError

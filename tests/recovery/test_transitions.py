@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from approvals.actors import Actor
 from audit.chain import audit_transaction
 from audit.models import AuditEvent
+from common.actors import Actor
 from recovery.models import Operation, State
 from recovery.services.locking import operation_lock
 from recovery.services.registration import operation_register

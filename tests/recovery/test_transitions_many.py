@@ -13,11 +13,11 @@ from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
-from approvals.actors import Actor
 from audit.chain import audit_chain_locked, audit_transaction
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from bench.sqlcount import StatementCount, counting
+from common.actors import Actor
 from harness.providers import sqlite_provider_commit
 from recovery.models import Dispatch, Operation, State
 from recovery.services.lookup_tasks import lookup_batch_run

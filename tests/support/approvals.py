@@ -3,9 +3,9 @@ decided for it."""
 
 from __future__ import annotations
 
-from approvals.actors import Actor
 from approvals.models import Approval
 from approvals.services import Binding, approval_decide
+from common.actors import Actor
 
 HOST = Actor("host", "1", "a")
 BINDING = Binding(

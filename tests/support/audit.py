@@ -12,12 +12,12 @@ import rfc8785
 from django.db import connection
 from fido2.utils import websafe_decode, websafe_encode
 
-from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, event_digest
 from audit.kinds import AuditKind
 from audit.models import AuditChainHead, AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
+from common.actors import Actor
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
 

@@ -11,11 +11,11 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from approvals.actors import Actor
 from approvals.models import Approval
 from audit.chain import audit_transaction
 from bulk.models import BulkBatch
 from bulk.services import bulk_chunk_run, bulk_publish
+from common.actors import Actor
 from harness.accounts import PASSWORD
 from harness.providers import digest_of, sqlite_provider_commit
 from recovery.models import Dispatch, LookupAttempt, Operation, Provider

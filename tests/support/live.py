@@ -30,7 +30,7 @@ from django.core.servers.basehttp import ThreadedWSGIServer
 from approvals.models import Permit
 from approvals.selectors import permit_history
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from dbsql.clock import db_now
 from harness.celery_procs import Proc
 from harness.providers import digest_of, http_provider_history

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from approvals.actors import COMMAND_LINE
+from common.actors import COMMAND_LINE
 from tests.support.webhook_receiver import Receiver, Silent, receiver_serve, silent_serve
 from webhooks.endpoints import webhook_endpoint_add
 from webhooks.models import WebhookEndpoint

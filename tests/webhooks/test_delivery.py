@@ -12,7 +12,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from approvals.actors import COMMAND_LINE
+from common.actors import COMMAND_LINE
 from recovery.models import Operation
 from tests.support.webhook_receiver import trickling_serve
 from tests.support.webhooks import bodies, released

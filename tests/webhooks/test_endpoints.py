@@ -9,7 +9,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from approvals.actors import COMMAND_LINE
+from common.actors import COMMAND_LINE
 from recovery.services.errors import Invalid
 from webhooks.delivery import webhooks_deliver
 from webhooks.endpoints import webhook_endpoint_add, webhook_endpoint_rotate, webhook_url_addresses

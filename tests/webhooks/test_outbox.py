@@ -10,8 +10,8 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from approvals.actors import COMMAND_LINE
 from audit.chain import audit_transaction
+from common.actors import COMMAND_LINE
 from recovery import changes
 from recovery.models import Operation
 from recovery.services.locking import operation_lock

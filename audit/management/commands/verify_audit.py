@@ -13,7 +13,7 @@ from audit.verification import (
     audit_verification_run,
     audit_verify_job_step,
 )
-from audit.verify import VerifyTally
+from audit.verify_walk import VerifyTally
 
 
 class Command(BaseCommand):

@@ -25,8 +25,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals.actors import COMMAND_LINE
 from approvals.services import approver_create
+from common.actors import COMMAND_LINE
 from console.demo import fleet
 from recovery.models import (
     LOOKUP_IN_FLIGHT,

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals.actors import COMMAND_LINE
+from common.actors import COMMAND_LINE
 from recovery.services.credentials import KINDS, credential_disable, credential_rotate
 from recovery.services.errors import RecoveryError
 

@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals.actors import COMMAND_LINE
+from common.actors import COMMAND_LINE
 from recovery.models import Provider
 from recovery.services.errors import RecoveryError
 from recovery.services.roles import ROLES, role_grant, roles_ensure

@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from approvals.actors import Actor
 from approvals.models import Approval, ApprovalVote
+from common.actors import Actor
 from recovery.models import Operation
 from tests.support.browser import assert_no_overflow, screenshot, screenshots_everywhere, sign_in
 from tests.support.console import console_user, pending_approval

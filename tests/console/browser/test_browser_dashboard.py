@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from approvals.actors import Actor
+from common.actors import Actor
 from console.models import DashboardRollup
 from console.services.dashboard import dashboard_refresh, settle_bucket
 from recovery.services.roles import role_grant

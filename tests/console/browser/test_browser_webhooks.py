@@ -15,7 +15,7 @@ import time_machine
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from approvals.actors import COMMAND_LINE
+from common.actors import COMMAND_LINE
 from tests.support.browser import screenshots_everywhere, sign_in
 from tests.support.webhook_receiver import Receiver, receiver_serve
 from webhooks.delivery import webhooks_deliver

@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 from approvals.models import Approval, ApprovalVote
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from recovery.models import Operation
 from tests.support.browser import (
     PHONE,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from approvals.actors import Actor
 from approvals.models import ReconciliationRequest
-from audit.verify import audit_verify
+from audit.verify_walk import audit_verify
 from bulk.services import Pick, bulk_submit
+from common.actors import Actor
 from recovery.models import Operation
 from recovery.services.reconcile import operation_reconcile
 from tests.support.browser import (

@@ -1,5 +1,5 @@
 """A decision signed in a real browser: Chromium's virtual authenticator answers
-``identity.signing``'s request, and what it returns is the record Settle keeps.
+``identity.passkey_signing``'s request, and what it returns is the record Settle keeps.
 
 The approval page's buttons are tested in ``test_browser_sign_approval.py``; here the
 page's own script signs a statement of the test's on a console page of the signed-in
@@ -16,11 +16,11 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 
-from approvals.actors import Actor
-from approvals.signing import statement
+from common.actors import Actor
 from common.errors import SettleError
+from common.statements import statement
 from identity.models import PasskeyUse
-from identity.signing import signed_record_verify, signing_options
+from identity.passkey_signing import signed_record_verify, signing_options
 from tests.support.browser import passkey_register_in, sign_in
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,7 +19,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
 )
 
-from approvals.actors import Actor
+from common.actors import Actor
 from approvals.models import Permit, PermitEvent
 from approvals.services import Refusal, approver_create
 from audit.models import AuditEvent

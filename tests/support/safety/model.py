@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from approvals.actors import Actor
+from common.actors import Actor
 from harness.providers import (
     SQLITE_TAMPER_MODES,
     digest_of,

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals.actors import COMMAND_LINE
+from common.actors import COMMAND_LINE
 from recovery.services.errors import RecoveryError
 from webhooks.endpoints import (
     endpoint_events,

@@ -11,15 +11,17 @@ from typing import Any
 import pytest
 from fido2.utils import websafe_decode, websafe_encode
 
-from approvals.signing import (
-    SignatureInvalid,
-    assertion_verify,
+from common.canonical import canonical_dumps
+from common.statements import (
+    SUBJECTS,
+    approval_subject,
+    bulk_subject,
     challenge_of,
-    rp_id_named,
+    reconciliation_subject,
     statement,
     statement_matches,
 )
-from common.canonical import canonical_dumps
+from common.webauthn import SignatureInvalid, assertion_verify, rp_id_named
 from harness.webauthn import ORIGIN, RP_ID, UP, UV, SoftPasskey
 
 AT = datetime(2026, 12, 3, 18, 0, tzinfo=UTC)
@@ -224,3 +226,18 @@ def test_a_statement_of_each_kind_names_its_whole_subject():
             params_digest="sha256:" + "a" * 64,
             action="void",
         )
+
+
+def test_each_kind_has_one_subject_builder_naming_its_fields() -> None:
+    """The console, the deciding services and the audit log build a subject through these:
+    each names exactly the fields a statement of its kind must carry."""
+    built = {
+        "approval": approval_subject(approval_id=1, operation_key="k", params_digest="d"),
+        "reconciliation": reconciliation_subject(
+            request_id=1, operation_key="k", params_digest="d", action="void"
+        ),
+        "bulk": bulk_subject(batch_id=1, action="a", items=2, items_digest="d"),
+    }
+    assert {kind: sorted(subject) for kind, subject in built.items()} == {
+        kind: sorted(fields) for kind, fields in SUBJECTS.items()
+    }

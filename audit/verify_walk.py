@@ -5,8 +5,9 @@ predecessor, its own hash and every checkpoint that signed its seq — not only 
 newest, so that a head signed again after a rewrite cannot hide what was signed
 before; each operation's stored head is compared with its chain as the chains are read
 (``_HeadsCompared``), and each signed vote against the passkey that signed it
-(``audit.signatures``). Then the system chain's stored head, the vouched heads and the
-alarms. It names the first problem found.
+(``audit.signed_decisions``). Then the system chain's stored head, the vouched heads
+and the alarms. It names the first problem found. The verifications kept on the record
+(routine, full in slices, and their status) are ``audit.verification``'s.
 
 The events are read as column tuples (``EventRow``), a page of ``chunk_size`` at a time
 along the (chain, seq) index, each page starting after the last (chain, seq) read: no
@@ -46,9 +47,9 @@ from audit.models import (
     AuditEvent,
     AuditVouchedHead,
 )
-from audit.signatures import EventChecks
-from audit.signed import Signed, _checkpoints_verified, _cut_problem, _newest, _SignedHeads
-from audit.signing import vouched_row_signed
+from audit.seal import vouched_row_signed
+from audit.seal_verify import Signed, _checkpoints_verified, _cut_problem, _newest, _SignedHeads
+from audit.signed_decisions import EventChecks
 
 
 @dataclass

@@ -1,6 +1,9 @@
 """Signed decisions on the audit log, checked against the passkeys the log itself names.
 
-A decision's event that carries a ``signature`` (``approvals.signing``'s record): an
+A person's signature (``common.statements``, ``common.webauthn``), not the log's own
+seal under the audit key (``audit.seal``).
+
+A decision's event that carries a ``signature`` (``common.webauthn``'s record): an
 ``approval_voted``, a ``reconciliation_approved`` or ``_rejected`` on the operation's
 chain, a ``bulk_approved`` or ``_rejected`` on the system chain. It holds when: the
 system chain's ``passkey_added`` event for its credential registered it to the event's
@@ -24,8 +27,6 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from approvals.actors import Actor
-from approvals.signing import SignatureInvalid, assertion_verify, statement_matches
 from audit.hashing import (
     SYSTEM_CHAIN,
     ChainBreak,
@@ -36,6 +37,14 @@ from audit.hashing import (
 )
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from common.actors import Actor
+from common.statements import (
+    approval_subject,
+    bulk_subject,
+    reconciliation_subject,
+    statement_matches,
+)
+from common.webauthn import SignatureInvalid, assertion_verify
 
 VOTED = AuditKind.APPROVAL_VOTED.value
 ADDED = AuditKind.PASSKEY_ADDED.value
@@ -57,33 +66,33 @@ def _signed_subject(kind: str, chain: str, data: dict[str, Any]) -> tuple[str, s
         return (
             "approval",
             str(data.get("decision", "")),
-            {
-                "approval_id": data.get("approval_id", ""),
-                "operation_key": chain,
-                "params_digest": data.get("params_digest", ""),
-            },
+            approval_subject(
+                approval_id=data.get("approval_id", ""),
+                operation_key=chain,
+                params_digest=data.get("params_digest", ""),
+            ),
         )
     decision = "approve" if kind in _APPROVED else "reject"
     if kind in _RECONCILED:
         return (
             "reconciliation",
             decision,
-            {
-                "request_id": data.get("request_id", ""),
-                "operation_key": chain,
-                "params_digest": data.get("params_digest", ""),
-                "action": data.get("action", ""),
-            },
+            reconciliation_subject(
+                request_id=data.get("request_id", ""),
+                operation_key=chain,
+                params_digest=data.get("params_digest", ""),
+                action=data.get("action", ""),
+            ),
         )
     return (
         "bulk",
         decision,
-        {
-            "batch_id": data.get("batch", ""),
-            "action": data.get("action", ""),
-            "items": data.get("items", ""),
-            "items_digest": data.get("items_digest", ""),
-        },
+        bulk_subject(
+            batch_id=data.get("batch", ""),
+            action=data.get("action", ""),
+            items=data.get("items", ""),
+            items_digest=data.get("items_digest", ""),
+        ),
     )
 
 

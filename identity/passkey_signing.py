@@ -1,4 +1,4 @@
-"""Signing a decision with one's passkey: the browser's request, and the record it returns.
+"""Signing a decision with one's stored passkeys: the browser's request, the record it returns.
 
 begin
     ``signing_options``: the ``PublicKeyCredentialRequestOptions`` for the browser's
@@ -6,7 +6,7 @@ begin
     verification required, the relying party allauth registered them for.
 finish
     ``signed_record_verify``: the browser's assertion checked against the person's
-    *current* passkeys (a removed one signs nothing) with ``approvals.signing``, its sign
+    *current* passkeys (a removed one signs nothing) with ``common.webauthn``, its sign
     count checked against the last one seen, and the record to keep on the vote.
 
 The statement is the server's: the view keeps it (in the session) between the two
@@ -37,11 +37,12 @@ from fido2.webauthn import (
     UserVerificationRequirement,
 )
 
-from approvals.actors import Actor
-from approvals.signing import SignatureInvalid, assertion_verify, challenge_of
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from common.actors import Actor
 from common.errors import ErrorCode, SettleError
+from common.statements import challenge_of
+from common.webauthn import SignatureInvalid, assertion_verify
 from identity.models import PasskeyUse
 from identity.passkeys import passkey_credential
 from recovery.models import Operation

@@ -1,17 +1,10 @@
-"""Decisions signed with a passkey: the statement a person signs, and checking a signature.
+"""A passkey's signature on a statement: the WebAuthn assertion, and checking it.
 
-statement
-    What is decided, as a JSON object: ``kind`` (``approval``, ``reconciliation``,
-    ``bulk``), the fields that name its subject (``SUBJECTS``: for an approval its id,
-    operation key and params digest), the ``decision``, the ``person`` (an actor's
-    stored text), a random ``nonce`` and the moment ``at``.
-challenge
-    The SHA-256 of the statement's canonical JSON: what the browser asks the passkey to
-    sign, so that the signature names the statement and nothing else.
 record
     What is kept of a signed decision (on the vote and in its audit event): the
-    ``statement`` and the WebAuthn assertion over it, base64url: ``credential_id``,
-    ``authenticator_data``, ``client_data_json``, ``signature``.
+    ``statement`` (``common.statements``) and the WebAuthn assertion over its challenge,
+    base64url: ``credential_id``, ``authenticator_data``, ``client_data_json``,
+    ``signature``.
 
 Pure functions over fido2's parsers and its COSE keys: the console's check of a new
 signature and the audit log's later check of every stored one are the same code.
@@ -22,9 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import secrets
 from collections.abc import Callable, Collection, Mapping
-from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
@@ -35,25 +26,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from fido2 import cbor
 from fido2.cose import ES256, CoseKey
 from fido2.rpid import verify_rp_id
-from fido2.utils import websafe_decode, websafe_encode
+from fido2.utils import websafe_decode
 from fido2.webauthn import AuthenticatorData, CollectedClientData
 
-from common.canonical import canonical_dumps
+from common.statements import challenge_of
 
-# The fields that name what a statement of each kind decides, and its decisions. A
-# reconciliation request names the decision it proposes (``action``: confirm, void,
-# repair); a bulk batch its action and the digest of the (operation, version) pairs it
-# froze, so that a signature approves these very operations and no others.
-SUBJECTS: dict[str, tuple[str, ...]] = {
-    "approval": ("approval_id", "operation_key", "params_digest"),
-    "reconciliation": ("request_id", "operation_key", "params_digest", "action"),
-    "bulk": ("batch_id", "action", "items", "items_digest"),
-}
-DECISIONS: dict[str, tuple[str, ...]] = {
-    "approval": ("approve", "deny"),
-    "reconciliation": ("approve", "reject"),
-    "bulk": ("approve", "reject"),
-}
 RECORD_FIELDS = ("credential_id", "authenticator_data", "client_data_json", "signature")
 
 
@@ -73,62 +50,6 @@ class SignatureInvalid(ValueError):
     def __init__(self, reason: str, message: str = "") -> None:
         super().__init__(message or reason)
         self.reason = reason
-
-
-def statement(
-    kind: str,
-    subject: Mapping[str, object] | None = None,
-    *,
-    decision: str,
-    person: str,
-    nonce: str | None = None,
-    at: datetime | None = None,
-    **fields: object,
-) -> dict[str, str]:
-    """The statement of ``person``'s ``decision`` on the subject ``subject`` (a mapping)
-    and ``fields`` name together.
-
-    ``nonce`` and ``at`` default to 16 random bytes and now: two statements of the same
-    decision never share a challenge.
-    """
-    subject = {**(subject or {}), **fields}
-    if kind not in SUBJECTS:
-        raise ValueError(f"no signed decision of kind {kind!r}")
-    if sorted(subject) != sorted(SUBJECTS[kind]):
-        raise ValueError(f"a {kind} statement names {', '.join(SUBJECTS[kind])}")
-    if decision not in DECISIONS[kind]:
-        raise ValueError(f"a {kind} decision is one of {', '.join(DECISIONS[kind])}")
-    moment = at if at is not None else datetime.now(UTC)
-    return {
-        "kind": kind,
-        **{name: str(value) for name, value in subject.items()},
-        "decision": decision,
-        "person": person,
-        "nonce": nonce if nonce is not None else websafe_encode(secrets.token_bytes(16)),
-        "at": moment.astimezone(UTC).isoformat(),
-    }
-
-
-def challenge_of(statement: Mapping[str, Any]) -> bytes:
-    """The challenge a passkey signs for ``statement``: SHA-256 of its canonical JSON."""
-    return hashlib.sha256(canonical_dumps(dict(statement))).digest()
-
-
-def statement_matches(
-    record: Mapping[str, Any], kind: str, *, decision: str, person: str, **subject: object
-) -> bool:
-    """Whether ``record`` signs this very ``decision`` of ``kind`` on the subject
-    ``subject`` names (every field of ``SUBJECTS[kind]``), by this person."""
-    signed = record.get("statement")
-    if not isinstance(signed, Mapping) or sorted(subject) != sorted(SUBJECTS.get(kind, ())):
-        return False
-    expected = {
-        "kind": kind,
-        **{name: str(value) for name, value in subject.items()},
-        "decision": decision,
-        "person": person,
-    }
-    return all(signed.get(name) == value for name, value in expected.items())
 
 
 @lru_cache(maxsize=1024)

@@ -1,32 +1,53 @@
-"""What a checkpoint and a vouched head sign: their canonical content and its digest.
+"""The log's seal: the audit key's signature on checkpoints, vouched heads and alarms.
+
+Not a person's signature (``common.statements`` and ``audit.signed_decisions`` hold
+those): an HMAC under the server's audit key (``SETTLE_AUDIT_KEY``). The key is not in
+the database, so someone with SQL access alone can neither forge a checkpoint, a vouched
+head or an alarm, nor re-sign one they changed.
 
 A checkpoint's digest covers its number, time, scan bounds, heads, broken chains and
 its predecessor's digest; large heads are hashed a head at a time
 (``checkpoint_hashes_streamed``) so that memory does not grow with the chains. A vouched
-head's signature binds chain, seq, hash and the checkpoint that signed it.
+head's signature binds chain, seq, hash and the checkpoint that signed it. A
+checkpoint's line in the checkpoint file is written and read here too
+(``checkpoint_file_line``, ``checkpoint_of_line``), beside the digest it carries.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import re
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
-from audit.hashing import timestamp
-from audit.keys import signed_by_key
+from django.conf import settings
+
+from audit.hashing import _TIMESTAMP, timestamp
 from audit.models import AuditCheckpoint, AuditVouchedHead
 from common.canonical import (
     canonical_dumps,
     canonical_plain,
     canonical_plain_dumps,
+    plain_loads,
     safe_integer,
     sha256_digest,
 )
 
 logger = logging.getLogger("settle.audit")
+
+
+def sign(digest: str) -> str:
+    """The HMAC of ``digest`` under the audit key: what only the key's holder can make."""
+    key = str(settings.SETTLE_AUDIT_KEY).encode("utf-8")
+    return "hmac-sha256:" + hmac.digest(key, digest.encode("ascii"), "sha256").hex()
+
+
+def signed_by_key(digest: str, signature: str) -> bool:
+    return hmac.compare_digest(sign(digest), signature)
 
 
 def checkpoint_content(checkpoint: AuditCheckpoint) -> dict[str, Any]:
@@ -93,9 +114,8 @@ def checkpoint_hashes_streamed(
     # The content around the heads: texts that JSON escapes inside strings cannot hold
     # '"heads":{}' unescaped, so its first occurrence is the key itself.
     around = canonical_dumps(_content(checkpoint, {})).split(b'"heads":{}', 1)
-    line = {**_content(checkpoint, {}), "digest": checkpoint.digest}
-    line["signature"] = checkpoint.signature
-    line_around = json.dumps(line, sort_keys=True).encode("ascii").split(b'"heads": {}', 1)
+    line = checkpoint_file_line(checkpoint, heads={})
+    line_around = line.encode("ascii").split(b'"heads": {}', 1)
     digest = hashlib.sha256(around[0] + b'"heads":{')
     line_sha = hashlib.sha256(line_around[0] + b'"heads": {')
     first = True
@@ -134,3 +154,43 @@ def vouched_signed(vouched: AuditVouchedHead) -> bool:
 def vouched_row_signed(*, chain: str, seq: int, hash: str, checkpoint: int, signature: str) -> bool:
     digest = vouched_digest(chain=chain, seq=seq, hash=hash, checkpoint=checkpoint)
     return signed_by_key(digest, signature)
+
+
+def checkpoint_file_line(checkpoint: AuditCheckpoint, *, heads: Any = None) -> str:
+    """The checkpoint's line in ``SETTLE_AUDIT_CHECKPOINT_FILE`` (without its newline).
+
+    ``heads``: written in place of the checkpoint's own (``checkpoint_hashes_streamed``
+    hashes the line around an empty one, its heads streamed).
+    """
+    line = {
+        **_content(checkpoint, checkpoint.heads if heads is None else heads),
+        "digest": checkpoint.digest,
+        "signature": checkpoint.signature,
+    }
+    return json.dumps(line, sort_keys=True)
+
+
+# A line's end as ``checkpoint_file_line`` spells it: the keys after ``heads`` in order.
+CHECKPOINT_LINE_TAIL = re.compile(
+    rb'"number": ([0-9]+), "prev_digest": "[^"\\]*", "rescan_from": [0-9]+, '
+    rb'"signature": "([^"\\]*)", "watermark": [0-9]+\}$'
+)
+
+
+def checkpoint_of_line(line: str) -> tuple[AuditCheckpoint, bool]:
+    """The checkpoint a file line holds (unsaved), and whether its JSON is plain
+    (``plain_loads``). ``ValueError``, ``KeyError`` or ``TypeError``: not a line."""
+    record, plain = plain_loads(line)
+    made_at = datetime.strptime(record["made_at"], _TIMESTAMP)
+    checkpoint = AuditCheckpoint(
+        number=int(record["number"]),
+        made_at=made_at.replace(tzinfo=UTC),
+        rescan_from=int(record["rescan_from"]),
+        watermark=int(record["watermark"]),
+        heads=record["heads"],
+        broken=record.get("broken", []),
+        prev_digest=str(record["prev_digest"]),
+        digest=str(record["digest"]),
+        signature=str(record["signature"]),
+    )
+    return checkpoint, plain

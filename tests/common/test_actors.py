@@ -6,9 +6,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from approvals.actors import Actor
 from approvals.models import PermitEvent
 from approvals.services import approval_request, permit_consume
+from common.actors import Actor
 from tests.support.approvals import BINDING, HOST, approval_decided
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,5 @@
-"""What the checkpoints signed, as a verification reads it: checkpoints, heads, the file.
+"""Checking the log's seal (``audit.seal``), as a verification reads it: the checkpoints
+the audit key signed, the heads they signed, and the checkpoint file.
 
 Every (chain, head, checkpoint) of every checkpoint's ``heads`` is expanded and sorted by
 the database in the events' chain order (``_signed_heads``, one server-side cursor), so
@@ -13,7 +14,6 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -22,13 +22,15 @@ from django.db import connection
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from audit.checkpoint_file import checkpoint_file_line
-from audit.hashing import _TIMESTAMP, GENESIS_HASH
-from audit.keys import signed_by_key
-from audit.models import (
-    AuditCheckpoint,
+from audit.hashing import GENESIS_HASH
+from audit.models import AuditCheckpoint
+from audit.seal import (
+    checkpoint_digest,
+    checkpoint_file_line,
+    checkpoint_hashes_streamed,
+    checkpoint_of_line,
+    signed_by_key,
 )
-from audit.signing import checkpoint_digest, checkpoint_hashes_streamed
 from common.canonical import plain_loads
 
 
@@ -322,22 +324,10 @@ def _file_problem(
         lines.seek(start)
         whole = lines.read(end - start)
         try:
-            record, plain = plain_loads(whole.decode("utf-8"))
-            made_at = datetime.strptime(record["made_at"], _TIMESTAMP)
-            checkpoint = AuditCheckpoint(
-                number=int(record["number"]),
-                made_at=made_at.replace(tzinfo=UTC),
-                rescan_from=int(record["rescan_from"]),
-                watermark=int(record["watermark"]),
-                heads=record["heads"],
-                broken=record.get("broken", []),
-                prev_digest=str(record["prev_digest"]),
-                digest=str(record["digest"]),
-                signature=str(record["signature"]),
-            )
+            checkpoint, plain = checkpoint_of_line(whole.decode("utf-8"))
         except (ValueError, KeyError, TypeError):
             return f"line {line_number} of the checkpoint file is unreadable"
-        del whole, record
+        del whole
         problem = _checkpoint_problem(checkpoint, expected_prev, heads_plain=plain)
         if problem:
             return f"{problem} (checkpoint file, line {line_number})"
