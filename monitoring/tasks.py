@@ -34,6 +34,6 @@ def operation_counts() -> int:
 
 @shared_task
 def worker_heartbeat(queue: str, sent_at: float) -> None:
-    """A worker's heartbeat to ``queue`` (``console.celery.QueueHeartbeat``), run by
+    """A worker's heartbeat to ``queue`` (``settle.celery.QueueHeartbeat``), run by
     whichever worker of that queue takes it: the queue is served."""
     queue_pulse_record(queue=queue, waited=time.time() - sent_at)

@@ -4,7 +4,9 @@
 SQL) are infrastructure under every app and import none. ``audit`` sits under the operation
 core, which writes its events in the same transaction as each change. The core
 (``recovery``) imports none of its consumers: it records what changed
-(``recovery.changes``) and they decide what it means to them.
+(``recovery.changes``) and they decide what it means to them. The project package
+(``settle``: settings, URLs, the Celery app, WSGI) wires them all together and stands above
+them; no app imports it.
 ``bench`` and ``tests``, which a production install does not have, stand above them
 all: they may import anything, and nothing shipped imports them.
 """
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     "bench",
     "tests",
+    "settle",
     "console",
     "bulk",
     "identity",

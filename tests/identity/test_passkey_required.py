@@ -15,9 +15,9 @@ from approvals.actors import Actor
 from approvals.models import Approval
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from console.settings_identity import _require_passkey_for
 from identity.passkeys import PasskeyRequiredMiddleware
 from recovery.models import Operation
+from settle.settings_identity import _require_passkey_for
 from tests.support.console import PASSWORD, console_user, pending_approval
 from tests.support.flow import PARAMS
 from tests.support.providers import digest_of

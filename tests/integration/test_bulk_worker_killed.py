@@ -1,7 +1,7 @@
 """A bulk confirm whose Celery worker is killed mid-batch (SIGKILL, the whole machine):
 nothing is lost, the batch resumes, and no item is done twice.
 
-``celery -A console worker`` runs as in production, against the test database and the
+``celery -A settle worker`` runs as in production, against the test database and the
 broker the environment names (Redis), on a queue of this test's own. The operations are
 inserted in bulk as an outage leaves them (``bench.bulk.matched_seed``): in ``reconcile``,
 their provider's evidence a match of a committed record.

@@ -161,7 +161,17 @@ SOURCES = [
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "console/services").glob("*.py")),
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "console/views").glob("*.py")),
 ]
-SHIPPED = ["approvals", "audit", "common", "console", "dbsql", "monitoring", "recovery", "webhooks"]
+SHIPPED = [
+    "approvals",
+    "audit",
+    "common",
+    "console",
+    "dbsql",
+    "monitoring",
+    "recovery",
+    "settle",
+    "webhooks",
+]
 
 
 def scanned_codes() -> set[str]:

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from django.http import HttpResponse
 from django.test import Client
 
-from console.settings_identity import OidcProvider, socialaccount_providers
+from settle.settings_identity import OidcProvider, socialaccount_providers
 from tests.support.oidc import IdentityProvider
 
 CLIENT_ID = "settle-console"

@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from console.settings_identity import OidcProvider
+from settle.settings_identity import OidcProvider
 from tests.support.console import PASSWORD
 from tests.support.sso import sso_on
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from console.settings_env import VAR_DIR, env_bool, env_int, env_str
+from settle.settings_env import VAR_DIR, env_bool, env_int, env_str
 
 # Every checkpoint is appended here as well, outside the database (ship it elsewhere).
 SETTLE_AUDIT_CHECKPOINT_FILE = Path(

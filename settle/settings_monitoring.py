@@ -7,13 +7,13 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from console.settings_background import (
+from settle.settings_background import (
     SETTLE_AUDIT_CHECKPOINT_SECONDS,
     SETTLE_AUDIT_VERIFY_FULL_HOURS,
     SETTLE_AUDIT_VERIFY_SECONDS,
     SETTLE_SWEEP_SECONDS,
 )
-from console.settings_env import VAR_DIR, env_int, env_str
+from settle.settings_env import VAR_DIR, env_int, env_str
 
 # Alerts to operators (``monitoring.services.alerts``): how often beat evaluates the rules,
 # and the console's address, which every alert links into.
