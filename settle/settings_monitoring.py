@@ -19,7 +19,7 @@ from settle.settings_env import VAR_DIR, env_int, env_str
 # and the console's address, which every alert links into.
 SETTLE_ALERTS_SECONDS = env_int("SETTLE_ALERTS_SECONDS", 60, minimum=1)
 SETTLE_CONSOLE_URL = env_str("SETTLE_CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
-# Reaching approvers (``monitoring.services.approval_notices``): the Apprise configuration
+# Reaching approvers (``approvals.notices``): the Apprise configuration
 # file (YAML or text) whose URLs carry the tags an approval's groups select; blank, no
 # message goes out. When an approval's row names no time, its reminder goes this long
 # after it opened, and its escalation (if it names escalation groups) this long.
