@@ -47,7 +47,7 @@ SETTLE_AUDIT_VERIFY_SLICE_EVENTS = env_int(
 )
 SETTLE_AUDIT_VERIFY_FULL_SECONDS = env_int("SETTLE_AUDIT_VERIFY_FULL_SECONDS", 300, minimum=1)
 SETTLE_AUDIT_VERIFY_FULL_HOURS = env_int("SETTLE_AUDIT_VERIFY_FULL_HOURS", 24, minimum=1)
-# Bulk work (bulk.services): the most operations one batch may hold, how many
+# Bulk work (bulk.services, bulk.running): the most operations one batch may hold, how many
 # items one task message does, how long a running batch may go without progress before
 # beat publishes its pending items again (its worker died, its messages were lost), and
 # how often beat checks.

@@ -22,7 +22,8 @@ from approvals.actors import Actor
 from audit.models import AuditEvent
 from bench.bulk import matched_seed
 from bulk.models import BulkBatch, BulkItem
-from bulk.services import Pick, bulk_resume, bulk_submit
+from bulk.running import bulk_resume
+from bulk.services import Pick, bulk_submit
 from recovery.models import Host, Operation
 from recovery.services.providers import provider_configure
 from recovery.services.roles import role_grant, roles_ensure

@@ -15,7 +15,7 @@ from approvals.actors import Actor
 from approvals.models import Approval
 from audit.chain import audit_transaction
 from bulk.models import BulkBatch
-from bulk.services import bulk_chunk_run, bulk_publish
+from bulk.running import bulk_chunk_run, bulk_publish
 from recovery.models import Dispatch, LookupAttempt, Operation, Provider
 from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim
