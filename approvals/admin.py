@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from approvals.models import Approval, Permit, PermitEvent
+from approvals.models import Approval, ApprovalNotice, Permit, PermitEvent
 from approvals.services import ApprovalError, approver_create
 from common.actors import Actor
 from common.admin import ReadOnlyAdmin
@@ -104,3 +104,12 @@ class ApproverAdmin(CredentialAdmin):
 
 for model in (Approval, Permit, PermitEvent):
     admin.site.register(model, ReadOnlyAdmin)
+
+
+@admin.register(ApprovalNotice)
+class ApprovalNoticeAdmin(ReadOnlyAdmin):
+    """Where an approval's messages stand: a send Apprise refused shows its error here."""
+
+    list_display = ["approval", "kind", "tag", "status", "created_at", "sent_at", "attempts"]
+    list_filter = ["status", "kind", "tag"]
+    readonly_fields = ["send_error"]

@@ -1,4 +1,4 @@
-"""Approvals, single-use permits and their history.
+"""Approvals, single-use permits and their history, and the messages owed to approvers.
 
 This app knows nothing of recovery: an approval and its permit bind to an operation by
 value (operation key, action, provider name, params digest), never by foreign key.
@@ -299,3 +299,55 @@ class ReconciliationRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} of {self.operation_key} ({self.status})"
+
+
+class ApprovalNotice(models.Model):
+    """One message owed to one channel tag about one approval (``approvals.notices``).
+
+    Written when a run claims the approval (opened, reminder, escalation), or with the
+    approval's expiry, in its transaction (expired); sent by a run, grouped with every
+    other notice due for the same tag, after the commit. ``claimed_until``: a run is
+    sending it until then (one that died leaves it to the next run after). A send that
+    failed keeps its error and is tried again by the next run; one that can no longer
+    matter (its approval decided before the opening went out, or a day old) is dropped.
+    """
+
+    class Kind(models.TextChoices):
+        OPENED = "opened"
+        REMINDER = "reminder"
+        ESCALATION = "escalation"
+        EXPIRED = "expired"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        DROPPED = "dropped"
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    tag = models.CharField(max_length=150)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField()
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    send_error = models.TextField(blank=True)
+
+    class Meta:
+        # The table monitoring's migrations made; the model moved here, the table stayed.
+        db_table = "monitoring_approvalnotice"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["approval", "kind", "tag"], name="approval_notice_once"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["created_at", "id"],
+                condition=Q(status="pending"),
+                name="approval_notice_pending",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of {self.approval_id} to {self.tag} ({self.status})"

@@ -6,7 +6,7 @@ Creates a scratch PostgreSQL database (``bench_api_<name>``, destroyed afterward
 ``DATABASE_URL`` chooses the server, default ``postgres://postgres@127.0.0.1:5432/settle``;
 SQLite is refused), configures one SQLite provider, a host and an approver credential,
 and runs gunicorn as the README's *Operating and deploying* section does
-(``gunicorn console.wsgi -w 4 -b 127.0.0.1:<free port>``). For each ``--clients`` value it
+(``gunicorn settle.wsgi -w 4 -b 127.0.0.1:<free port>``). For each ``--clients`` value it
 starts that many client processes (``harness/fleet``, role ``lifecycle``), each
 looping register → open approval → approve → dispatch → report committed with unique
 keys for ``--seconds``; any non-2xx answer is an error. With ``--auto-approve`` a policy
@@ -43,7 +43,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settle.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/settle")
 
 import django  # noqa: E402

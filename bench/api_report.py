@@ -27,7 +27,7 @@ def print_report(
 ) -> None:
     print()
     print(
-        f"Host API over HTTP, gunicorn console.wsgi -w 4, PostgreSQL {facts['server_version']} "
+        f"Host API over HTTP, gunicorn settle.wsgi -w 4, PostgreSQL {facts['server_version']} "
         f"(synchronous_commit={facts['synchronous_commit']}, "
         f"autovacuum={facts['autovacuum']}: ANALYZE before each run), {facts['cpus']} CPUs, "
         f"{time.strftime('%Y-%m-%d')}; {args.seconds:g} s per run, one client process per "

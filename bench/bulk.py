@@ -10,7 +10,7 @@ N operations are inserted in bulk as a provider outage leaves them once its reco
 back: in ``reconcile``, their host's report ``failed``, the provider's evidence a
 ``match`` of a committed record (so a confirm is backed). An operator submits one
 confirm batch of all of them through the service the console's submit calls
-(``bulk_submit``, its chunks published at its commit); W real ``celery -A console
+(``bulk_submit``, its chunks published at its commit); W real ``celery -A settle
 worker`` processes (one pool process each) do the items. Measured from the submission
 until the batch is ``finished`` with every item's outcome written: items/s. The last line
 is one JSON object.
@@ -203,7 +203,7 @@ class BulkBenchmark(RecoveryBenchmark):
     ) -> list[subprocess.Popen[bytes]]:
         env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DJANGO_SETTINGS_MODULE": "settle.settings",
             "DATABASE_URL": database_url,
             "CELERY_BROKER_URL": broker,
             "SETTLE_CELERY_QUEUE": queue,

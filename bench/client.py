@@ -3,7 +3,7 @@
     python bench/client.py [--seconds 10] [--clients 8] [--rounds 3]
 
 On a scratch PostgreSQL database (``bench/api.py``'s: ``bench_api_<name>``, dropped
-afterwards), one SQLite provider and ``gunicorn console.wsgi -w 4``, it alternates rounds
+afterwards), one SQLite provider and ``gunicorn settle.wsgi -w 4``, it alternates rounds
 of ``--clients`` client processes (``harness/fleet``) in three roles, the same five
 requests each (register, open approval, approve with the digest, dispatch, report):
 
@@ -35,7 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settle.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/settle")
 
 import django  # noqa: E402

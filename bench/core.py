@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settle.settings")
 # Resume publishes the lookups it queues: to a queue no worker of a real deployment reads.
 BENCH_QUEUE = "settle-bench-core"
 os.environ["SETTLE_CELERY_QUEUE"] = BENCH_QUEUE

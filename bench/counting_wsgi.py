@@ -1,4 +1,4 @@
-"""``console.wsgi.application`` plus a count of the SQL statements each request cost.
+"""``settle.wsgi.application`` plus a count of the SQL statements each request cost.
 
 Run in place of the production module for the SQL pass of ``bench/api.py``::
 
@@ -44,8 +44,8 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from bench.sqlcount import StatementCount, counting
-from console.wsgi import application as django_application
 from harness.fleet.api import SQL_DETAIL_HEADER, SQL_HEADER
+from settle.wsgi import application as django_application
 
 _current = threading.local()
 

@@ -14,7 +14,7 @@ for each. Their chains start at the lease loss (no registration events): the ben
 measures recovery, not registration.
 
 background
-    W real ``celery -A console worker`` processes (one pool process each); every lease
+    W real ``celery -A settle worker`` processes (one pool process each); every lease
     lapses at one moment; the command then runs beat's ``sweep`` task body in a loop,
     which publishes the lookups exactly as beat's sweep does. Measured until the last
     operation is ``released``.
@@ -227,7 +227,7 @@ class RecoveryBenchmark:
         counts.mkdir()
         env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DJANGO_SETTINGS_MODULE": "settle.settings",
             "DATABASE_URL": database_url,
             "CELERY_BROKER_URL": broker,
             "SETTLE_CELERY_QUEUE": queue,
@@ -432,10 +432,10 @@ def celery_start(
         celery = shutil.which("celery") or "celery"
     if kind == "beat":
         schedule = str(log.with_name("celerybeat-schedule"))
-        command = [celery, "-A", "console", "beat", "-l", "warning", "-s", schedule]
+        command = [celery, "-A", "settle", "beat", "-l", "warning", "-s", schedule]
     else:
         command = [
-            *(celery, "-A", "console", "worker", "-l", "warning", "-P", "prefork"),
+            *(celery, "-A", "settle", "worker", "-l", "warning", "-P", "prefork"),
             *("-c", "1", "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h"),
             *("--without-gossip", "--without-mingle", "--without-heartbeat"),
             *(("-Q", queues) if queues else ()),

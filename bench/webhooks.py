@@ -3,7 +3,7 @@
     python manage.py benchmark_webhooks [--events N] [--rate R] [--down-seconds S] [--hanging H]
 
 Figures, not a test; a development tool. Everything happens in a scratch database (as
-``benchmark_recovery``'s) with W real ``celery -A console worker -Q <webhook queue>``
+``benchmark_recovery``'s) with W real ``celery -A settle worker -Q <webhook queue>``
 processes (deliveries have a queue of their own, as in production) and beat, delivering
 to a receiver in this process (a threaded ``http.server`` on 127.0.0.1 that
 verifies one signature in twenty with ``standardwebhooks``).
@@ -206,7 +206,7 @@ class WebhookBenchmark(RecoveryBenchmark):
     ) -> list[subprocess.Popen[bytes]]:
         env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DJANGO_SETTINGS_MODULE": "settle.settings",
             "DATABASE_URL": database_url,
             "CELERY_BROKER_URL": broker,
             "SETTLE_CELERY_QUEUE": queue,

@@ -5,7 +5,7 @@ batch
     submission as (operation, version) pairs (``BulkItem``), with who submitted it and
     how the operations were chosen. Submitting freezes the list and nothing else, so
     that the web request stays cheap; Celery workers do the items, a chunk of item ids
-    per message (``bulk_chunk_run``).
+    per message (``bulk.running``).
 item
     Done (``bulk.items``) through the single-operation service the
     operation page uses (``operator_lookup``, ``operation_reconcile``), with every check
@@ -32,35 +32,26 @@ signed
 audit
     Every event an item writes is on its own operation's chain and carries the batch's
     id (``audit_tagged``); the batch's submission and decision are on the system chain.
-publish
-    The request that submits (or approves) a batch publishes one message, after its
-    commit; its task publishes the chunks (``bulk_publish_later``), so a broker that is
-    slow or gone costs the request one publish at most.
-resume
-    A running batch holds a lease (``Leased``) that its chunks renew as they go; beat's
-    ``bulk_resume`` publishes again the chunks of a batch whose lease lapsed while items
-    were pending (a worker died, a message was lost).
+running
+    Publishing a batch's chunks, doing them, finishing it and resuming it after a lapsed
+    lease are ``bulk.running``'s.
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q
 from django.utils import timezone
 
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
-from bulk.items import bulk_confirm_many, bulk_item_run
 from bulk.models import BulkBatch, BulkItem
+from bulk.running import bulk_counts, bulk_lease_until, bulk_publish_later
 from common import statements
 from common.actors import Actor
 from common.canonical import canonical_dumps, sha256_digest
@@ -74,8 +65,6 @@ from recovery.services.errors import Forbidden, Invalid, NotFound, RecoveryError
 from recovery.services.reconcile import DECISION_PERMISSIONS
 from recovery.services.signed import signed_decision_check
 from recovery.services.stale_signals import refusals_committed
-
-logger = logging.getLogger(__name__)
 
 Action = BulkBatch.Action
 Status = BulkBatch.Status
@@ -98,10 +87,6 @@ class Pick:
 
     ref: int
     version: int
-
-
-def _lease(now: datetime | None = None) -> datetime:
-    return (now or timezone.now()) + timedelta(seconds=settings.SETTLE_BULK_LEASE_SECONDS)
 
 
 def bulk_submit(
@@ -146,7 +131,7 @@ def bulk_submit(
             selection=selection[:500],
             proposed_by=actor,
             created_at=now,
-            lease_expires_at=_lease(now),
+            lease_expires_at=bulk_lease_until(now),
             total=len(unique),
         )
         BulkItem.objects.bulk_create(
@@ -247,7 +232,7 @@ def bulk_decide(
         batch.signature = signature or {}
         if approve:
             batch.status = Status.RUNNING
-            batch.lease_expires_at = _lease(now)
+            batch.lease_expires_at = bulk_lease_until(now)
         else:
             batch.status = Status.REJECTED
             batch.finished_at = now
@@ -354,158 +339,7 @@ def bulk_approvable(*, batch: BulkBatch, actor: Actor) -> bool:
     return BulkItem.objects.filter(batch=batch, operation__provider__in=providers).exists()
 
 
-def bulk_publish_later(*, batch_id: uuid.UUID) -> bool:
-    """After the commit, one message whose task publishes the batch's chunks; False
-    (logged) when the broker did not take it.
-
-    The request that submitted or approved the batch publishes this one message at
-    most, however many chunks the batch has. A message that never left is made up for
-    by ``bulk_resume`` when the batch's lease lapses.
-    """
-    try:
-        current_app.send_task(
-            "bulk.tasks.bulk_publish",
-            args=[str(batch_id)],
-            queue=settings.CELERY_TASK_DEFAULT_QUEUE,
-        )
-    except Exception as exc:  # the broker's errors vary by transport
-        logger.warning("publishing batch %s failed: %r", batch_id, exc)
-        return False
-    return True
-
-
-def bulk_publish_run(*, batch_id: uuid.UUID | str) -> int:
-    """The task of ``bulk_publish_later``: publish a running batch's chunks; how many."""
-    batch = BulkBatch.objects.filter(pk=batch_id, status=Status.RUNNING).first()
-    if batch is None:
-        return 0
-    return bulk_publish(batch)
-
-
-def bulk_publish(batch: BulkBatch, *, send: Callable[..., object] | None = None) -> int:
-    """Publish the batch's pending items as chunks of ``SETTLE_BULK_CHUNK`` ids; how many.
-
-    A chunk names a range of item ids; running one twice does each item once. A message
-    the broker did not take is published again by ``bulk_resume`` when the lease lapses.
-    """
-    ids = list(
-        BulkItem.objects.filter(batch=batch, status=ItemStatus.PENDING)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-    size = settings.SETTLE_BULK_CHUNK
-    published = 0
-    for start in range(0, len(ids), size):
-        chunk = ids[start : start + size]
-        args = [str(batch.pk), chunk[0], chunk[-1]]
-        try:
-            if send is not None:
-                send(*args)
-            else:
-                current_app.send_task(
-                    "bulk.tasks.bulk_chunk",
-                    args=args,
-                    queue=settings.CELERY_TASK_DEFAULT_QUEUE,
-                )
-        except Exception as exc:  # the broker's errors vary by transport
-            logger.warning("publishing a chunk of batch %s failed: %r", batch.pk, exc)
-            continue
-        published += 1
-    if not ids:
-        bulk_finish_if_done(batch_id=batch.pk)
-    return published
-
-
-def bulk_chunk_run(*, batch_id: uuid.UUID | str, first: int, last: int) -> int:
-    """Do the pending items of the batch with ids in ``first``..``last``; how many were done.
-
-    Safe to run twice, and beside another worker on the same chunk: each item is
-    locked and skipped unless still pending.
-    """
-    batch = BulkBatch.objects.filter(pk=batch_id, status=Status.RUNNING).first()
-    if batch is None:
-        return 0
-    ids = list(
-        BulkItem.objects.filter(batch=batch, status=ItemStatus.PENDING, pk__gte=first, pk__lte=last)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-    ran = 0
-    renewed = timezone.now()
-    _lease_renew(batch)
-    if batch.action == Action.CONFIRM:
-        try:
-            ran = bulk_confirm_many(batch, ids)
-        except Exception:
-            # Rolled back, every item with it; each is then done on its own below.
-            logger.exception("bulk confirm of items %s..%s failed as a whole", first, last)
-        else:
-            ids = []
-    for item_id in ids:
-        if timezone.now() - renewed > timedelta(seconds=1):
-            renewed = timezone.now()
-            _lease_renew(batch)
-        ran += bulk_item_run(batch=batch, item_id=item_id)
-    bulk_finish_if_done(batch_id=batch.pk)
-    return ran
-
-
-def _lease_renew(batch: BulkBatch) -> None:
-    BulkBatch.objects.filter(pk=batch.pk, status=Status.RUNNING).update(lease_expires_at=_lease())
-
-
 def _counts_written(batch: BulkBatch) -> None:
     counts = bulk_counts(batch_id=batch.pk)
     batch.done_count = counts[ItemStatus.DONE]
     batch.refused_count = counts[ItemStatus.REFUSED]
-
-
-def bulk_counts(*, batch_id: uuid.UUID) -> dict[str, int]:
-    """How many of the batch's items are pending, done and refused: one grouped count."""
-    counts = {str(status): 0 for status in ItemStatus}
-    grouped = (
-        BulkItem.objects.filter(batch_id=batch_id)
-        .values("status")
-        .annotate(n=Count("pk"))
-        .order_by()
-    )
-    for line in grouped:
-        counts[line["status"]] = line["n"]
-    return counts
-
-
-def bulk_finish_if_done(*, batch_id: uuid.UUID) -> bool:
-    """Mark a running batch finished, with its counts, once no item is pending."""
-    if BulkItem.objects.filter(batch_id=batch_id, status=ItemStatus.PENDING).exists():
-        return False
-    counts = bulk_counts(batch_id=batch_id)
-    changed = BulkBatch.objects.filter(pk=batch_id, status=Status.RUNNING).update(
-        status=Status.FINISHED,
-        finished_at=timezone.now(),
-        done_count=counts[ItemStatus.DONE],
-        refused_count=counts[ItemStatus.REFUSED],
-    )
-    return changed == 1
-
-
-def bulk_resume(*, send: Callable[..., object] | None = None) -> list[uuid.UUID]:
-    """Beat's check: publish again each running batch whose lease lapsed; their ids.
-
-    A lapsed lease means no worker made progress for ``SETTLE_BULK_LEASE_SECONDS``: its
-    worker died or its messages were lost. The lease is taken anew by a compare-and-set
-    on its old value, so two beats publish a batch once; a duplicate would still do no
-    item twice.
-    """
-    now = timezone.now()
-    resumed = []
-    lapsed = BulkBatch.objects.filter(status=Status.RUNNING, lease_expires_at__lte=now)
-    for batch in lapsed:
-        if bulk_finish_if_done(batch_id=batch.pk):
-            continue
-        taken = BulkBatch.objects.filter(
-            Q(pk=batch.pk) & Q(lease_expires_at=batch.lease_expires_at)
-        ).update(lease_expires_at=_lease(now))
-        if taken == 1:
-            bulk_publish(batch, send=send)
-            resumed.append(batch.pk)
-    return resumed

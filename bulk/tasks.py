@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from bulk.services import bulk_chunk_run, bulk_publish_run
-from bulk.services import bulk_resume as bulk_resume_run
+from bulk.running import bulk_chunk_run, bulk_publish_run
+from bulk.running import bulk_resume as bulk_resume_run
 
 
 @shared_task

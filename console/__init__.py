@@ -1,5 +1,3 @@
+"""The operator console: its views, forms, template tags, context processors and pages."""
+
 from __future__ import annotations
-
-from .celery import app as celery_app
-
-__all__ = ["celery_app"]

@@ -1,6 +1,6 @@
 """Real Celery processes for the background-recovery tests: workers, beat, a private Redis.
 
-``celery -A console worker`` and ``celery -A console beat`` run as production runs them,
+``celery -A settle worker`` and ``celery -A settle beat`` run as production runs them,
 from the repository root, against the test database (``DATABASE_URL``) and the broker
 the environment names (``CELERY_BROKER_URL``; CI: Redis). Given another install's
 ``celery`` and a ``cwd`` outside the checkout, they run that install's code instead (a
@@ -103,7 +103,7 @@ class Proc:
 
 def child_environment(env: Mapping[str, str | None]) -> dict[str, str]:
     """This process's environment with Settle's settings, and ``env`` over it (None: removed)."""
-    child_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
+    child_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settle.settings"}
     for key, value in env.items():
         if value is None:
             child_env.pop(key, None)
@@ -145,14 +145,14 @@ def worker_start(
     cwd: Path = REPO_ROOT,
     queues: str | None = None,
 ) -> Proc:
-    """``celery -A console worker`` (prefork); returns once it says it is ready.
+    """``celery -A settle worker`` (prefork); returns once it says it is ready.
 
     ``queues``: ``-Q`` (a webhook worker's queue); without, the default queue alone.
     """
     command = [
         celery or celery_executable(),
         "-A",
-        "console",
+        "settle",
         "worker",
         "-l",
         "info",
@@ -183,11 +183,11 @@ def beat_start(
     celery: str | None = None,
     cwd: Path = REPO_ROOT,
 ) -> Proc:
-    """``celery -A console beat`` with its schedule file in ``directory``."""
+    """``celery -A settle beat`` with its schedule file in ``directory``."""
     command = [
         celery or celery_executable(),
         "-A",
-        "console",
+        "settle",
         "beat",
         "-l",
         "info",

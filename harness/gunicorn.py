@@ -1,7 +1,7 @@
 """Run Settle under gunicorn the way production does, for the soak test and bench/api.py.
 
-docs/deploying.md's production line is ``gunicorn -c python:console.gunicorn_conf
-console.wsgi -w 4 -b 127.0.0.1:8000``; this runs that command without the ``-c`` config,
+docs/deploying.md's production line is ``gunicorn -c python:settle.gunicorn_conf
+settle.wsgi -w 4 -b 127.0.0.1:8000``; this runs that command without the ``-c`` config,
 which only tidies the metrics directory (with a free port, and optionally another WSGI
 module such as ``bench.counting_wsgi``) from the repository root, with ``DATABASE_URL``
 pointing at the database the caller chose::
@@ -96,7 +96,7 @@ def gunicorn_start(
     *,
     database_url: str,
     log_path: Path,
-    app: str = "console.wsgi",
+    app: str = "settle.wsgi",
     workers: int = 4,
     env: Mapping[str, str | None] | None = None,
     startup_timeout: float = 60.0,

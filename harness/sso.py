@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 from django.http import HttpResponse
 from django.test import Client
 
-from console.settings_identity import OidcProvider, socialaccount_providers
 from harness.oidc import IdentityProvider
+from settle.settings_identity import OidcProvider, socialaccount_providers
 
 CLIENT_ID = "settle-console"
 CLIENT_SECRET = "a-client-secret-for-tests-only"

@@ -1,5 +1,4 @@
-"""Django admin: alert rules, set by operators; their state, and the messages owed to
-approvers, read-only.
+"""Django admin: alert rules, set by operators, and their state, read-only.
 
 A rule's Apprise URLs carry channel secrets: written, never shown back. Rules change
 only through ``alert_rule_save``/``alert_rule_delete``, which audit the change.
@@ -16,8 +15,9 @@ from django.http import HttpRequest
 
 from common.actors import Actor
 from common.admin import ReadOnlyAdmin
-from monitoring.models import AlertRule, AlertState, ApprovalNotice
-from monitoring.services.alerts import alert_rule_delete, alert_rule_save, apprise_url_valid
+from common.notify import apprise_url_valid
+from monitoring.models import AlertRule, AlertState
+from monitoring.services.alerts import alert_rule_delete, alert_rule_save
 
 
 class WriteOnlyTextarea(forms.Textarea):
@@ -93,12 +93,3 @@ class AlertRuleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 @admin.register(AlertState)
 class AlertStateAdmin(ReadOnlyAdmin):
     list_display = ["rule", "firing_since", "last_sent_at", "resolved_at", "evaluated_at"]
-
-
-@admin.register(ApprovalNotice)
-class ApprovalNoticeAdmin(ReadOnlyAdmin):
-    """Where an approval's messages stand: a send Apprise refused shows its error here."""
-
-    list_display = ["approval", "kind", "tag", "status", "created_at", "sent_at", "attempts"]
-    list_filter = ["status", "kind", "tag"]
-    readonly_fields = ["send_error"]

@@ -1,5 +1,4 @@
-"""What monitoring keeps: queues' signs of life, the operation count snapshot, alert rules,
-the messages owed to approvers.
+"""What monitoring keeps: queues' signs of life, the operation count snapshot, alert rules.
 
 The rows the core writes about its own work (``recovery.models.Pulse``, when each
 periodic job last finished; ``LookupPulse``, how each provider's lookups go) stay
@@ -11,7 +10,6 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from approvals.models import Approval
 from recovery.models import Provider, State
 
 
@@ -111,53 +109,3 @@ class AlertState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule_id}: {'firing' if self.firing_since else 'quiet'}"
-
-
-class ApprovalNotice(models.Model):
-    """One message owed to one channel tag about one approval (``approval_notices``).
-
-    Written when a run claims the approval (opened, reminder, escalation), or with the
-    approval's expiry, in its transaction (expired); sent by a run, grouped with every
-    other notice due for the same tag, after the commit. ``claimed_until``: a run is
-    sending it until then (one that died leaves it to the next run after). A send that
-    failed keeps its error and is tried again by the next run; one that can no longer
-    matter (its approval decided before the opening went out, or a day old) is dropped.
-    """
-
-    class Kind(models.TextChoices):
-        OPENED = "opened"
-        REMINDER = "reminder"
-        ESCALATION = "escalation"
-        EXPIRED = "expired"
-
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        SENT = "sent"
-        DROPPED = "dropped"
-
-    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="+")
-    kind = models.CharField(max_length=16, choices=Kind.choices)
-    tag = models.CharField(max_length=150)
-    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
-    created_at = models.DateTimeField()
-    claimed_until = models.DateTimeField(null=True, blank=True)
-    sent_at = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
-    send_error = models.TextField(blank=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["approval", "kind", "tag"], name="approval_notice_once"
-            ),
-        ]
-        indexes = [
-            models.Index(
-                fields=["created_at", "id"],
-                condition=Q(status="pending"),
-                name="approval_notice_pending",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.kind} of {self.approval_id} to {self.tag} ({self.status})"

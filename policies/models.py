@@ -1,6 +1,6 @@
 """Approval policies as applied, and what their budgets have spent.
 
-A policy is a file a team reviews (``policies.rules`` reads it); ``manage.py policy
+A policy is a file a team reviews (``policies.policy_file`` reads it); ``manage.py policy
 apply`` stores each version here, and the newest row is the one in force. Budgets count
 in ``BudgetUse``: one row per approval a budget paid for, locked through its
 ``BudgetLock`` row so that concurrent openings spend it one at a time.

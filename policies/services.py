@@ -32,15 +32,8 @@ from audit.kinds import AuditKind
 from common.actors import Actor
 from dbsql.writes import insert_where
 from policies.models import BudgetLock, BudgetUse, Policy
-from policies.rules import (
-    NO_POLICY,
-    ONE_PERSON,
-    Budget,
-    PolicyError,
-    Rule,
-    policy_parse,
-    version_of,
-)
+from policies.policy_file import PolicyError, policy_parse, version_of
+from policies.rules import NO_POLICY, ONE_PERSON, Budget, Rule
 from policies.rules import Policy as ParsedPolicy
 
 __all__ = ["PolicyError", "version_of"]

@@ -6,7 +6,9 @@ check) and ``dbsql`` (hand-written SQL) are infrastructure under every app and i
 ``audit`` stands on them alone; ``approvals`` (approvals and permits) above it, and the
 operation core above both, which writes its events in the same transaction as each
 change. The core (``recovery``) imports none of its consumers: it records what changed
-(``recovery.changes``) and they decide what it means to them.
+(``recovery.changes``) and they decide what it means to them. The project package
+(``settle``: settings, URLs, the Celery app, WSGI) wires them all together and stands above
+them; no app imports it.
 ``bench`` and ``tests``, which a production install does not have, stand above them
 all: they may import anything, and nothing shipped imports them. ``harness`` (the real
 servers, processes and authenticators both start) stands under them and over every app:
@@ -28,6 +30,7 @@ LAYERS = [
     "bench",
     "tests",
     "harness",
+    "settle",
     "console",
     "bulk",
     "identity",

@@ -2,7 +2,7 @@
 names a variable Settle reads.
 
 The code side is read from the source, not from ``os.environ`` at run time: the typed
-helpers of ``console/settings_env.py`` (``env_str``, ``env_int``, ...) and any direct
+helpers of ``settle/settings_env.py`` (``env_str``, ``env_int``, ...) and any direct
 ``os.environ`` / ``os.getenv`` read of a ``SETTLE_*`` name or of one of Django's
 settings Settle takes from the environment. The docs side is every backticked name in
 the first column of docs/settings.md's tables.
@@ -20,6 +20,7 @@ SETTINGS_PAGE = REPO / "docs" / "settings.md"
 # The project's own code; tests/, bench/, clients/ and examples/ read variables of their
 # own (the test database, a benchmark's options), which are not settings of Settle.
 APPS = (
+    "settle",
     "console",
     "identity",
     "monitoring",
@@ -50,7 +51,7 @@ DJANGO_NAMES = {
 # an operator never sets them, so they are not settings.
 NOT_SETTINGS = {"SETTLE_HOST_TOKEN", "SETTLE_APPROVER_TOKEN"}
 # Names built from a prefix: `_oidc_provider(provider_id, prefix)` in
-# console/settings_identity.py reads `f"{prefix}_ISSUER"` and its siblings once for the
+# settle/settings_identity.py reads `f"{prefix}_ISSUER"` and its siblings once for the
 # plain names (prefix `SETTLE_OIDC`) and once per identity provider named in
 # SETTLE_OIDC_PROVIDERS (prefix `SETTLE_OIDC_<NAME>`, the name upper-cased). The suffixes
 # are read from the code; only these two prefixes are written here.
@@ -120,7 +121,7 @@ def code_variables() -> set[str]:
                     arg = node.slice
                 if arg is None:
                     continue
-                if isinstance(arg, ast.Name) and where == "console/settings_env.py":
+                if isinstance(arg, ast.Name) and where == "settle/settings_env.py":
                     continue  # the helpers themselves, reading the name they were given
                 found |= {
                     name for name in _names_of(arg, f"{where}:{node.lineno}") if _is_setting(name)

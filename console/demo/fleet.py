@@ -67,7 +67,7 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment with the var dir the demo uses, made explicit."""
     return {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "settle.settings",
         "SETTLE_VAR_DIR": str(settings.VAR_DIR),
         "PYTHONUNBUFFERED": "1",
         **(extra or {}),
@@ -130,7 +130,7 @@ def healthy(url: str) -> bool:
 def web_start(*, host: str, port: int, workers: int, log_path: Path) -> tuple[Child, str]:
     """gunicorn serving the console and the API; waits (bounded) for ``/healthz``."""
     url = f"http://{host}:{port}"
-    command = [_bin("gunicorn"), "-c", "python:console.gunicorn_conf", "console.wsgi"]
+    command = [_bin("gunicorn"), "-c", "python:settle.gunicorn_conf", "settle.wsgi"]
     command += ["-w", str(workers), "-b", f"{host}:{port}"]
     child = start_child("web", command, log_path)
     deadline = time.monotonic() + 60
@@ -144,14 +144,14 @@ def web_start(*, host: str, port: int, workers: int, log_path: Path) -> tuple[Ch
 
 
 def celery_start(role: str, log_path: Path) -> Child:
-    """``celery -A console worker`` (the default queue: sweep, lookups), its ``webhooks``
-    twin (``-Q`` the webhook queue, as production runs one) or ``celery -A console beat``,
+    """``celery -A settle worker`` (the default queue: sweep, lookups), its ``webhooks``
+    twin (``-Q`` the webhook queue, as production runs one) or ``celery -A settle beat``,
     on the configured broker."""
     if role == "webhooks":
-        command = [_bin("celery"), "-A", "console", "worker", "-l", "info", "-c", "1"]
+        command = [_bin("celery"), "-A", "settle", "worker", "-l", "info", "-c", "1"]
         command += ["-Q", settings.SETTLE_WEBHOOK_QUEUE, "-n", "webhooks@%h"]
         return start_child(role, command, log_path)
-    command = [_bin("celery"), "-A", "console", role, "-l", "info"]
+    command = [_bin("celery"), "-A", "settle", role, "-l", "info"]
     if role == "worker":
         command += ["-c", "2"]
     return start_child(role, command, log_path)

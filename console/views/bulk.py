@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
 
 from bulk.models import BulkBatch, BulkItem
+from bulk.running import bulk_counts
 from bulk.selectors import (
     bulk_batch_for_user,
     bulk_batches_for_user,
@@ -33,7 +34,6 @@ from bulk.services import (
     Pick,
     bulk_actions_permitted,
     bulk_approvable,
-    bulk_counts,
     bulk_decide,
     bulk_items_digest,
     bulk_passkey_required,

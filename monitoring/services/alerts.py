@@ -40,6 +40,7 @@ from django.utils import timezone
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.actors import Actor
+from common.notify import apprise_notify
 from monitoring.models import AlertRule, AlertState
 from monitoring.selectors.health import HealthFacts, ProviderFacts, health_facts
 from monitoring.selectors.health import reconcile_entered_since as entered_since
@@ -198,44 +199,6 @@ def alert_deliver(*, message: Message, now: datetime) -> bool:
             changes["last_sent_at"] = None  # sent again at the next evaluation
     AlertState.objects.filter(rule_id=message.rule_id).update(**changes)
     return delivered
-
-
-def apprise_notify(
-    *,
-    urls: list[str] | None = None,
-    title: str,
-    body: str,
-    config: str = "",
-    tag: str | None = None,
-) -> bool:
-    """Notify every URL through Apprise; whether all of them took it.
-
-    ``config``: the path of an Apprise configuration file whose URLs are added too;
-    ``tag``: only the URLs carrying it are notified (none carries it: not delivered).
-    """
-    # Imported here: loading Apprise's plugins is not free, and only beat's task sends.
-    import apprise
-
-    notifier = apprise.Apprise()
-    for url in urls or []:
-        if not notifier.add(url):
-            logger.error("alerts: Apprise does not understand one of the URLs of a rule")
-    if config:
-        loaded = apprise.AppriseConfig()
-        loaded.add(config)
-        notifier.add(loaded)
-    if not len(notifier):
-        return False
-    if tag is None:
-        return bool(notifier.notify(title=title, body=body))
-    return bool(notifier.notify(title=title, body=body, tag=tag))
-
-
-def apprise_url_valid(url: str) -> bool:
-    """Whether Apprise knows how to send to ``url`` (the admin checks each one)."""
-    import apprise
-
-    return bool(apprise.Apprise().add(url))
 
 
 # -- the conditions ---------------------------------------------------------------------

@@ -74,6 +74,7 @@ from recovery.selectors.records import (
     evidence_record,
     newest_permit,
     operation_record,
+    operations_params_canonical,
     permit_history_page,
     permit_record,
 )
@@ -116,6 +117,7 @@ __all__ = [
     "operation_viewed_for_user",
     "operations_for_approver",
     "operations_for_host",
+    "operations_params_canonical",
     "operations_queue_counts_for_user",
     "operations_queue_for_user",
     "permit_history_older",

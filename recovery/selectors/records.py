@@ -7,6 +7,7 @@ as ISO 8601.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -203,3 +204,12 @@ def operation_record_of(
         ),
         evidence=[evidence_record(e) for e in evidence],
     )
+
+
+def operations_params_canonical(keys: Collection[str]) -> dict[str, str]:
+    """Each operation's parameters as canonical JSON, by key, for those of ``keys`` that
+    exist: what an approver's message shows (``approvals.notices.ParamsOf``).
+
+    Read by beat's task for every approver alike, so no caller limits it.
+    """
+    return dict(Operation.objects.filter(key__in=keys).values_list("key", "params_canonical"))

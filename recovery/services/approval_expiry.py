@@ -7,7 +7,9 @@ never expired) and its operation moves ``awaiting_approval → expired`` through
 transition table (``Event.EXPIRE``), with an ``approval_expired`` audit event, all in one
 transaction. The change carries the approval's id and the decision, so its recorders
 hear of it as of any decision: the hosts' ``approval.decided`` webhook says
-``expired``, and resume answers ``closed`` with state ``expired``, as after a denial.
+``expired``, and resume answers ``closed`` with state ``expired``, as after a denial;
+and the approvers told of it are owed an ``expired`` message (``approvals.notices``),
+written in the same transaction.
 
 A decision that comes after ``expires_at`` is refused whatever the sweep's lag
 (``approvals.services.approval_decide`` compares it with the database's clock in its
@@ -29,6 +31,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from approvals.models import Approval
+from approvals.notices import approval_expired_notices_record
 from audit.chain import audit_append, audit_chain_locked, audit_transaction
 from audit.kinds import AuditKind
 from common.actors import Actor
@@ -71,7 +74,7 @@ def approvals_expire(
                 "id"
             )
         ]
-        expired, changes = [], []
+        expired, changes, closed = [], [], []
         for operation in operations:
             approval_id = due[operation.key]
             won, change = _approval_expire(operation, approval_id, now, actor)
@@ -79,11 +82,13 @@ def approvals_expire(
                 expired.append(approval_id)
             if change is not None:
                 changes.append(change)
+                closed.append(approval_id)
         # The operations are locked and were read under the lock: a refusal here is a
         # bug, and raising takes back the approvals' expiry with it.
         refused = operation_transition_many(changes=changes, actor=actor)
         if refused:
             raise refused[0]
+        _notices_owed(closed)
     return expired
 
 
@@ -102,6 +107,7 @@ def approval_expire_at_decision(*, operation: Operation, approval_id: uuid.UUID)
         operation_transition(
             operation=operation, event=change.event, actor=SWEEPER_ACTOR, data=change.data
         )
+        _notices_owed([approval_id])
     return won
 
 
@@ -135,6 +141,16 @@ def _approval_expire(
         return True, None
     data = {"approval_id": str(approval_id), "decision": EXPIRED.value}
     return True, Change(operation, Event.EXPIRE, data=data)
+
+
+def _notices_owed(approval_ids: list[uuid.UUID]) -> None:
+    """The approvers told of these approvals are owed an ``expired`` notice, in the
+    expiry's transaction (``approvals.notices``).
+
+    Only for an expiry that closed its operation: one left pending by an operation that
+    moved on without it is no decision anybody still waits for.
+    """
+    approval_expired_notices_record(approval_ids=approval_ids)
 
 
 def approvals_expire_due(*, now: datetime, max_batches: int = 10) -> int:

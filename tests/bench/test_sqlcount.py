@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from console.celery import SWEEP_TASK
-from console.celery import app as celery_app
+from settle.celery import SWEEP_TASK
+from settle.celery import app as celery_app
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

@@ -17,16 +17,10 @@ from django.utils import timezone
 
 from approvals.models import ReconciliationRequest
 from audit.models import AuditEvent
-from bulk import services as bulk_module
+from bulk import running
 from bulk.models import BulkBatch, BulkItem
-from bulk.services import (
-    Pick,
-    bulk_chunk_run,
-    bulk_decide,
-    bulk_publish,
-    bulk_resume,
-    bulk_submit,
-)
+from bulk.running import bulk_chunk_run, bulk_publish, bulk_resume
+from bulk.services import Pick, bulk_decide, bulk_submit
 from common.actors import Actor
 from recovery.models import Dispatch, Operation
 from recovery.services.errors import Forbidden, Invalid, RecoveryError
@@ -336,7 +330,7 @@ def test_a_submission_publishes_one_message_however_many_chunks_its_batch_has(
     settings.SETTLE_BULK_CHUNK = 2
     sent: list[tuple[str, list[object]]] = []
     monkeypatch.setattr(
-        bulk_module.current_app, "send_task", lambda name, args, **_: sent.append((name, args))
+        running.current_app, "send_task", lambda name, args, **_: sent.append((name, args))
     )
     matched = [
         stuck.conflict(f"one-{n}", host_says="failed", provider_says="committed") for n in range(7)
@@ -346,5 +340,5 @@ def test_a_submission_publishes_one_message_however_many_chunks_its_batch_has(
     # The request's one message; its task (a worker) publishes the four chunks.
     assert sent == [("bulk.tasks.bulk_publish", [str(batch.pk)])]
     sent.clear()
-    assert bulk_module.bulk_publish_run(batch_id=str(batch.pk)) == 4
+    assert running.bulk_publish_run(batch_id=str(batch.pk)) == 4
     assert [name for name, _ in sent] == ["bulk.tasks.bulk_chunk"] * 4

@@ -13,7 +13,7 @@ import pytest
 from django.db import DatabaseError
 from django.test import Client
 
-from console.logs import JsonFormatter, RequestIdFilter
+from settle.logs import JsonFormatter, RequestIdFilter
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION = {

@@ -17,7 +17,7 @@ TOKEN = "metrics-token-for-the-healthz-tests"
 @pytest.fixture
 def no_broker(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every broker connection the request opens, recorded (and none really opened)."""
-    from console.celery import app
+    from settle.celery import app
 
     opened: list[str] = []
 

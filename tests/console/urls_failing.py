@@ -6,8 +6,8 @@ from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
-from console.urls import handler404, handler500
-from console.urls import urlpatterns as console_urlpatterns
+from settle.urls import handler404, handler500
+from settle.urls import urlpatterns as console_urlpatterns
 
 
 def fails(request: HttpRequest) -> HttpResponse:

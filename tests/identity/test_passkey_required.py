@@ -15,11 +15,11 @@ from approvals.models import Approval
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from common.actors import Actor
-from console.settings_identity import _require_passkey_for
 from harness.accounts import PASSWORD
 from harness.providers import digest_of
 from identity.passkeys import PasskeyRequiredMiddleware
 from recovery.models import Operation
+from settle.settings_identity import _require_passkey_for
 from tests.support.console import console_user, pending_approval
 from tests.support.flow import PARAMS
 

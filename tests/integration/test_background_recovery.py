@@ -1,7 +1,7 @@
 """Background recovery with the real components: Celery workers and beat, Redis, PostgreSQL.
 
 Nobody calls ``resume`` here. Workers that die are real processes killed with SIGKILL
-(``tests/procs/worker.py``); ``celery -A console worker`` and ``celery -A console beat``
+(``tests/procs/worker.py``); ``celery -A settle worker`` and ``celery -A settle beat``
 run as in production, against the test database and the broker the environment names
 (``CELERY_BROKER_URL``, Redis), each test on a queue of its own. Two sweeps at once run
 in threads with their own PostgreSQL sessions.
@@ -27,7 +27,6 @@ from approvals.services import approver_create
 from audit.models import AuditCheckpoint, AuditVerification
 from audit.verify_walk import audit_verify
 from common.actors import Actor
-from console.celery import app as celery_app
 from dbsql.clock import db_now
 from harness.celery_procs import (
     REPO_ROOT,
@@ -41,6 +40,7 @@ from recovery.services.dispatch import operation_dispatch
 from recovery.services.permits import approval_decision, approval_open
 from recovery.services.registration import operation_register
 from recovery.services.sweep import sweep
+from settle.celery import app as celery_app
 from tests.support.celery_fixtures import test_database_url
 from tests.support.flow import PARAMS
 from tests.support.live import (

@@ -1,7 +1,7 @@
 """A bulk confirm whose Celery worker is killed mid-batch (SIGKILL, the whole machine):
 nothing is lost, the batch resumes, and no item is done twice.
 
-``celery -A console worker`` runs as in production, against the test database and the
+``celery -A settle worker`` runs as in production, against the test database and the
 broker the environment names (Redis), on a queue of this test's own. The operations are
 inserted in bulk as an outage leaves them (``bench.bulk.matched_seed``): in ``reconcile``,
 their provider's evidence a match of a committed record.
@@ -21,7 +21,8 @@ from django.db.models import Count
 from audit.models import AuditEvent
 from bench.bulk import matched_seed
 from bulk.models import BulkBatch, BulkItem
-from bulk.services import Pick, bulk_resume, bulk_submit
+from bulk.running import bulk_resume
+from bulk.services import Pick, bulk_submit
 from common.actors import Actor
 from recovery.models import Host, Operation
 from recovery.services.providers import provider_configure

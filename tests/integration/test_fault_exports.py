@@ -1,7 +1,7 @@
 """An audit export longer than a response may run is a job: a real worker writes the file.
 
 Streamed, a large export was cut off by gunicorn's timeout after its 200 and looked
-complete. Here ``celery -A console worker`` (on Redis, the test database) writes a few
+complete. Here ``celery -A settle worker`` (on Redis, the test database) writes a few
 thousand events to a file whose trailer vouches for every byte; the file is checked
 the way its reader would check it, and the same file cut short is told apart.
 """

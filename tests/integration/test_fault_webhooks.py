@@ -3,7 +3,7 @@ header byte every second forever, and one that accepts and never answers, both o
 host; another host's good receiver still gets each of its events once, within seconds,
 and the hostile endpoints' messages count their attempts and wait for their next try.
 
-Everything is real: the receivers' sockets, ``celery -A console worker -Q`` the webhook
+Everything is real: the receivers' sockets, ``celery -A settle worker -Q`` the webhook
 queue and beat on Redis, PostgreSQL, the host API's commits nudging deliveries.
 """
 

@@ -1,7 +1,7 @@
 """Soak: ten client processes drive every kind of call at once through gunicorn (4 workers).
 
-Settle runs as in production (``gunicorn console.wsgi -w 4``, ``harness/gunicorn.py``,
-and a real ``celery -A console worker`` on this test's own queue of the Redis broker the
+Settle runs as in production (``gunicorn settle.wsgi -w 4``, ``harness/gunicorn.py``,
+and a real ``celery -A settle worker`` on this test's own queue of the Redis broker the
 environment names) against pytest-django's PostgreSQL test database. Resume never looks a
 provider up inside a request: it queues the lookup for the Celery worker and answers
 ``in_progress``, and the clients poll until the worker's lookup settled it. The clients

@@ -73,9 +73,12 @@ def runtime_celery(celery_env: dict[str, str | None], runtime_venv: Path) -> Pat
 
 def _imported_from(python: Path, cwd: Path, env: dict[str, str | None]) -> dict[str, str]:
     """Where that interpreter, started as the worker was, finds Settle's packages."""
-    code = "import approvals, console, recovery; print(console.__file__, recovery.__file__)"
+    code = (
+        "import approvals, console, recovery, settle; "
+        "print(console.__file__, recovery.__file__, settle.__file__)"
+    )
     output = _output([str(python), "-c", code], cwd, env).split()
-    return {"console": output[0], "recovery": output[1]}
+    return {"console": output[0], "recovery": output[1], "settle": output[2]}
 
 
 def _output(command: list[str], cwd: Path, env: dict[str, str | None]) -> str:

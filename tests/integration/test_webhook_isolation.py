@@ -2,7 +2,7 @@
 default queue's worker still sweeps and settles a stranded operation in seconds, and the
 host API answers, while a flood of webhook deliveries hangs.
 
-Everything is real: a listening socket that never answers, ``celery -A console worker``
+Everything is real: a listening socket that never answers, ``celery -A settle worker``
 on the default queue and another with ``-Q`` the webhook queue, beat, Redis, PostgreSQL,
 the live server's host API and a worker process SIGKILLed after its provider committed.
 """

@@ -88,7 +88,7 @@ def test_one_queue_for_both_is_one_line(db: None, client: Client, limits):
 def test_livez_reveals_no_queue_and_opens_no_broker_connection(
     db: None, client: Client, limits, monkeypatch
 ):
-    from console.celery import app
+    from settle.celery import app
 
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("/livez opened a broker connection")
@@ -143,7 +143,7 @@ def test_the_signs_of_life_are_gauges_on_metrics(db: None, client: Client, limit
 
 def test_beat_records_its_pulse_when_it_publishes_a_sweep_only(transactional_db: None, limits):
     # Transactional: beat, outside any transaction, drops an unusable connection first.
-    from console.celery import _beat_published
+    from settle.celery import _beat_published
 
     _beat_published(sender="audit.tasks.audit_checkpoint")
     assert not Pulse.objects.filter(name=Pulse.Name.BEAT).exists()

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from policies.rules import PolicyError, policy_parse
+from policies.policy_file import PolicyError, policy_parse
 
 GOOD = b"""
 [providers.orders]

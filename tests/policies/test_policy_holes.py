@@ -11,7 +11,8 @@ from django.core.management.base import CommandError
 
 from common.actors import Actor
 from policies.models import BudgetUse, Policy
-from policies.rules import MAX_AMOUNT, PolicyError, policy_parse
+from policies.policy_file import PolicyError, policy_parse
+from policies.rules import MAX_AMOUNT
 from policies.services import policy_apply
 from tests.support.flow import PARAMS
 

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client-venv", required=True, type=Path)
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args(argv)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settle.settings")
     django.setup()
 
     from django.core.management import call_command

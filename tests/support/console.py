@@ -14,7 +14,7 @@ from django.utils import timezone
 from approvals.models import Approval
 from audit.chain import audit_transaction
 from bulk.models import BulkBatch
-from bulk.services import bulk_chunk_run, bulk_publish
+from bulk.running import bulk_chunk_run, bulk_publish
 from common.actors import Actor
 from harness.accounts import PASSWORD
 from harness.providers import digest_of, sqlite_provider_commit

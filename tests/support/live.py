@@ -196,7 +196,7 @@ class ProviderHandle:
 
 @dataclass
 class LookupWorker:
-    """A real ``celery -A console worker`` on a queue of its own, against the test database."""
+    """A real ``celery -A settle worker`` on a queue of its own, against the test database."""
 
     proc: Proc
     queue: str

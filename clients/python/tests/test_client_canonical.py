@@ -29,6 +29,7 @@ SETTLE_PACKAGES = {
     "dbsql",
     "monitoring",
     "recovery",
+    "settle",
     "webhooks",
 }
 SOURCE = Path(settle_client.__file__).parent

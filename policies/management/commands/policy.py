@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.actors import COMMAND_LINE
-from policies.rules import PolicyError, policy_parse
+from policies.policy_file import PolicyError, policy_parse
 from policies.services import policy_apply, policy_diff, policy_source_current
 
 

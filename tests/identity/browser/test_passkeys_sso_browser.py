@@ -14,9 +14,9 @@ from playwright.sync_api import Page, expect
 
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
-from console.settings_identity import OidcProvider
 from harness.accounts import PASSWORD
 from harness.sso import sso_on
+from settle.settings_identity import OidcProvider
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 

@@ -19,10 +19,10 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
 )
 
-from common.actors import Actor
 from approvals.models import Permit, PermitEvent
 from approvals.services import Refusal, approver_create
 from audit.models import AuditEvent
+from common.actors import Actor
 from harness.providers import (
     digest_of,
     sqlite_provider_init,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from console.settings_identity import _oidc_providers
+from settle.settings_identity import _oidc_providers
 
 
 @pytest.fixture

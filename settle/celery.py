@@ -13,7 +13,7 @@ from celery.signals import (
     worker_process_shutdown,
 )
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settle.settings")
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,12 @@ notice
     ``opened``; ``reminder``, at ``remind_at`` (or ``SETTLE_APPROVAL_REMIND_MINUTES``
     after it opened); ``escalation``, at ``escalate_at`` (or
     ``SETTLE_APPROVAL_ESCALATE_MINUTES`` after), only if it has escalation groups;
-    ``expired``, written with the expiry itself (``approval_expired_notices_record``, a
-    recorder of the core's changes), in its transaction.
+    ``expired``, written with the expiry itself (``approval_expired_notices_record``,
+    called by ``recovery.services.approval_expiry``), in its transaction.
+parameters
+    Each message shows the operation's parameters, which are not this app's: whoever
+    runs it hands over a lookup of them by operation key (``ParamsOf``; beat's task,
+    ``monitoring.tasks.approval_notices``, gives ``recovery.selectors``' one).
 
 A run (beat, every minute; running more often, or twice at once, is safe):
 
@@ -40,7 +44,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -50,11 +55,8 @@ from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.models import Approval
-from monitoring.models import ApprovalNotice
-from monitoring.services.alerts import apprise_notify
-from recovery.changes import OperationChange
-from recovery.models import Operation
+from approvals.models import Approval, ApprovalNotice
+from common.notify import apprise_notify
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,9 @@ GIVE_UP = timedelta(days=1)
 # A message lists this many approvals at most, and says how many more there are.
 LISTED = 50
 PARAMS_LINE = 100
+
+# Each operation's parameters as canonical JSON, by operation key (those it knows of).
+ParamsOf = Callable[[Collection[str]], Mapping[str, str]]
 
 HEADINGS = {
     Kind.OPENED: ("waiting", "Waiting for a decision"),
@@ -99,7 +104,7 @@ class NoticesReport:
         return sum(message.delivered for message in self.messages)
 
 
-def approval_notices_run(*, now: datetime | None = None) -> NoticesReport:
+def approval_notices_run(*, params_of: ParamsOf, now: datetime | None = None) -> NoticesReport:
     """Claim what approvers are owed, then send every due notice, grouped per tag."""
     report = NoticesReport()
     config = settings.SETTLE_APPROVAL_NOTIFY_CONFIG
@@ -111,7 +116,7 @@ def approval_notices_run(*, now: datetime | None = None) -> NoticesReport:
         report.approvals_claimed += claimed
         if claimed < CLAIM_BATCH:
             break
-    report.messages = approval_notices_send(now=now, config=config)
+    report.messages = approval_notices_send(now=now, config=config, params_of=params_of)
     return report
 
 
@@ -188,18 +193,12 @@ def approval_notices_claim(*, now: datetime, limit: int) -> int:
     return len({notice.approval_id for notice in notices})
 
 
-def approval_expired_notices_record(changes: Sequence[OperationChange]) -> None:
-    """The recorder of core changes (``recovery.changes``): an approval that expired
-    undecided is owed an ``expired`` notice to the tags it was announced to."""
-    if not settings.SETTLE_APPROVAL_NOTIFY_CONFIG:
+def approval_expired_notices_record(*, approval_ids: Collection[uuid.UUID]) -> None:
+    """Approvals that expired undecided are owed an ``expired`` notice to the tags they
+    were announced to; written in the expiry's transaction, so a rollback takes it back."""
+    if not settings.SETTLE_APPROVAL_NOTIFY_CONFIG or not approval_ids:
         return
-    expired = [
-        change.data["approval_id"]
-        for change in changes
-        if change.event == "expire" and change.data.get("decision") == Approval.Status.EXPIRED
-    ]
-    if not expired:
-        return
+    expired = list(approval_ids)
     now = timezone.now()
     ApprovalNotice.objects.bulk_create(
         [
@@ -245,7 +244,9 @@ def _notices_take(*, now: datetime) -> list[ApprovalNotice]:
     return taken
 
 
-def approval_notices_send(*, now: datetime, config: str) -> list[NoticeMessage]:
+def approval_notices_send(
+    *, now: datetime, config: str, params_of: ParamsOf
+) -> list[NoticeMessage]:
     """Send every due notice, one message per tag, after the commit; the messages."""
     by_tag: dict[str, list[ApprovalNotice]] = {}
     for notice in _notices_take(now=now):
@@ -253,7 +254,9 @@ def approval_notices_send(*, now: datetime, config: str) -> list[NoticeMessage]:
     if not by_tag:
         return []
     params = _params(
-        {notice.approval.operation_key for notices in by_tag.values() for notice in notices}
+        params_of(
+            {notice.approval.operation_key for notices in by_tag.values() for notice in notices}
+        )
     )
     sent = []
     for tag, notices in sorted(by_tag.items()):
@@ -287,12 +290,10 @@ def _delivered(message: NoticeMessage, delivered: bool, now: datetime) -> None:
     notices.update(claimed_until=None, send_error=error, attempts=F("attempts") + 1)
 
 
-def _params(keys: set[str]) -> dict[str, str]:
+def _params(canonical_by_key: Mapping[str, str]) -> dict[str, str]:
     """Each operation's parameters in one line, by operation key."""
     lines = {}
-    for key, canonical in Operation.objects.filter(key__in=keys).values_list(
-        "key", "params_canonical"
-    ):
+    for key, canonical in canonical_by_key.items():
         try:
             params = json.loads(canonical)
         except ValueError:

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from console.settings_env import env_int, env_str
-from console.settings_security import HTTPS
+from settle.settings_env import env_int, env_str
+from settle.settings_security import HTTPS
 
 # The one the plain names configure; its callback is /accounts/oidc/sso/login/callback/.
 SETTLE_OIDC_DEFAULT_ID = "sso"
@@ -152,7 +152,7 @@ ACCOUNT_EMAIL_VERIFICATION = "none"
 ACCOUNT_LOGOUT_ON_GET = False
 ACCOUNT_SESSION_REMEMBER = True  # no checkbox: a session lasts its maximum age
 ACCOUNT_PREVENT_ENUMERATION = True
-# django-axes throttles password sign-in (console.settings_security); allauth's own
+# django-axes throttles password sign-in (settle.settings_security); allauth's own
 # limits, kept in the cache, would count each failure a second time.
 ACCOUNT_RATE_LIMITS = {"login_failed": None}
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.core.exceptions import ImproperlyConfigured
 
-from console.settings_env import _generated_secret, env_bool, env_int, env_str
+from settle.settings_env import _generated_secret, env_bool, env_int, env_str
 
 SECRET_KEY = _generated_secret("SECRET_KEY", "secret_key")
 # Signs audit checkpoints. It must not live in the database: whoever holds only SQL

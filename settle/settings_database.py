@@ -9,7 +9,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from console.settings_env import VAR_DIR, env_bool, env_int, env_str
+from settle.settings_env import VAR_DIR, env_bool, env_int, env_str
 
 # Bounds on every PostgreSQL session of the web and the workers: how long a connection
 # attempt, one statement, one wait for a lock and a transaction left idle may last. A

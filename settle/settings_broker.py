@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-from console.settings_env import VAR_DIR, env_float, env_int, env_str
+from settle.settings_env import VAR_DIR, env_float, env_int, env_str
 
 # Celery: Redis (or RabbitMQ) in production; a filesystem broker under var/ for the
 # embedded default, so trying Settle out needs no services (a worker process is still

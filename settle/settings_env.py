@@ -14,7 +14,8 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-CONSOLE_DIR = Path(__file__).resolve().parent
+# The console app beside this project package, in a checkout and in a wheel alike.
+CONSOLE_DIR = BASE_DIR / "console"
 # templates/ and static/ sit at the top of a checkout; a wheel ships them inside console/.
 SHIPPED_DIR = CONSOLE_DIR if (CONSOLE_DIR / "templates").is_dir() else BASE_DIR
 VAR_DIR = Path(os.environ.get("SETTLE_VAR_DIR", BASE_DIR / "var"))

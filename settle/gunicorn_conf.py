@@ -1,4 +1,4 @@
-"""gunicorn's settings for Settle: ``gunicorn -c python:console.gunicorn_conf console.wsgi``.
+"""gunicorn's settings for Settle: ``gunicorn -c python:settle.gunicorn_conf settle.wsgi``.
 
 Only the metrics directory's bookkeeping (``monitoring.metrics``): the master tidies the
 files of processes that are gone when it starts, and drops a worker's live gauges when
@@ -14,7 +14,7 @@ from typing import Any
 def on_starting(server: Any) -> None:
     import django
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settle.settings")
 
     django.setup()
     from monitoring.metrics import metrics_dir_tidy

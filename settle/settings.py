@@ -13,15 +13,15 @@ import importlib.util
 from django.core.exceptions import ImproperlyConfigured
 
 # Django reads every upper-case name of this module, those of the modules below included.
-from console.settings_background import *  # noqa: F403
-from console.settings_broker import *  # noqa: F403
-from console.settings_celery import *  # noqa: F403
-from console.settings_database import *  # noqa: F403
-from console.settings_env import *  # noqa: F403
-from console.settings_env import BASE_DIR, SHIPPED_DIR, VAR_DIR, env_int, env_str
-from console.settings_identity import *  # noqa: F403
-from console.settings_monitoring import *  # noqa: F403
-from console.settings_security import *  # noqa: F403
+from settle.settings_background import *  # noqa: F403
+from settle.settings_broker import *  # noqa: F403
+from settle.settings_celery import *  # noqa: F403
+from settle.settings_database import *  # noqa: F403
+from settle.settings_env import *  # noqa: F403
+from settle.settings_env import BASE_DIR, SHIPPED_DIR, VAR_DIR, env_int, env_str
+from settle.settings_identity import *  # noqa: F403
+from settle.settings_monitoring import *  # noqa: F403
+from settle.settings_security import *  # noqa: F403
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -60,8 +60,8 @@ if importlib.util.find_spec("bench") is not None:
 SETTLE_AUDIT_CHAIN_MODEL = "recovery.Operation"
 
 MIDDLEWARE = [
-    "console.logs.RequestIdMiddleware",
-    "console.metrics.HostApiMetricsMiddleware",
+    "settle.logs.RequestIdMiddleware",
+    "settle.metrics.HostApiMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -82,8 +82,8 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-ROOT_URLCONF = "console.urls"
-WSGI_APPLICATION = "console.wsgi.application"
+ROOT_URLCONF = "settle.urls"
+WSGI_APPLICATION = "settle.wsgi.application"
 
 TEMPLATES = [
     {
@@ -138,12 +138,12 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {
-        "request_id": {"()": "console.logs.RequestIdFilter"},
-        "refusal": {"()": "console.logs.RefusalFilter"},
+        "request_id": {"()": "settle.logs.RequestIdFilter"},
+        "refusal": {"()": "settle.logs.RefusalFilter"},
     },
     "formatters": {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
-        "json": {"()": "console.logs.JsonFormatter"},
+        "json": {"()": "settle.logs.JsonFormatter"},
     },
     "handlers": {
         "console": {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from console.settings_env import VAR_DIR, env_bool, env_int, env_str
+from settle.settings_env import VAR_DIR, env_bool, env_int, env_str
 
 # Every checkpoint is appended here as well, outside the database (ship it elsewhere).
 SETTLE_AUDIT_CHECKPOINT_FILE = Path(
@@ -47,7 +47,7 @@ SETTLE_AUDIT_VERIFY_SLICE_EVENTS = env_int(
 )
 SETTLE_AUDIT_VERIFY_FULL_SECONDS = env_int("SETTLE_AUDIT_VERIFY_FULL_SECONDS", 300, minimum=1)
 SETTLE_AUDIT_VERIFY_FULL_HOURS = env_int("SETTLE_AUDIT_VERIFY_FULL_HOURS", 24, minimum=1)
-# Bulk work (bulk.services): the most operations one batch may hold, how many
+# Bulk work (bulk.services, bulk.running): the most operations one batch may hold, how many
 # items one task message does, how long a running batch may go without progress before
 # beat publishes its pending items again (its worker died, its messages were lost), and
 # how often beat checks.

@@ -126,8 +126,8 @@ def test_the_sign_in_throttle_comes_from_the_environment(tmp_path):
 
 def test_celery_is_at_least_once_and_redis_never_redelivers_a_live_task():
     """The settings the background recovery's safety argument rests on."""
-    from console.celery import app
     from recovery.models import Provider
+    from settle.celery import app
 
     conf = app.conf
     assert conf.task_acks_late and conf.task_reject_on_worker_lost
@@ -165,7 +165,7 @@ def test_a_redis_broker_gets_a_visibility_timeout_longer_than_any_task(tmp_path)
     environment |= {
         "SETTLE_VAR_DIR": str(tmp_path / "var"),
         "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "settle.settings",
     }
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True
@@ -178,7 +178,7 @@ def test_a_redis_broker_gets_a_visibility_timeout_longer_than_any_task(tmp_path)
 
 def test_prepared_statements_are_on_for_postgresql_and_can_be_turned_off(monkeypatch):
     """On by default; off for a pooler that cannot keep them (transaction-mode PgBouncer)."""
-    from console.settings_database import _database, _db_bounds
+    from settle.settings_database import _database, _db_bounds
 
     monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle")
     monkeypatch.delenv("SETTLE_DB_PREPARED_STATEMENTS", raising=False)
@@ -194,7 +194,7 @@ def test_prepared_statements_are_on_for_postgresql_and_can_be_turned_off(monkeyp
 
 def test_postgresql_connections_compile_nothing_unless_the_url_says(monkeypatch):
     """No JIT: the queue's counts spent up to a second compiling (docs/benchmarks.md)."""
-    from console.settings_database import _database
+    from settle.settings_database import _database
 
     monkeypatch.setenv("DATABASE_URL", "postgres://settle@db:5432/settle")
     assert _database()["OPTIONS"]["options"].startswith("-c jit=off ")
@@ -208,7 +208,7 @@ def _settings_printed(code: str, environment: dict[str, str], *command: str) -> 
     result = subprocess.run(
         [sys.executable, *command, "-c", code],
         cwd=ROOT,
-        env={"DJANGO_SETTINGS_MODULE": "console.settings", **environment},
+        env={"DJANGO_SETTINGS_MODULE": "settle.settings", **environment},
         capture_output=True,
         text=True,
         timeout=60,
@@ -263,7 +263,7 @@ def test_a_redis_broker_call_is_bounded_and_a_publish_gives_up_at_once(tmp_path)
     environment |= {
         "SETTLE_VAR_DIR": str(tmp_path / "var"),
         "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "settle.settings",
     }
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True
@@ -296,7 +296,7 @@ def test_the_rate_limit_is_counted_in_the_brokers_redis_unless_told(env, cache, 
     }
     environment |= {
         "SETTLE_VAR_DIR": str(tmp_path / "var"),
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "settle.settings",
         **env,
     }
     result = subprocess.run(
@@ -392,7 +392,7 @@ def test_the_status_pages_older_beat_threshold_name_is_still_read(tmp_path):
             sys.executable,
             "-c",
             "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
-            "'console.settings'); django.setup(); from django.conf import settings; "
+            "'settle.settings'); django.setup(); from django.conf import settings; "
             "print(settings.SETTLE_LIVENESS_BEAT_SECONDS)",
         ],
         cwd=ROOT,

@@ -1,9 +1,7 @@
-"""Every refusal as a typed exception.
+"""The server's answers as typed exceptions, and ``SettleError``, the root of them all.
 
-``SettleError`` is the root. ``ApiError`` and its subclasses are the server's answers:
-one class per stable error code (``ERRORS_BY_CODE``), grouped by what a caller can do
-about them. The rest are what ``Host.run`` concludes: the approval was denied or expired,
-nobody decided in time, an operator must decide, or Settle could not be reached.
+``ApiError`` and its subclasses: one class per stable error code (``ERRORS_BY_CODE``),
+grouped by what a caller can do about them; ``api_error`` picks the class for an answer.
 """
 
 from __future__ import annotations
@@ -20,9 +18,6 @@ class SettleError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
-
-
-# -- the server's answers -------------------------------------------------------------
 
 
 class ApiError(SettleError):
@@ -419,96 +414,3 @@ def api_error(status: int, body: dict[str, Any]) -> ApiError:
     )
     error.details = details
     return error
-
-
-# -- what the client concludes --------------------------------------------------------
-
-
-class TransportError(SettleError):
-    """Settle could not be reached, or its answer was lost (after the retries allowed)."""
-
-    code = "transport"
-
-
-class ProtocolError(SettleError):
-    """An answer that is not what the API document promises."""
-
-    code = "protocol"
-
-
-class OperationClosed(SettleError):
-    """The operation ended without its effect: ``state`` says how."""
-
-    code = "closed"
-
-    def __init__(self, message: str, *, key: str, state: str, **details: Any) -> None:
-        super().__init__(message, **details)
-        self.key = key
-        self.state = state
-
-
-class ApprovalDenied(OperationClosed):
-    """The approver denied the exact action."""
-
-    code = "approval_denied"
-
-
-class ApprovalExpired(OperationClosed):
-    """Nobody decided before the approval expired, or the permit expired unused."""
-
-    code = "approval_expired"
-
-
-class OperationRevoked(OperationClosed):
-    """The permit was revoked before it was spent."""
-
-    code = "operation_revoked"
-
-
-class OperationVoided(OperationClosed):
-    """An operator voided the operation."""
-
-    code = "operation_voided"
-
-
-class ApprovalTimeout(SettleError):
-    """The approval is still pending after the wait ``run`` was allowed; ask again later.
-
-    ``rule`` and ``needed``: the policy rule that asked for people, and what it needed
-    when the approval opened ("0 of 2 approvals"); empty without a rule.
-    """
-
-    code = "approval_timeout"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        key: str,
-        approval_id: str,
-        rule: str = "",
-        needed: str = "",
-        **details: Any,
-    ) -> None:
-        super().__init__(message, **details)
-        self.key = key
-        self.approval_id = approval_id
-        self.rule = rule
-        self.needed = needed
-
-
-class NeedsOperator(SettleError):
-    """Settle cannot settle this by itself: an operator decides (``state``, ``reason``).
-
-    ``reason`` is ``reconcile`` (evidence contradicts or is missing after the lookup
-    budget) or ``unknown`` (still unknown when ``run`` stopped waiting). The effect is
-    never run again for this key.
-    """
-
-    code = "needs_operator"
-
-    def __init__(self, message: str, *, key: str, state: str, reason: str, **details: Any) -> None:
-        super().__init__(message, **details)
-        self.key = key
-        self.state = state
-        self.reason = reason

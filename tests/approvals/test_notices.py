@@ -15,12 +15,12 @@ import time_machine
 from django.db import connection
 from django.utils import timezone
 
-from approvals.models import Approval
+from approvals.models import Approval, ApprovalNotice
+from approvals.notices import NoticesReport, approval_notices_run
 from audit.models import AuditEvent
 from common.actors import COMMAND_LINE
-from monitoring.models import ApprovalNotice
-from monitoring.services.approval_notices import approval_notices_run
 from recovery.models import Operation
+from recovery.selectors import operations_params_canonical
 from tests.support.apprise_receiver import Receiver
 from tests.support.flow import Flow
 from webhooks.endpoints import webhook_endpoint_add
@@ -53,6 +53,11 @@ def opened(flow: Flow, key: str, **fields: Any) -> Approval:
     return Approval.objects.get(pk=approval_id)
 
 
+def notices_run() -> NoticesReport:
+    """A run as beat's task makes one, the operations' parameters read from recovery."""
+    return approval_notices_run(params_of=operations_params_canonical)
+
+
 def link(approval: Approval) -> str:
     return f"{CONSOLE}/approvals/{approval.id}/"
 
@@ -74,7 +79,7 @@ def test_an_opened_approval_is_announced_once_with_a_link_to_it(
     flow: Flow, receiver: Receiver, notify_config: Path
 ):
     approval = opened(flow, "op-1")
-    report = approval_notices_run()
+    report = notices_run()
     assert (report.approvals_claimed, report.delivered) == (1, 1)
     message = by_tag(receiver)["approvers"]  # no groups: the tag "approvers"
     assert message["title"] == "Settle approvals: 1 waiting"
@@ -86,7 +91,7 @@ def test_an_opened_approval_is_announced_once_with_a_link_to_it(
     ]
     approval.refresh_from_db()
     assert approval.notified_at is not None and approval.reminded_at is None
-    approval_notices_run()
+    notices_run()
     assert receiver.take() == []  # once
 
 
@@ -98,7 +103,7 @@ def test_a_burst_of_approvals_is_one_message_per_tag(
         opened(flow, f"op-{n}", notify_groups=["payments", "approvers"] if n % 2 else [])
         for n in range(20)
     ]
-    approval_notices_run()
+    notices_run()
     messages = by_tag(receiver)
     assert set(messages) == {"approvers", "payments"}
     assert messages["approvers"]["title"] == "Settle approvals: 20 waiting"
@@ -115,20 +120,20 @@ def test_a_reminder_goes_once_after_the_remind_time(
     settings.SETTLE_APPROVAL_REMIND_MINUTES = 15
     default = opened(flow, "op-1")  # no remind_at: 15 minutes after it opened
     own = opened(flow, "op-2", remind_at=timezone.now() + timedelta(minutes=5))
-    approval_notices_run()
+    notices_run()
     assert by_tag(receiver)["approvers"]["title"] == "Settle approvals: 2 waiting"
     with later(6):
-        approval_notices_run()
+        notices_run()
         reminder = by_tag(receiver)["approvers"]
         assert reminder["title"] == "Settle approvals: 1 still waiting"
         assert link(own) in reminder["message"] and link(default) not in reminder["message"]
     with later(16):
-        approval_notices_run()
+        notices_run()
         reminder = by_tag(receiver)["approvers"]
         assert reminder["title"] == "Settle approvals: 1 still waiting"
         assert link(default) in reminder["message"]
     with later(40):
-        approval_notices_run()
+        notices_run()
         assert receiver.take() == []  # one reminder each
 
 
@@ -146,13 +151,13 @@ def test_escalation_goes_to_the_escalation_tags_only_once_due(
         remind_at=far,
     )
     quiet = opened(flow, "op-2", remind_at=far)  # no escalation groups: never escalates
-    approval_notices_run()
+    notices_run()
     assert set(by_tag(receiver)) == {"payments", "approvers"}
     with later(29):
-        approval_notices_run()
+        notices_run()
         assert receiver.take() == []
     with later(61):  # past the default escalation time too
-        approval_notices_run()
+        notices_run()
         messages = by_tag(receiver)
         assert set(messages) == {"supervisors"}
         assert messages["supervisors"]["title"] == "Settle approvals: 1 escalated"
@@ -176,7 +181,7 @@ def test_an_expired_approval_expires_its_operation_tells_the_host_and_its_approv
         expires_at=timezone.now() + timedelta(minutes=10),
         remind_at=timezone.now() + timedelta(minutes=10),
     )
-    approval_notices_run()
+    notices_run()
     assert set(by_tag(receiver)) == {"payments"}
     with later(11):
         assert tasks.sweep()["approvals_expired"] == 1  # beat's sweep expires it
@@ -186,12 +191,12 @@ def test_an_expired_approval_expires_its_operation_tells_the_host_and_its_approv
         assert AuditEvent.objects.filter(operation_key="op-1", kind="approval_expired").exists()
         [decided] = WebhookMessage.objects.filter(operation__key="op-1", event="approval.decided")
         assert json.loads(decided.payload)["data"]["decision"] == "expired"
-        approval_notices_run()
+        notices_run()
         messages = by_tag(receiver)
         assert set(messages) == {"payments"}  # no reminder: it expired
         assert messages["payments"]["title"] == "Settle approvals: 1 expired"
         assert link(approval) in messages["payments"]["message"]
-        approval_notices_run()
+        notices_run()
         assert receiver.take() == []
 
 
@@ -201,12 +206,12 @@ def test_an_undelivered_message_is_recorded_and_sent_again(
 ):
     approval = opened(flow, "op-1")
     receiver.status = 500
-    assert approval_notices_run().delivered == 0
+    assert notices_run().delivered == 0
     notice = ApprovalNotice.objects.get()
     assert "could not deliver to tag 'approvers'" in notice.send_error
     assert (notice.status, notice.attempts, notice.claimed_until) == ("pending", 1, None)
     receiver.status = 200
-    assert approval_notices_run().delivered == 1
+    assert notices_run().delivered == 1
     message = by_tag(receiver)["approvers"]
     assert message["title"] == "Settle approvals: 1 waiting"
     assert link(approval) in message["message"]
@@ -231,10 +236,10 @@ def test_a_message_undelivered_for_a_day_is_dropped(
 ):
     opened(flow, "op-1", remind_at=timezone.now() + timedelta(days=2))
     receiver.status = 500
-    approval_notices_run()
+    notices_run()
     receiver.status = 200
     with later(24 * 60 + 1):
-        approval_notices_run()
+        notices_run()
         assert receiver.take() == []
     notice = ApprovalNotice.objects.get()
     assert notice.status == "dropped" and "could not deliver" in notice.send_error
@@ -246,10 +251,10 @@ def test_news_of_an_approval_decided_meanwhile_is_dropped(
 ):
     opened(flow, "op-1")
     receiver.status = 500
-    approval_notices_run()
+    notices_run()
     flow.approve("op-1")  # decided before the opening message got through
     receiver.status = 200
-    approval_notices_run()
+    notices_run()
     assert receiver.take() == []
     assert ApprovalNotice.objects.get().status == "dropped"
 
@@ -261,7 +266,7 @@ def test_without_a_configuration_nothing_is_claimed_or_sent(
     settings.SETTLE_APPROVAL_NOTIFY_CONFIG = ""
     opened(flow, "op-1", expires_at=timezone.now() - timedelta(minutes=1))
     opened(flow, "op-2")
-    report = approval_notices_run()
+    report = notices_run()
     assert (report.approvals_claimed, report.messages) == (0, [])
     from recovery.services.approval_expiry import approvals_expire
 
@@ -283,7 +288,7 @@ def test_a_run_never_sends_what_a_run_in_flight_holds(
     if held == "monitoring_approvalnotice":
         # Claimed and written by an earlier run whose message did not go out.
         receiver.status = 500
-        approval_notices_run()
+        notices_run()
         receiver.status = 200
     b_done = threading.Event()
     a_holds = threading.Event()
@@ -300,7 +305,7 @@ def test_a_run_never_sends_what_a_run_in_flight_holds(
     def run_a() -> None:
         try:
             with connection.execute_wrapper(pause):
-                approval_notices_run()
+                notices_run()
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -309,7 +314,7 @@ def test_a_run_never_sends_what_a_run_in_flight_holds(
     a = threading.Thread(target=run_a)
     a.start()
     assert a_holds.wait(timeout=10)
-    approval_notices_run()  # run B, on this thread's connection
+    notices_run()  # run B, on this thread's connection
     b_done.set()
     a.join(timeout=30)
     assert errors == []
@@ -331,7 +336,7 @@ def test_two_runs_at_once_never_send_one_message_twice(
     def run(start: threading.Barrier) -> None:
         try:
             start.wait(timeout=10)
-            approval_notices_run()
+            notices_run()
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -363,9 +368,9 @@ def test_an_undelivered_message_shows_its_error_in_the_admin(
 
     opened(flow, "op-1")
     receiver.status = 500
-    approval_notices_run()
+    notices_run()
     client.force_login(User.objects.create_superuser("root", "root@example.com", "pw-tests"))
     notice = ApprovalNotice.objects.get()
-    assert client.get("/admin/monitoring/approvalnotice/").status_code == 200
-    page = client.get(f"/admin/monitoring/approvalnotice/{notice.pk}/change/")
+    assert client.get("/admin/approvals/approvalnotice/").status_code == 200
+    page = client.get(f"/admin/approvals/approvalnotice/{notice.pk}/change/")
     assert page.status_code == 200 and "could not deliver to tag" in page.content.decode()

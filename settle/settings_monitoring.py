@@ -7,19 +7,19 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from console.settings_background import (
+from settle.settings_background import (
     SETTLE_AUDIT_CHECKPOINT_SECONDS,
     SETTLE_AUDIT_VERIFY_FULL_HOURS,
     SETTLE_AUDIT_VERIFY_SECONDS,
     SETTLE_SWEEP_SECONDS,
 )
-from console.settings_env import VAR_DIR, env_int, env_str
+from settle.settings_env import VAR_DIR, env_int, env_str
 
 # Alerts to operators (``monitoring.services.alerts``): how often beat evaluates the rules,
 # and the console's address, which every alert links into.
 SETTLE_ALERTS_SECONDS = env_int("SETTLE_ALERTS_SECONDS", 60, minimum=1)
 SETTLE_CONSOLE_URL = env_str("SETTLE_CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
-# Reaching approvers (``monitoring.services.approval_notices``): the Apprise configuration
+# Reaching approvers (``approvals.notices``): the Apprise configuration
 # file (YAML or text) whose URLs carry the tags an approval's groups select; blank, no
 # message goes out. When an approval's row names no time, its reminder goes this long
 # after it opened, and its escalation (if it names escalation groups) this long.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from console.settings_background import (
+from settle.settings_background import (
     SETTLE_AUDIT_CHECKPOINT_SECONDS,
     SETTLE_AUDIT_VERIFY_FULL_SECONDS,
     SETTLE_AUDIT_VERIFY_SECONDS,
@@ -11,9 +11,9 @@ from console.settings_background import (
     SETTLE_SWEEP_SECONDS,
     SETTLE_WEBHOOK_SECONDS,
 )
-from console.settings_broker import SETTLE_BROKER_PUBLISH_RETRIES
-from console.settings_env import VAR_DIR, env_str
-from console.settings_monitoring import (
+from settle.settings_broker import SETTLE_BROKER_PUBLISH_RETRIES
+from settle.settings_env import VAR_DIR, env_str
+from settle.settings_monitoring import (
     SETTLE_ALERTS_SECONDS,
     SETTLE_APPROVAL_NOTIFY_SECONDS,
     SETTLE_OPERATION_COUNTS_SECONDS,
@@ -22,7 +22,7 @@ from console.settings_monitoring import (
 # One queue name per deployment (and per test run, so parallel runs never collide).
 CELERY_TASK_DEFAULT_QUEUE = env_str("SETTLE_CELERY_QUEUE", "settle")
 # Webhook deliveries have a queue of their own, consumed by a worker of its own
-# (`celery -A console worker -Q settle-webhooks`): a receiver that accepts and never
+# (`celery -A settle worker -Q settle-webhooks`): a receiver that accepts and never
 # answers holds only that worker, never the ones the sweep and the lookups need.
 # Set it to SETTLE_CELERY_QUEUE (or blank) to deliver on the one queue, unprotected.
 SETTLE_WEBHOOK_QUEUE = (
