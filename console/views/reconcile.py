@@ -20,7 +20,7 @@ from console.views.access import operation_access, reconciliation_access, refusa
 from console.views.signing import json_refusal, signed_record, signing_begin
 from identity.selectors import passkey_held
 from policies.services import passkey_required_for, policy_current
-from recovery.models import Dispatch, Operation, State
+from recovery.models import Dispatch, Operation, State, receipt_stranded
 from recovery.permissions import ProviderPermission
 from recovery.selectors import (
     OperationPage,
@@ -101,7 +101,8 @@ def _outcomes(operation: Operation, dispatch: Dispatch | None) -> dict[str, Any]
     """What a decision does besides the transition, for the sentence beside its button."""
     return {
         # A confirm or a void completes a stranded receipt too (``apply_decision``).
-        "stranded": dispatch is not None and dispatch.receipt_running,
+        "stranded": dispatch is not None
+        and receipt_stranded(state=operation.state, receipt_status=dispatch.receipt_status),
         # A repair completes it as the settled state says.
         "repair_as": "succeeded" if operation.state == State.RELEASED else "failed",
     }
