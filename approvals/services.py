@@ -12,7 +12,7 @@ import secrets
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -31,6 +31,7 @@ from approvals.models import (
     ReconciliationRequest,
 )
 from common.errors import ErrorCode, SettleError
+from common.windows import Window
 from dbsql.clock import DatabaseNow, db_now
 from dbsql.rows import model_from_row, select_first
 from dbsql.writes import NOW, insert, insert_where, update_returning
@@ -331,9 +332,8 @@ class ConsumeResult:
 
 def refusal_window(at: datetime) -> tuple[datetime, datetime]:
     """The window of ``SETTLE_REFUSAL_WINDOW_SECONDS`` that ``at`` falls in."""
-    seconds = settings.SETTLE_REFUSAL_WINDOW_SECONDS
-    start = datetime.fromtimestamp(at.timestamp() // seconds * seconds, tz=UTC)
-    return start, start + timedelta(seconds=seconds)
+    window = Window.at(at, settings.SETTLE_REFUSAL_WINDOW_SECONDS)
+    return window.start, window.end
 
 
 def _refuse(permit: Permit, reason: str, actor: Actor, detail: dict[str, Any]) -> ConsumeResult:

@@ -19,7 +19,6 @@ from allauth.account.authentication import get_authentication_records
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
-from django.core.cache import cache
 from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils import timezone
@@ -28,6 +27,7 @@ from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
+from common.windows import CounterUnavailable, Window, window_count
 from identity.audited import user_named
 from identity.metrics import BREAK_GLASS_SIGN_INS, SIGN_INS
 from identity.oidc import SsoClaims
@@ -134,15 +134,13 @@ def _signed_out_reason(request: HttpRequest) -> dict[str, str]:
 
 def _recordable(request: HttpRequest, kind: str, data: dict[str, Any]) -> bool:
     """Whether this address may still put a failure on the log in this minute."""
-    minute = int(timezone.now().timestamp() // 60)
-    key = f"identity:failures:{client_address(request)}:{minute}"
+    window = Window.at(timezone.now(), settings.SETTLE_REFUSAL_WINDOW_SECONDS)
     try:
-        cache.add(key, 0, timeout=120)
-        count = cache.incr(key)
-    except Exception:  # the cache is down: record, as before the cache was there
+        count = window_count(name=f"identity:failures:{client_address(request)}", window=window)
+    except CounterUnavailable:  # no counter: every failure goes on the record
         log.exception("sign-in failure counter unavailable")
         return True
-    if int(count) <= settings.SETTLE_REFUSALS_RECORDED_PER_MINUTE:
+    if count <= settings.SETTLE_REFUSALS_RECORDED_PER_MINUTE:
         return True
     log.warning("%s not recorded (this address's limit a minute): %s", kind, data)
     return False
