@@ -345,6 +345,9 @@ def _refuse(permit: Permit, reason: str, actor: Actor, detail: dict[str, Any]) -
     grow with the caller's rate. The permit is locked (``permit_refusal``), so the
     count is exact.
     """
+    # This process's clock, not the database's that judges permits: a window bounds how
+    # many lines are written, it decides nothing, and reading the database's clock would
+    # cost the refusal path a statement of its own.
     now = timezone.now()
     start, end = refusal_window(now)
     limit = settings.SETTLE_REFUSALS_RECORDED_PER_MINUTE
@@ -517,7 +520,7 @@ def permit_revoke(*, permit: Permit, reason: str, actor: Actor) -> bool:
         permit=permit,
         kind=PermitEvent.Kind.REVOKE_IGNORED,
         actor=actor,
-        at=timezone.now(),
+        at=db_now(),
         detail={"reason": reason, "status": permit.status},
     )
     return False

@@ -119,3 +119,14 @@ def test_a_second_request_returns_the_pending_approval():
     first, _ = approval_request(binding=BINDING, requested_by=HOST)
     second, created = approval_request(binding=BINDING, requested_by=HOST)
     assert (second.pk, created) == (first.pk, False)
+
+
+def test_an_ignored_revocation_is_written_at_the_databases_clock(monkeypatch):
+    # Every line of a permit's history that judges nothing new is timed as the
+    # judgements are: by the database's clock (``dbsql.clock``), which this stands for.
+    permit = _permit()
+    _consume()
+    database_says = timezone.now() - timedelta(minutes=7)
+    monkeypatch.setattr("approvals.services.db_now", lambda: database_says)
+    permit_revoke(permit=permit, reason="too late", actor=ALICE)
+    assert PermitEvent.objects.get(permit=permit, kind="revoke_ignored").at == database_says
