@@ -168,7 +168,7 @@ class NeedsVotes(Exception):
     """The approval is decided by counting votes (``Approval.voting``), not by one call."""
 
 
-def approval_decide(
+def approval_resolve(
     *,
     approval_id: Any,
     binding: Binding,
@@ -494,7 +494,7 @@ def _permit_mark_expired(permit: Permit) -> None:
         PermitEvent.objects.create(permit=permit, kind=PermitEvent.Kind.EXPIRED, at=db_now())
 
 
-def permit_revoke(*, permit: Permit, reason: str, actor: Actor) -> bool:
+def permit_mark_revoked(*, permit: Permit, reason: str, actor: Actor) -> bool:
     """Revoke an active permit. False when there was nothing left to guard.
 
     Revocation guards the future, not the past: a consumed (or already expired/revoked)

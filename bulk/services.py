@@ -72,8 +72,8 @@ from recovery.selectors import provider_permissions_all, providers_supervised
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound, RecoveryError
 from recovery.services.reconcile import DECISION_PERMISSIONS
+from recovery.services.refusals import RefusalsCommitted
 from recovery.services.signed import signed_decision_check
-from recovery.services.stale_signals import refusals_committed
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def bulk_decide(
     reason = reason.strip()
     now = timezone.now()
     decision = "approve" if approve else "reject"
-    with refusals_committed(then=lambda error: _refusal_record(batch_id, decision, actor, error)):
+    with RefusalsCommitted(then=lambda error: _refusal_record(batch_id, decision, actor, error)):
         batch = BulkBatch.objects.select_for_update().filter(pk=batch_id).first()
         if batch is None:
             raise NotFound(ErrorCode.UNKNOWN_BATCH, "no such batch")

@@ -292,7 +292,7 @@ def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonR
 
 
 @api_view(methods=("POST",), auth=("approver", "user"))
-def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
+def approval_decision_view(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
     pk = _uuid(approval_id, ErrorCode.UNKNOWN_APPROVAL)
     body = _parse(request, contract.DecisionRequest)
     # The service decides who may: an approver within its scope, a user with the right.
@@ -326,7 +326,7 @@ def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> J
 
 
 @api_view(methods=("POST",), auth=("host", "approver"))
-def permit_revoke(request: HttpRequest, caller: Caller, permit_id: str) -> JsonResponse:
+def permit_revoke_view(request: HttpRequest, caller: Caller, permit_id: str) -> JsonResponse:
     pk = _uuid(permit_id, ErrorCode.UNKNOWN_PERMIT)
     body = _parse(request, contract.RevokeRequest)
     # A host may revoke only its own operations' permits; an approver those in its scope.

@@ -141,7 +141,7 @@ def _outcome(approval: Approval, approve: bool, issued: bool) -> str:
 
 @login_required
 @require_POST
-def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
+def approval_decide_view(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
     """Approve or deny the exact action the page showed (its digest), with a reason."""
     # One who may only view gets 403 however the form was filled.
     approval = approval_access(request, approval_id, permission=ProviderPermission.DECIDE_APPROVALS)

@@ -68,7 +68,7 @@ def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
 
 @login_required
 @require_safe
-def permit_history(request: HttpRequest, key: str, permit_id: str) -> HttpResponse:
+def permit_history_view(request: HttpRequest, key: str, permit_id: str) -> HttpResponse:
     """A page of a permit's older lines, ``before`` the cursor the operation page gave.
 
     For htmx, the lines alone, which replace the "Older lines" link they follow.

@@ -25,7 +25,8 @@ from recovery.models import (
 )
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import OperationRef, binding, operation_lock
-from recovery.services.stale_signals import refusals_committed, refusals_recorded, stale_signal
+from recovery.services.refusals import RefusalsCommitted, refusals_recorded
+from recovery.services.stale_signals import stale_signal
 from recovery.transitions import Change, Event, operation_transition
 from recovery.vocabulary import StaleSignal
 
@@ -156,7 +157,7 @@ def _holding_dispatch(
     A refusal (a stale token, a lost lease) is recorded in the transaction and raised
     only after it commits, so that what was recorded stays on the record.
     """
-    with refusals_committed():
+    with RefusalsCommitted():
         locked = operation_lock(operation)
         return then(locked, *_dispatch_for_token(locked, fencing_token, actor))
 

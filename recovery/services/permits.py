@@ -33,7 +33,7 @@ from recovery.services.locking import (
     operation_lock,
     operation_lock_bound,
 )
-from recovery.services.stale_signals import refusals_committed, refusals_recorded
+from recovery.services.refusals import RefusalsCommitted, refusals_recorded
 from recovery.transitions import Event, operation_transition
 
 
@@ -193,7 +193,7 @@ def approval_decision(
     approver = approver_scope(
         actor=decided_by, approver=approver, missing=ErrorCode.UNKNOWN_APPROVAL
     )
-    with refusals_committed():
+    with RefusalsCommitted():
         operation = operation_lock_bound(
             Approval, approval_id, missing=ErrorCode.UNKNOWN_APPROVAL, approver=approver
         )
@@ -278,7 +278,7 @@ def approval_decision(
 
 class _DecisionRefusal:
     """Record a refused decision on the operation's chain, then raise it (committed by
-    ``refusals_committed``)."""
+    ``RefusalsCommitted``)."""
 
     def __init__(self, operation: Operation, approval_id: uuid.UUID, actor: Actor) -> None:
         self.operation, self.approval_id, self.actor = operation, approval_id, actor
@@ -300,7 +300,7 @@ def _expired_refuse(
 ) -> NoReturn:
     """Refuse a decision that came after the approval's ``expires_at``, and expire it now,
     as the sweep would (``approval_expiry``): the refusal and the expiry commit together
-    (``refusals_committed``), whatever the sweep's lag."""
+    (``RefusalsCommitted``), whatever the sweep's lag."""
     approval_expire_at_decision(operation=operation, approval_id=approval_id)
     refuse(ErrorCode.APPROVAL_EXPIRED, ErrorCode.APPROVAL_EXPIRED.message, {})
 
@@ -359,7 +359,7 @@ def _decide(
     """Decide the approval and move the operation; ``refuse``: how a person's decision
     that came after the approval's ``expires_at`` is refused and recorded."""
     try:
-        approval, permit = approvals.approval_decide(
+        approval, permit = approvals.approval_resolve(
             approval_id=approval_id,
             binding=binding(operation),
             approve=approve,
@@ -414,7 +414,7 @@ def permit_revoke(
         Permit, permit_id, missing=ErrorCode.UNKNOWN_PERMIT, host=host, approver=approver
     )
     permit = Permit.objects.select_for_update().get(pk=permit_id)
-    revoked = approvals.permit_revoke(permit=permit, reason=reason, actor=actor)
+    revoked = approvals.permit_mark_revoked(permit=permit, reason=reason, actor=actor)
     audit_append(
         kind=AuditKind.PERMIT_REVOKED if revoked else AuditKind.PERMIT_REVOKE_IGNORED,
         operation=operation,

@@ -43,8 +43,8 @@ from recovery.services.claims import claims_check_many
 from recovery.services.errors import NotFound, RecoveryError
 from recovery.services.evidence import receipt_complete, receipt_grounds
 from recovery.services.locking import operations_locked_by_id
-from recovery.services.operator import operator_refusals, version_check
-from recovery.services.stale_signals import refusals_committed, refusals_recorded
+from recovery.services.operator import OperatorRefusals, version_check
+from recovery.services.refusals import RefusalsCommitted, refusals_recorded
 from recovery.transitions import (
     Change,
     Event,
@@ -258,7 +258,7 @@ def operation_reconcile(
     ``operations_reconcile_many`` of one operation: its refusal is recorded on the
     operation's chain, committed, then raised.
     """
-    with refusals_committed():
+    with RefusalsCommitted():
         outcome = operations_reconcile_many(
             picks=[(operation, version)],
             action=action,
@@ -348,7 +348,7 @@ def operations_reconcile_many(
                 continue
         except RecoveryError as refusal:
             outcomes[pk] = refusal
-            operator_refusals(operation, action, actor).append(refusal)
+            OperatorRefusals(operation, action, actor).append(refusal)
             continue
         audit_append(
             kind=AuditKind.OPERATOR_ACTION,

@@ -18,7 +18,7 @@ from approvals.services import (
     Refusal,
     approval_request,
     permit_consume,
-    permit_revoke,
+    permit_mark_revoked,
 )
 from tests.support.approvals import BINDING, HOST, approval_decided
 
@@ -84,14 +84,14 @@ def test_permit_past_its_expiry_by_the_database_clock_is_refused():
 
 def test_revoking_an_active_permit_prevents_consumption():
     permit = _permit()
-    assert permit_revoke(permit=permit, reason="changed mind", actor=ALICE) is True
+    assert permit_mark_revoked(permit=permit, reason="changed mind", actor=ALICE) is True
     assert _consume().refusal == Refusal.REVOKED
 
 
 def test_revoking_a_consumed_permit_changes_nothing_but_is_recorded():
     permit = _permit()
     _consume()
-    assert permit_revoke(permit=permit, reason="too late", actor=ALICE) is False
+    assert permit_mark_revoked(permit=permit, reason="too late", actor=ALICE) is False
     permit.refresh_from_db()
     assert (permit.status, permit.revoked_at) == ("consumed", None)
     assert PermitEvent.objects.filter(permit=permit, kind="revoke_ignored").count() == 1
@@ -128,5 +128,5 @@ def test_an_ignored_revocation_is_written_at_the_databases_clock(monkeypatch):
     _consume()
     database_says = timezone.now() - timedelta(minutes=7)
     monkeypatch.setattr("approvals.services.db_now", lambda: database_says)
-    permit_revoke(permit=permit, reason="too late", actor=ALICE)
+    permit_mark_revoked(permit=permit, reason="too late", actor=ALICE)
     assert PermitEvent.objects.get(permit=permit, kind="revoke_ignored").at == database_says

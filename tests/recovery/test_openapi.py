@@ -424,7 +424,7 @@ def test_every_operation_declares_the_status_of_every_code_its_view_can_answer(d
 
 def test_the_walk_sees_the_codes_a_view_answers_with():
     """The walk above reaches into services: the decision's refusals, the dispatch's."""
-    decision = codes_reached(recovery.api.approval_decision)
+    decision = codes_reached(recovery.api.approval_decision_view)
     assert {ErrorCode.ALREADY_DECIDED, ErrorCode.DIGEST_MISMATCH, ErrorCode.INVALID_TTL} <= decision
     assert ErrorCode.MISSING_FIELD in decision  # through _parse and contract.refusal
     assert ErrorCode.ALREADY_CONSUMED in codes_reached(recovery.api.operation_dispatch)

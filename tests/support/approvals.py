@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from approvals.actors import Actor
 from approvals.models import Approval
-from approvals.services import Binding, approval_decide
+from approvals.services import Binding, approval_resolve
 
 HOST = Actor("host", "1", "a")
 BINDING = Binding(
@@ -17,7 +17,7 @@ BINDING = Binding(
 
 
 def approval_decided(approval: Approval, *, approve: bool, by: str, ttl_seconds: int):
-    return approval_decide(
+    return approval_resolve(
         approval_id=approval.pk,
         binding=BINDING,
         approve=approve,
