@@ -10,7 +10,8 @@ from django.http import HttpRequest
 
 from approvals.actors import Actor
 from approvals.models import Approval, Permit, PermitEvent
-from approvals.services import ApprovalError, approver_create
+from approvals.services.approvers import approver_create
+from approvals.services.errors import ApprovalError
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

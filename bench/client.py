@@ -41,7 +41,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from approvals.services import approver_create  # noqa: E402
+from approvals.services.approvers import approver_create  # noqa: E402
 from bench.api_postgres import analyze, scratch_database  # noqa: E402
 from bench.api_postgres import connection as db  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402

@@ -97,7 +97,7 @@ DEFAULT_PERMIT_TTL = timedelta(minutes=5)
 # Every duration the file names is at most this: far enough for any real rule, near
 # enough that now + it is a date (a million days is not).
 MAX_DURATION = timedelta(days=366)
-MAX_PERMIT_TTL = timedelta(days=7)  # approvals.services.MAX_TTL_SECONDS
+MAX_PERMIT_TTL = timedelta(days=7)  # approvals.services.approvals.MAX_TTL_SECONDS
 # What a budget can count: ``BudgetUse.amount`` holds 30 digits, 8 of them decimals.
 MAX_AMOUNT = Decimal(10) ** 22
 

@@ -20,9 +20,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from approvals import services as approvals
 from approvals.actors import Actor
 from approvals.models import Approval, Approver
+from approvals.services.approvers import APPROVER_TOKEN_PREFIX, approver_authenticate
 from common.canonical import CanonicalError, strict_loads
 from common.errors import ErrorCode, SettleError
 from dbsql.errors import database_unavailable
@@ -86,8 +86,8 @@ def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
     if token is not None:
         # Each kind of token carries its prefix, so one lookup finds its owner.
         host = approver = None
-        if token.startswith(approvals.APPROVER_TOKEN_PREFIX):
-            approver = approvals.approver_authenticate(token=token)
+        if token.startswith(APPROVER_TOKEN_PREFIX):
+            approver = approver_authenticate(token=token)
         else:
             host = credentials.host_authenticate(token=token)
         if host is not None:

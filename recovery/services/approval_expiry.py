@@ -10,7 +10,7 @@ hear of it as of any decision: the hosts' ``approval.decided`` webhook says
 ``expired``, and resume answers ``closed`` with state ``expired``, as after a denial.
 
 A decision that comes after ``expires_at`` is refused whatever the sweep's lag
-(``approvals.services.approval_resolve`` compares it with the database's clock in its
+(``approvals.services.approvals.approval_resolve`` compares it with the database's clock in its
 compare-and-set); it expires the approval there and then, through the same steps
 (``approval_expire_at_decision``), so the inbox stops offering it.
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
-from approvals import services as approvals
 from approvals.actors import Actor
 from approvals.models import Approver
+from approvals.services.approvers import APPROVER_TOKEN_PREFIX, credential_by_token, new_token
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
@@ -22,20 +22,20 @@ from recovery.services.errors import NotFound
 HOST_TOKEN_PREFIX = "sth_"
 KINDS: dict[str, tuple[type[models.Model], str]] = {
     "host": (Host, HOST_TOKEN_PREFIX),
-    "approver": (Approver, approvals.APPROVER_TOKEN_PREFIX),
+    "approver": (Approver, APPROVER_TOKEN_PREFIX),
 }
 
 
 def host_create(*, name: str) -> tuple[Host, str]:
     """Create a host credential; the token is shown once and stored hashed."""
-    token, hashed = approvals.new_token(HOST_TOKEN_PREFIX)
+    token, hashed = new_token(HOST_TOKEN_PREFIX)
     host = Host.objects.create(name=name, token_hash=hashed)
     return host, token
 
 
 def host_authenticate(*, token: str) -> Host | None:
     """The active host holding ``token``; a disabled one is refused at once."""
-    return approvals.credential_by_token(Host, token)
+    return credential_by_token(Host, token)
 
 
 def _credential(kind: str, name: str) -> models.Model:
@@ -65,7 +65,7 @@ def credential_disable(*, kind: str, name: str, actor: Actor, disabled: bool = T
 def credential_rotate(*, kind: str, name: str, actor: Actor) -> str:
     """Give a credential a new token; the old one answers 401 from now on. Audited."""
     credential = _credential(kind, name)
-    token, hashed = approvals.new_token(KINDS[kind][1])
+    token, hashed = new_token(KINDS[kind][1])
     credential.token_hash = hashed  # type: ignore[attr-defined]
     credential.save(update_fields=["token_hash"])
     audit_append(

@@ -11,8 +11,9 @@ from typing import TypeVar
 
 from django.utils import timezone
 
-from approvals import services as approvals
 from approvals.actors import Actor
+from approvals.services.errors import Refusal
+from approvals.services.permits import ConsumeResult, Recorded, permit_consume, permit_refusal
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
@@ -57,14 +58,12 @@ def dispatch_locked(
     """``operation_dispatch`` for a caller that holds the operation's lock (resume)."""
     # Only an approved operation's permit can still be consumed; for any other, skip
     # the attempt and go straight to recording why not.
-    consume = (
-        approvals.permit_consume if operation.state == State.APPROVED else approvals.permit_refusal
-    )
+    consume = permit_consume if operation.state == State.APPROVED else permit_refusal
     result = consume(binding=binding(operation), presented_digest=presented_digest, actor=actor)
     permit = result.permit
     permit_id = str(permit.id) if permit else ""
     if not result.consumed:
-        if result.refusal == approvals.Refusal.EXPIRED and operation.state == State.APPROVED:
+        if result.refusal == Refusal.EXPIRED and operation.state == State.APPROVED:
             operation_transition(operation=operation, event=Event.EXPIRE, actor=actor)
         refusal_audit(operation=operation, result=result, worker=worker, actor=actor)
         return DispatchOutcome(refusal=result.refusal, state=operation.state)
@@ -92,7 +91,7 @@ def dispatch_locked(
 
 
 def refusal_audit(
-    *, operation: Operation, result: approvals.ConsumeResult, worker: str, actor: Actor
+    *, operation: Operation, result: ConsumeResult, worker: str, actor: Actor
 ) -> None:
     """Put a consumption refusal on the audit chain as the permit's history recorded it.
 
@@ -117,9 +116,9 @@ def refusal_audit(
                 "permit_event_id": closed["permit_event_id"],
             },
         )
-    if result.recorded == approvals.Recorded.COUNTED:
+    if result.recorded == Recorded.COUNTED:
         return
-    if result.recorded == approvals.Recorded.SUMMARY:
+    if result.recorded == Recorded.SUMMARY:
         assert result.window is not None
         data["summary_from"], data["summary_until"] = (t.isoformat() for t in result.window)
     audit_append(kind=AuditKind.CONSUME_REFUSED, operation=operation, actor=actor, data=data)

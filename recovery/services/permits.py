@@ -9,11 +9,20 @@ from typing import Any, NoReturn
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from approvals import services as approvals
 from approvals import signing
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, Permit
 from approvals.selectors import approvals_with_standing, proposer_user_for
+from approvals.services.approvals import (
+    NeedsVotes,
+    approval_expired,
+    approval_request,
+    approval_resolve,
+    approval_vote,
+)
+from approvals.services.approvers import approver_for
+from approvals.services.errors import ApprovalError
+from approvals.services.permits import permit_mark_revoked
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
@@ -52,7 +61,7 @@ def approver_scope(
         return approver
     if actor.kind != "approver":
         return None
-    found = approvals.approver_for(actor=actor)
+    found = approver_for(actor=actor)
     if found is None:
         raise NotFound(missing, f"no such {missing.value.removeprefix('unknown_')}")
     return found
@@ -91,7 +100,7 @@ def approval_open(
         asked.append(found)
         return _approval_fields(found, proposer)
 
-    approval, created = approvals.approval_request(
+    approval, created = approval_request(
         binding=bound, requested_by=Actor.of("host", host), host=host.name, terms=terms
     )
     if not created:
@@ -223,7 +232,7 @@ def approval_decision(
                 return _decide(
                     operation, approval_id, approve, ttl_seconds, decided_by, reason, refuse=refuse
                 )
-            except approvals.NeedsVotes:
+            except NeedsVotes:
                 pass
         approval = Approval.objects.get(pk=approval_id)
         if approval.status != Approval.Status.PENDING:
@@ -233,7 +242,7 @@ def approval_decision(
                 status=approval.status,
             )
         # Before any vote is recorded: past its time, nobody's decision counts.
-        if approvals.approval_expired(approval=approval):
+        if approval_expired(approval=approval):
             _expired_refuse(operation, approval_id, refuse)
         # The caller checked the signature; here, that what it signs is this very decision.
         if signature and not signing.statement_matches(
@@ -246,14 +255,14 @@ def approval_decision(
             refuse(ErrorCode.SIGNATURE_INVALID, "the signed statement is not this decision", {})
         _voter_check(approval, decided_by, signature, refuse)
         try:
-            vote, approvals_so_far = approvals.approval_vote(
+            vote, approvals_so_far = approval_vote(
                 approval=approval,
                 voter=decided_by,
                 approve=approve,
                 reason=reason,
                 signature=signature,
             )
-        except approvals.ApprovalError as exc:
+        except ApprovalError as exc:
             refuse(exc.code, exc.message, {})
         audit_append(
             kind=AuditKind.APPROVAL_VOTED,
@@ -359,7 +368,7 @@ def _decide(
     """Decide the approval and move the operation; ``refuse``: how a person's decision
     that came after the approval's ``expires_at`` is refused and recorded."""
     try:
-        approval, permit = approvals.approval_resolve(
+        approval, permit = approval_resolve(
             approval_id=approval_id,
             binding=binding(operation),
             approve=approve,
@@ -368,7 +377,7 @@ def _decide(
             reason=reason,
             counted=counted,
         )
-    except approvals.ApprovalError as exc:
+    except ApprovalError as exc:
         if exc.code == ErrorCode.APPROVAL_EXPIRED and refuse is not None:
             _expired_refuse(operation, approval_id, refuse)
         current = Approval.objects.filter(pk=approval_id).values_list("status", flat=True)
@@ -414,7 +423,7 @@ def permit_revoke(
         Permit, permit_id, missing=ErrorCode.UNKNOWN_PERMIT, host=host, approver=approver
     )
     permit = Permit.objects.select_for_update().get(pk=permit_id)
-    revoked = approvals.permit_mark_revoked(permit=permit, reason=reason, actor=actor)
+    revoked = permit_mark_revoked(permit=permit, reason=reason, actor=actor)
     audit_append(
         kind=AuditKind.PERMIT_REVOKED if revoked else AuditKind.PERMIT_REVOKE_IGNORED,
         operation=operation,

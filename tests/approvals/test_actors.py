@@ -8,7 +8,8 @@ from django.db import transaction
 
 from approvals.actors import Actor
 from approvals.models import PermitEvent
-from approvals.services import approval_request, permit_consume
+from approvals.services.approvals import approval_request
+from approvals.services.permits import permit_consume
 from tests.support.approvals import BINDING, HOST, approval_decided
 
 pytestmark = pytest.mark.django_db

@@ -12,14 +12,9 @@ from django.utils import timezone
 from approvals.actors import Actor
 from approvals.models import Approval, Permit, PermitEvent
 from approvals.selectors import permit_history
-from approvals.services import (
-    ApprovalError,
-    Binding,
-    Refusal,
-    approval_request,
-    permit_consume,
-    permit_mark_revoked,
-)
+from approvals.services.approvals import Binding, approval_request
+from approvals.services.errors import ApprovalError, Refusal
+from approvals.services.permits import permit_consume, permit_mark_revoked
 from tests.support.approvals import BINDING, HOST, approval_decided
 
 pytestmark = pytest.mark.django_db
@@ -127,6 +122,6 @@ def test_an_ignored_revocation_is_written_at_the_databases_clock(monkeypatch):
     permit = _permit()
     _consume()
     database_says = timezone.now() - timedelta(minutes=7)
-    monkeypatch.setattr("approvals.services.db_now", lambda: database_says)
+    monkeypatch.setattr("approvals.services.permits.db_now", lambda: database_says)
     permit_mark_revoked(permit=permit, reason="too late", actor=ALICE)
     assert PermitEvent.objects.get(permit=permit, kind="revoke_ignored").at == database_says

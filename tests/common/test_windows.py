@@ -10,7 +10,7 @@ import pytest
 import time_machine
 from django.test import Client
 
-from approvals.services import refusal_window
+from approvals.services.permits import refusal_window
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from common.windows import CounterUnavailable, Window, window_count

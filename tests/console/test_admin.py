@@ -8,7 +8,7 @@ from django.contrib.messages import get_messages
 
 from approvals.actors import Actor
 from approvals.models import Approver
-from approvals.services import token_hash
+from approvals.services.approvers import token_hash
 from audit.models import AuditEvent
 from recovery.models import Host, Provider
 
@@ -188,7 +188,7 @@ def test_renaming_a_provider_in_the_admin_keeps_one_provider_and_its_permits(
     admin_client, http_provider
 ):
     from approvals.models import Approval, Permit
-    from approvals.services import Binding, approval_request, approval_resolve
+    from approvals.services.approvals import Binding, approval_request, approval_resolve
 
     binding = Binding("op-9", "payment.send", "payments", "sha256:" + "a" * 64)
     approval, _ = approval_request(binding=binding, requested_by=Actor("host", "1", "a"))

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pytest_django.live_server_helper import LiveServer
 
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
 from tests.support.celery_fixtures import queue_delete, test_database_url

@@ -24,7 +24,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from approvals.actors import Actor
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.models import AuditCheckpoint, AuditVerification
 from audit.verify import audit_verify
 from console.celery import app as celery_app

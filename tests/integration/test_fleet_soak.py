@@ -36,7 +36,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.verify import audit_verify
 from recovery.services.credentials import host_create
 from tests.procs.fleet import FleetSpec, fleet_run

@@ -30,7 +30,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from approvals.actors import Actor
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.chain import audit_append, audit_transaction
 from audit.models import AuditEvent
 from audit.verify import audit_verify

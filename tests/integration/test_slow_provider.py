@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from recovery.models import Evidence, LookupAttempt, Operation
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 
 from approvals.actors import COMMAND_LINE, Actor
 from approvals.models import Approval, Approver, Permit
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.models import AuditEvent
 from recovery.models import Operation
 from recovery.services.providers import provider_configure

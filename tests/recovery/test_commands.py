@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from approvals.models import Approver
-from approvals.services import token_hash
+from approvals.services.approvers import token_hash
 from audit.models import AuditEvent
 from recovery.models import Host, Provider
 

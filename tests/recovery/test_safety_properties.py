@@ -62,7 +62,8 @@ from hypothesis.stateful import (
 
 from approvals.actors import Actor
 from approvals.models import Permit, PermitEvent, ReconciliationRequest
-from approvals.services import Refusal, approver_create
+from approvals.services.approvers import approver_create
+from approvals.services.errors import Refusal
 from audit.models import AuditEvent
 from audit.verify import audit_verify
 from dbsql.clock import db_now

@@ -9,7 +9,7 @@ from guardian.shortcuts import assign_perm
 
 from approvals.actors import Actor
 from approvals.models import Approver
-from approvals.services import Binding, approval_request
+from approvals.services.approvals import Binding, approval_request
 from recovery import selectors
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission

@@ -18,7 +18,7 @@ from guardian.shortcuts import assign_perm
 
 from approvals.actors import Actor
 from approvals.models import Approval, Approver, ReconciliationRequest
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.models import AuditEvent
 from recovery.models import Operation, OperationClaim, Provider
 from recovery.permissions import ProviderPermission as P

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from approvals.actors import Actor
 from approvals.models import Approval
-from approvals.services import Binding, approval_resolve
+from approvals.services.approvals import Binding, approval_resolve
 
 HOST = Actor("host", "1", "a")
 BINDING = Binding(

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from django.core.management import call_command
 
-    from approvals.services import approver_create
+    from approvals.services.approvers import approver_create
     from recovery.services.credentials import host_create
     from recovery.services.providers import provider_configure
     from tests.support.celery_procs import beat_start, worker_start

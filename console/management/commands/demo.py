@@ -26,7 +26,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.actors import COMMAND_LINE
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from console.demo import fleet
 from recovery.models import (
     LOOKUP_IN_FLIGHT,
