@@ -61,6 +61,7 @@ from approvals import signing
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from bulk.items import bulk_confirm_many, bulk_item_run
 from bulk.models import BulkBatch, BulkItem
 from common.canonical import canonical_dumps, sha256_digest
@@ -278,10 +279,11 @@ def _refusal_record(
     batch_id: uuid.UUID, decision: str, actor: Actor, refusal: RecoveryError
 ) -> None:
     with audit_transaction():
-        audit_append(
+        refusal_append(
             kind=AuditKind.BULK_REFUSED,
+            code=refusal.code,
             actor=actor,
-            data={"batch": str(batch_id), "decision": decision, "code": refusal.code.value},
+            data={"batch": str(batch_id), "decision": decision},
         )
 
 

@@ -26,6 +26,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from common.errors import ErrorCode
 from common.windows import CounterUnavailable, Window, window_count
 from identity.audited import user_named
@@ -175,7 +176,7 @@ def sign_in_refused(
 ) -> None:
     """A single sign-on the identity provider allowed and Settle refused, or could not verify."""
     SIGN_INS.labels("sso", "refused").inc()
-    data: dict[str, Any] = {"code": str(code), **detail, "address": client_address(request)}
+    data: dict[str, Any] = {**detail, "address": client_address(request)}
     if claims is not None:
         data.update(
             idp=claims.idp,
@@ -185,7 +186,7 @@ def sign_in_refused(
             groups=claims.groups,
         )
     if _recordable(request, AuditKind.SIGN_IN_REFUSED, data):
-        audit_append(kind=AuditKind.SIGN_IN_REFUSED, actor=SIGN_IN, data=data)
+        refusal_append(kind=AuditKind.SIGN_IN_REFUSED, code=code, actor=SIGN_IN, data=data)
 
 
 @audit_transaction()
@@ -194,7 +195,6 @@ def passkey_hold_refused(request: HttpRequest, user: AbstractBaseUser, held_for:
     it posted; a page it asked for is only sent to the page that says why."""
     data: dict[str, Any] = {
         **user_named(user),
-        "code": str(ErrorCode.PASSKEY_REQUIRED),
         "held_for": held_for,  # the roles SETTLE_REQUIRE_PASSKEY_FOR names
         "method": request.method or "",
         # As asked, short of what a database's text cannot hold.
@@ -202,4 +202,9 @@ def passkey_hold_refused(request: HttpRequest, user: AbstractBaseUser, held_for:
         "address": client_address(request),
     }
     if _recordable(request, AuditKind.PASSKEY_HOLD_REFUSED, data):
-        audit_append(kind=AuditKind.PASSKEY_HOLD_REFUSED, actor=Actor.of("user", user), data=data)
+        refusal_append(
+            kind=AuditKind.PASSKEY_HOLD_REFUSED,
+            code=ErrorCode.PASSKEY_REQUIRED,
+            actor=Actor.of("user", user),
+            data=data,
+        )

@@ -39,8 +39,9 @@ from fido2.webauthn import (
 
 from approvals.actors import Actor
 from approvals.signing import SignatureInvalid, assertion_verify, challenge_of
-from audit.chain import audit_append, audit_transaction
+from audit.chain import audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from common.errors import ErrorCode, SettleError
 from identity.models import PasskeyUse
 from identity.passkeys import passkey_credential
@@ -151,8 +152,7 @@ def signature_refusal_record(
     data: dict[str, str] = {
         "kind": str(statement.get("kind", "")),
         "decision": str(statement.get("decision", "")),
-        "code": refusal.code.value,
-        "reason": str(refusal.extra.get("reason", "")) or refusal.message,
+        "message": str(refusal.extra.get("reason", "")) or refusal.message,
         **{
             name: str(statement[name])
             for name in ("approval_id", "request_id", "batch_id")
@@ -164,7 +164,13 @@ def signature_refusal_record(
     with audit_transaction():
         operation = Operation.objects.filter(key=key).first() if key else None
         locked = operation_lock(operation) if operation is not None else None
-        audit_append(kind=AuditKind.SIGNATURE_REFUSED, operation=locked, actor=actor, data=data)
+        refusal_append(
+            kind=AuditKind.SIGNATURE_REFUSED,
+            code=refusal.code,
+            operation=locked,
+            actor=actor,
+            data=data,
+        )
 
 
 @transaction.atomic

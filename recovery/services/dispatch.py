@@ -16,6 +16,7 @@ from approvals.services.errors import Refusal
 from approvals.services.permits import ConsumeResult, Recorded, permit_consume, permit_refusal
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from common.errors import ErrorCode
 from dbsql.rows import select_first_at
 from dbsql.writes import insert, save_fields
@@ -100,15 +101,14 @@ def refusal_audit(
     a refusal counted in an open summary adds none.
     """
     permit_id = str(result.permit.id) if result.permit else ""
-    data: dict[str, object] = {"reason": result.refusal, "permit_id": permit_id, "worker": worker}
     if result.closed is not None:
         closed = result.closed
-        audit_append(
+        refusal_append(
             kind=AuditKind.CONSUME_REFUSED,
+            code=result.refusal,
             operation=operation,
             actor=actor,
             data={
-                "reason": result.refusal,
                 "permit_id": permit_id,
                 "counted": closed["count"],
                 "first_at": closed["first_at"],
@@ -118,10 +118,17 @@ def refusal_audit(
         )
     if result.recorded == Recorded.COUNTED:
         return
+    data: dict[str, object] = {"permit_id": permit_id, "worker": worker}
     if result.recorded == Recorded.SUMMARY:
         assert result.window is not None
         data["summary_from"], data["summary_until"] = (t.isoformat() for t in result.window)
-    audit_append(kind=AuditKind.CONSUME_REFUSED, operation=operation, actor=actor, data=data)
+    refusal_append(
+        kind=AuditKind.CONSUME_REFUSED,
+        code=result.refusal,
+        operation=operation,
+        actor=actor,
+        data=data,
+    )
 
 
 def _dispatch_for_token(

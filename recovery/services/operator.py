@@ -21,6 +21,7 @@ from django.utils import timezone
 from approvals.actors import Actor
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from common.errors import ErrorCode
 from recovery.models import LookupAttempt, Operation, OperationClaim
 from recovery.permissions import ProviderPermission
@@ -51,11 +52,12 @@ class OperatorRefusals(RefusalsCommitted):
     def append(self, error: RecoveryError, *, locked: Operation | None = None) -> None:
         """The ``operator_refused`` event, on the locked operation's chain."""
         operation = self.operation if locked is None else locked
-        audit_append(
+        refusal_append(
             kind=AuditKind.OPERATOR_REFUSED,
+            code=error.code,
             operation=operation,
             actor=self.actor,
-            data={"action": self.action, "code": error.code, "version": operation.version},
+            data={"action": self.action, "version": operation.version},
         )
 
     def refuse(self, error: RecoveryError) -> NoReturn:

@@ -25,6 +25,7 @@ from approvals.services.errors import ApprovalError
 from approvals.services.permits import permit_mark_revoked
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from common.errors import ErrorCode
 from policies.services import Terms, approval_terms
 from recovery.models import (
@@ -295,11 +296,12 @@ class _DecisionRefusal:
     def __call__(
         self, code: ErrorCode, message: str, data: dict[str, Any], **detail: Any
     ) -> NoReturn:
-        audit_append(
+        refusal_append(
             kind=AuditKind.DECISION_REFUSED,
+            code=code,
             operation=self.operation,
             actor=self.actor,
-            data={"approval_id": str(self.approval_id), "reason": code.value, **data},
+            data={"approval_id": str(self.approval_id), **data},
         )
         raise RecoveryError(code, message, **detail)
 
