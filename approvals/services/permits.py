@@ -238,7 +238,8 @@ def permit_mark_revoked(*, permit: Permit, reason: str, actor: Actor) -> bool:
         permit=permit,
         kind=PermitEvent.Kind.REVOKE_IGNORED,
         actor=actor,
-        at=db_now(),
+        # Read by the INSERT itself: no statement of its own on the revocation's path.
+        at=DatabaseNow(),
         detail={"reason": reason, "status": permit.status},
     )
     return False

@@ -6,7 +6,8 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import DateTimeField
 from django.utils import timezone
 
 from approvals.actors import Actor
@@ -15,6 +16,7 @@ from approvals.selectors import permit_history
 from approvals.services.approvals import Binding, approval_request
 from approvals.services.errors import ApprovalError, Refusal
 from approvals.services.permits import permit_consume, permit_mark_revoked
+from dbsql.clock import Clock
 from tests.support.approvals import BINDING, HOST, approval_decided
 
 pytestmark = pytest.mark.django_db
@@ -122,6 +124,7 @@ def test_an_ignored_revocation_is_written_at_the_databases_clock(monkeypatch):
     permit = _permit()
     _consume()
     database_says = timezone.now() - timedelta(minutes=7)
-    monkeypatch.setattr("approvals.services.permits.db_now", lambda: database_says)
+    param = DateTimeField().get_db_prep_value(database_says, connection)
+    monkeypatch.setattr("dbsql.clock.clock", lambda: Clock("%s", (param,), database_says))
     permit_mark_revoked(permit=permit, reason="too late", actor=ALICE)
     assert PermitEvent.objects.get(permit=permit, kind="revoke_ignored").at == database_says
