@@ -9,7 +9,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from approvals.models import Approval, ApprovalNotice, Permit, PermitEvent
-from approvals.services import ApprovalError, approver_create
+from approvals.services.approvers import approver_create
+from approvals.services.errors import ApprovalError
 from common.actors import Actor
 from common.admin import ReadOnlyAdmin
 

@@ -52,7 +52,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from approvals.services import approver_create  # noqa: E402
+from approvals.services.approvers import approver_create  # noqa: E402
 from bench.api_postgres import (  # noqa: E402
     analyze,
     pgbench_inserts,

@@ -42,7 +42,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from approvals.services import approver_create  # noqa: E402
+from approvals.services.approvers import approver_create  # noqa: E402
 from bench.api_postgres import analyze, scratch_database  # noqa: E402
 from bench.api_postgres import connection as db  # noqa: E402
 from harness.fleet.run import FleetSpec, fleet_run  # noqa: E402

@@ -50,6 +50,7 @@ from django.utils import timezone
 
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from bulk.models import BulkBatch, BulkItem
 from bulk.running import bulk_counts, bulk_lease_until, bulk_publish_later
 from common import statements
@@ -63,8 +64,8 @@ from recovery.selectors import provider_permissions_all, providers_supervised
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound, RecoveryError
 from recovery.services.reconcile import DECISION_PERMISSIONS
+from recovery.services.refusals import RefusalsCommitted
 from recovery.services.signed import signed_decision_check
-from recovery.services.stale_signals import refusals_committed
 
 Action = BulkBatch.Action
 Status = BulkBatch.Status
@@ -211,7 +212,7 @@ def bulk_decide(
     reason = reason.strip()
     now = timezone.now()
     decision = "approve" if approve else "reject"
-    with refusals_committed(then=lambda error: _refusal_record(batch_id, decision, actor, error)):
+    with RefusalsCommitted(then=lambda error: _refusal_record(batch_id, decision, actor, error)):
         batch = BulkBatch.objects.select_for_update().filter(pk=batch_id).first()
         if batch is None:
             raise NotFound(ErrorCode.UNKNOWN_BATCH, "no such batch")
@@ -263,10 +264,11 @@ def _refusal_record(
     batch_id: uuid.UUID, decision: str, actor: Actor, refusal: RecoveryError
 ) -> None:
     with audit_transaction():
-        audit_append(
+        refusal_append(
             kind=AuditKind.BULK_REFUSED,
+            code=refusal.code,
             actor=actor,
-            data={"batch": str(batch_id), "decision": decision, "code": refusal.code.value},
+            data={"batch": str(batch_id), "decision": decision},
         )
 
 

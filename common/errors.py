@@ -80,7 +80,7 @@ class ErrorCode(StrEnum):
     PROPOSER_EXCLUDED = "proposer_excluded", 403, "the proposer may not decide it", True
     NOT_IN_GROUP = "not_in_group", 403, "it needs a person from other groups", True
     PASSKEY_REQUIRED = "passkey_required", 403, "this decision must be signed with a passkey", True
-    # a permit's consumption refused (approvals.services.Refusal)
+    # a permit's consumption refused (approvals.services.errors.Refusal)
     NOT_AUTHORIZED = "not_authorized", 409, "no permit authorises this", True
     ACTION_MISMATCH = "action_mismatch", 409, "the permit is for another action", True
     EXPIRED = "expired", 409, "the permit has expired", True

@@ -9,22 +9,12 @@ from django.utils.functional import SimpleLazyObject
 
 from audit.alarms import audit_alarms_open
 from audit.models import AuditAlarm
-from recovery.selectors import UserRoles, audit_alarms_for_user, user_roles
-
-
-def _roles(request: HttpRequest) -> UserRoles:
-    """What the user is, for what the pages offer them (``user_roles``).
-
-    Asked once per request (the answer is kept on it), by whichever the page reads
-    first, or by the passkey middleware before them: one statement for all of them.
-    """
-    if not hasattr(request, "_settle_roles"):
-        request._settle_roles = user_roles(user=request.user)  # type: ignore[attr-defined]
-    return request._settle_roles  # type: ignore[attr-defined,no-any-return]
+from console.views.access import request_roles
+from recovery.selectors import audit_alarms_for_user
 
 
 def _supervising(request: HttpRequest) -> bool:
-    return _roles(request).supervises
+    return request_roles(request).supervises
 
 
 def _alarms_for(request: HttpRequest) -> list[AuditAlarm]:
@@ -51,8 +41,8 @@ def supervises(request: HttpRequest) -> dict[str, Any]:
     """``supervises``: whether the navigation offers the dashboard.
 
     The supervisors of the audit trail are the dashboard's (the supervisor role's own
-    permission on a provider, or a superuser). The dashboard's view checks again:
-    hiding a link is not a permission.
+    permission on a provider, or a superuser). The dashboard's view asks the same
+    answer itself: hiding a link is not a permission.
     """
     return {"supervises": SimpleLazyObject(lambda: _supervising(request))}
 
@@ -63,11 +53,11 @@ def decides(request: HttpRequest) -> dict[str, Any]:
     Read with ``supervises``, in its statement. The inbox lists only what the user may
     decide whatever the link says.
     """
-    return {"decides": SimpleLazyObject(lambda: _roles(request).decides)}
+    return {"decides": SimpleLazyObject(lambda: request_roles(request).decides)}
 
 
 def acts(request: HttpRequest) -> dict[str, Any]:
     """``acts``: whether the queue offers its selection and bulk actions (a viewer's
     batch could only be refused). Read with ``supervises``, in its statement; the bulk
     service checks each item's own permission whatever the page offered."""
-    return {"acts": SimpleLazyObject(lambda: _roles(request).acts)}
+    return {"acts": SimpleLazyObject(lambda: request_roles(request).acts)}

@@ -19,15 +19,16 @@ from allauth.account.authentication import get_authentication_records
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
-from django.core.cache import cache
 from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils import timezone
 
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from common.actors import Actor
 from common.errors import ErrorCode
+from common.windows import CounterUnavailable, Window, window_count
 from identity.audited import user_named
 from identity.metrics import BREAK_GLASS_SIGN_INS, SIGN_INS
 from identity.oidc import SsoClaims
@@ -134,15 +135,13 @@ def _signed_out_reason(request: HttpRequest) -> dict[str, str]:
 
 def _recordable(request: HttpRequest, kind: str, data: dict[str, Any]) -> bool:
     """Whether this address may still put a failure on the log in this minute."""
-    minute = int(timezone.now().timestamp() // 60)
-    key = f"identity:failures:{client_address(request)}:{minute}"
+    window = Window.at(timezone.now(), settings.SETTLE_REFUSAL_WINDOW_SECONDS)
     try:
-        cache.add(key, 0, timeout=120)
-        count = cache.incr(key)
-    except Exception:  # the cache is down: record, as before the cache was there
+        count = window_count(name=f"identity:failures:{client_address(request)}", window=window)
+    except CounterUnavailable:  # no counter: every failure goes on the record
         log.exception("sign-in failure counter unavailable")
         return True
-    if int(count) <= settings.SETTLE_REFUSALS_RECORDED_PER_MINUTE:
+    if count <= settings.SETTLE_REFUSALS_RECORDED_PER_MINUTE:
         return True
     log.warning("%s not recorded (this address's limit a minute): %s", kind, data)
     return False
@@ -177,7 +176,7 @@ def sign_in_refused(
 ) -> None:
     """A single sign-on the identity provider allowed and Settle refused, or could not verify."""
     SIGN_INS.labels("sso", "refused").inc()
-    data: dict[str, Any] = {"code": str(code), **detail, "address": client_address(request)}
+    data: dict[str, Any] = {**detail, "address": client_address(request)}
     if claims is not None:
         data.update(
             idp=claims.idp,
@@ -187,7 +186,7 @@ def sign_in_refused(
             groups=claims.groups,
         )
     if _recordable(request, AuditKind.SIGN_IN_REFUSED, data):
-        audit_append(kind=AuditKind.SIGN_IN_REFUSED, actor=SIGN_IN, data=data)
+        refusal_append(kind=AuditKind.SIGN_IN_REFUSED, code=code, actor=SIGN_IN, data=data)
 
 
 @audit_transaction()
@@ -196,7 +195,6 @@ def passkey_hold_refused(request: HttpRequest, user: AbstractBaseUser, held_for:
     it posted; a page it asked for is only sent to the page that says why."""
     data: dict[str, Any] = {
         **user_named(user),
-        "code": str(ErrorCode.PASSKEY_REQUIRED),
         "held_for": held_for,  # the roles SETTLE_REQUIRE_PASSKEY_FOR names
         "method": request.method or "",
         # As asked, short of what a database's text cannot hold.
@@ -204,4 +202,9 @@ def passkey_hold_refused(request: HttpRequest, user: AbstractBaseUser, held_for:
         "address": client_address(request),
     }
     if _recordable(request, AuditKind.PASSKEY_HOLD_REFUSED, data):
-        audit_append(kind=AuditKind.PASSKEY_HOLD_REFUSED, actor=Actor.of("user", user), data=data)
+        refusal_append(
+            kind=AuditKind.PASSKEY_HOLD_REFUSED,
+            code=ErrorCode.PASSKEY_REQUIRED,
+            actor=Actor.of("user", user),
+            data=data,
+        )

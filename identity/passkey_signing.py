@@ -37,8 +37,9 @@ from fido2.webauthn import (
     UserVerificationRequirement,
 )
 
-from audit.chain import audit_append, audit_transaction
+from audit.chain import audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from common.actors import Actor
 from common.errors import ErrorCode, SettleError
 from common.statements import challenge_of
@@ -152,8 +153,7 @@ def signature_refusal_record(
     data: dict[str, str] = {
         "kind": str(statement.get("kind", "")),
         "decision": str(statement.get("decision", "")),
-        "code": refusal.code.value,
-        "reason": str(refusal.extra.get("reason", "")) or refusal.message,
+        "message": str(refusal.extra.get("reason", "")) or refusal.message,
         **{
             name: str(statement[name])
             for name in ("approval_id", "request_id", "batch_id")
@@ -165,7 +165,13 @@ def signature_refusal_record(
     with audit_transaction():
         operation = Operation.objects.filter(key=key).first() if key else None
         locked = operation_lock(operation) if operation is not None else None
-        audit_append(kind=AuditKind.SIGNATURE_REFUSED, operation=locked, actor=actor, data=data)
+        refusal_append(
+            kind=AuditKind.SIGNATURE_REFUSED,
+            code=refusal.code,
+            operation=locked,
+            actor=actor,
+            data=data,
+        )
 
 
 @transaction.atomic

@@ -78,7 +78,7 @@ CONDITION = re.compile(r"\s*(/\S*|)\s+(==|!=|<=|>=|<|>|not in|in|matches)\s+(.+?
 # Every duration the file names is at most this: far enough for any real rule, near
 # enough that now + it is a date (a million days is not).
 MAX_DURATION = timedelta(days=366)
-MAX_PERMIT_TTL = timedelta(days=7)  # approvals.services.MAX_TTL_SECONDS
+MAX_PERMIT_TTL = timedelta(days=7)  # approvals.services.approvals.MAX_TTL_SECONDS
 
 
 class PolicyError(ValueError):

@@ -20,8 +20,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from approvals import services as approvals
 from approvals.models import Approval, Approver
+from approvals.services.approvers import approver_authenticate
 from common.actors import Actor
 from common.canonical import CanonicalError, strict_loads
 from common.credentials import token_kind
@@ -88,7 +88,7 @@ def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
         # Each kind of token carries its prefix, so one lookup finds its owner.
         host = approver = None
         if token_kind(token) == "approver":
-            approver = approvals.approver_authenticate(token=token)
+            approver = approver_authenticate(token=token)
         else:
             host = credentials.host_authenticate(token=token)
         if host is not None:
@@ -293,7 +293,7 @@ def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonR
 
 
 @api_view(methods=("POST",), auth=("approver", "user"))
-def approval_decision(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
+def approval_decision_view(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
     pk = _uuid(approval_id, ErrorCode.UNKNOWN_APPROVAL)
     body = _parse(request, contract.DecisionRequest)
     # The service decides who may: an approver within its scope, a user with the right.
@@ -327,7 +327,7 @@ def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> J
 
 
 @api_view(methods=("POST",), auth=("host", "approver"))
-def permit_revoke(request: HttpRequest, caller: Caller, permit_id: str) -> JsonResponse:
+def permit_revoke_view(request: HttpRequest, caller: Caller, permit_id: str) -> JsonResponse:
     pk = _uuid(permit_id, ErrorCode.UNKNOWN_PERMIT)
     body = _parse(request, contract.RevokeRequest)
     # A host may revoke only its own operations' permits; an approver those in its scope.

@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from approvals.services import MAX_TTL_SECONDS
+from approvals.services.approvals import MAX_TTL_SECONDS
 from common.canonical import MAX_DEPTH, MAX_PARAMS_BYTES, MAX_SAFE_INTEGER
 from common.errors import ErrorCode, SettleError
 from recovery.models import State

@@ -272,6 +272,33 @@ class Dispatch(Leased, models.Model):
         return cls.objects.filter(operation=operation).first()
 
 
+def receipt_stranded(*, state: str, receipt_status: str | None) -> bool:
+    """Whether a receipt is stranded: still running while its operation is past
+    ``dispatched``, so that no worker will report it.
+
+    The queue's mark, the operation page's badge and the decisions' test alike;
+    ``receipt_running_sql`` is the running half of it in a statement, whose own
+    condition on the state is the other.
+    """
+    return receipt_status == Dispatch.ReceiptStatus.RUNNING and state != State.DISPATCHED
+
+
+def receipt_running_sql(row: str, *, value: bool = False) -> str:
+    """SQL: whether the receipt of the operation row ``row`` (an alias) is still running.
+
+    As a condition (the default), a scalar read of the ``receipt_running`` index alone,
+    row by row: the planner makes an EXISTS a join, which hashes every running receipt
+    before the first row. As a ``value`` to write, an EXISTS: true or false, never NULL.
+    """
+    found = (
+        f"FROM {Dispatch._meta.db_table} d WHERE d.operation_id = {row}.id"
+        f" AND d.receipt_status = '{Dispatch.ReceiptStatus.RUNNING.value}'"
+    )
+    if value:
+        return f"EXISTS (SELECT 1 {found})"
+    return f"(SELECT d.operation_id {found} LIMIT 1) = {row}.id"
+
+
 def claim_cutoff(now: datetime | None = None) -> datetime:
     """Claims last touched before this have lapsed: the one statement of that rule."""
     idle = timedelta(minutes=settings.SETTLE_CLAIM_IDLE_MINUTES)

@@ -1,11 +1,9 @@
 """The host API's rate limit per credential, counted in the shared cache.
 
 A fixed window of ``SETTLE_HOST_RATE_BURST / SETTLE_HOST_RATE_PER_SECOND`` seconds
-holds at most ``SETTLE_HOST_RATE_BURST`` requests of one credential: the counter is one
-cache key per credential and window, created with ``add`` and counted with ``incr``,
-both atomic on Redis, so every gunicorn worker on every machine counts against the same
-limit. It is the scheme django-ratelimit uses, written out here because the API must
-say when to come back (``Retry-After``) and must fail open.
+holds at most ``SETTLE_HOST_RATE_BURST`` requests of one credential, counted by
+``common.windows`` (shared by every worker on every machine); the window's end is when
+to come back (``Retry-After``).
 
 Failing open: a cache that errors or does not answer lets the request through, logged,
 and never as a refusal of the permit (the limit protects the record, not the safety
@@ -19,7 +17,9 @@ import math
 import time
 
 from django.conf import settings
-from django.core.cache import caches
+from django.utils import timezone
+
+from common.windows import CounterUnavailable, Window, window_count
 
 logger = logging.getLogger("settle.api")
 
@@ -39,17 +39,11 @@ def rate_limit_wait(*, credential: str) -> int:
     global _skip_until
     if rate <= 0 or time.monotonic() < _skip_until:
         return 0
-    window = max(1, math.ceil(burst / rate))
-    now = time.time()
-    start = int(now // window) * window
-    key = f"host-rate:{credential}:{start}"
+    now = timezone.now()
+    window = Window.at(now, max(1, math.ceil(burst / rate)))
     try:
-        cache = caches["default"]
-        cache.add(key, 0, timeout=window + 1)
-        count = cache.incr(key)
-    except ValueError:
-        return 0  # the window's key expired between add and incr: a new window began
-    except Exception:
+        count = window_count(name=f"host-rate:{credential}", window=window)
+    except CounterUnavailable:
         _skip_until = time.monotonic() + SKIP_SECONDS
         logger.warning(
             "rate limit skipped for %g s: the cache did not answer", SKIP_SECONDS, exc_info=True
@@ -57,4 +51,4 @@ def rate_limit_wait(*, credential: str) -> int:
         return 0
     if count <= burst:
         return 0
-    return max(1, math.ceil(start + window - now))
+    return window.seconds_left(now)

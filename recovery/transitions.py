@@ -24,7 +24,7 @@ from audit.models import AuditEvent
 from common.actors import Actor
 from dbsql.writes import update, values_update
 from recovery.changes import OperationChange, changes_record
-from recovery.models import Operation, State
+from recovery.models import Operation, State, receipt_running_sql
 
 
 class Event:
@@ -87,15 +87,6 @@ class TransitionRefused(Exception):
         self.version = operation.version
         self.event = event
         self.reason = reason
-
-
-# ``Operation.receipt_running`` as the row's own UPDATE finds it, for a change whose
-# fields do not set it: whether the operation's receipt is running (any write to it
-# earlier in this transaction included).
-_RECEIPT_RUNNING = (
-    "EXISTS (SELECT 1 FROM recovery_dispatch d WHERE d.operation_id = {row}.id"
-    " AND d.receipt_status = 'running')"
-)
 
 
 def next_state(state: str, event: str) -> str | None:
@@ -197,10 +188,12 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
                 "updated_at": "v.updated_at",
                 "audit_seq": "v.audit_seq",
                 "audit_hash": "v.audit_hash",
+                # ``Operation.receipt_running`` as the row's own UPDATE finds it, unless the
+                # change sets it (a write to the receipt earlier in this transaction included).
                 **(
                     {}
                     if "receipt_running" in names
-                    else {"receipt_running": _RECEIPT_RUNNING.format(row="t")}
+                    else {"receipt_running": receipt_running_sql("t", value=True)}
                 ),
                 **{name: f"v.{name}" for name in names},
             },
@@ -233,10 +226,11 @@ def _transition_row(change: Change, actor: Actor) -> None:
         values={"state": target, "updated_at": timezone.now(), **head, **change.fields},
         expressions={
             "version": '"version" + 1',
+            # As ``operation_transition_many`` writes it.
             **(
                 {}
                 if "receipt_running" in change.fields
-                else {"receipt_running": _RECEIPT_RUNNING.format(row="recovery_operation")}
+                else {"receipt_running": receipt_running_sql(Operation._meta.db_table, value=True)}
             ),
         },
     )

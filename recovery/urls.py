@@ -15,7 +15,7 @@ urlpatterns = [
     path("v1/operations/<str:key>/result", api.operation_result),
     path("v1/operations/<str:key>/resume", api.operation_resume),
     path("v1/approvals/<str:approval_id>", api.approval_detail),
-    path("v1/approvals/<str:approval_id>/decision", api.approval_decision),
-    path("v1/permits/<str:permit_id>/revoke", api.permit_revoke),
+    path("v1/approvals/<str:approval_id>/decision", api.approval_decision_view),
+    path("v1/permits/<str:permit_id>/revoke", api.permit_revoke_view),
     path("v1/providers/<str:name>/callbacks", api.provider_callbacks),
 ]

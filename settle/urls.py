@@ -49,7 +49,7 @@ urlpatterns = [
     path("operations/<key:key>/lookup", operations.operation_lookup, name="operation-lookup"),
     path(
         "operations/<key:key>/permits/<str:permit_id>/history",
-        operations.permit_history,
+        operations.permit_history_view,
         name="operation-permit-history",
     ),
     *(
@@ -67,7 +67,11 @@ urlpatterns = [
     ),
     path("approvals/", approvals.approvals, name="approvals"),
     path("approvals/<uuid:approval_id>/", approvals.approval_detail, name="approval"),
-    path("approvals/<uuid:approval_id>/decide", approvals.approval_decide, name="approval-decide"),
+    path(
+        "approvals/<uuid:approval_id>/decide",
+        approvals.approval_decide_view,
+        name="approval-decide",
+    ),
     path("approvals/<uuid:approval_id>/sign", approvals.approval_sign, name="approval-sign"),
     path("reconciliations/", reconcile.reconciliations, name="reconciliations"),
     path(

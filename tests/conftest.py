@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from harness.providers import sqlite_provider_init
 from recovery.models import Host, Provider
 from recovery.services.credentials import host_create

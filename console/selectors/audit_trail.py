@@ -1,7 +1,7 @@
 """The audit trail a console user may read: its filters, pages, export and health.
 
 The chains of the operations of the providers the user may view, and for supervisors
-(``recovery.selectors.access.audit_supervisor``) the system chain. What people do with
+(``recovery.selectors.access.supervises_any_provider``) the system chain. What people do with
 the log itself (export records, resolving alarms) is ``console.services.audit_trail``.
 """
 
@@ -19,7 +19,7 @@ from django.db.models import Q, QuerySet
 from audit.hashing import SYSTEM_CHAIN
 from audit.models import AuditCheckpoint, AuditEvent, AuditVerification
 from recovery.models import Operation
-from recovery.selectors.access import audit_supervisor, providers_visible_to
+from recovery.selectors.access import providers_visible_to, supervises_any_provider
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def _audit_branches(*, user: Any, filters: AuditFilters) -> list[QuerySet[AuditE
     provider_ids = list(visible.values_list("pk", flat=True))
     operations = Operation.objects.filter(provider__in=provider_ids).values("key")
     branches = [AuditEvent.objects.filter(operation_key__in=operations)]
-    if not filters.provider and not filters.key and audit_supervisor(user=user):
+    if not filters.provider and not filters.key and supervises_any_provider(user=user):
         branches.append(AuditEvent.objects.filter(operation_key=SYSTEM_CHAIN))
     return [_audit_filtered(events, filters) for events in branches]
 
@@ -90,7 +90,7 @@ def audit_events_for_user(
     """One page of the audit trail ``user`` may read, newest first.
 
     The events of operations of the providers ``user`` may view, and for supervisors
-    (``audit_supervisor``) the system chain. Keyset pagination on id: no OFFSET, no
+    (``supervises_any_provider``) the system chain. Keyset pagination on id: no OFFSET, no
     COUNT; one row beyond ``limit`` says whether there is a next page.
     """
     rows: list[AuditEvent] = []
@@ -141,5 +141,5 @@ def audit_health_for_user(*, user: Any) -> AuditHealth:
         verification=AuditVerification.objects.order_by("-at", "-id").first(),
         # Not its heads: a first checkpoint's names every chain of the log.
         checkpoint=AuditCheckpoint.objects.defer("heads", "broken").order_by("-number").first(),
-        problem_visible=audit_supervisor(user=user),
+        problem_visible=supervises_any_provider(user=user),
     )

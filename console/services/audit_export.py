@@ -36,7 +36,7 @@ from common.canonical import canonical_dumps
 from common.errors import ErrorCode
 from console.models import AuditExport
 from console.selectors.audit_trail import AuditFilters, audit_events_export_for_user
-from recovery.selectors import audit_supervisor, providers_visible_to
+from recovery.selectors import providers_visible_to, supervises_any_provider
 from recovery.services.errors import Forbidden, Invalid, NotFound
 
 logger = logging.getLogger("settle.audit")
@@ -156,7 +156,7 @@ def audit_export_request(
             export_format=export_format,
             filters=_filters_stored(filters),
             providers=providers,
-            system_chain=audit_supervisor(user=user),
+            system_chain=supervises_any_provider(user=user),
         )
         audit_append(
             kind=AuditKind.AUDIT_EXPORTED,
@@ -233,7 +233,7 @@ def audit_export_for_user(*, user: Any, export_id: Any) -> AuditExport:
     visible = set(providers_visible_to(user=user).values_list("name", flat=True))
     if not set(export.providers) <= visible:
         raise Forbidden("this export holds events of providers you no longer view")
-    if export.system_chain and not audit_supervisor(user=user):
+    if export.system_chain and not supervises_any_provider(user=user):
         raise Forbidden("this export holds the system chain, which you no longer supervise")
     return export
 

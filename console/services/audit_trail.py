@@ -16,7 +16,7 @@ from audit.kinds import AuditKind
 from audit.models import AuditAlarm
 from common.actors import Actor
 from common.errors import ErrorCode
-from recovery.selectors import audit_alarms_for_user, audit_supervisor
+from recovery.selectors import audit_alarms_for_user, supervises_any_provider
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound
 
@@ -46,13 +46,13 @@ def audit_export_record(
 def audit_alarm_resolve(*, actor: Actor, alarm_id: int, resolution: str) -> AuditAlarm:
     """Mark an open alarm resolved by a supervisor, saying what was done; on the record.
 
-    Only a supervisor (``audit_supervisor``) may, and only an alarm they may see
+    Only a supervisor (``supervises_any_provider``) may, and only an alarm they may see
     (``audit_alarms_for_user``: their providers' chains and the system chain); another
     provider's is not found. Resolving changes no event; a chain still broken raises a
     new alarm when it next moves.
     """
     user = actor_user(actor)
-    if user is None or not audit_supervisor(user=user):
+    if user is None or not supervises_any_provider(user=user):
         raise Forbidden("only a supervisor may resolve audit alarms")
     resolution = resolution.strip()
     if not resolution:

@@ -27,7 +27,7 @@ from django.utils import timezone
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from console.models import DashboardRefresh, DashboardRollup, DashboardWaiting
-from recovery.models import UNSETTLED_STATES, Dispatch, Operation, State
+from recovery.models import RECEIPT_MAY_RUN_STATES, UNSETTLED_STATES, Dispatch, Operation, State
 from recovery.selectors.queue import QUEUE_AGES
 from recovery.transitions import Event
 from recovery.vocabulary import WaitReason
@@ -100,7 +100,7 @@ def _waiting_snapshot(now: datetime) -> int:
         )
     settled = (
         Dispatch.objects.filter(receipt_status=Dispatch.ReceiptStatus.RUNNING)
-        .exclude(operation__state__in=[State.DISPATCHED, *UNSETTLED_STATES])
+        .exclude(operation__state__in=RECEIPT_MAY_RUN_STATES)
         .values_list("operation", "operation__provider", "lease_expires_at")
     )
     for pk, provider, lapsed in settled.iterator(chunk_size=_BATCH):

@@ -15,7 +15,6 @@ from django.utils.dateparse import parse_datetime
 from django.utils.http import RFC3986_SUBDELIMS
 from django.utils.safestring import SafeString, mark_safe
 
-from recovery.models import Dispatch
 from recovery.selectors import QUEUE_COUNT_CAP, QUEUE_REASONS, QueueRow
 
 register = template.Library()
@@ -151,7 +150,7 @@ def queue_rows(rows: list[QueueRow], pickable: bool = True) -> SafeString:
                 action=escape(row.action),
                 provider=escape(row.provider),
                 state=escape(row.state),
-                stranded=_STRANDED if row.receipt_status == Dispatch.ReceiptStatus.RUNNING else "",
+                stranded=_STRANDED if row.receipt_stranded else "",
                 reason=escape(queue_reason(row)),
                 waiting=_time_element(row.updated_at, now),
                 lookup=lookup,

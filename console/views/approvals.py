@@ -6,7 +6,6 @@ import uuid
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
@@ -23,19 +22,16 @@ from console.selectors.approvals import (
     approvals_inbox,
     operations_earlier,
 )
-from console.views.access import refusal_status_raise
+from console.views.access import approval_access, refusal_status_raise
 from console.views.signing import json_refusal, signed_record, signing_begin
 from identity.selectors import passkey_held
-from recovery.models import Operation, Provider
+from recovery.models import Operation
 from recovery.params_diff import params_rows
 from recovery.permissions import ProviderPermission
 from recovery.selectors import (
-    approval_for_caller,
     approval_needs,
-    provider_permissions,
     providers_for_user,
 )
-from recovery.services.errors import NotFound
 from recovery.services.permits import approval_decision, approval_subject
 
 # How long the permit an approval issues may wait for its dispatch.
@@ -69,19 +65,11 @@ def approvals(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-def _approval_for_viewer(request: HttpRequest, approval_id: uuid.UUID) -> Approval:
-    """The approval if this user may see it (view or decide on its provider); else 404."""
-    try:
-        return approval_for_caller(approval_id=approval_id, user=request.user)
-    except NotFound:
-        raise Http404("no such approval") from None
-
-
 @login_required
 @require_safe
 def approval_detail(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
     """Exactly what would run, what the policy asked, who has decided, and the form."""
-    approval = _approval_for_viewer(request, approval_id)
+    approval = approval_access(request, approval_id)
     operation = (
         Operation.objects.filter(key=approval.operation_key)
         .select_related("host", "provider")
@@ -119,7 +107,7 @@ def approval_sign(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
     The statement (what is decided, by whom, a nonce and the time) is made here and kept
     until the signed answer comes back with the decision (``console.views.signing``).
     """
-    approval = _approval_for_viewer(request, approval_id)
+    approval = approval_access(request, approval_id)
     decision = request.POST.get("decision", "")
     if decision not in ("approve", "deny"):
         return json_refusal(ErrorCode.INVALID_FIELD, "decision: approve or deny")
@@ -153,17 +141,12 @@ def _outcome(approval: Approval, approve: bool, issued: bool) -> str:
 
 @login_required
 @require_POST
-def approval_decide(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
+def approval_decide_view(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
     """Approve or deny the exact action the page showed (its digest), with a reason."""
-    approval = _approval_for_viewer(request, approval_id)
+    # One who may only view gets 403 however the form was filled.
+    approval = approval_access(request, approval_id, permission=ProviderPermission.DECIDE_APPROVALS)
     form = ApprovalDecisionForm(request.POST)
     if not form.is_valid():
-        # One who may only view gets 403 however the form was filled, as the service
-        # would answer them.
-        provider = Provider.objects.get(name=approval.provider)
-        held = provider_permissions(user=request.user, provider=provider)
-        if ProviderPermission.DECIDE_APPROVALS not in held:
-            raise PermissionDenied("you may not decide this provider's approvals")
         if "reason" in form.errors:
             messages.error(request, "Nothing was decided: give a reason to deny.")
         else:

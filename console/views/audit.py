@@ -32,7 +32,7 @@ from console.services.audit_trail import (
     audit_export_record,
 )
 from console.views.access import refusal_status_raise
-from recovery.selectors import audit_alarms_for_user, audit_supervisor, providers_visible_to
+from recovery.selectors import audit_alarms_for_user, providers_visible_to, supervises_any_provider
 from recovery.services.errors import NotFound, RecoveryError
 
 PAGE_SIZE = 50
@@ -58,7 +58,7 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
     )
     cursor = str(page.next_after) if page.next_after is not None else None
     queries = page_queries(request.GET, cursor)
-    supervisor = audit_supervisor(user=request.user)
+    supervisor = supervises_any_provider(user=request.user)
     context = {
         "alarms": (
             list(audit_alarms_for_user(user=request.user).filter(resolved_at__isnull=True))

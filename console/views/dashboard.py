@@ -25,6 +25,7 @@ from console.selectors.dashboard import (
     dashboard_providers_for_user,
 )
 from console.services.dashboard import SETTLE_MARGIN
+from console.views.access import request_roles
 from policies.selectors import budgets_in_use
 from recovery.models import Verdict
 from recovery.selectors import QUEUE_AGES, QUEUE_REASONS
@@ -67,9 +68,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     A provider the user does not supervise (or that does not exist) is ignored, and
     said so, without telling which of the two it was.
     """
-    supervised = dashboard_providers_for_user(user=request.user)
-    if not supervised and not request.user.is_superuser:
+    if not request_roles(request).supervises:
         raise PermissionDenied("The dashboard is for supervisors of a provider.")
+    supervised = dashboard_providers_for_user(user=request.user)
     wanted = request.GET.get("provider", "")
     chosen = [p for p in supervised if p.name == wanted] if wanted else supervised
     ignored = bool(wanted) and not chosen

@@ -12,11 +12,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from common.actors import Actor
 from console.forms import ActionForm
-from console.views.access import (
-    operation_for_viewer,
-    permission_checked,
-    refusal_status_raise,
-)
+from console.views.access import operation_access, refusal_status_raise
 from console.views.reconcile import actions_context
 from recovery.models import LookupAttempt
 from recovery.permissions import ProviderPermission
@@ -72,12 +68,12 @@ def operation_detail(request: HttpRequest, key: str) -> HttpResponse:
 
 @login_required
 @require_safe
-def permit_history(request: HttpRequest, key: str, permit_id: str) -> HttpResponse:
+def permit_history_view(request: HttpRequest, key: str, permit_id: str) -> HttpResponse:
     """A page of a permit's older lines, ``before`` the cursor the operation page gave.
 
     For htmx, the lines alone, which replace the "Older lines" link they follow.
     """
-    operation = operation_for_viewer(request, key)
+    operation = operation_access(request, key)
     before = request.GET.get("before", "")
     if not (before.isascii() and before.isdigit() and len(before) <= 18):
         return HttpResponseBadRequest("invalid_cursor: before must be the cursor of a link")
@@ -98,10 +94,11 @@ def permit_history(request: HttpRequest, key: str, permit_id: str) -> HttpRespon
 @require_POST
 def operation_lookup(request: HttpRequest, key: str) -> HttpResponse:
     """Queue a lookup of the evidence now, with a reason, as of the version the operator saw."""
-    operation = operation_for_viewer(request, key)
+    operation = operation_access(
+        request, key, permission=ProviderPermission.LOOKUP_OPERATIONS, action="lookup"
+    )
     form = ActionForm(request.POST)
     if not form.is_valid():
-        permission_checked(request, operation, "lookup", ProviderPermission.LOOKUP_OPERATIONS)
         messages.error(request, "Nothing was done: give a reason for the lookup.")
         return redirect("operation", key=key)
     try:

@@ -1,6 +1,6 @@
 """The people page: who uses the console, their open sessions, and ending them.
 
-For supervisors (``audit_supervisor``): another user gets 403. A supervisor sees the
+For supervisors (``supervises_any_provider``): another user gets 403. A supervisor sees the
 people of the providers they supervise and may end their sessions; a person outside
 them is a 404. Deactivating is a superuser's alone (403 for a supervisor).
 """
@@ -18,11 +18,11 @@ from django.views.decorators.http import require_POST, require_safe
 from common.actors import Actor
 from identity.selectors import people_for_user
 from identity.sessions import sessions_end, user_deactivate
-from recovery.selectors import audit_supervisor
+from recovery.selectors import supervises_any_provider
 
 
 def _supervisor_required(request: HttpRequest) -> None:
-    if not audit_supervisor(user=request.user):
+    if not supervises_any_provider(user=request.user):
         raise PermissionDenied("supervisors only")
 
 

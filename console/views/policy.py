@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
-from console.selectors.dashboard import dashboard_providers_for_user
+from console.views.access import request_roles
 from policies.selectors import budgets_in_use, policy_in_force
 from policies.services import policy_parsed
 from recovery.permissions import ProviderPermission
@@ -23,18 +23,12 @@ from recovery.selectors import providers_for_user
 @login_required
 @require_safe
 def policy(request: HttpRequest) -> HttpResponse:
-    supervised = dashboard_providers_for_user(user=request.user)
-    deciding = providers_for_user(
-        user=request.user, permissions=(ProviderPermission.DECIDE_APPROVALS,)
-    )
-    readers = {provider.name for provider in supervised} | set(
-        deciding.values_list("name", flat=True)
-    )
-    if not readers and not request.user.is_superuser:
+    roles = request_roles(request)
+    if not (roles.supervises or roles.decides):
         raise PermissionDenied("The policy is for supervisors and the people who decide.")
     applied = policy_in_force()
     parsed = policy_parsed(applied)
-    names = None if request.user.is_superuser else readers
+    names = None if request.user.is_superuser else _providers_read(request)
     return render(
         request,
         "console/policy.html",
@@ -44,3 +38,15 @@ def policy(request: HttpRequest) -> HttpResponse:
             "budgets": budgets_in_use(providers=names, policy=parsed),
         },
     )
+
+
+def _providers_read(request: HttpRequest) -> set[str]:
+    """The providers whose budgets the page shows: those the user supervises or decides for."""
+    reading = providers_for_user(
+        user=request.user,
+        permissions=(
+            ProviderPermission.APPROVE_RECONCILIATIONS,
+            ProviderPermission.DECIDE_APPROVALS,
+        ),
+    )
+    return set(reading.values_list("name", flat=True))

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
@@ -16,21 +16,16 @@ from common.actors import Actor
 from common.errors import ErrorCode, SettleError
 from common.statements import statement
 from console.forms import ActionForm, DecisionForm
-from console.views.access import (
-    operation_for_viewer,
-    permission_checked,
-    refusal_status_raise,
-)
+from console.views.access import operation_access, reconciliation_access, refusal_status_raise
 from console.views.signing import json_refusal, signed_record, signing_begin
 from identity.selectors import passkey_held
 from policies.services import passkey_required_for, policy_current
-from recovery.models import Dispatch, Operation, State
+from recovery.models import Dispatch, Operation, State, receipt_stranded
 from recovery.permissions import ProviderPermission
 from recovery.selectors import (
     OperationPage,
     provider_permissions,
     providers_supervised,
-    reconciliation_request_for_user,
     reconciliation_requests_for_user,
 )
 from recovery.services.errors import RecoveryError
@@ -106,7 +101,8 @@ def _outcomes(operation: Operation, dispatch: Dispatch | None) -> dict[str, Any]
     """What a decision does besides the transition, for the sentence beside its button."""
     return {
         # A confirm or a void completes a stranded receipt too (``apply_decision``).
-        "stranded": dispatch is not None and dispatch.receipt_running,
+        "stranded": dispatch is not None
+        and receipt_stranded(state=operation.state, receipt_status=dispatch.receipt_status),
         # A repair completes it as the settled state says.
         "repair_as": "succeeded" if operation.state == State.RELEASED else "failed",
     }
@@ -116,14 +112,12 @@ def _outcomes(operation: Operation, dispatch: Dispatch | None) -> dict[str, Any]
 @require_POST
 def operation_decide(request: HttpRequest, key: str, action: str) -> HttpResponse:
     """Confirm, void or repair as of the version seen: now if backed, else proposed."""
-    operation = operation_for_viewer(request, key)
+    operation = operation_access(request, key, permission=DECISIONS[action], action=action)
     form = ActionForm(request.POST)
     if not form.is_valid():
-        permission_checked(request, operation, action, DECISIONS[action])
         messages.error(request, f"Nothing was done: give a reason to {action}.")
         return redirect("operation", key=key)
     if action == "void" and not form.cleaned_data["confirmed"]:
-        permission_checked(request, operation, action, DECISIONS[action])
         asked = _void_confirmation(request, operation, form)
         if asked is not None:
             return asked
@@ -183,8 +177,13 @@ def _void_confirmation(
 def _claim_step(
     request: HttpRequest, key: str, action: str, step: Callable[..., Any], done: str
 ) -> HttpResponse:
-    """Take or release a claim (``step``); the refusal or ``done`` shown on the page."""
-    operation = operation_for_viewer(request, key)
+    """Take or release a claim (``step``); the refusal or ``done`` shown on the page.
+
+    Claiming is working on it: it needs what a lookup needs (``operation_claim``).
+    """
+    operation = operation_access(
+        request, key, permission=ProviderPermission.LOOKUP_OPERATIONS, action=action
+    )
     try:
         step(operation=operation, actor=_actor(request))
     except RecoveryError as exc:
@@ -235,24 +234,15 @@ def reconciliations(request: HttpRequest) -> HttpResponse:
     return render(request, "console/reconciliations.html", context)
 
 
-def _request_for_viewer(
-    request: HttpRequest, request_id: int
-) -> tuple[ReconciliationRequest, Operation]:
-    """The request if this user may view it; 404 whether absent or hidden."""
-    found = reconciliation_request_for_user(user=request.user, request_id=request_id)
-    if found is None:
-        raise Http404("no such reconciliation request")
-    return found
-
-
 @login_required
 @require_POST
 def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) -> HttpResponse:
     """Approve (and so take) or reject another operator's proposal, with a reason."""
-    proposal, operation = _request_for_viewer(request, request_id)
+    proposal, operation = reconciliation_access(
+        request, request_id, permission=ProviderPermission.APPROVE_RECONCILIATIONS, action=decision
+    )
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        permission_checked(request, operation, decision, ProviderPermission.APPROVE_RECONCILIATIONS)
         messages.error(request, f"Nothing was done: give a reason to {decision}.")
         return redirect("reconciliations")
     service = reconciliation_approve if decision == "approve" else reconciliation_reject
@@ -286,7 +276,7 @@ def reconciliation_decide(request: HttpRequest, request_id: int, decision: str) 
 @require_POST
 def reconciliation_sign(request: HttpRequest, request_id: int) -> HttpResponse:
     """What the browser needs to sign approving or rejecting the proposal (JSON)."""
-    proposal, operation = _request_for_viewer(request, request_id)
+    proposal, operation = reconciliation_access(request, request_id)
     decision = request.POST.get("decision", "")
     if decision not in ("approve", "reject"):
         return json_refusal(ErrorCode.INVALID_FIELD, "decision: approve or reject")

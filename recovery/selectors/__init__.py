@@ -22,7 +22,6 @@ from recovery.selectors.access import (
     approvals_for_approver,
     approvals_for_user,
     audit_alarms_for_user,
-    audit_supervisor,
     operation_for_user,
     operations_for_approver,
     operations_for_host,
@@ -32,6 +31,7 @@ from recovery.selectors.access import (
     providers_for_user,
     providers_supervised,
     providers_visible_to,
+    supervises_any_provider,
     user_roles,
 )
 from recovery.selectors.jump import operation_jump_for_user
@@ -103,7 +103,6 @@ __all__ = [
     "approvals_for_approver",
     "approvals_for_user",
     "audit_alarms_for_user",
-    "audit_supervisor",
     "evidence_record",
     "lookup_in_flight",
     "newest_permit",
@@ -131,5 +130,6 @@ __all__ = [
     "providers_visible_to",
     "reconciliation_request_for_user",
     "reconciliation_requests_for_user",
+    "supervises_any_provider",
     "user_roles",
 ]

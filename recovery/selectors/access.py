@@ -191,13 +191,14 @@ def user_roles(*, user: Any) -> UserRoles:
     )
 
 
-def audit_supervisor(*, user: Any) -> bool:
-    """Whether ``user`` may read the system chain: credential, provider and grant events.
+def supervises_any_provider(*, user: Any) -> bool:
+    """Whether ``user`` is a supervisor: a superuser, or one who supervises at least one
+    provider (``providers_supervised``).
 
-    A supervisor is a superuser, or a user who supervises at least one provider
-    (``providers_supervised``). The system chain
-    is not per provider (a host token serves every provider), so any supervisor reads
-    all of it; viewers and operators read only their providers' operation chains.
+    What it gates is every supervisor's, whichever providers they supervise: the audit
+    trail's system chain (credential, provider and grant events, not per provider: a
+    host token serves every provider), its alarms, and the people pages. ``user_roles``
+    answers the same, with the other roles, for a page that asks all of them.
     """
     if user.is_superuser:
         return True
@@ -209,7 +210,7 @@ def audit_alarms_for_user(*, user: Any) -> QuerySet[AuditAlarm]:
 
     A superuser's are all of them. A supervisor's are those of the operation chains of
     the providers they supervise, and the system chain's, which every supervisor reads
-    (``audit_supervisor``); a chain no operation of theirs names (another provider's,
+    (``supervises_any_provider``); a chain no operation of theirs names (another provider's,
     or one no key names) is not theirs. Nobody else's.
     """
     alarms = AuditAlarm.objects.order_by("-raised_at", "-id")

@@ -19,6 +19,7 @@ from approvals.models import Permit, PermitEvent, ReconciliationRequest
 from approvals.selectors import permit_history
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
+from audit.refusals import refusal_code, refusal_message
 from recovery import contract
 from recovery.models import (
     LOOKUP_IN_FLIGHT,
@@ -89,7 +90,7 @@ def _event_summary(kind: str, data: dict[str, Any]) -> str:
         reason = f": “{get('reason')}”" if get("reason") else ""
         return f"Operator asked to {get('action')}{reason}"
     if kind == AuditKind.OPERATOR_REFUSED:
-        return f"Operator's {get('action')} refused ({get('code')})"
+        return f"Operator's {get('action')} refused ({refusal_code(kind, data)})"
     if kind == AuditKind.RECEIPT_RECOVERED:
         grounds = (
             f"four-eyes request #{get('request_id')}"
@@ -104,25 +105,25 @@ def _event_summary(kind: str, data: dict[str, Any]) -> str:
         signed = ", signed with a passkey" if data.get("signature") else ""
         return f"Proposed {get('action')} {verb}{signed}: “{get('reason')}”"
     if kind == AuditKind.SIGNATURE_REFUSED:
-        return (
-            f"Passkey-signed decision to {get('decision')} refused ({get('code')}: {get('reason')})"
-        )
+        why = f"{refusal_code(kind, data)}: {refusal_message(kind, data)}"
+        return f"Passkey-signed decision to {get('decision')} refused ({why})"
     if kind == AuditKind.RECONCILIATION_INVALIDATED:
         return f"Proposed {get('action')} invalidated: {get('why')}"
     if kind == AuditKind.LOOKUP_ABANDONED:
         return f"Lookup #{get('lookup_id')} abandoned ({get('reason').replace('_', ' ')})"
     if kind == AuditKind.CONSUME_REFUSED:
+        code = refusal_code(kind, data)
         if get("counted"):
             return (
-                f"{get('counted')} more {get('reason')} refusals between {get('first_at')} "
+                f"{get('counted')} more {code} refusals between {get('first_at')} "
                 f"and {get('last_at')}"
             )
         if get("summary_until"):
             return (
-                f"Permit consumption refused: {get('reason')}; more until "
+                f"Permit consumption refused: {code}; more until "
                 f"{get('summary_until')} are counted in one line of the permit's history"
             )
-        return f"Permit consumption refused: {get('reason')}"
+        return f"Permit consumption refused: {code}"
     if kind == AuditKind.HOST_REPORT:
         return f"Host reported {get('outcome') or 'a result'}"
     return _label(AuditKind, kind)

@@ -29,6 +29,8 @@ from recovery.models import (
     Provider,
     State,
     claim_cutoff,
+    receipt_running_sql,
+    receipt_stranded,
 )
 from recovery.selectors.access import providers_visible_to
 from recovery.vocabulary import WaitReason
@@ -78,13 +80,17 @@ class QueueRow:
     action: str
     provider: str  # its name
     state: str
-    receipt_status: str | None  # its dispatch's receipt: "running" is a stranded receipt
+    receipt_status: str | None  # its dispatch's receipt's status
     updated_at: datetime  # when it entered its state: how long it has waited
     latest_verdict: str | None  # the latest evidence's verdict; None before any lookup
     latest_at: datetime | None  # when that evidence was captured
     lookup_count: int
     claimed_by: Actor | None  # who holds a live claim on it
     reason: str  # why it waits: a key of QUEUE_REASONS, or the transition's own event
+
+    @property
+    def receipt_stranded(self) -> bool:
+        return receipt_stranded(state=self.state, receipt_status=self.receipt_status)
 
 
 @dataclass(frozen=True)
@@ -151,14 +157,7 @@ def queue_statement(branch: QueueBranch, sql: str, params: Sequence[Any]) -> tup
 _UNSETTLED = "(" + ", ".join(f"'{state.value}'" for state in UNSETTLED_STATES) + ")"
 _NOT_STRANDED = "(" + ", ".join(f"'{state.value}'" for state in RECEIPT_MAY_RUN_STATES) + ")"
 
-# Whether ``o``'s dispatch's receipt is still running. Asked row by row, from the
-# ``receipt_running`` index alone, not by a join or an EXISTS (which the planner makes a
-# join of): it cannot know that nearly every stuck operation's receipt is running, and
-# for a join it hashes every running receipt before returning the first row.
-_RECEIPT_RUNNING = (
-    "(SELECT d.operation_id FROM recovery_dispatch d WHERE d.operation_id = o.id"
-    f" AND d.receipt_status = '{Dispatch.ReceiptStatus.RUNNING.value}' LIMIT 1) = o.id"
-)
+_RECEIPT_RUNNING = receipt_running_sql("o")
 
 
 def _latest_evidence(column: str) -> str:

@@ -19,6 +19,7 @@ transaction. ``locking`` states the lock order every module follows.
 - ``lookup_tasks``: what a worker does with the lookups queued, one or a batch;
 - ``runs``: when the sweep and each provider's lookups last ran (read by monitoring);
 - ``stale_signals``: late and out-of-turn signals, recorded, never applied;
+- ``refusals``: a refusal recorded and committed before it goes on to the caller;
 - ``claims``, ``operator``, ``reconcile``: what operators do from the console — claim,
   look up, confirm, repair, void — proposed where evidence does not back it;
 - ``four_eyes``: a second operator approves or rejects what was proposed.

@@ -12,7 +12,7 @@ and the approvers told of it are owed an ``expired`` message (``approvals.notice
 written in the same transaction.
 
 A decision that comes after ``expires_at`` is refused whatever the sweep's lag
-(``approvals.services.approval_decide`` compares it with the database's clock in its
+(``approvals.services.approvals.approval_resolve`` compares it with the database's clock in its
 compare-and-set); it expires the approval there and then, through the same steps
 (``approval_expire_at_decision``), so the inbox stops offering it.
 

@@ -19,7 +19,8 @@ from recovery.models import (
 from recovery.services.errors import NotFound
 from recovery.services.evidence import evidence_apply
 from recovery.services.locking import operation_lock
-from recovery.services.stale_signals import refusals_recorded, stale_signal
+from recovery.services.refusals import refusals_recorded
+from recovery.services.stale_signals import stale_signal
 from recovery.vocabulary import StaleSignal
 
 

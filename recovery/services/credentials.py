@@ -10,8 +10,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
-from approvals import services as approvals
 from approvals.models import Approver
+from approvals.services.approvers import credential_by_token
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.actors import Actor
@@ -32,7 +32,7 @@ def host_create(*, name: str) -> tuple[Host, str]:
 
 def host_authenticate(*, token: str) -> Host | None:
     """The active host holding ``token``; a disabled one is refused at once."""
-    return approvals.credential_by_token(Host, token)
+    return credential_by_token(Host, token)
 
 
 def _credential(kind: str, name: str) -> models.Model:

@@ -11,9 +11,11 @@ from typing import TypeVar
 
 from django.utils import timezone
 
-from approvals import services as approvals
+from approvals.services.errors import Refusal
+from approvals.services.permits import ConsumeResult, Recorded, permit_consume, permit_refusal
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from common.actors import Actor
 from common.errors import ErrorCode
 from dbsql.rows import select_first_at
@@ -25,7 +27,8 @@ from recovery.models import (
 )
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import OperationRef, binding, operation_lock
-from recovery.services.stale_signals import refusals_committed, refusals_recorded, stale_signal
+from recovery.services.refusals import RefusalsCommitted, refusals_recorded
+from recovery.services.stale_signals import stale_signal
 from recovery.transitions import Change, Event, operation_transition
 from recovery.vocabulary import StaleSignal
 
@@ -56,14 +59,12 @@ def dispatch_locked(
     """``operation_dispatch`` for a caller that holds the operation's lock (resume)."""
     # Only an approved operation's permit can still be consumed; for any other, skip
     # the attempt and go straight to recording why not.
-    consume = (
-        approvals.permit_consume if operation.state == State.APPROVED else approvals.permit_refusal
-    )
+    consume = permit_consume if operation.state == State.APPROVED else permit_refusal
     result = consume(binding=binding(operation), presented_digest=presented_digest, actor=actor)
     permit = result.permit
     permit_id = str(permit.id) if permit else ""
     if not result.consumed:
-        if result.refusal == approvals.Refusal.EXPIRED and operation.state == State.APPROVED:
+        if result.refusal == Refusal.EXPIRED and operation.state == State.APPROVED:
             operation_transition(operation=operation, event=Event.EXPIRE, actor=actor)
         refusal_audit(operation=operation, result=result, worker=worker, actor=actor)
         return DispatchOutcome(refusal=result.refusal, state=operation.state)
@@ -91,7 +92,7 @@ def dispatch_locked(
 
 
 def refusal_audit(
-    *, operation: Operation, result: approvals.ConsumeResult, worker: str, actor: Actor
+    *, operation: Operation, result: ConsumeResult, worker: str, actor: Actor
 ) -> None:
     """Put a consumption refusal on the audit chain as the permit's history recorded it.
 
@@ -100,15 +101,14 @@ def refusal_audit(
     a refusal counted in an open summary adds none.
     """
     permit_id = str(result.permit.id) if result.permit else ""
-    data: dict[str, object] = {"reason": result.refusal, "permit_id": permit_id, "worker": worker}
     if result.closed is not None:
         closed = result.closed
-        audit_append(
+        refusal_append(
             kind=AuditKind.CONSUME_REFUSED,
+            code=result.refusal,
             operation=operation,
             actor=actor,
             data={
-                "reason": result.refusal,
                 "permit_id": permit_id,
                 "counted": closed["count"],
                 "first_at": closed["first_at"],
@@ -116,12 +116,19 @@ def refusal_audit(
                 "permit_event_id": closed["permit_event_id"],
             },
         )
-    if result.recorded == approvals.Recorded.COUNTED:
+    if result.recorded == Recorded.COUNTED:
         return
-    if result.recorded == approvals.Recorded.SUMMARY:
+    data: dict[str, object] = {"permit_id": permit_id, "worker": worker}
+    if result.recorded == Recorded.SUMMARY:
         assert result.window is not None
         data["summary_from"], data["summary_until"] = (t.isoformat() for t in result.window)
-    audit_append(kind=AuditKind.CONSUME_REFUSED, operation=operation, actor=actor, data=data)
+    refusal_append(
+        kind=AuditKind.CONSUME_REFUSED,
+        code=result.refusal,
+        operation=operation,
+        actor=actor,
+        data=data,
+    )
 
 
 def _dispatch_for_token(
@@ -156,7 +163,7 @@ def _holding_dispatch(
     A refusal (a stale token, a lost lease) is recorded in the transaction and raised
     only after it commits, so that what was recorded stays on the record.
     """
-    with refusals_committed():
+    with RefusalsCommitted():
         locked = operation_lock(operation)
         return then(locked, *_dispatch_for_token(locked, fencing_token, actor))
 

@@ -28,10 +28,10 @@ from recovery.models import Dispatch, Evidence, Operation
 from recovery.permissions import ProviderPermission
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operation_lock
-from recovery.services.operator import operator_permitted, operator_refusals
+from recovery.services.operator import OperatorRefusals, operator_permitted
 from recovery.services.reconcile import Decided, apply_decision, evidence_latest, reconcile_grounds
+from recovery.services.refusals import refusals_recorded
 from recovery.services.signed import signed_decision_check
-from recovery.services.stale_signals import refusals_recorded
 
 
 def _request_locked(
@@ -162,7 +162,7 @@ def reconciliation_approve(
         permission=ProviderPermission.APPROVE_RECONCILIATIONS,
         actor=actor,
     )
-    with operator_refusals(operation, "approve", actor):
+    with OperatorRefusals(operation, "approve", actor):
         locked, request = _pending_locked(operation, request_id)
         if request.proposed_by == actor:
             raise RecoveryError(
@@ -223,7 +223,7 @@ def reconciliation_reject(
         permission=ProviderPermission.APPROVE_RECONCILIATIONS,
         actor=actor,
     )
-    with operator_refusals(operation, "reject", actor):
+    with OperatorRefusals(operation, "reject", actor):
         locked, request = _pending_locked(operation, request_id)
         signed = _signature_check(request, "reject", actor, signature)
         _request_closed(request, ReconciliationRequest.Status.REJECTED, actor, reason, signature)

@@ -31,8 +31,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Q, QuerySet, Subquery
 
-from approvals import services as approvals
 from approvals.models import Approval, Approver, Permit
+from approvals.services.approvals import Binding
 from audit.chain import audit_chain_locked
 from common.errors import ErrorCode
 from dbsql.rows import select_locked_with
@@ -153,8 +153,8 @@ def operation_read(operation: Operation | OperationRef) -> Operation:
     return _found(_meant(operation).select_related("provider"), operation)
 
 
-def binding(operation: Operation) -> approvals.Binding:
-    return approvals.Binding(
+def binding(operation: Operation) -> Binding:
+    return Binding(
         operation_key=operation.key,
         action=operation.action,
         provider=operation.provider.name,

@@ -42,8 +42,9 @@ from recovery.services.evidence import (
 )
 from recovery.services.locking import operation_lock, operations_locked_by_id
 from recovery.services.providers import provider_config
+from recovery.services.refusals import refusals_recorded
 from recovery.services.runs import lookups_record
-from recovery.services.stale_signals import refusals_recorded, stale_signal
+from recovery.services.stale_signals import stale_signal
 from recovery.vocabulary import StaleSignal
 
 logger = logging.getLogger(__name__)

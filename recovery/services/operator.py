@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.models import LookupAttempt, Operation, OperationClaim
@@ -29,10 +30,10 @@ from recovery.services.claims import claim_check
 from recovery.services.errors import Forbidden, RecoveryError
 from recovery.services.locking import operation_lock
 from recovery.services.lookups import lookup_claim, lookup_publish
-from recovery.services.stale_signals import refusals_committed, refusals_recorded
+from recovery.services.refusals import RefusalsCommitted, refusals_recorded
 
 
-class operator_refusals(refusals_committed):
+class OperatorRefusals(RefusalsCommitted):
     """The one way an operator's refused ``action`` goes on the operation's chain.
 
     As a context it is an audit transaction whose refusal, once what it recorded is
@@ -51,11 +52,12 @@ class operator_refusals(refusals_committed):
     def append(self, error: RecoveryError, *, locked: Operation | None = None) -> None:
         """The ``operator_refused`` event, on the locked operation's chain."""
         operation = self.operation if locked is None else locked
-        audit_append(
+        refusal_append(
             kind=AuditKind.OPERATOR_REFUSED,
+            code=error.code,
             operation=operation,
             actor=self.actor,
-            data={"action": self.action, "code": error.code, "version": operation.version},
+            data={"action": self.action, "version": operation.version},
         )
 
     def refuse(self, error: RecoveryError) -> NoReturn:
@@ -82,7 +84,7 @@ def operator_permitted(
             actor=actor, provider=operation.provider, permission=permission, action=action
         )
     except Forbidden as refusal:
-        operator_refusals(operation, action, actor).refuse(refusal)
+        OperatorRefusals(operation, action, actor).refuse(refusal)
 
 
 def operator_locked(*, operation: Operation, actor: Actor, version: int | None = None) -> Operation:
@@ -91,7 +93,7 @@ def operator_locked(*, operation: Operation, actor: Actor, version: int | None =
     Refused when the operation moved on since the ``version`` the operator saw
     (``stale_version``; a claim names none), or while someone else holds a live claim
     on it (``claimed``). Runs inside the caller's transaction, whose refusal is recorded
-    (``operator_refusals``).
+    (``OperatorRefusals``).
     """
     locked = operation_lock(operation)
     if version is not None:
@@ -146,7 +148,7 @@ def operator_lookup(
         actor=actor,
     )
     published: list[bool] = []
-    with operator_refusals(operation, "lookup", actor):
+    with OperatorRefusals(operation, "lookup", actor):
         locked = operator_locked(operation=operation, version=version, actor=actor)
         slot = lookup_claim(
             operation=locked,
@@ -203,7 +205,7 @@ def operation_claim(*, operation: Operation, actor: Actor) -> OperationClaim:
     try:
         return _claim(operation, actor)
     except RecoveryError as exc:
-        operator_refusals(operation, "claim", actor).refuse(exc)
+        OperatorRefusals(operation, "claim", actor).refuse(exc)
 
 
 def operation_claim_release(*, operation: Operation, actor: Actor) -> None:
@@ -217,4 +219,4 @@ def operation_claim_release(*, operation: Operation, actor: Actor) -> None:
     try:
         _release(operation, actor)
     except RecoveryError as exc:
-        operator_refusals(operation, "release", actor).refuse(exc)
+        OperatorRefusals(operation, "release", actor).refuse(exc)

@@ -9,11 +9,21 @@ from typing import Any, NoReturn
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from approvals import services as approvals
 from approvals.models import Approval, Approver, Permit
 from approvals.selectors import approvals_with_standing, proposer_user_for
+from approvals.services.approvals import (
+    NeedsVotes,
+    approval_expired,
+    approval_request,
+    approval_resolve,
+    approval_vote,
+)
+from approvals.services.approvers import approver_for
+from approvals.services.errors import ApprovalError
+from approvals.services.permits import permit_mark_revoked
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from common import statements
 from common.actors import Actor
 from common.errors import ErrorCode
@@ -33,7 +43,7 @@ from recovery.services.locking import (
     operation_lock,
     operation_lock_bound,
 )
-from recovery.services.stale_signals import refusals_committed, refusals_recorded
+from recovery.services.refusals import RefusalsCommitted, refusals_recorded
 from recovery.transitions import Event, operation_transition
 
 
@@ -52,7 +62,7 @@ def approver_scope(
         return approver
     if actor.kind != "approver":
         return None
-    found = approvals.approver_for(actor=actor)
+    found = approver_for(actor=actor)
     if found is None:
         raise NotFound(missing, f"no such {missing.value.removeprefix('unknown_')}")
     return found
@@ -91,7 +101,7 @@ def approval_open(
         asked.append(found)
         return _approval_fields(found, proposer)
 
-    approval, created = approvals.approval_request(
+    approval, created = approval_request(
         binding=bound, requested_by=Actor.of("host", host), host=host.name, terms=terms
     )
     if not created:
@@ -193,7 +203,7 @@ def approval_decision(
     approver = approver_scope(
         actor=decided_by, approver=approver, missing=ErrorCode.UNKNOWN_APPROVAL
     )
-    with refusals_committed():
+    with RefusalsCommitted():
         operation = operation_lock_bound(
             Approval, approval_id, missing=ErrorCode.UNKNOWN_APPROVAL, approver=approver
         )
@@ -223,7 +233,7 @@ def approval_decision(
                 return _decide(
                     operation, approval_id, approve, ttl_seconds, decided_by, reason, refuse=refuse
                 )
-            except approvals.NeedsVotes:
+            except NeedsVotes:
                 pass
         approval = Approval.objects.get(pk=approval_id)
         if approval.status != Approval.Status.PENDING:
@@ -233,7 +243,7 @@ def approval_decision(
                 status=approval.status,
             )
         # Before any vote is recorded: past its time, nobody's decision counts.
-        if approvals.approval_expired(approval=approval):
+        if approval_expired(approval=approval):
             _expired_refuse(operation, approval_id, refuse)
         # The caller checked the signature; here, that what it signs is this very decision.
         if signature and not statements.statement_matches(
@@ -246,14 +256,14 @@ def approval_decision(
             refuse(ErrorCode.SIGNATURE_INVALID, "the signed statement is not this decision", {})
         _voter_check(approval, decided_by, signature, refuse)
         try:
-            vote, approvals_so_far = approvals.approval_vote(
+            vote, approvals_so_far = approval_vote(
                 approval=approval,
                 voter=decided_by,
                 approve=approve,
                 reason=reason,
                 signature=signature,
             )
-        except approvals.ApprovalError as exc:
+        except ApprovalError as exc:
             refuse(exc.code, exc.message, {})
         audit_append(
             kind=AuditKind.APPROVAL_VOTED,
@@ -278,7 +288,7 @@ def approval_decision(
 
 class _DecisionRefusal:
     """Record a refused decision on the operation's chain, then raise it (committed by
-    ``refusals_committed``)."""
+    ``RefusalsCommitted``)."""
 
     def __init__(self, operation: Operation, approval_id: uuid.UUID, actor: Actor) -> None:
         self.operation, self.approval_id, self.actor = operation, approval_id, actor
@@ -286,11 +296,12 @@ class _DecisionRefusal:
     def __call__(
         self, code: ErrorCode, message: str, data: dict[str, Any], **detail: Any
     ) -> NoReturn:
-        audit_append(
+        refusal_append(
             kind=AuditKind.DECISION_REFUSED,
+            code=code,
             operation=self.operation,
             actor=self.actor,
-            data={"approval_id": str(self.approval_id), "reason": code.value, **data},
+            data={"approval_id": str(self.approval_id), **data},
         )
         raise RecoveryError(code, message, **detail)
 
@@ -300,7 +311,7 @@ def _expired_refuse(
 ) -> NoReturn:
     """Refuse a decision that came after the approval's ``expires_at``, and expire it now,
     as the sweep would (``approval_expiry``): the refusal and the expiry commit together
-    (``refusals_committed``), whatever the sweep's lag."""
+    (``RefusalsCommitted``), whatever the sweep's lag."""
     approval_expire_at_decision(operation=operation, approval_id=approval_id)
     refuse(ErrorCode.APPROVAL_EXPIRED, ErrorCode.APPROVAL_EXPIRED.message, {})
 
@@ -358,7 +369,7 @@ def _decide(
     """Decide the approval and move the operation; ``refuse``: how a person's decision
     that came after the approval's ``expires_at`` is refused and recorded."""
     try:
-        approval, permit = approvals.approval_decide(
+        approval, permit = approval_resolve(
             approval_id=approval_id,
             binding=binding(operation),
             approve=approve,
@@ -367,7 +378,7 @@ def _decide(
             reason=reason,
             counted=counted,
         )
-    except approvals.ApprovalError as exc:
+    except ApprovalError as exc:
         if exc.code == ErrorCode.APPROVAL_EXPIRED and refuse is not None:
             _expired_refuse(operation, approval_id, refuse)
         current = Approval.objects.filter(pk=approval_id).values_list("status", flat=True)
@@ -413,7 +424,7 @@ def permit_revoke(
         Permit, permit_id, missing=ErrorCode.UNKNOWN_PERMIT, host=host, approver=approver
     )
     permit = Permit.objects.select_for_update().get(pk=permit_id)
-    revoked = approvals.permit_revoke(permit=permit, reason=reason, actor=actor)
+    revoked = permit_mark_revoked(permit=permit, reason=reason, actor=actor)
     audit_append(
         kind=AuditKind.PERMIT_REVOKED if revoked else AuditKind.PERMIT_REVOKE_IGNORED,
         operation=operation,

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import IntegrityError
 
-from approvals import services as approvals
+from approvals.services.approvals import provider_rename
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.actors import COMMAND_LINE, Actor
@@ -117,7 +117,7 @@ def provider_save(
     created = provider_id is None
     renamed = not created and before["name"] != provider.name
     if renamed:
-        approvals.provider_rename(old=str(before["name"]), new=provider.name)
+        provider_rename(old=str(before["name"]), new=provider.name)
     changes: dict[str, Any] = {
         field: [before[field], getattr(provider, field)]
         for field in _AUDITED

@@ -36,15 +36,15 @@ from audit.kinds import AuditKind
 from common.actors import Actor
 from common.errors import ErrorCode
 from dbsql.writes import update
-from recovery.models import Dispatch, Evidence, Operation, State, Verdict
+from recovery.models import Dispatch, Evidence, Operation, State, Verdict, receipt_stranded
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require
 from recovery.services.claims import claims_check_many
 from recovery.services.errors import NotFound, RecoveryError
 from recovery.services.evidence import receipt_complete, receipt_grounds
 from recovery.services.locking import operations_locked_by_id
-from recovery.services.operator import operator_refusals, version_check
-from recovery.services.stale_signals import refusals_committed, refusals_recorded
+from recovery.services.operator import OperatorRefusals, version_check
+from recovery.services.refusals import RefusalsCommitted, refusals_recorded
 from recovery.transitions import (
     Change,
     Event,
@@ -90,8 +90,10 @@ def _not_performed(evidence: Evidence | None) -> bool:
     return evidence.verdict == Verdict.ABSENT and evidence.absent_is_authoritative
 
 
-def _stranded(dispatch: Dispatch | None) -> bool:
-    return dispatch is not None and dispatch.receipt_running
+def _stranded(operation: Operation, dispatch: Dispatch | None) -> bool:
+    return dispatch is not None and receipt_stranded(
+        state=operation.state, receipt_status=dispatch.receipt_status
+    )
 
 
 def reconcile_grounds(
@@ -103,7 +105,10 @@ def reconcile_grounds(
     Pure: reads nothing, so that the page can show the same answer the service gives.
     """
     if action == Action.REPAIR:
-        if not _stranded(dispatch) or operation.state not in _SETTLED_SUCCEEDED | _SETTLED_FAILED:
+        if (
+            not _stranded(operation, dispatch)
+            or operation.state not in _SETTLED_SUCCEEDED | _SETTLED_FAILED
+        ):
             raise RecoveryError(
                 ErrorCode.NOT_STRANDED,
                 "only the running receipt of a settled operation can be repaired "
@@ -223,7 +228,7 @@ def _receipt_settled(
     request: ReconciliationRequest | None,
 ) -> None:
     """Complete a stranded receipt as the decision settled the operation."""
-    if not _stranded(dispatch):
+    if not _stranded(operation, dispatch):
         return
     assert dispatch is not None
     if action == Action.REPAIR:  # no transition to say the receipt is complete
@@ -253,7 +258,7 @@ def operation_reconcile(
     ``operations_reconcile_many`` of one operation: its refusal is recorded on the
     operation's chain, committed, then raised.
     """
-    with refusals_committed():
+    with RefusalsCommitted():
         outcome = operations_reconcile_many(
             picks=[(operation, version)],
             action=action,
@@ -343,7 +348,7 @@ def operations_reconcile_many(
                 continue
         except RecoveryError as refusal:
             outcomes[pk] = refusal
-            operator_refusals(operation, action, actor).append(refusal)
+            OperatorRefusals(operation, action, actor).append(refusal)
             continue
         audit_append(
             kind=AuditKind.OPERATOR_ACTION,

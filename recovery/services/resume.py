@@ -23,7 +23,7 @@ from recovery.models import (
 from recovery.services.dispatch import dispatch_locked, lease_lapsed
 from recovery.services.locking import OperationRef, operation_lock
 from recovery.services.lookups import lookup_claim, lookup_publish, seconds_until
-from recovery.services.stale_signals import refusals_recorded
+from recovery.services.refusals import refusals_recorded
 
 # What a host is told to wait while a lookup of its operation is queued or running: a
 # background worker usually has the answer in well under a second.

@@ -6,20 +6,17 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import DateTimeField
 from django.utils import timezone
 
 from approvals.models import Approval, Permit, PermitEvent
 from approvals.selectors import permit_history
-from approvals.services import (
-    ApprovalError,
-    Binding,
-    Refusal,
-    approval_request,
-    permit_consume,
-    permit_revoke,
-)
+from approvals.services.approvals import Binding, approval_request
+from approvals.services.errors import ApprovalError, Refusal
+from approvals.services.permits import permit_consume, permit_mark_revoked
 from common.actors import Actor
+from dbsql.clock import Clock
 from tests.support.approvals import BINDING, HOST, approval_decided
 
 pytestmark = pytest.mark.django_db
@@ -84,14 +81,14 @@ def test_permit_past_its_expiry_by_the_database_clock_is_refused():
 
 def test_revoking_an_active_permit_prevents_consumption():
     permit = _permit()
-    assert permit_revoke(permit=permit, reason="changed mind", actor=ALICE) is True
+    assert permit_mark_revoked(permit=permit, reason="changed mind", actor=ALICE) is True
     assert _consume().refusal == Refusal.REVOKED
 
 
 def test_revoking_a_consumed_permit_changes_nothing_but_is_recorded():
     permit = _permit()
     _consume()
-    assert permit_revoke(permit=permit, reason="too late", actor=ALICE) is False
+    assert permit_mark_revoked(permit=permit, reason="too late", actor=ALICE) is False
     permit.refresh_from_db()
     assert (permit.status, permit.revoked_at) == ("consumed", None)
     assert PermitEvent.objects.filter(permit=permit, kind="revoke_ignored").count() == 1
@@ -119,3 +116,15 @@ def test_a_second_request_returns_the_pending_approval():
     first, _ = approval_request(binding=BINDING, requested_by=HOST)
     second, created = approval_request(binding=BINDING, requested_by=HOST)
     assert (second.pk, created) == (first.pk, False)
+
+
+def test_an_ignored_revocation_is_written_at_the_databases_clock(monkeypatch):
+    # Every line of a permit's history that judges nothing new is timed as the
+    # judgements are: by the database's clock (``dbsql.clock``), which this stands for.
+    permit = _permit()
+    _consume()
+    database_says = timezone.now() - timedelta(minutes=7)
+    param = DateTimeField().get_db_prep_value(database_says, connection)
+    monkeypatch.setattr("dbsql.clock.clock", lambda: Clock("%s", (param,), database_says))
+    permit_mark_revoked(permit=permit, reason="too late", actor=ALICE)
+    assert PermitEvent.objects.get(permit=permit, kind="revoke_ignored").at == database_says

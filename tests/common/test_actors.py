@@ -7,7 +7,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from approvals.models import PermitEvent
-from approvals.services import approval_request, permit_consume
+from approvals.services.approvals import approval_request
+from approvals.services.permits import permit_consume
 from common.actors import Actor
 from tests.support.approvals import BINDING, HOST, approval_decided
 

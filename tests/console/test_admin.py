@@ -188,11 +188,11 @@ def test_renaming_a_provider_in_the_admin_keeps_one_provider_and_its_permits(
     admin_client, http_provider
 ):
     from approvals.models import Approval, Permit
-    from approvals.services import Binding, approval_decide, approval_request
+    from approvals.services.approvals import Binding, approval_request, approval_resolve
 
     binding = Binding("op-9", "payment.send", "payments", "sha256:" + "a" * 64)
     approval, _ = approval_request(binding=binding, requested_by=Actor("host", "1", "a"))
-    approval_decide(
+    approval_resolve(
         approval_id=approval.pk,
         binding=binding,
         approve=True,

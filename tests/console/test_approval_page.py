@@ -239,7 +239,7 @@ def test_a_stale_digest_is_refused_with_its_code_and_nothing_changes(signed_in, 
     assert Approval.objects.get(pk=approval.pk).status == "pending"
     assert Operation.objects.get(key="op-1").state == "awaiting_approval"
     refused = AuditEvent.objects.get(operation_key="op-1", kind="decision_refused")
-    assert refused.data["reason"] == "digest_mismatch"
+    assert refused.data["code"] == "digest_mismatch"
 
 
 def test_deciding_what_is_decided_already_is_refused_with_its_code(signed_in, decider, flow):
@@ -270,7 +270,7 @@ def test_an_expired_approval_cannot_be_approved_through_the_page(signed_in, deci
     assert Operation.objects.get(key="op-1").state == "expired"
     assert not Permit.objects.exists()
     refused = AuditEvent.objects.get(operation_key="op-1", kind="decision_refused")
-    assert refused.data["reason"] == "approval_expired"
+    assert refused.data["code"] == "approval_expired"
 
 
 def test_a_get_of_the_decision_is_not_allowed(signed_in, decider, approval):

@@ -384,7 +384,7 @@ def test_a_signed_answer_too_large_is_refused_recorded_and_decides_nothing(
     assert ReconciliationRequest.objects.get(pk=proposal.pk).status == "pending"
     refused = AuditEvent.objects.get(kind=AuditKind.SIGNATURE_REFUSED)
     assert refused.operation_key == "op-1"
-    assert (refused.data["request_id"], refused.data["reason"]) == (
+    assert (refused.data["request_id"], refused.data["message"]) == (
         str(proposal.pk),
         "the signed answer is too large",
     )
@@ -412,7 +412,7 @@ def test_a_replayed_sign_count_is_refused_recorded_and_decides_nothing(proposal,
         "kind": "reconciliation",
         "decision": "approve",
         "code": "sign_count_replayed",
-        "reason": "the passkey's sign count did not increase: it may have been copied",
+        "message": "the passkey's sign count did not increase: it may have been copied",
         "request_id": str(proposal.pk),
     }
     timeline = client.get("/operations/op-1/").content.decode()
@@ -434,7 +434,7 @@ def test_a_batch_signed_without_user_verification_is_refused_on_the_system_chain
     refused = AuditEvent.objects.get(kind=AuditKind.SIGNATURE_REFUSED)
     assert refused.operation_key == SYSTEM_CHAIN
     assert (refused.data["kind"], refused.data["batch_id"]) == ("bulk", str(batch.pk))
-    assert (refused.data["code"], refused.data["reason"]) == (
+    assert (refused.data["code"], refused.data["message"]) == (
         "signature_invalid",
         "user_not_verified",
     )

@@ -131,7 +131,7 @@ def test_authenticator_data_flagging_extensions_it_lacks_is_malformed(person, pa
     refusal = _refusal(person, signed, assertion)
     assert (refusal.code, refusal.extra["reason"]) == ("signature_invalid", "malformed")
     recorded = AuditEvent.objects.get(kind=AuditKind.SIGNATURE_REFUSED)
-    assert (recorded.data["code"], recorded.data["reason"]) == ("signature_invalid", "malformed")
+    assert (recorded.data["code"], recorded.data["message"]) == ("signature_invalid", "malformed")
 
 
 def test_a_removed_passkey_signs_nothing(person, passkey):

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pytest_django.live_server_helper import LiveServer
 
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from harness.celery_procs import queue_name, worker_start
 from harness.providers import http_provider_start, http_provider_stop, sqlite_provider_init
 from recovery.services.credentials import host_create

@@ -23,7 +23,7 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.models import AuditCheckpoint, AuditVerification
 from audit.verify_walk import audit_verify
 from common.actors import Actor

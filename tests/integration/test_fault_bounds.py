@@ -55,7 +55,7 @@ BULK = 40  # operations of the bulk batch: 8 chunks of SETTLE_BULK_CHUNK
 SETUP = """
 import json
 from common.actors import COMMAND_LINE
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from django.contrib.auth import get_user_model
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure

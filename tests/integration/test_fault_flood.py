@@ -25,7 +25,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import PermitEvent
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.models import AuditEvent
 from harness.gunicorn import database_url, gunicorn_running
 from harness.providers import digest_of, sqlite_provider_init

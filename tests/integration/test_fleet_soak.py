@@ -36,7 +36,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.verify_walk import audit_verify
 from harness.fleet.run import FleetSpec, fleet_run
 from harness.gunicorn import (

@@ -31,7 +31,7 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 from psycopg import errors, sql
 
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.verify_walk import audit_verify
 from harness.gunicorn import GunicornServer, database_url, gunicorn_running

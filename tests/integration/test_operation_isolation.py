@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.chain import audit_append, audit_transaction
 from audit.models import AuditEvent
 from audit.verify_walk import audit_verify

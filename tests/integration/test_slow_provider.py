@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from harness.gunicorn import database_url, gunicorn_running
 from harness.providers import (
     digest_of,

@@ -145,7 +145,7 @@ def test_a_quorum_counts_distinct_people_and_the_same_person_once(flow, policy, 
         _decide(ann, opened)
     assert twice.value.code == "already_voted"
     assert Approval.objects.get(pk=opened["approval_id"]).status == "pending"
-    assert AuditEvent.objects.filter(kind="decision_refused", data__reason="already_voted").exists()
+    assert AuditEvent.objects.filter(kind="decision_refused", data__code="already_voted").exists()
     record = flow.approver_api.get(f"/api/v1/approvals/{opened['approval_id']}").json()
     assert (record["approvals"], record["needed"]) == (1, "1 of 2 approvals")
     approval, permit = _decide(ben, opened, reason="checked the invoice")

@@ -164,7 +164,7 @@ def opened_past_due(flow: Flow, key: str, *, policy: bytes | None = None) -> dic
 def _refused_and_expired(key: str, approval_id: str) -> None:
     """The refusal is on the record and the approval closed with its operation, at once."""
     refused = AuditEvent.objects.get(operation_key=key, kind="decision_refused")
-    assert refused.data == {"approval_id": approval_id, "reason": "approval_expired"}
+    assert refused.data == {"approval_id": approval_id, "code": "approval_expired"}
     assert Approval.objects.get(pk=approval_id).status == "expired"
     assert Operation.objects.get(key=key).state == "expired"
     assert AuditEvent.objects.filter(operation_key=key, kind="approval_expired").count() == 1

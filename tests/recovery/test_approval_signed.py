@@ -113,7 +113,7 @@ def test_a_signature_of_another_decision_is_refused_and_recorded(
     assert pending.status == "pending"
     assert not ApprovalVote.objects.exists()
     event = AuditEvent.objects.get(kind=AuditKind.DECISION_REFUSED)
-    assert event.data == {"approval_id": str(pending.pk), "reason": "signature_invalid"}
+    assert event.data == {"approval_id": str(pending.pk), "code": "signature_invalid"}
     assert event.actor == Actor.of("user", decider)
 
 

@@ -75,7 +75,7 @@ def test_a_person_renamed_between_votes_is_still_one_vote(flow: Flow, quorum: No
     assert _refused(ann, approval_id) == "already_voted"
     assert Approval.objects.get(pk=approval_id).status == "pending"
     assert ApprovalVote.objects.count() == 1
-    assert AuditEvent.objects.filter(kind="decision_refused", data__reason="already_voted").exists()
+    assert AuditEvent.objects.filter(kind="decision_refused", data__code="already_voted").exists()
 
 
 def test_an_approver_credential_renamed_between_votes_is_still_one_vote(flow: Flow, quorum: None):
@@ -98,7 +98,7 @@ def test_a_proposer_named_in_another_case_is_the_same_person(flow: Flow, provide
     assert Approval.objects.get(pk=approval_id).proposer_user_id == ann.pk
     assert _refused(ann, approval_id) == "proposer_excluded"
     refused = AuditEvent.objects.get(kind="decision_refused")
-    assert refused.data["reason"] == "proposer_excluded"
+    assert refused.data["code"] == "proposer_excluded"
     assert not ApprovalVote.objects.exists()
 
 
@@ -147,7 +147,7 @@ def test_a_break_glass_account_with_the_directorys_e_mail_is_the_same_person(
     assert ApprovalVote.objects.count() == 1
     refused = AuditEvent.objects.get(kind="decision_refused")
     assert refused.actor == Actor.of("user", break_glass)
-    assert refused.data["reason"] == "already_voted"
+    assert refused.data["code"] == "already_voted"
 
 
 def test_people_without_an_e_mail_are_not_one_person(flow: Flow, quorum: None, provider):

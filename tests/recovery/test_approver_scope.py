@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from approvals.models import Approval, Approver, Permit
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.models import AuditEvent
 from common.actors import COMMAND_LINE, Actor
 from harness.providers import digest_of

@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
 import recovery.api
-from approvals.services import Refusal
+from approvals.services.errors import Refusal
 from common.canonical import CanonicalError, canonical_params
 from common.errors import ErrorCode
 from recovery import api_endpoint, contract, openapi, urls
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
 
 # Every `error` code a response under /api/ can carry (grepped from recovery/api.py,
-# recovery/services/, approvals/services.py, common/canonical.py, console/services/,
+# recovery/services/, approvals/services/, common/canonical.py, console/services/,
 # console/views/).
 EMITTED = {
     # body parsing (api._json_body, canonical.strict_loads)
@@ -157,7 +157,7 @@ SOURCES = [
     "recovery/contract.py",
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "recovery/services").glob("*.py")),
     "common/canonical.py",
-    "approvals/services.py",
+    *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "approvals/services").glob("*.py")),
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "console/services").glob("*.py")),
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "console/views").glob("*.py")),
 ]
@@ -434,7 +434,7 @@ def test_every_operation_declares_the_status_of_every_code_its_view_can_answer(d
 
 def test_the_walk_sees_the_codes_a_view_answers_with():
     """The walk above reaches into services: the decision's refusals, the dispatch's."""
-    decision = codes_reached(recovery.api.approval_decision)
+    decision = codes_reached(recovery.api.approval_decision_view)
     assert {ErrorCode.ALREADY_DECIDED, ErrorCode.DIGEST_MISMATCH, ErrorCode.INVALID_TTL} <= decision
     assert ErrorCode.MISSING_FIELD in decision  # through _parse and contract.refusal
     assert ErrorCode.ALREADY_CONSUMED in codes_reached(recovery.api.operation_dispatch)

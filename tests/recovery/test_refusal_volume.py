@@ -62,7 +62,7 @@ def test_the_next_window_starts_afresh_and_closes_the_summary_on_the_chain(flow,
     counted = [e.data for e in _refusal_audit() if "counted" in e.data]
     assert counted == [
         {
-            "reason": "already_consumed",
+            "code": "already_consumed",
             "permit_id": str(lines[0].permit_id),
             "counted": 8,
             "first_at": lines[2].detail["first_at"],

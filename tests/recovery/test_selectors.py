@@ -8,7 +8,7 @@ from django.contrib.auth.models import Permission
 from guardian.shortcuts import assign_perm
 
 from approvals.models import Approver
-from approvals.services import Binding, approval_request
+from approvals.services.approvals import Binding, approval_request
 from common.actors import Actor
 from recovery import selectors
 from recovery.models import Provider

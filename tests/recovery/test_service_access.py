@@ -17,7 +17,7 @@ from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
 from approvals.models import Approval, Approver, ReconciliationRequest
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from audit.models import AuditEvent
 from common.actors import Actor
 from harness.providers import digest_of

@@ -4,7 +4,7 @@ decided for it."""
 from __future__ import annotations
 
 from approvals.models import Approval
-from approvals.services import Binding, approval_decide
+from approvals.services.approvals import Binding, approval_resolve
 from common.actors import Actor
 
 HOST = Actor("host", "1", "a")
@@ -17,7 +17,7 @@ BINDING = Binding(
 
 
 def approval_decided(approval: Approval, *, approve: bool, by: str, ttl_seconds: int):
-    return approval_decide(
+    return approval_resolve(
         approval_id=approval.pk,
         binding=BINDING,
         approve=approve,

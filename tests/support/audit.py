@@ -36,7 +36,7 @@ def sign_again_recorded(
         "kind": kind,
         "decision": decision,
         "code": "signature_invalid",
-        "reason": "sign again: this page asked for no such signature",
+        "message": "sign again: this page asked for no such signature",
         **subject,
     }
 

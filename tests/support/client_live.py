@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from django.core.management import call_command
 
-    from approvals.services import approver_create
+    from approvals.services.approvers import approver_create
     from harness.celery_procs import beat_start, worker_start
     from harness.gunicorn import gunicorn_start, gunicorn_stop
     from recovery.services.credentials import host_create

@@ -25,7 +25,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals.services import approver_create
+from approvals.services.approvers import approver_create
 from common.actors import COMMAND_LINE
 from console.demo import fleet
 from recovery.models import (

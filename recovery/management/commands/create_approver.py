@@ -5,7 +5,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.models import Approver
-from approvals.services import ApprovalError, approver_create
+from approvals.services.approvers import approver_create
+from approvals.services.errors import ApprovalError
 from recovery.models import Host, Provider
 
 

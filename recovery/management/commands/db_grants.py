@@ -20,8 +20,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connection, transaction
 from psycopg import sql
 
+from audit.models import AuditCheckpoint, AuditEvent
+
 SCHEMA = "public"
-AUDIT_TABLES = ("audit_auditevent", "audit_auditcheckpoint")
+AUDIT_TABLES = (AuditEvent._meta.db_table, AuditCheckpoint._meta.db_table)
 
 
 def grants_sql(role: str, database: str) -> list[str]:

@@ -54,7 +54,7 @@ def test_dispatch_after_consumption_records_only_the_refusal(world):
     response = world.send(ENDPOINTS["dispatch"])
     assert_error(response, 409, "already_consumed", execution_state="dispatched")
     events = assert_only_recorded(before, PermitEvent=1, AuditEvent=1)
-    assert [(e.kind, e.data["reason"]) for e in events] == [("consume_refused", "already_consumed")]
+    assert [(e.kind, e.data["code"]) for e in events] == [("consume_refused", "already_consumed")]
     refusal = PermitEvent.objects.order_by("-id").first()
     assert (refusal.kind, refusal.reason) == ("refused", "already_consumed")
 
@@ -64,7 +64,7 @@ def test_dispatch_without_a_permit_records_only_the_refusal(world):
     response = world.send(ENDPOINTS["dispatch"], key="op-2")
     assert_error(response, 409, "not_authorized")
     events = assert_only_recorded(before, AuditEvent=1)
-    assert [(e.kind, e.data["reason"]) for e in events] == [("consume_refused", "not_authorized")]
+    assert [(e.kind, e.data["code"]) for e in events] == [("consume_refused", "not_authorized")]
 
 
 def test_dispatch_with_another_digest_records_only_the_refusal(world, flow):
@@ -74,7 +74,7 @@ def test_dispatch_with_another_digest_records_only_the_refusal(world, flow):
     response = world.send(ENDPOINTS["dispatch"], body=body, key="op-3")
     assert_error(response, 409, "action_mismatch")
     events = assert_only_recorded(before, PermitEvent=1, AuditEvent=1)
-    assert [(e.kind, e.data["reason"]) for e in events] == [("consume_refused", "action_mismatch")]
+    assert [(e.kind, e.data["code"]) for e in events] == [("consume_refused", "action_mismatch")]
 
 
 @pytest.mark.parametrize("name", ["heartbeat", "result"])

@@ -20,7 +20,8 @@ from hypothesis.stateful import (
 )
 
 from approvals.models import Permit, PermitEvent
-from approvals.services import Refusal, approver_create
+from approvals.services.approvers import approver_create
+from approvals.services.errors import Refusal
 from audit.models import AuditEvent
 from common.actors import Actor
 from harness.providers import (

@@ -1,4 +1,4 @@
-"""Refusals stay on the record: ``refusals_committed`` commits what was recorded, then
+"""Refusals stay on the record: ``RefusalsCommitted`` commits what was recorded, then
 lets the refusal go on; anything else rolls back."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from common.errors import ErrorCode
 from recovery.models import Operation
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operation_lock
-from recovery.services.stale_signals import refusals_committed
+from recovery.services.refusals import RefusalsCommitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,7 +31,7 @@ def test_a_refusal_is_raised_after_what_it_recorded_committed(flow):
 
     with (
         pytest.raises(RecoveryError, match="no, and on the record"),
-        refusals_committed(then=then),
+        RefusalsCommitted(then=then),
     ):
         locked = operation_lock(Operation.objects.get(key="op-1"))
         audit_append(kind=AuditKind.DECISION_REFUSED, operation=locked, actor=Actor.system("t"))
@@ -44,7 +44,7 @@ def test_a_refusal_is_raised_after_what_it_recorded_committed(flow):
 def test_any_other_error_rolls_everything_back(flow):
     flow.register("op-1")
     called: list[RecoveryError] = []
-    with pytest.raises(ZeroDivisionError), refusals_committed(then=called.append):
+    with pytest.raises(ZeroDivisionError), RefusalsCommitted(then=called.append):
         locked = operation_lock(Operation.objects.get(key="op-1"))
         audit_append(kind=AuditKind.DECISION_REFUSED, operation=locked, actor=Actor.system("t"))
         1 / 0  # noqa: B018

@@ -1,0 +1,60 @@
+"""Fixed windows of time, and one counter per window in the shared cache.
+
+The one rule for "at most N a minute" wherever Settle caps something: the host API's
+rate per credential (``recovery.ratelimit``), the sign-in failures each address may put
+on the audit log (``identity.events``), and the refusals a permit's history records one
+line each (``approvals.services.permits``, which counts its window in the database, under
+the permit's lock, so that the count commits with the lines it decides).
+
+The cache counter is the scheme django-ratelimit uses: one key per name and window,
+created with ``add`` and counted with ``incr``, both atomic on Redis, so every worker
+on every machine counts against the same limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.core.cache import caches
+
+
+@dataclass(frozen=True)
+class Window:
+    """``[start, end)``: the window of ``seconds`` a moment falls in."""
+
+    start: datetime
+    end: datetime
+
+    @classmethod
+    def at(cls, moment: datetime, seconds: int) -> Window:
+        start = datetime.fromtimestamp(moment.timestamp() // seconds * seconds, tz=UTC)
+        return cls(start, start + timedelta(seconds=seconds))
+
+    def seconds_left(self, moment: datetime) -> int:
+        """Whole seconds from ``moment`` to the window's end, at least one."""
+        return max(1, math.ceil((self.end - moment).total_seconds()))
+
+
+class CounterUnavailable(Exception):
+    """The cache did not answer: the caller decides whether that lets things through."""
+
+
+def window_count(*, name: str, window: Window) -> int:
+    """Count one more under ``name`` in ``window``; how many so far, this one included.
+
+    ``CounterUnavailable`` when the cache errs. A window's key that expired between
+    ``add`` and ``incr`` belongs to a window already over: counted as the first.
+    """
+    key = f"{name}:{int(window.start.timestamp())}"
+    # Kept a second past the window: a slow ``incr`` still finds it.
+    timeout = math.ceil((window.end - window.start).total_seconds()) + 1
+    try:
+        cache = caches["default"]
+        cache.add(key, 0, timeout=timeout)
+        return int(cache.incr(key))
+    except ValueError:
+        return 1
+    except Exception as exc:
+        raise CounterUnavailable(str(exc)) from exc
