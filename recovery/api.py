@@ -20,7 +20,6 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from approvals import services as approvals
 from approvals.actors import Actor
 from approvals.models import Approval, Approver
 from common.canonical import CanonicalError, strict_loads
@@ -33,12 +32,12 @@ from recovery.openapi import openapi_document
 from recovery.ratelimit import rate_limit_wait
 from recovery.services import (
     callbacks,
-    credentials,
     dispatch,
     locking,
     permits,
     registration,
     resume,
+    token_cache,
 )
 
 logger = logging.getLogger("settle.api")
@@ -84,16 +83,11 @@ def _bearer(request: HttpRequest) -> str | None:
 def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
     token = _bearer(request)
     if token is not None:
-        # Each kind of token carries its prefix, so one lookup finds its owner.
-        host = approver = None
-        if token.startswith(approvals.APPROVER_TOKEN_PREFIX):
-            approver = approvals.approver_authenticate(token=token)
-        else:
-            host = credentials.host_authenticate(token=token)
-        if host is not None:
-            caller = Caller(Actor.of("host", host), host=host)
-        elif approver is not None:
-            caller = Caller(Actor.of("approver", approver), approver=approver)
+        credential = token_cache.credential_authenticate(token=token)
+        if isinstance(credential, Host):
+            caller = Caller(Actor.of("host", credential), host=credential)
+        elif isinstance(credential, Approver):
+            caller = Caller(Actor.of("approver", credential), approver=credential)
         else:
             raise ApiError(ErrorCode.UNAUTHORIZED, "unknown or revoked token")
     elif "user" in allowed and request.user.is_authenticated:

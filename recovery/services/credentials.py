@@ -1,8 +1,8 @@
 """Credentials: hosts' and approvers' bearer tokens — created, disabled, rotated, audited.
 
-A token is shown once and stored hashed. Disabling and rotating take effect on the
-credential's next request (nothing caches a token), and are kept, never deleted:
-operations, decisions and the audit log refer to them.
+A token is shown once and stored hashed. Disabling and rotating take effect within
+``SETTLE_CREDENTIAL_CACHE_SECONDS`` (``recovery.services.token_cache``), and credentials
+are kept, never deleted: operations, decisions and the audit log refer to them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.errors import ErrorCode
 from recovery.models import Host
+from recovery.services import token_cache
 from recovery.services.errors import NotFound
 
 HOST_TOKEN_PREFIX = "sth_"
@@ -52,6 +53,7 @@ def _credential(kind: str, name: str) -> models.Model:
 def credential_disable(*, kind: str, name: str, actor: Actor, disabled: bool = True) -> None:
     """Disable (or enable again) a host or approver credential; audited."""
     credential = _credential(kind, name)
+    token_cache.credential_forget(token_hash=credential.token_hash)  # type: ignore[attr-defined]
     credential.disabled_at = timezone.now() if disabled else None  # type: ignore[attr-defined]
     credential.save(update_fields=["disabled_at"])
     audit_append(
@@ -65,6 +67,7 @@ def credential_disable(*, kind: str, name: str, actor: Actor, disabled: bool = T
 def credential_rotate(*, kind: str, name: str, actor: Actor) -> str:
     """Give a credential a new token; the old one answers 401 from now on. Audited."""
     credential = _credential(kind, name)
+    token_cache.credential_forget(token_hash=credential.token_hash)  # type: ignore[attr-defined]
     token, hashed = approvals.new_token(KINDS[kind][1])
     credential.token_hash = hashed  # type: ignore[attr-defined]
     credential.save(update_fields=["token_hash"])
