@@ -48,7 +48,7 @@ from django.test.utils import override_settings  # noqa: E402
 
 from approvals.services import approver_create  # noqa: E402
 from bench.api_postgres import analyze, scratch_database  # noqa: E402
-from bench.sqlcount import StatementCount, counting  # noqa: E402
+from bench.sqlcount import StatementCount, counting, statements_noted  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402
 from recovery.services.providers import provider_configure  # noqa: E402
 from tests.procs.fleet import PARAMS  # noqa: E402
@@ -212,6 +212,9 @@ def main() -> None:
     parser.add_argument("--split", action="store_true", help="also profile the split")
     parser.add_argument("--middleware", action="store_true", help="also each middleware's cost")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of --middleware")
+    parser.add_argument(
+        "--statements", action="store_true", help="print one lifecycle's statements"
+    )
     parser.add_argument("--rate-limit", action="store_true", help="keep the rate limit on")
     parser.add_argument(
         "--combined", action="store_true", help="register and open the approval in one request"
@@ -238,6 +241,10 @@ def main() -> None:
             print(f"| {name} | {cpu:.2f} | {sql:g} |")
         total_cpu = sum(r[1] for r in rows)
         print(f"| lifecycle | {total_cpu:.2f} | {sum(r[2] for r in rows):g} |")
+        if args.statements:
+            with statements_noted() as noted:
+                _fresh(tokens, args.combined).lifecycle()
+            print("\n" + "\n".join(sql[:160] for sql in noted))
         if args.split:
             figures = split(_fresh(tokens, args.combined), args.lifecycles)
             print("\n| part (CPU ms per request, cProfile clock) | ms |\n| --- | --- |")

@@ -19,8 +19,9 @@ a role's set-up is not charged to its requests.
 Roles (``--providers`` is a JSON list of ``{kind, name, path, url, secret, lease_seconds}``):
 
 ``lifecycle``
-    register → open approval → approve → dispatch → report committed, unique keys, on
-    the first provider, no effect performed: the benchmark's loop.
+    register and open the approval (one request) → approve → dispatch → report
+    committed, unique keys, on the first provider, no effect performed: the benchmark's
+    loop.
 ``httpx``
     The same lifecycle written by hand on ``httpx.Client``, as a host engineer would
     without the library: the baseline ``bench/client.py`` holds the library to.
@@ -64,8 +65,9 @@ operation still ``in_progress`` after that is unexpected (no lookup ran).
 Every answer is checked against what the role expects at that point; anything else is
 listed under ``unexpected``. A 5xx, a body that is not a JSON object and a transport error
 are never expected. The ``--out`` file (JSON, written at the end) holds every call as
-``[endpoint, status, code, milliseconds, sql, transactions]`` (``sql``/``transactions``
-from the ``X-Settle-SQL`` headers of ``bench/counting_wsgi.py``, else null), the fencing
+``[endpoint, status, code, milliseconds, sql, transactions, cpu_ms]``
+(``sql``/``transactions``/``cpu_ms`` from the ``X-Settle-SQL`` headers of
+``bench/counting_wsgi.py``, else null), the fencing
 tokens each key was handed, each key's provider and intended ending, ``resumes`` (how
 many resumes were answered with each decision) and ``violations`` (a second effect
 performed for one key).
@@ -175,7 +177,7 @@ class Api:
         raw: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> Answer:
-        """Send one request; record ``[endpoint, status, code, ms, sql, tx]``.
+        """Send one request; record ``[endpoint, status, code, ms, sql, tx, cpu_ms]``.
 
         ``expect`` lists the outcomes this call may have here (``Answer.outcome``); any
         other is recorded in ``unexpected``, and a 5xx or transport error always is.
@@ -187,6 +189,7 @@ class Api:
             all_headers["Authorization"] = f"Bearer {self.tokens[auth]}"
         sql: int | None = None
         transactions: int | None = None
+        cpu_ms: float | None = None
         started = time.perf_counter()
         try:
             status, data, sql_header, detail = self._send(method, path, raw, all_headers)
@@ -196,9 +199,13 @@ class Api:
             answer = _parse_answer(status, data)
             if sql_header is not None:
                 sql = int(sql_header)
-                transactions = _begin_count(detail)
+                transactions = _detail_number(detail, "begin")
+                cpu_us = _detail_number(detail, "cpu_us")
+                cpu_ms = cpu_us / 1000 if cpu_us is not None else None
         elapsed_ms = (time.perf_counter() - started) * 1000
-        self.calls.append([endpoint, answer.status, answer.code, elapsed_ms, sql, transactions])
+        self.calls.append(
+            [endpoint, answer.status, answer.code, elapsed_ms, sql, transactions, cpu_ms]
+        )
         allowed = set(expect)
         if answer.outcome not in allowed or answer.status >= 500 or answer.status == 0:
             self.unexpected.append(
@@ -273,10 +280,10 @@ def _parse_answer(status: int, data: bytes) -> Answer:
     return Answer(status, code if isinstance(code, str) else "malformed", body)
 
 
-def _begin_count(detail: str | None) -> int | None:
+def _detail_number(detail: str | None, wanted: str) -> int | None:
     for part in (detail or "").split():
         name, _, value = part.partition("=")
-        if name == "begin":
+        if name == wanted:
             return int(value)
     return None
 
@@ -508,6 +515,27 @@ class Client:
         decided = self.approve(key, str(opened.body.get("approval_id")))
         return str(decided.body.get("permit_id") or "") if decided.ok else ""
 
+    def registered_and_approved(self, key: str, provider: Provider) -> str:
+        """``approved`` with the approval opened by the registration (one request fewer)."""
+        self.keys.setdefault(key, {"provider": provider.name, "intent": "aborted"})
+        body = {
+            "key": key,
+            "action": "payment.send",
+            "provider": provider.name,
+            "params": PARAMS,
+            "approval": {},
+        }
+        registered = self.api.call(
+            "register and open", "/api/v1/operations", body, expect=("201",), key=key
+        )
+        opened = registered.body.get("approval") if registered.ok else None
+        if not isinstance(opened, dict):
+            return ""
+        if opened.get("status") == "approved":  # a policy approved it as it opened
+            return str(opened.get("permit_id") or "")
+        decided = self.approve(key, str(opened.get("approval_id")))
+        return str(decided.body.get("permit_id") or "") if decided.ok else ""
+
     def perform(self, key: str, provider: Provider, status: str = "committed") -> int:
         """Perform the effect at the provider (as its outside tool does); the record's seq."""
         try:
@@ -559,7 +587,7 @@ def role_lifecycle(client: Client) -> None:
     provider = client.providers[0]
     for i in _iterations(client):
         key = f"{client.name}-{i}"
-        if not client.approved(key, provider):
+        if not client.registered_and_approved(key, provider):
             continue
         token = client.dispatch(key)
         if token and client.report(key, token).ok:
