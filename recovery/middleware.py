@@ -54,4 +54,7 @@ class TokenRequestMiddleware:
         # Nobody is signed in for this request: the token is its only credential.
         request.user = AnonymousUser()
         response: HttpResponse = match.func(request, *match.args, **match.kwargs)
+        # What CommonMiddleware would add: without it gunicorn sends the body chunked.
+        if not response.streaming and not response.has_header("Content-Length"):
+            response.headers["Content-Length"] = str(len(response.content))
         return response

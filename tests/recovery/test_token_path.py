@@ -135,3 +135,9 @@ def test_a_console_session_on_the_api_keeps_the_whole_stack(flow, provider, ran)
     )
     assert response.status_code == 200, response.content
     assert ran == list(settings.MIDDLEWARE)
+
+
+def test_a_token_answer_says_its_length_as_the_whole_stack_would(host_api, provider):
+    response = host_api.get("/api/v1/operations/nothing-here")
+    assert response.status_code == 404
+    assert response["Content-Length"] == str(len(response.content))
