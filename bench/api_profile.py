@@ -12,8 +12,8 @@ database round trips' client side is.
 ``--split`` runs the lifecycles again under cProfile with a CPU clock and splits each
 request's CPU into middleware, authentication, rate limit, body parsing, serialisation,
 the services (of which: ORM, raw SQL round trips, audit hashing) and the rest.
-``--middleware`` removes one middleware at a time (rounds alternated) and prints what
-each costs a host-token request. The rate limit is off (as in ``bench/api.py``) unless
+``--middleware`` prints what each middleware costs a request that goes down the whole
+stack (``middleware_costs``). The rate limit is off (as in ``bench/api.py``) unless
 ``--rate-limit``.
 """
 
@@ -180,30 +180,57 @@ def split(driver: Driver, lifecycles: int) -> dict[str, float]:
 # -- the middleware, one at a time ------------------------------------------------------
 
 
-def middleware_costs(
-    tokens: tuple[str, str], lifecycles: int, rounds: int
-) -> list[tuple[str, float]]:
-    """CPU ms each middleware costs a host-token request (alternated rounds).
+FLOOR_PATH = "/api/v1/operations/floor"
 
-    The stack is cut from its innermost end, one more middleware each time (so that none
-    runs without one it depends on, as authentication on sessions): a middleware's cost
-    is the difference between the stack down to it and the stack above it.
+
+def _floor_cpu(handler: WSGIHandler, requests: int, headers: dict[str, str]) -> float:
+    """CPU ms per request of ``requests`` GETs answered 401 by the view, before any SQL."""
+    started = time.process_time()
+    for _ in range(requests):
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "PATH_INFO": FLOOR_PATH,
+            "SCRIPT_NAME": "",
+            "QUERY_STRING": "",
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8000",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "HTTP_HOST": "127.0.0.1",
+            "wsgi.input": io.BytesIO(b""),
+            "wsgi.url_scheme": "http",
+            "wsgi.errors": sys.stderr,
+            **headers,
+        }
+        b"".join(handler(environ, lambda s, h, *e: None))
+    return (time.process_time() - started) / requests * 1000
+
+
+def middleware_costs(requests: int, rounds: int) -> list[tuple[str, float]]:
+    """CPU ms each middleware costs a request that the view refuses before any SQL.
+
+    The request carries no ``Authorization`` header, so that it goes down the whole
+    stack, as every token's request did before ``recovery.middleware``; the stack is
+    cut from its innermost end, one more middleware each time (so that none runs
+    without one it depends on, as authentication on sessions), rounds alternated: a
+    middleware's cost is the difference between the stack down to it and the stack
+    above it.
     """
     stack = list(settings.MIDDLEWARE)
     samples: dict[int, list[float]] = defaultdict(list)
     for _ in range(rounds):
         for depth in range(len(stack), -1, -1):
             with override_settings(MIDDLEWARE=stack[:depth]):
-                driver = _fresh(tokens, combined=False)
-                driver.lifecycle()  # warm the handler's chain
-                driver.cpu.clear()
-                for _ in range(lifecycles):
-                    driver.lifecycle()
-                cpu = [c for values in driver.cpu.values() for c in values]
-                samples[depth].append(sum(cpu) / len(cpu) * 1000)
+                handler = WSGIHandler()
+                _floor_cpu(handler, 50, {})  # warm
+                samples[depth].append(_floor_cpu(handler, requests, {}))
     median = {depth: statistics.median(values) for depth, values in samples.items()}
     costs = [(name, median[i + 1] - median[i]) for i, name in enumerate(stack)]
-    return [*costs, ("(all of them)", median[len(stack)] - median[0])]
+    return [
+        ("(none: Django's handler, the URL resolver and the view's 401)", median[0]),
+        *costs,
+        ("(all of them)", median[len(stack)] - median[0]),
+    ]
 
 
 def main() -> None:
@@ -255,9 +282,17 @@ def main() -> None:
             for part, ms in figures.items():
                 print(f"| {part} | {ms:.3f} |")
         if args.middleware:
-            print("\n| middleware removed | CPU ms saved per request |\n| --- | --- |")
-            for name, saved in middleware_costs(tokens, max(20, args.lifecycles // 3), args.rounds):
-                print(f"| `{name}` | {saved:+.3f} |")
+            print("\n| middleware | CPU ms per request (401, no SQL) |\n| --- | --- |")
+            for name, cost in middleware_costs(args.lifecycles * 10, args.rounds):
+                print(f"| `{name}` | {cost:+.3f} |")
+            # The same request with an Authorization header: the token's way through.
+            handler = WSGIHandler()
+            signed = {"HTTP_AUTHORIZATION": "Basic not-a-bearer-token"}
+            _floor_cpu(handler, 50, signed)
+            floor = statistics.median(
+                _floor_cpu(handler, args.lifecycles * 10, signed) for _ in range(args.rounds)
+            )
+            print(f"| the whole stack, the request carrying an Authorization header | {floor:.3f} |")
 
 
 class _provider:
