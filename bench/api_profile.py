@@ -292,7 +292,7 @@ def main() -> None:
             floor = statistics.median(
                 _floor_cpu(handler, args.lifecycles * 10, signed) for _ in range(args.rounds)
             )
-            print(f"| the whole stack, the request carrying an Authorization header | {floor:.3f} |")
+            print(f"| all of it, the request carrying an Authorization header | {floor:.3f} |")
 
 
 class _provider:
