@@ -50,6 +50,8 @@ class TokenRequestMiddleware:
             match = resolve(request.path_info)
         except Resolver404:
             return self.get_response(request)  # Django's own 404, as for any other request
+        # CommonMiddleware's check of the Host header (ALLOWED_HOSTS): 400 if not allowed.
+        request.get_host()
         request.resolver_match = match
         # Nobody is signed in for this request: the token is its only credential.
         request.user = AnonymousUser()

@@ -141,3 +141,13 @@ def test_a_token_answer_says_its_length_as_the_whole_stack_would(host_api, provi
     response = host_api.get("/api/v1/operations/nothing-here")
     assert response.status_code == 404
     assert response["Content-Length"] == str(len(response.content))
+
+
+def test_a_token_request_to_a_host_not_allowed_is_refused_as_before(host_api, provider):
+    # A plain client: the host API's contract does not answer for a request Django refuses.
+    response = Client().get(
+        "/api/v1/operations/nothing-here",
+        HTTP_AUTHORIZATION=f"Bearer {host_api.token}",
+        HTTP_HOST="evil.example",
+    )
+    assert response.status_code == 400
