@@ -8,9 +8,10 @@ SQLite is refused), configures one SQLite provider, a host and an approver crede
 and runs gunicorn as the README's *Operating and deploying* section does
 (``gunicorn settle.wsgi -w 4 -b 127.0.0.1:<free port>``). For each ``--clients`` value it
 starts that many client processes (``harness/fleet``, role ``lifecycle``), each
-looping register → open approval → approve → dispatch → report committed with unique
-keys for ``--seconds``; any non-2xx answer is an error. With ``--auto-approve`` a policy
-of twenty rules approves each opening from a budget, and the clients skip the approve.
+looping register and open the approval (one request) → approve → dispatch → report
+committed with unique keys for ``--seconds``; any non-2xx answer is an error. With
+``--auto-approve`` a policy of twenty rules approves each opening from a budget, and the
+clients skip the approve.
 
 It also measures, on the same server and database:
 

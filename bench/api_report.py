@@ -11,7 +11,14 @@ from typing import Any
 
 from bench.api_runs import SQL_PASS_SECONDS, Run, percentile
 
-ENDPOINTS = ("register", "open approval", "approve", "dispatch", "report committed")
+ENDPOINTS = (
+    "register",
+    "open approval",
+    "register and open",
+    "approve",
+    "dispatch",
+    "report committed",
+)
 
 
 def ms(value: float, digits: int = 1) -> str:
@@ -62,23 +69,32 @@ def print_report(
         )
     print()
     header = " | ".join(f"p50 / p99 ms, {run.clients} cl." for run in runs)
-    print(f"| endpoint | SQL / request | transactions | {header} |")
-    print("| --- | --- | --- |" + " --- |" * len(runs))
-    totals = [0.0, 0.0]
+    print(f"| endpoint | SQL / request | transactions | CPU ms / request | {header} |")
+    print("| --- | --- | --- | --- |" + " --- |" * len(runs))
+    totals = [0.0, 0.0, 0.0]
     for endpoint in ENDPOINTS:
         statements, transactions, highest = sql.sql(endpoint)
         if math.isnan(statements):  # not in this lifecycle (approve, when a policy approves)
             continue
         totals[0] += statements
         totals[1] += transactions
+        totals[2] += sql.cpu_ms(endpoint)
         spread = f" (max {highest})" if highest > statements else ""
         cells = " | ".join(
             f"{ms(percentile(run.latencies(endpoint), 0.5))} / "
             f"{ms(percentile(run.latencies(endpoint), 0.99))}"
             for run in runs
         )
-        print(f"| {endpoint} | {statements:g}{spread} | {transactions:g} | {cells} |")
-    print(f"| whole lifecycle | {totals[0]:g} | {totals[1]:g} |" + " |" * len(runs))
+        cpu = ms(sql.cpu_ms(endpoint), 2)
+        print(f"| {endpoint} | {statements:g}{spread} | {transactions:g} | {cpu} | {cells} |")
+    print(
+        f"| whole lifecycle | {totals[0]:g} | {totals[1]:g} | {ms(totals[2], 2)} |"
+        + " |" * len(runs)
+    )
+    print(
+        "CPU ms / request: the gunicorn worker's thread from the request's start until its "
+        "answer was decided, median of the SQL pass (one client, bench/counting_wsgi.py)."
+    )
     print()
     if totals[1]:
         ceiling = pgbench["tps"] / totals[1]

@@ -64,6 +64,11 @@ class Run:
     def latencies(self, endpoint: str | None = None) -> list[float]:
         return [c[3] for c in self.calls if endpoint is None or c[0] == endpoint]
 
+    def cpu_ms(self, endpoint: str) -> float:
+        """Median CPU ms of the worker's thread per request (the SQL pass's header)."""
+        values = [c[6] for c in self.calls if c[0] == endpoint and len(c) > 6 and c[6] is not None]
+        return statistics.median(values) if values else math.nan
+
     def sql(self, endpoint: str) -> tuple[float, float, int]:
         """Median statements, median transactions and the maximum statements seen."""
         rows = [(c[4], c[5]) for c in self.calls if c[0] == endpoint and c[4] is not None]

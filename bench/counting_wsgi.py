@@ -32,12 +32,15 @@ Every response gets two headers:
     connections or after the response has started (nothing, for the host API).
 
 ``X-Settle-SQL-Detail``
-    The same count split up: ``statements=N begin=N commit=N rollback=N``.
+    The same count split up: ``statements=N begin=N commit=N rollback=N``, and
+    ``cpu_us=N``: the CPU the worker's thread spent on the request until its answer
+    was decided (Django's handler and the view; not gunicorn's reading and writing).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -66,12 +69,14 @@ def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> 
     count = StatementCount()
     _current.count = count
     _counting_this_thread()
+    started = time.thread_time()
 
     def counting_start_response(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+        cpu_us = round((time.thread_time() - started) * 1e6)
         headers = [
             *headers,
             (SQL_HEADER, str(count.total)),
-            (SQL_DETAIL_HEADER, count.detail()),
+            (SQL_DETAIL_HEADER, f"{count.detail()} cpu_us={cpu_us}"),
         ]
         _current.count = None  # the response is decided: stop counting
         return start_response(status, headers, *exc)

@@ -3,6 +3,7 @@ columns by field name, quoted, and the shape of equality conditions."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +13,10 @@ from django.db.models import Field, Model
 PLAIN = (int, str, bool)
 
 
+@functools.cache
 def quote(name: str) -> str:
+    """``name`` quoted for the database; asked for each column of each statement built,
+    so kept: a process has one database, and a name's quoting never changes."""
     return str(connection.ops.quote_name(name))
 
 

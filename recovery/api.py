@@ -21,25 +21,23 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
 from approvals.models import Approval, Approver
-from approvals.services.approvers import approver_authenticate
 from common.actors import Actor
 from common.canonical import CanonicalError, strict_loads
-from common.credentials import token_kind
 from common.errors import ErrorCode, SettleError
 from dbsql.errors import database_unavailable
 from recovery import contract, selectors
 from recovery.contract import ApiError
-from recovery.models import Host
+from recovery.models import Host, State
 from recovery.openapi import openapi_document
 from recovery.ratelimit import rate_limit_wait
 from recovery.services import (
     callbacks,
-    credentials,
     dispatch,
     locking,
     permits,
     registration,
     resume,
+    token_cache,
 )
 
 logger = logging.getLogger("settle.api")
@@ -85,16 +83,11 @@ def _bearer(request: HttpRequest) -> str | None:
 def _authenticate(request: HttpRequest, allowed: tuple[str, ...]) -> Caller:
     token = _bearer(request)
     if token is not None:
-        # Each kind of token carries its prefix, so one lookup finds its owner.
-        host = approver = None
-        if token_kind(token) == "approver":
-            approver = approver_authenticate(token=token)
-        else:
-            host = credentials.host_authenticate(token=token)
-        if host is not None:
-            caller = Caller(Actor.of("host", host), host=host)
-        elif approver is not None:
-            caller = Caller(Actor.of("approver", approver), approver=approver)
+        credential = token_cache.credential_authenticate(token=token)
+        if isinstance(credential, Host):
+            caller = Caller(Actor.of("host", credential), host=credential)
+        elif isinstance(credential, Approver):
+            caller = Caller(Actor.of("approver", credential), approver=credential)
         else:
             raise ApiError(ErrorCode.UNAUTHORIZED, "unknown or revoked token")
     elif "user" in allowed and request.user.is_authenticated:
@@ -232,13 +225,21 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
         if exc.code == ErrorCode.PARAMS_TOO_LARGE:
             raise ApiError(ErrorCode.PARAMS_TOO_LARGE, exc.message) from None
         raise ApiError(ErrorCode.INVALID_PARAMS, exc.message, reason=exc.code) from None
-    summary = contract.OperationSummary(
-        key=operation.key,
-        state=operation.state,
-        params_digest=operation.params_digest,
-        version=operation.version,
-    )
-    return _answer(summary, status=201 if created else 200)
+    summary: dict[str, Any] = {
+        "key": operation.key,
+        "state": operation.state,
+        "params_digest": operation.params_digest,
+        "version": operation.version,
+    }
+    if body.approval is not None and operation.state == State.AWAITING_APPROVAL:
+        try:
+            summary["approval"], _ = _approval_opened(caller, operation.key, body.approval)
+        except SettleError as exc:
+            # Decided or dispatched since it was registered: the answer says as registered,
+            # and the host goes on from the operation's state, as after a plain register.
+            if exc.code != ErrorCode.INVALID_STATE:
+                raise
+    return _answer(contract.Registered(**summary), status=201 if created else 200)
 
 
 @api_view(methods=("GET",), auth=("host",))
@@ -272,10 +273,18 @@ def operation_history(request: HttpRequest, caller: Caller, key: str) -> JsonRes
 
 @api_view(methods=("POST",), auth=("host",))
 def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
-    operation = _operation(caller, key)
     body = contract.OpenApprovalRequest()
     if _raw_body(request):
         body = _parse(request, contract.OpenApprovalRequest)
+    opened, created = _approval_opened(caller, key, body)
+    return _answer(opened, status=201 if created else 200)
+
+
+def _approval_opened(
+    caller: Caller, key: str, body: contract.OpenApprovalRequest
+) -> tuple[contract.ApprovalOpened, bool]:
+    """Open the approval of the caller's operation ``key`` (or find the pending one)."""
+    operation = _operation(caller, key)
     assert caller.host is not None
     approval, created = permits.approval_open(
         operation=operation, host=caller.host, proposer=body.proposer
@@ -289,7 +298,7 @@ def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonR
         expires_at=permit.expires_at.isoformat() if permit else None,
         **selectors.approval_needs(approval=approval),
     )
-    return _answer(opened, status=201 if created else 200)
+    return opened, created
 
 
 @api_view(methods=("POST",), auth=("approver", "user"))

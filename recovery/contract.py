@@ -133,17 +133,23 @@ def params_schema() -> dict[str, Any]:
     }
 
 
+class OpenApprovalRequest(Body):
+    proposer: Annotated[str, StringConstraints(max_length=150), NoNul] = Field(
+        default="",
+        description="The username of the person the host acts for: they never decide it.",
+    )
+
+
 class RegisterRequest(Body):
     key: Key
     action: Name
     provider: ProviderName
     params: Any = Field(json_schema_extra=params_schema())
-
-
-class OpenApprovalRequest(Body):
-    proposer: Annotated[str, StringConstraints(max_length=150), NoNul] = Field(
-        default="",
-        description="The username of the person the host acts for: they never decide it.",
+    approval: OpenApprovalRequest | None = Field(
+        default=None,
+        description="Also open the operation's approval, as POST /api/v1/operations/{key}/"
+        "approvals with this body would, when the operation awaits approval: one request "
+        "instead of two. The answer then holds the approval.",
     )
 
 
@@ -209,6 +215,15 @@ class ApprovalOpened(Needs):
     status: str
     permit_id: str | None = Field(description="The permit, when the policy approved it.")
     expires_at: Timestamp | None
+
+
+class Registered(OperationSummary):
+    approval: ApprovalOpened | None = Field(
+        default=None,
+        description="The approval opened (or the pending one), when the request asked for "
+        "it and the operation awaits approval; left out otherwise. state and version are "
+        "the operation's as registered: approval.status says whether a policy decided it.",
+    )
 
 
 class ApprovalRecord(Needs):

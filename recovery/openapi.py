@@ -60,11 +60,11 @@ ENDPOINTS = [
         "/api/v1/operations",
         "post",
         "registerOperation",
-        "Register an operation (idempotent per key)",
+        "Register an operation (idempotent per key), and open its approval if asked",
         contract.RegisterRequest,
         {
-            201: ("Registered", contract.OperationSummary),
-            200: ("The same registration again", contract.OperationSummary),
+            201: ("Registered", contract.Registered),
+            200: ("The same registration again", contract.Registered),
         },
         codes=(E.UNKNOWN_PROVIDER, E.KEY_CONFLICT, E.INVALID_PARAMS, E.PARAMS_TOO_LARGE),
         errors={

@@ -63,6 +63,8 @@ MIDDLEWARE = [
     "settle.logs.RequestIdMiddleware",
     "settle.metrics.HostApiMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # A host's request signed with a token goes from here straight to its view.
+    "recovery.middleware.TokenRequestMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

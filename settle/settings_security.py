@@ -86,6 +86,9 @@ if SETTLE_HOST_RATE_PER_SECOND and SETTLE_HOST_RATE_BURST < SETTLE_HOST_RATE_PER
     raise ImproperlyConfigured(
         "SETTLE_HOST_RATE_BURST must be at least SETTLE_HOST_RATE_PER_SECOND"
     )
+# A web process keeps the credential a token named this long: disabling or rotating a
+# credential takes effect everywhere within it (recovery.services.token_cache).
+SETTLE_CREDENTIAL_CACHE_SECONDS = env_int("SETTLE_CREDENTIAL_CACHE_SECONDS", 5, minimum=0)
 # Per operation and refusal code, the first this many refusals of a window are recorded
 # one by one (a permit event and an audit event each); the rest of the window's are
 # counted in one summary event. The caller is told of every refusal either way.

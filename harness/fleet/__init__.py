@@ -22,7 +22,8 @@ parent's side).
 Roles (``--providers`` is a JSON list of ``{kind, name, path, url, secret, lease_seconds}``):
 
 ``lifecycle``
-    register → open approval → approve → dispatch → report committed, unique keys, on
+    register and open the approval (one request) → approve → dispatch → report
+    committed, unique keys, on
     the first provider, no effect performed: the benchmark's loop.
 ``httpx``
     The same lifecycle written by hand on ``httpx.Client``, as a host engineer would
@@ -73,8 +74,9 @@ operation still ``in_progress`` after that is unexpected (no lookup ran).
 Every answer is checked against what the role expects at that point; anything else is
 listed under ``unexpected``. A 5xx, a body that is not a JSON object and a transport error
 are never expected. The ``--out`` file (JSON, written at the end) holds every call as
-``[endpoint, status, code, milliseconds, sql, transactions]`` (``sql``/``transactions``
-from the ``X-Settle-SQL`` headers of ``bench/counting_wsgi.py``, else null), the fencing
+``[endpoint, status, code, milliseconds, sql, transactions, cpu_ms]``
+(``sql``/``transactions``/``cpu_ms`` from the ``X-Settle-SQL`` headers of
+``bench/counting_wsgi.py``, else null), the fencing
 tokens each key was handed, each key's provider and intended ending, ``resumes`` (how
 many resumes were answered with each decision) and ``violations`` (a second effect
 performed for one key).

@@ -88,7 +88,7 @@ class Api:
     def call(
         self, endpoint: str, send: Callable[[], dict[str, Any]], *, expect: Iterable[str], key: str
     ) -> Answer:
-        """Make one request (``send``); record ``[endpoint, status, code, ms, sql, tx]``.
+        """Make one request (``send``); record ``[endpoint, status, code, ms, sql, tx, cpu_ms]``.
 
         ``expect`` lists the outcomes this call may have here (``Answer.outcome``); any
         other is recorded in ``unexpected``, and a 5xx or transport error always is.
@@ -103,8 +103,10 @@ class Api:
         except errors.SettleError as exc:
             answer = self._refused(exc)
         elapsed_ms = (time.perf_counter() - started) * 1000
-        sql, transactions = self._counted()
-        self.calls.append([endpoint, answer.status, answer.code, elapsed_ms, sql, transactions])
+        sql, transactions, cpu_ms = self._counted()
+        self.calls.append(
+            [endpoint, answer.status, answer.code, elapsed_ms, sql, transactions, cpu_ms]
+        )
         allowed = set(expect)
         if answer.outcome not in allowed or answer.status >= 500 or answer.status == 0:
             self.unexpected.append(
@@ -156,14 +158,18 @@ class Api:
             return Answer(exc.status, exc.code, body)
         return Answer(status, "malformed", body)
 
-    def _counted(self) -> tuple[int | None, int | None]:
-        """The statements and transactions the server counted for this request, if it did."""
+    def _counted(self) -> tuple[int | None, int | None, float | None]:
+        """The statements, transactions and CPU the server counted for this request, if it did."""
         response = self.transport.last
         sql = response.headers.get(SQL_HEADER) if response is not None else None
         if sql is None or response is None:
-            return None, None
-        for part in response.headers.get(SQL_DETAIL_HEADER, "").split():
-            name, _, value = part.partition("=")
-            if name == "begin":
-                return int(sql), int(value)
-        return int(sql), None
+            return None, None, None
+        detail = dict(
+            part.partition("=")[::2] for part in response.headers.get(SQL_DETAIL_HEADER, "").split()
+        )
+        begin, cpu_us = detail.get("begin"), detail.get("cpu_us")
+        return (
+            int(sql),
+            int(begin) if begin is not None else None,
+            int(cpu_us) / 1000 if cpu_us is not None else None,
+        )

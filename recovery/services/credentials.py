@@ -1,8 +1,8 @@
 """Credentials: hosts' and approvers' bearer tokens — created, disabled, rotated, audited.
 
-A token is shown once and stored hashed. Disabling and rotating take effect on the
-credential's next request (nothing caches a token), and are kept, never deleted:
-operations, decisions and the audit log refer to them.
+A token is shown once and stored hashed. Disabling and rotating take effect within
+``SETTLE_CREDENTIAL_CACHE_SECONDS`` (``recovery.services.token_cache``), and credentials
+are kept, never deleted: operations, decisions and the audit log refer to them.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from common.actors import Actor
 from common.credentials import token_new
 from common.errors import ErrorCode
 from recovery.models import Host
+from recovery.services import token_cache
 from recovery.services.errors import NotFound
 
 KINDS: dict[str, type[models.Model]] = {"host": Host, "approver": Approver}
@@ -49,6 +50,7 @@ def _credential(kind: str, name: str) -> models.Model:
 def credential_disable(*, kind: str, name: str, actor: Actor, disabled: bool = True) -> None:
     """Disable (or enable again) a host or approver credential; audited."""
     credential = _credential(kind, name)
+    token_cache.credential_forget(token_hash=credential.token_hash)  # type: ignore[attr-defined]
     credential.disabled_at = timezone.now() if disabled else None  # type: ignore[attr-defined]
     credential.save(update_fields=["disabled_at"])
     audit_append(
@@ -62,6 +64,7 @@ def credential_disable(*, kind: str, name: str, actor: Actor, disabled: bool = T
 def credential_rotate(*, kind: str, name: str, actor: Actor) -> str:
     """Give a credential a new token; the old one answers 401 from now on. Audited."""
     credential = _credential(kind, name)
+    token_cache.credential_forget(token_hash=credential.token_hash)  # type: ignore[attr-defined]
     token, hashed = token_new(kind)
     credential.token_hash = hashed  # type: ignore[attr-defined]
     credential.save(update_fields=["token_hash"])

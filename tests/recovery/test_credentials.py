@@ -1,6 +1,7 @@
 """Credential lifecycle: hosts and approvers disabled, enabled and rotated, audited.
 
-Each change takes effect on the credential's very next request.
+Each change takes effect on the credential's very next request to the process that made
+it; on the others within ``SETTLE_CREDENTIAL_CACHE_SECONDS`` (``test_token_cache.py``).
 """
 
 from __future__ import annotations

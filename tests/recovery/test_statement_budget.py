@@ -148,3 +148,61 @@ def test_every_resume_stays_within_the_budget(flow, host_api, provider):
     assert waiting["decision"] == "unknown" and waiting["retry_after"] >= 1
     lookup_due("op-1")
     assert answered("resume (lookup due, queued)")["decision"] == "in_progress"
+
+
+# Registering with ``approval`` asked is the two calls in one request: register's
+# statements and the opening's, with the one authentication.
+REGISTER_AND_OPEN = 2 * BUDGET + POLICY_VERSION - 1
+
+
+def test_registering_and_opening_in_one_request_stays_within_both_budgets(host_api, provider):
+    body = {
+        "key": "op-1",
+        "action": "payment.send",
+        "provider": "orders",
+        "params": PARAMS,
+        "approval": {},
+    }
+    response = _within_budget(
+        "register and open",
+        lambda: host_api.post("/api/v1/operations", body),
+        REGISTER_AND_OPEN,
+        expect=201,
+    )
+    assert response.json()["approval"]["status"] == "pending"
+
+
+def test_the_lifecycle_costs_no_statement_for_credentials_already_found(
+    host_api, approver_api, provider, settings
+):
+    """Each credential is looked up once (``SETTLE_CREDENTIAL_CACHE_SECONDS``): the
+    lifecycle's five requests then cost the services' statements alone."""
+    settings.SETTLE_CREDENTIAL_CACHE_SECONDS = 60
+    host_api.get("/api/v1/operations/warm")  # each token found once
+    approver_api.get("/api/v1/approvals/00000000-0000-0000-0000-000000000000")
+    with CaptureQueriesContext(connection) as queries:
+        approval = host_api.post(
+            "/api/v1/operations",
+            {
+                "key": "op-1",
+                "action": "payment.send",
+                "provider": "orders",
+                "params": PARAMS,
+                "approval": {},
+            },
+        ).json()["approval"]
+        approver_api.post(
+            f"/api/v1/approvals/{approval['approval_id']}/decision",
+            {"decision": "approve", "ttl_seconds": 300, "params_digest": digest_of(PARAMS)},
+        )
+        token = host_api.post(
+            "/api/v1/operations/op-1/dispatch", {"worker": "w1", "params_digest": digest_of(PARAMS)}
+        ).json()["fencing_token"]
+        reported = host_api.post(
+            "/api/v1/operations/op-1/result", {"fencing_token": token, "outcome": "committed"}
+        )
+    assert reported.json()["state"] == "released"
+    listing = "\n".join(query["sql"] for query in queries.captured_queries)
+    assert "token_hash" not in listing
+    # The lifecycle's 41 statements (bench/api.py) less its five credential lookups.
+    assert len(queries.captured_queries) <= 36, f"{len(queries.captured_queries)}\n{listing}"

@@ -62,6 +62,38 @@ def test_run_waits_for_the_approval_runs_the_effect_once_and_is_released(
     assert record["params_digest"] == settle_client.params_digest(PARAMS)
 
 
+class CountingTransport(ContractTransport):
+    """Checks each exchange against the contract and keeps its method and path."""
+
+    def __init__(self, contract: Contract) -> None:
+        super().__init__(contract)
+        self.sent: list[tuple[str, str]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append((request.method, request.url.path))
+        return super().handle_request(request)
+
+
+def test_run_opens_the_approval_with_the_registration(
+    server: dict[str, str], contract: Contract, key: str
+) -> None:
+    transport = CountingTransport(contract)
+    approver = make_approver(server, contract)
+    with make_host(server, transport) as host:
+        outcome = host.run(
+            key,
+            action="payment.send",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: f"pay-{key}",
+            on_approval=approver.approve,
+        )
+    assert outcome.state == "released"
+    paths = [path for _, path in transport.sent]
+    assert paths[0] == "/api/v1/operations"
+    assert not any(path.endswith("/approvals") for path in paths)  # one request, not two
+
+
 def test_an_effect_that_raises_is_reported_failed_and_carried_by_the_outcome(
     server: dict[str, str], contract: Contract, transport: ContractTransport, key: str
 ) -> None:

@@ -133,23 +133,23 @@ def _field(body: dict[str, Any], name: str, kind: type, endpoint: str) -> Any:
 
 
 def lifecycle(run: Run) -> Generator[Step, Any, Outcome]:
-    summary = yield Call(
-        "POST",
-        OPERATIONS,
-        {"key": run.key, "action": run.action, "provider": run.provider, "params": run.params},
-    )
+    # The approval is opened with the registration (``approval``), when it awaits one.
+    body = {"key": run.key, "action": run.action, "provider": run.provider, "params": run.params}
+    summary = yield Call("POST", OPERATIONS, {**body, "approval": {}})
     if _field(summary, "params_digest", str, "register") != run.digest:
         raise errors.ProtocolError(
             f"Settle digests these params as {summary['params_digest']}, this client as "
             f"{run.digest}: not dispatching"
         )
     state = _field(summary, "state", str, "register")
+    opened = summary.get("approval")
     dispatch_sent = False
     ran: EffectResult | None = None  # set once this call ran the effect
     deadline = time.monotonic() + run.settle_timeout
     while True:
         if state == "awaiting_approval":
-            state = yield from _decision(run)
+            state = yield from _decision(run, opened if isinstance(opened, dict) else None)
+            opened = None
             deadline = time.monotonic() + run.settle_timeout
             continue
         if state == "approved" and not dispatch_sent:
@@ -199,14 +199,17 @@ def lifecycle(run: Run) -> Generator[Step, Any, Outcome]:
         yield Sleep(wait)
 
 
-def _decision(run: Run) -> Generator[Step, Any, str]:
-    """Open the approval and wait for its decision; the operation's state after it."""
+def _decision(run: Run, opened: dict[str, Any] | None = None) -> Generator[Step, Any, str]:
+    """Open the approval (unless the registration ``opened`` it) and wait for its
+    decision; the operation's state after it."""
     approval_id, rule, needed = "", "", ""
     try:
-        opened = yield Call("POST", run.path("/approvals"), {})
+        if opened is None:
+            opened = yield Call("POST", run.path("/approvals"), {})
     except errors.InvalidState:
         pass  # decided meanwhile: the record says how
     else:
+        assert opened is not None
         approval_id = _field(opened, "approval_id", str, "open approval")
         rule, needed = str(opened.get("rule") or ""), str(opened.get("needed") or "")
         if opened.get("status") in ("approved", "denied"):

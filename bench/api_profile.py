@@ -1,0 +1,321 @@
+"""The host API's CPU per request, endpoint by endpoint, in-process: where it goes.
+
+    python bench/api_profile.py [--lifecycles 300] [--split] [--middleware] [--rate-limit]
+
+No HTTP and no gunicorn: the lifecycle (register → open approval → approve → dispatch →
+report committed) is driven through Django's WSGI handler in this process, on a scratch
+PostgreSQL database (as ``bench/api.py``'s). What it prints, per endpoint: this process's
+CPU (``time.process_time``) per request and the statements per request, ``BEGIN`` and
+``COMMIT`` included (``bench/sqlcount.py``). PostgreSQL's own CPU is not in it; the
+database round trips' client side is.
+
+``--split`` runs the lifecycles again under cProfile with a CPU clock and splits each
+request's CPU into middleware, authentication, rate limit, body parsing, serialisation,
+the services (of which: ORM, raw SQL round trips, audit hashing) and the rest.
+``--middleware`` prints what each middleware costs a request that goes down the whole
+stack (``middleware_costs``). The rate limit is off (as in ``bench/api.py``) unless
+``--rate-limit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import logging
+import os
+import pstats
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settle.settings")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/settle")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.core.handlers.wsgi import WSGIHandler  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test.utils import override_settings  # noqa: E402
+
+from approvals.services.approvers import approver_create  # noqa: E402
+from bench.api_postgres import analyze, scratch_database  # noqa: E402
+from bench.sqlcount import StatementCount, counting, statements_noted  # noqa: E402
+from harness.fleet.client import PARAMS  # noqa: E402
+from harness.providers import digest_of, sqlite_provider_init  # noqa: E402
+from recovery.services.credentials import host_create  # noqa: E402
+from recovery.services.providers import provider_configure  # noqa: E402
+
+ENDPOINTS = ("register", "open approval", "approve", "dispatch", "report")
+
+
+class Driver:
+    """Calls a WSGI handler as gunicorn would, one lifecycle at a time."""
+
+    def __init__(self, host_token: str, approver_token: str, combined: bool = False) -> None:
+        self.tokens = {"host": host_token, "approver": approver_token}
+        self.combined = combined
+        self.handler = WSGIHandler()
+        self.count = StatementCount()
+        self.cpu: dict[str, list[float]] = defaultdict(list)
+        self.sql: dict[str, list[int]] = defaultdict(list)
+        self.serial = 0
+
+    def call(self, name: str, path: str, body: Any, auth: str = "host") -> dict[str, Any]:
+        raw = json.dumps(body).encode() if body is not None else b""
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": path,
+            "SCRIPT_NAME": "",
+            "QUERY_STRING": "",
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8000",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "CONTENT_TYPE": "application/json",
+            "CONTENT_LENGTH": str(len(raw)),
+            "HTTP_HOST": "127.0.0.1",
+            "HTTP_AUTHORIZATION": f"Bearer {self.tokens[auth]}",
+            "wsgi.input": io.BytesIO(raw),
+            "wsgi.url_scheme": "http",
+            "wsgi.errors": sys.stderr,
+        }
+        status: list[str] = []
+        self.count.__init__()  # type: ignore[misc]
+        started = time.process_time()
+        chunks = self.handler(environ, lambda s, h, *e: status.append(s))
+        content = b"".join(chunks)
+        if hasattr(chunks, "close"):
+            chunks.close()
+        self.cpu[name].append(time.process_time() - started)
+        self.sql[name].append(self.count.total)
+        if not status[0].startswith("2"):
+            raise RuntimeError(f"{name}: {status[0]} {content[:300]!r}")
+        return json.loads(content) if content else {}
+
+    def lifecycle(self) -> None:
+        self.serial += 1
+        key = f"prof-{os.getpid()}-{time.monotonic_ns()}-{self.serial}"
+        body = {"key": key, "action": "payment.send", "provider": "bench", "params": PARAMS}
+        if self.combined:
+            body["approval"] = {}
+            opened = self.call("register and open", "/api/v1/operations", body)["approval"]
+        else:
+            self.call("register", "/api/v1/operations", body)
+            opened = self.call("open approval", f"/api/v1/operations/{key}/approvals", None)
+        decision = {"decision": "approve", "ttl_seconds": 300, "params_digest": digest_of(PARAMS)}
+        path = f"/api/v1/approvals/{opened['approval_id']}/decision"
+        self.call("approve", path, decision, auth="approver")
+        digest = digest_of(PARAMS)
+        dispatch = {"worker": "w", "params_digest": digest}
+        held = self.call("dispatch", f"/api/v1/operations/{key}/dispatch", dispatch)
+        result = {"fencing_token": held["fencing_token"], "outcome": "committed"}
+        result["provider_reference"] = key
+        self.call("report", f"/api/v1/operations/{key}/result", result)
+
+
+def _fresh(tokens: tuple[str, str], combined: bool) -> Driver:
+    driver = Driver(*tokens, combined=combined)
+    counting(driver.count)
+    return driver
+
+
+def per_endpoint(driver: Driver) -> list[tuple[str, float, float]]:
+    """(endpoint, median CPU ms, median statements) in lifecycle order."""
+    return [
+        (name, statistics.median(cpu) * 1000, statistics.median(driver.sql[name]))
+        for name, cpu in driver.cpu.items()
+    ]
+
+
+# -- the split -----------------------------------------------------------------------
+
+# Inclusive CPU of these functions, by (file suffix, function name). A part's figure is
+# its functions' own cumulative time; nested parts are subtracted where they nest.
+PARTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "whole request": (("django/core/handlers/wsgi.py", "__call__"),),
+    # The API's views through ``api_view``: whatever the way from the handler to them.
+    "the view": (("recovery/api.py", "wrapper"),),
+    "authentication": (("recovery/api.py", "_authenticate"),),
+    "rate limit": (("recovery/api.py", "_rate_limit"),),
+    "body parsing": (("recovery/api.py", "_json_body"), ("recovery/contract.py", "parse")),
+    "serialisation": (("recovery/api.py", "_answer"),),
+    "audit hashing": (("audit/chain.py", "audit_append"),),
+    "ORM (building queries and rows)": (("django/db/models/sql/compiler.py", "execute_sql"),),
+    "round trips (psycopg execute)": (
+        ("psycopg/cursor.py", "execute"),
+        ("psycopg/cursor.py", "executemany"),
+    ),
+    "transaction commit": (("django/db/backends/base/base.py", "commit"),),
+}
+
+
+def split(driver: Driver, lifecycles: int) -> dict[str, float]:
+    """CPU ms per request in each part (``PARTS``), from a cProfile with a CPU clock."""
+    profile = cProfile.Profile(time.process_time)
+    profile.enable()
+    for _ in range(lifecycles):
+        driver.lifecycle()
+    profile.disable()
+    stats = pstats.Stats(profile)
+    requests = lifecycles * len(driver.cpu)
+    figures: dict[str, float] = {}
+    for part, functions in PARTS.items():
+        total = 0.0
+        for (filename, _, name), row in stats.stats.items():  # type: ignore[attr-defined]
+            if any(filename.endswith(f) and name == n for f, n in functions):
+                total += row[3]
+        figures[part] = total / requests * 1000
+    figures["handler and middleware"] = figures["whole request"] - figures["the view"]
+    return figures
+
+
+# -- the middleware, one at a time ------------------------------------------------------
+
+
+FLOOR_PATH = "/api/v1/operations/floor"
+
+
+def _floor_cpu(handler: WSGIHandler, requests: int, headers: dict[str, str]) -> float:
+    """CPU ms per request of ``requests`` GETs answered 401 by the view, before any SQL."""
+    started = time.process_time()
+    for _ in range(requests):
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "PATH_INFO": FLOOR_PATH,
+            "SCRIPT_NAME": "",
+            "QUERY_STRING": "",
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8000",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "HTTP_HOST": "127.0.0.1",
+            "wsgi.input": io.BytesIO(b""),
+            "wsgi.url_scheme": "http",
+            "wsgi.errors": sys.stderr,
+            **headers,
+        }
+        b"".join(handler(environ, lambda s, h, *e: None))
+    return (time.process_time() - started) / requests * 1000
+
+
+def middleware_costs(requests: int, rounds: int) -> list[tuple[str, float]]:
+    """CPU ms each middleware costs a request that the view refuses before any SQL.
+
+    The request carries no ``Authorization`` header, so that it goes down the whole
+    stack, as every token's request did before ``recovery.middleware``; the stack is
+    cut from its innermost end, one more middleware each time (so that none runs
+    without one it depends on, as authentication on sessions), rounds alternated: a
+    middleware's cost is the difference between the stack down to it and the stack
+    above it.
+    """
+    stack = list(settings.MIDDLEWARE)
+    samples: dict[int, list[float]] = defaultdict(list)
+    # Django logs each 401 as a warning: the same for every stack, and not what is measured.
+    logging.getLogger("django.request").setLevel(logging.ERROR)
+    for _ in range(rounds):
+        for depth in range(len(stack), -1, -1):
+            with override_settings(MIDDLEWARE=stack[:depth]):
+                handler = WSGIHandler()
+                _floor_cpu(handler, 50, {})  # warm
+                samples[depth].append(_floor_cpu(handler, requests, {}))
+    median = {depth: statistics.median(values) for depth, values in samples.items()}
+    costs = [(name, median[i + 1] - median[i]) for i, name in enumerate(stack)]
+    return [
+        ("(none: Django's handler, the URL resolver and the view's 401)", median[0]),
+        *costs,
+        ("(all of them)", median[len(stack)] - median[0]),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lifecycles", type=int, default=300)
+    parser.add_argument("--split", action="store_true", help="also profile the split")
+    parser.add_argument("--middleware", action="store_true", help="also each middleware's cost")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --middleware")
+    parser.add_argument(
+        "--statements", action="store_true", help="print one lifecycle's statements"
+    )
+    parser.add_argument("--rate-limit", action="store_true", help="keep the rate limit on")
+    parser.add_argument(
+        "--combined", action="store_true", help="register and open the approval in one request"
+    )
+    args = parser.parse_args()
+    if connection.vendor != "postgresql":
+        sys.exit("bench/api_profile.py measures PostgreSQL: set DATABASE_URL=postgres://…")
+    if args.rate_limit:
+        # On, counted in the shared cache, but never reached by one token's lifecycles.
+        settings.SETTLE_HOST_RATE_PER_SECOND = 1_000_000
+        settings.SETTLE_HOST_RATE_BURST = 2_000_000
+    else:
+        settings.SETTLE_HOST_RATE_PER_SECOND = 0
+    settings.ALLOWED_HOSTS = ["127.0.0.1"]
+    with scratch_database(), _provider() as tokens:
+        driver = _fresh(tokens, args.combined)
+        for _ in range(20):
+            driver.lifecycle()  # warm: prepared statements, imports, caches
+        analyze()
+        driver = _fresh(tokens, args.combined)
+        for _ in range(args.lifecycles):
+            driver.lifecycle()
+        print(f"load {os.getloadavg()[0]:.2f}; {args.lifecycles} lifecycles in-process")
+        print("| endpoint | CPU ms per request (median) | statements |")
+        print("| --- | --- | --- |")
+        rows = per_endpoint(driver)
+        for name, cpu, sql in rows:
+            print(f"| {name} | {cpu:.2f} | {sql:g} |")
+        total_cpu = sum(r[1] for r in rows)
+        print(f"| lifecycle | {total_cpu:.2f} | {sum(r[2] for r in rows):g} |")
+        if args.statements:
+            with statements_noted() as noted:
+                _fresh(tokens, args.combined).lifecycle()
+            print("\n" + "\n".join(sql[:160] for sql in noted))
+        if args.split:
+            figures = split(_fresh(tokens, args.combined), args.lifecycles)
+            print("\n| part (CPU ms per request, cProfile clock) | ms |\n| --- | --- |")
+            for part, ms in figures.items():
+                print(f"| {part} | {ms:.3f} |")
+        if args.middleware:
+            print("\n| middleware | CPU ms per request (401, no SQL) |\n| --- | --- |")
+            for name, cost in middleware_costs(args.lifecycles * 10, args.rounds):
+                print(f"| `{name}` | {cost:+.3f} |")
+            # The same request with an Authorization header: the token's way through.
+            handler = WSGIHandler()
+            signed = {"HTTP_AUTHORIZATION": "Basic not-a-bearer-token"}
+            _floor_cpu(handler, 50, signed)
+            floor = statistics.median(
+                _floor_cpu(handler, args.lifecycles * 10, signed) for _ in range(args.rounds)
+            )
+            print(f"| all of it, the request carrying an Authorization header | {floor:.3f} |")
+
+
+class _provider:
+    """The bench's provider, host and approver on the scratch database."""
+
+    def __enter__(self) -> tuple[str, str]:
+        import tempfile
+
+        self.scratch = tempfile.TemporaryDirectory()
+        path = Path(self.scratch.name) / "orders.sqlite3"
+        sqlite_provider_init(path)
+        provider_configure(name="bench", adapter="sqlite", path=str(path), lease_seconds=60)
+        _, host_token = host_create(name="bench-host")
+        _, approver_token = approver_create(name="bench-approver", all_providers=True)
+        return host_token, approver_token
+
+    def __exit__(self, *exc: object) -> None:
+        self.scratch.cleanup()
+
+
+if __name__ == "__main__":
+    main()
