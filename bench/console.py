@@ -31,7 +31,7 @@ from bench import seed
 from bench.sqlcount import statements_noted
 from console.forms import cursor_encode
 from recovery.models import Operation
-from recovery.selectors import QueueFilters, operations_queue_for_user
+from recovery.selectors.queue import QueueFilters, operations_queue_for_user
 
 BENCH_USER = "bench-superuser"
 

@@ -60,7 +60,7 @@ from common.errors import ErrorCode
 from policies.services import passkey_required_for
 from recovery.models import Operation
 from recovery.permissions import ACTING_PERMISSIONS, ProviderPermission
-from recovery.selectors import provider_permissions_all, providers_supervised
+from recovery.selectors.access import provider_permissions_all, providers_supervised
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound, RecoveryError
 from recovery.services.reconcile import DECISION_PERMISSIONS

@@ -10,7 +10,7 @@ from django.utils.functional import SimpleLazyObject
 from audit.alarms import audit_alarms_open
 from audit.models import AuditAlarm
 from console.views.access import request_roles
-from recovery.selectors import audit_alarms_for_user
+from recovery.selectors.access import audit_alarms_for_user
 
 
 def _supervising(request: HttpRequest) -> bool:

@@ -15,7 +15,7 @@ from audit.kinds import AuditKind
 from console.selectors.approvals import InboxFilters
 from console.selectors.audit_trail import AuditFilters
 from recovery.models import Verdict
-from recovery.selectors import QUEUE_AGES, QUEUE_REASONS, QUEUE_STRANDED, QueueFilters
+from recovery.selectors.queue import QUEUE_AGES, QUEUE_REASONS, QUEUE_STRANDED, QueueFilters
 from recovery.vocabulary import WaitReason
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

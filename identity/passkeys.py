@@ -31,7 +31,7 @@ from common.errors import ErrorCode
 from identity.audited import user_named
 from identity.events import passkey_hold_refused
 from recovery.api import carries_token, error_response
-from recovery.selectors import user_roles
+from recovery.selectors.access import user_roles
 
 
 def _passkey_data(user: AbstractBaseUser, authenticator: Authenticator) -> dict[str, Any]:

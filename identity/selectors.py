@@ -17,7 +17,7 @@ from django.utils import timezone
 from guardian.models import UserObjectPermission
 
 from recovery.models import Provider
-from recovery.selectors import providers_supervised
+from recovery.selectors.access import providers_supervised
 
 
 def people_for_user(*, user: Any) -> QuerySet[User]:

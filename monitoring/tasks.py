@@ -12,7 +12,7 @@ from celery import shared_task
 from approvals.notices import approval_notices_run
 from monitoring.services.alerts import alerts_evaluate as alerts_evaluate_run
 from monitoring.services.pulses import operation_counts_refresh, queue_pulse_record
-from recovery.selectors import operations_params_canonical
+from recovery.selectors.records import operations_params_canonical
 
 
 @shared_task

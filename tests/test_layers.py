@@ -204,3 +204,39 @@ def test_no_module_imports_from_a_test_module(folder: str, root: str) -> None:
         for path in (ROOT / folder).rglob("*.py")
     }
     assert {name: imports for name, imports in wrong.items() if imports} == {}
+
+
+def _package_style() -> dict[str, bool]:
+    """Each shipped package, and whether its ``__init__`` re-exports its modules' names."""
+    found = {}
+    for app in SHIPPED:
+        for init in (ROOT / app).rglob("__init__.py"):
+            package = ".".join(init.parent.relative_to(ROOT).parts)
+            found[package] = any(
+                isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + ".")
+                for node in ast.parse(init.read_text()).body
+            )
+    return found
+
+
+def test_a_name_is_imported_one_way() -> None:
+    """From the package that re-exports it, or from the module that defines it; not both."""
+    style = _package_style()
+    assert style["recovery.adapters"] and not style["recovery.selectors"]
+    wrong = []
+    for folder in [*SHIPPED, "tests", "bench", "harness"]:
+        for path in (ROOT / folder).rglob("*.py"):
+            where = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not isinstance(node, ast.ImportFrom) or not node.module or node.level:
+                    continue
+                parent = node.module.rpartition(".")[0]
+                if style.get(parent) and not where.startswith(parent + "."):
+                    wrong.append(f"{where}: from {node.module} (use {parent})")
+                if style.get(node.module) is False:
+                    package = ROOT.joinpath(*node.module.split("."))
+                    names = [a.name for a in node.names if not (package / f"{a.name}.py").exists()]
+                    names = [n for n in names if not (package / n).is_dir()]
+                    if names:
+                        wrong.append(f"{where}: {names} from {node.module} (use its modules)")
+    assert wrong == []

@@ -36,7 +36,7 @@ from common.actors import Actor
 from recovery.models import Operation
 from recovery.params_diff import params_rows
 from recovery.permissions import ProviderPermission
-from recovery.selectors import providers_for_user, providers_visible_to
+from recovery.selectors.access import providers_for_user, providers_visible_to
 
 INBOX_SHOWN = 200  # the oldest; an inbox longer than this is worked from the top
 SUMMARY_CHARS = 90

@@ -36,7 +36,7 @@ from common.canonical import canonical_dumps
 from common.errors import ErrorCode
 from console.models import AuditExport
 from console.selectors.audit_trail import AuditFilters, audit_events_export_for_user
-from recovery.selectors import providers_visible_to, supervises_any_provider
+from recovery.selectors.access import providers_visible_to, supervises_any_provider
 from recovery.services.errors import Forbidden, Invalid, NotFound
 
 logger = logging.getLogger("settle.audit")

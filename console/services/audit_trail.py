@@ -16,7 +16,7 @@ from audit.kinds import AuditKind
 from audit.models import AuditAlarm
 from common.actors import Actor
 from common.errors import ErrorCode
-from recovery.selectors import audit_alarms_for_user, supervises_any_provider
+from recovery.selectors.access import audit_alarms_for_user, supervises_any_provider
 from recovery.services.access import actor_user
 from recovery.services.errors import Forbidden, Invalid, NotFound
 

@@ -15,7 +15,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.http import RFC3986_SUBDELIMS
 from django.utils.safestring import SafeString, mark_safe
 
-from recovery.selectors import QUEUE_COUNT_CAP, QUEUE_REASONS, QueueRow
+from recovery.selectors.queue import QUEUE_COUNT_CAP, QUEUE_REASONS, QueueRow
 
 register = template.Library()
 

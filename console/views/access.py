@@ -22,13 +22,8 @@ from common.actors import Actor
 from common.errors import ErrorCode, SettleError
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission
-from recovery.selectors import (
-    UserRoles,
-    approval_for_caller,
-    operation_for_user,
-    reconciliation_request_for_user,
-    user_roles,
-)
+from recovery.selectors.access import UserRoles, approval_for_caller, operation_for_user, user_roles
+from recovery.selectors.reconciliations import reconciliation_request_for_user
 from recovery.services.access import provider_permission_require
 from recovery.services.errors import NotFound, RecoveryError
 from recovery.services.operator import operator_permitted

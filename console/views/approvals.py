@@ -28,10 +28,8 @@ from identity.selectors import passkey_held
 from recovery.models import Operation
 from recovery.params_diff import params_rows
 from recovery.permissions import ProviderPermission
-from recovery.selectors import (
-    approval_needs,
-    providers_for_user,
-)
+from recovery.selectors.access import providers_for_user
+from recovery.selectors.records import approval_needs
 from recovery.services.permits import approval_decision, approval_subject
 
 # How long the permit an approval issues may wait for its dispatch.

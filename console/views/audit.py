@@ -32,7 +32,11 @@ from console.services.audit_trail import (
     audit_export_record,
 )
 from console.views.access import refusal_status_raise
-from recovery.selectors import audit_alarms_for_user, providers_visible_to, supervises_any_provider
+from recovery.selectors.access import (
+    audit_alarms_for_user,
+    providers_visible_to,
+    supervises_any_provider,
+)
 from recovery.services.errors import NotFound, RecoveryError
 
 PAGE_SIZE = 50

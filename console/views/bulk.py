@@ -52,7 +52,7 @@ from console.forms import (
 from console.views.access import refusal_status_raise
 from console.views.signing import json_refusal, signed_record, signing_begin
 from identity.selectors import passkey_held
-from recovery.selectors import providers_visible_to
+from recovery.selectors.access import providers_visible_to
 from recovery.services.errors import RecoveryError
 
 FILTER_NAMES = ("state", "provider", "verdict", "reason", "age", "q")

@@ -28,7 +28,7 @@ from console.services.dashboard import SETTLE_MARGIN
 from console.views.access import request_roles
 from policies.selectors import budgets_in_use
 from recovery.models import Verdict
-from recovery.selectors import QUEUE_AGES, QUEUE_REASONS
+from recovery.selectors.queue import QUEUE_AGES, QUEUE_REASONS
 from recovery.vocabulary import WaitReason
 
 VERDICT_SERIES = (

@@ -16,7 +16,7 @@ from console.views.access import operation_access, refusal_status_raise
 from console.views.reconcile import actions_context
 from recovery.models import LookupAttempt
 from recovery.permissions import ProviderPermission
-from recovery.selectors import (
+from recovery.selectors.operation_page import (
     operation_comparison,
     operation_page,
     operation_viewed_for_user,

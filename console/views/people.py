@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST, require_safe
 from common.actors import Actor
 from identity.selectors import people_for_user
 from identity.sessions import sessions_end, user_deactivate
-from recovery.selectors import supervises_any_provider
+from recovery.selectors.access import supervises_any_provider
 
 
 def _supervisor_required(request: HttpRequest) -> None:

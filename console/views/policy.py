@@ -17,7 +17,7 @@ from console.views.access import request_roles
 from policies.selectors import budgets_in_use, policy_in_force
 from policies.services import policy_parsed
 from recovery.permissions import ProviderPermission
-from recovery.selectors import providers_for_user
+from recovery.selectors.access import providers_for_user
 
 
 @login_required

@@ -10,11 +10,9 @@ from django.views.decorators.http import require_safe
 from django_htmx.http import HttpResponseClientRedirect
 
 from console.forms import QueueFilterForm, cursor_encode, page_queries
-from recovery.selectors import (
-    operation_jump_for_user,
-    operations_queue_for_user,
-    providers_visible_to,
-)
+from recovery.selectors.access import providers_visible_to
+from recovery.selectors.jump import operation_jump_for_user
+from recovery.selectors.queue import operations_queue_for_user
 
 PAGE_SIZE = 50
 

@@ -22,12 +22,9 @@ from identity.selectors import passkey_held
 from policies.services import passkey_required_for, policy_current
 from recovery.models import Dispatch, Operation, State, receipt_stranded
 from recovery.permissions import ProviderPermission
-from recovery.selectors import (
-    OperationPage,
-    provider_permissions,
-    providers_supervised,
-    reconciliation_requests_for_user,
-)
+from recovery.selectors.access import provider_permissions, providers_supervised
+from recovery.selectors.operation_page import OperationPage
+from recovery.selectors.reconciliations import reconciliation_requests_for_user
 from recovery.services.errors import RecoveryError
 from recovery.services.four_eyes import (
     reconciliation_approve,

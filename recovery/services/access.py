@@ -21,7 +21,7 @@ from common.actors import Actor
 from common.errors import ErrorCode
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission
-from recovery.selectors import provider_permissions
+from recovery.selectors.access import provider_permissions
 from recovery.services.errors import Forbidden, NotFound
 
 ALL = frozenset(ProviderPermission)

@@ -20,7 +20,7 @@ from approvals.notices import NoticesReport, approval_notices_run
 from audit.models import AuditEvent
 from common.actors import COMMAND_LINE
 from recovery.models import Operation
-from recovery.selectors import operations_params_canonical
+from recovery.selectors.records import operations_params_canonical
 from tests.support.apprise_receiver import Receiver
 from tests.support.flow import Flow
 from webhooks.endpoints import webhook_endpoint_add

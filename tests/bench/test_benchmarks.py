@@ -120,8 +120,7 @@ def test_the_queue_page_reads_its_partial_indexes_and_stops(db, query):
     the page's 51 ids, so the planner is told not to: what is checked is that nothing
     in the statement, an OR across branches say, leaves it no index to use. At 1M the
     plans are in docs/benchmarks.md.)"""
-    from recovery.selectors import operations_queue_for_user
-    from recovery.selectors.queue import QueueFilters
+    from recovery.selectors.queue import QueueFilters, operations_queue_for_user
 
     seed.seed_operations(2000)
     root = User.objects.create_superuser("root", "", "unused-pw-0123")

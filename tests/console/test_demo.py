@@ -34,9 +34,9 @@ CONSOLE_VIEW = """
 import json
 from django.contrib.auth import get_user_model
 from recovery.models import Operation
-from recovery.selectors import QueueFilters
-from recovery.selectors import operations_queue_counts_for_user as counts
-from recovery.selectors import operations_queue_for_user as queue
+from recovery.selectors.queue import QueueFilters
+from recovery.selectors.queue import operations_queue_counts_for_user as counts
+from recovery.selectors.queue import operations_queue_for_user as queue
 user = get_user_model().objects.get(username="supervisor")
 page = queue(user=user, filters=QueueFilters(), after=None, limit=500)
 print(json.dumps({

@@ -16,8 +16,7 @@ from audit.chain import audit_append, audit_transaction
 from common.actors import Actor
 from harness.providers import digest_of, sqlite_provider_commit
 from recovery.models import LookupAttempt, Operation
-from recovery.selectors import TIMELINE_LIMIT, operation_timeline
-from recovery.selectors.operation_page import PERMIT_LINES
+from recovery.selectors.operation_page import PERMIT_LINES, TIMELINE_LIMIT, operation_timeline
 from recovery.services.locking import operation_lock
 from recovery.services.lookup_tasks import lookup_attempt_run
 from tests.support.console import queue_lookup

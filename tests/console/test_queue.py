@@ -13,7 +13,7 @@ from approvals.models import Permit
 from common.actors import Actor
 from harness.providers import digest_of, sqlite_provider_commit, sqlite_provider_tamper
 from recovery.models import Dispatch, Evidence, Operation, Provider
-from recovery.selectors import QueueFilters, operations_queue_for_user
+from recovery.selectors.queue import QueueFilters, operations_queue_for_user
 from recovery.services.roles import role_grant
 from tests.support.console import aged, console_user
 from tests.support.flow import PARAMS

@@ -13,7 +13,7 @@ from django.db import connection
 from bench import seed
 from common.actors import Actor
 from recovery.models import Provider
-from recovery.selectors import operations_queue_counts_for_user
+from recovery.selectors.queue import operations_queue_counts_for_user
 from recovery.services.roles import role_grant, roles_ensure
 
 pytestmark = [
