@@ -25,11 +25,19 @@ from common.actors import Actor
 from common.canonical import CanonicalError, strict_loads
 from common.errors import ErrorCode, SettleError
 from dbsql.errors import database_unavailable
-from recovery import contract, selectors
+from recovery import contract
 from recovery.contract import ApiError
 from recovery.models import Host, State
 from recovery.openapi import openapi_document
 from recovery.ratelimit import rate_limit_wait
+from recovery.selectors.access import approval_for_caller, provider_for_callback
+from recovery.selectors.records import (
+    approval_needs,
+    approval_record,
+    newest_permit,
+    operation_record,
+    permit_history_page,
+)
 from recovery.services import (
     callbacks,
     dispatch,
@@ -245,7 +253,7 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
 @api_view(methods=("GET",), auth=("host",))
 def operation_detail(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = locking.operation_read(_operation(caller, key))
-    return _answer(selectors.operation_record(operation=operation))
+    return _answer(operation_record(operation=operation))
 
 
 def _page_query(request: HttpRequest) -> tuple[int | None, int]:
@@ -265,10 +273,10 @@ def operation_history(request: HttpRequest, caller: Caller, key: str) -> JsonRes
     """A page of the history of the operation's newest permit, by cursor."""
     after, limit = _page_query(request)
     operation = locking.operation_read(_operation(caller, key))
-    permit = selectors.newest_permit(operation_key=operation.key)
+    permit = newest_permit(operation_key=operation.key)
     if permit is None:
         return _answer(contract.HistoryPage(permit_id="", lines=[], next=None))
-    return _answer(selectors.permit_history_page(permit=permit, after=after, limit=limit))
+    return _answer(permit_history_page(permit=permit, after=after, limit=limit))
 
 
 @api_view(methods=("POST",), auth=("host",))
@@ -296,7 +304,7 @@ def _approval_opened(
         status=approval.status,
         permit_id=str(permit.id) if permit else None,
         expires_at=permit.expires_at.isoformat() if permit else None,
-        **selectors.approval_needs(approval=approval),
+        **approval_needs(approval=approval),
     )
     return opened, created
 
@@ -320,7 +328,7 @@ def approval_decision_view(request: HttpRequest, caller: Caller, approval_id: st
         status=approval.status,
         permit_id=str(permit.id) if permit else None,
         expires_at=permit.expires_at.isoformat() if permit else None,
-        **selectors.approval_needs(approval=approval),
+        **approval_needs(approval=approval),
     )
     return _answer(decided)
 
@@ -329,10 +337,8 @@ def approval_decision_view(request: HttpRequest, caller: Caller, approval_id: st
 def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
     """Exactly what the approver would approve: the action, its parameters, its digest."""
     pk = _uuid(approval_id, ErrorCode.UNKNOWN_APPROVAL)
-    approval = selectors.approval_for_caller(
-        approval_id=pk, approver=caller.approver, user=caller.user
-    )
-    return _answer(selectors.approval_record(approval=approval))
+    approval = approval_for_caller(approval_id=pk, approver=caller.approver, user=caller.user)
+    return _answer(approval_record(approval=approval))
 
 
 @api_view(methods=("POST",), auth=("host", "approver"))
@@ -421,7 +427,7 @@ def operation_resume(request: HttpRequest, caller: Caller, key: str) -> JsonResp
 
 @api_view(methods=("POST",), auth=())
 def provider_callbacks(request: HttpRequest, caller: None, name: str) -> JsonResponse:
-    provider = selectors.provider_for_callback(name=name)
+    provider = provider_for_callback(name=name)
     raw = _raw_body(request)
     signature = request.headers.get("X-Provider-Signature", "")
     # hmac.compare_digest refuses non-ASCII text; such a header cannot be a hex HMAC.

@@ -36,11 +36,11 @@ from approvals.services.approvals import Binding
 from audit.chain import audit_chain_locked
 from common.errors import ErrorCode
 from dbsql.rows import select_locked_with
-from recovery import selectors
 from recovery.models import (
     Host,
     Operation,
 )
+from recovery.selectors.access import operations_for_approver, operations_for_host
 from recovery.services.errors import NotFound
 
 
@@ -100,7 +100,7 @@ def operation_lock_bound(
     else:
         bound_key = record.objects.filter(pk=pk).values("operation_key")[:1]
         assert approver is not None
-        scoped = selectors.operations_for_approver(approver=approver)
+        scoped = operations_for_approver(approver=approver)
         operation = locking(scoped.filter(key=Subquery(bound_key))).first()
     if operation is None:
         raise NotFound(missing, f"no such {record.__name__.lower()}")
@@ -110,7 +110,7 @@ def operation_lock_bound(
 def _meant(operation: Operation | OperationRef) -> QuerySet[Operation]:
     """The one operation meant: by its key among its host's operations, or by its pk."""
     if isinstance(operation, OperationRef):
-        return selectors.operations_for_host(host=operation.host).filter(key=operation.key)
+        return operations_for_host(host=operation.host).filter(key=operation.key)
     return Operation.objects.filter(pk=operation.pk)
 
 

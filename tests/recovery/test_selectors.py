@@ -10,9 +10,13 @@ from guardian.shortcuts import assign_perm
 from approvals.models import Approver
 from approvals.services.approvals import Binding, approval_request
 from common.actors import Actor
-from recovery import selectors
 from recovery.models import Provider
 from recovery.permissions import ProviderPermission
+from recovery.selectors.access import (
+    approval_for_caller,
+    approvals_for_approver,
+    approvals_for_user,
+)
 from recovery.services.errors import RecoveryError
 from recovery.services.providers import provider_configure
 
@@ -41,27 +45,27 @@ def test_an_approver_sees_its_providers_and_hosts_only(two_providers):
     everything = Approver(name="desk", all_providers=True)
     orders = Approver(name="phone", providers=["orders"])
     orders_at_shop = Approver(name="shop-phone", providers=["orders"], hosts=["shop"])
-    assert keys(selectors.approvals_for_approver(approver=everything)) == {
+    assert keys(approvals_for_approver(approver=everything)) == {
         "orders-shop",
         "ledger-shop",
         "orders-till",
     }
-    assert keys(selectors.approvals_for_approver(approver=orders)) == {"orders-shop", "orders-till"}
-    assert keys(selectors.approvals_for_approver(approver=orders_at_shop)) == {"orders-shop"}
+    assert keys(approvals_for_approver(approver=orders)) == {"orders-shop", "orders-till"}
+    assert keys(approvals_for_approver(approver=orders_at_shop)) == {"orders-shop"}
 
 
 def test_a_console_user_sees_the_providers_granted_to_them(two_providers):
     _, ledger = two_providers
     user = get_user_model().objects.create_user(username="olivia")
-    assert keys(selectors.approvals_for_user(user=user)) == set()
+    assert keys(approvals_for_user(user=user)) == set()
     assign_perm(ProviderPermission.VIEW_OPERATIONS.perm, user, ledger)
-    assert keys(selectors.approvals_for_user(user=user)) == {"ledger-shop"}
+    assert keys(approvals_for_user(user=user)) == {"ledger-shop"}
     # A model-wide permission grants nothing here: roles are granted per provider.
     user.user_permissions.add(Permission.objects.get(codename=ProviderPermission.DECIDE_APPROVALS))
     user = get_user_model().objects.get(pk=user.pk)  # permissions are cached per object
-    assert keys(selectors.approvals_for_user(user=user)) == {"ledger-shop"}
+    assert keys(approvals_for_user(user=user)) == {"ledger-shop"}
     superuser = get_user_model().objects.create_superuser(username="root")
-    assert keys(selectors.approvals_for_user(user=superuser)) == {
+    assert keys(approvals_for_user(user=superuser)) == {
         "orders-shop",
         "ledger-shop",
         "orders-till",
@@ -74,11 +78,11 @@ def test_an_approval_a_user_may_view_or_decide_exists_for_them_to_read(two_provi
     user = get_user_model().objects.create_user(username="victor")
     assign_perm(ProviderPermission.VIEW_OPERATIONS.perm, user, orders)
     assign_perm(ProviderPermission.DECIDE_APPROVALS.perm, user, ledger)
-    visible = {a.operation_key: a.pk for a in selectors.approvals_for_user(user=user)}
+    visible = {a.operation_key: a.pk for a in approvals_for_user(user=user)}
     assert set(visible) == {"orders-shop", "orders-till", "ledger-shop"}
-    read = selectors.approval_for_caller(approval_id=visible["ledger-shop"], user=user)
+    read = approval_for_caller(approval_id=visible["ledger-shop"], user=user)
     assert read.provider == "ledger"
     stranger = get_user_model().objects.create_user(username="oscar")
     with pytest.raises(RecoveryError) as refused:
-        selectors.approval_for_caller(approval_id=visible["ledger-shop"], user=stranger)
+        approval_for_caller(approval_id=visible["ledger-shop"], user=stranger)
     assert refused.value.code == "unknown_approval"
