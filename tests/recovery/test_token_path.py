@@ -32,8 +32,8 @@ pytestmark = pytest.mark.django_db
 # What a token's request goes through: its id for the logs, the API's metrics, the
 # security headers, and the shortcut itself.
 ALLOWED = {
-    "console.logs.RequestIdMiddleware",
-    "console.metrics.HostApiMetricsMiddleware",
+    "settle.logs.RequestIdMiddleware",
+    "settle.metrics.HostApiMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "recovery.middleware.TokenRequestMiddleware",
 }
