@@ -3,6 +3,10 @@
 policy in force
     The newest applied ``Policy`` row. Each process keeps the parsed policy and asks
     the database only which version is newest: one short statement per opening.
+policy of an approval
+    The version in force when it opened (``Approval.policy_version``), read from any row
+    that version was applied as (``policy_at``): what it said of the action then, however
+    many policies were applied since. Each process keeps the few versions last read.
 terms
     What the policy asks of one opening (``approval_terms``): the rule that decided,
     and its outcome, people, passkey and timings. An ``approve`` rule with a budget
@@ -41,6 +45,8 @@ __all__ = ["PolicyError", "version_of"]
 logger = logging.getLogger(__name__)
 _cache_lock = threading.Lock()
 _cached: dict[str, ParsedPolicy] = {}
+# The one in force, and the older ones that approvals still pending opened under.
+CACHED_VERSIONS = 8
 
 
 def policy_current() -> ParsedPolicy:
@@ -74,9 +80,41 @@ def _parsed(version: str, source: Callable[[], str]) -> ParsedPolicy:
             )
             cached = ParsedPolicy(version=version)
         with _cache_lock:
-            _cached.clear()  # only the one in force is worth keeping
+            while len(_cached) >= CACHED_VERSIONS:
+                del _cached[next(iter(_cached))]  # the first read goes first
             _cached[version] = cached
     return cached
+
+
+def policy_at(version: str) -> ParsedPolicy:
+    """The policy as it was applied at ``version`` (``NO_POLICY`` for ""; one statement
+    when this process has not read it)."""
+    return policies_at({version})[version]
+
+
+def policies_at(versions: Collection[str]) -> dict[str, ParsedPolicy]:
+    """Each of ``versions`` as applied, read in one statement if any is not kept; a
+    version no row holds reads as ``NO_POLICY``."""
+    found = {version: NO_POLICY for version in versions if not version}
+    missing = {version for version in versions if version and version not in _cached}
+    sources = dict(
+        Policy.objects.filter(version__in=missing).values_list("version", "source")
+        if missing
+        else ()
+    )
+    for version in set(versions) - set(found):
+        if version in missing and version not in sources:
+            found[version] = NO_POLICY  # no row holds it: nothing was applied at it
+            continue
+        found[version] = _parsed(version, lambda v=version: sources.get(v) or _source(v))
+    return found
+
+
+def _source(version: str) -> str:
+    """A version's source read again: it left this process's cache while being read."""
+    return (
+        Policy.objects.filter(version=version).values_list("source", flat=True).first() or ""
+    )
 
 
 def passkey_required_for(providers: Collection[str]) -> bool:
