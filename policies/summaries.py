@@ -125,7 +125,8 @@ def _render(placeholder: Placeholder, params: Any, locale: Locale) -> str:
     where = placeholder.pointer.path
     if placeholder.format == "money":
         assert placeholder.currency is not None
-        return _money(value, _value(placeholder.currency, params), where, locale)
+        currency = _value(placeholder.currency, params)
+        return _money(value, currency, where, placeholder.currency.path, locale)
     if placeholder.format == "date":
         try:
             day = date.fromisoformat(value) if isinstance(value, str) else None
@@ -145,7 +146,7 @@ def _render(placeholder: Placeholder, params: Any, locale: Locale) -> str:
     return _text(value)
 
 
-def _money(amount: Any, currency: Any, where: str, locale: Locale) -> str:
+def _money(amount: Any, currency: Any, where: str, code_at: str, locale: Locale) -> str:
     if isinstance(amount, bool) or not isinstance(amount, int | float | str):
         raise _Unavailable(f"{where} is not an amount")
     text = amount if isinstance(amount, str) else str(amount)
@@ -156,7 +157,7 @@ def _money(amount: Any, currency: Any, where: str, locale: Locale) -> str:
     if number is None or not number.is_finite():
         raise _Unavailable(f"{where} is not an amount")
     if not isinstance(currency, str) or not CURRENCY.fullmatch(currency):
-        raise _Unavailable(f"{where}: the currency is not a code such as EUR")
+        raise _Unavailable(f"{code_at} is not a currency code such as EUR")
     if not is_currency(currency):
-        raise _Unavailable(f"{where}: {currency} is not a currency")
+        raise _Unavailable(f"{code_at}: {currency} is not a currency")
     return format_currency(number, currency, locale=locale, decimal_quantization=False)
