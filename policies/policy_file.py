@@ -53,8 +53,8 @@ from policies.file_lines import Lines
 from policies.rules import (
     ANY,
     MAX_AMOUNT,
-    Budget,
     ActionSummary,
+    Budget,
     Condition,
     Placeholder,
     Policy,
@@ -157,9 +157,7 @@ def policy_parse(source: bytes) -> Policy:
         seen.add(rule.name)
     actions = document.get("actions", [])
     if not isinstance(actions, list):
-        raise PolicyError(
-            lines.key("actions"), "actions must be an array of tables: [[actions]]"
-        )
+        raise PolicyError(lines.key("actions"), "actions must be an array of tables: [[actions]]")
     if len(actions) > MAX_ACTIONS:
         raise PolicyError(0, f"at most {MAX_ACTIONS} actions")
     return Policy(
@@ -167,8 +165,7 @@ def policy_parse(source: bytes) -> Policy:
         rules=tuple(parsed),
         passkey_providers=frozenset(passkey_providers),
         actions=tuple(
-            _action(table, lines.action(index), lines, index)
-            for index, table in enumerate(actions)
+            _action(table, lines.action(index), lines, index) for index, table in enumerate(actions)
         ),
     )
 

@@ -26,6 +26,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.db import connection
@@ -76,7 +77,7 @@ def _parsed(version: str, source: Callable[[], str]) -> ParsedPolicy:
             # this one (a NaN condition, a duration past a date): no rule may approve
             # by it, so every opening asks one person until a policy is applied again.
             logger.exception(
-                "the policy in force (%s) no longer reads: one person decides", version
+                "the policy %s no longer reads: one person decides by it", version
             )
             cached = ParsedPolicy(version=version)
         with _cache_lock:
@@ -95,7 +96,7 @@ def policy_at(version: str) -> ParsedPolicy:
 def policies_at(versions: Collection[str]) -> dict[str, ParsedPolicy]:
     """Each of ``versions`` as applied, read in one statement if any is not kept; a
     version no row holds reads as ``NO_POLICY``."""
-    found = {version: NO_POLICY for version in versions if not version}
+    found: dict[str, ParsedPolicy] = {version: NO_POLICY for version in versions if not version}
     missing = {version for version in versions if version and version not in _cached}
     sources = dict(
         Policy.objects.filter(version__in=missing).values_list("version", "source")
@@ -106,15 +107,15 @@ def policies_at(versions: Collection[str]) -> dict[str, ParsedPolicy]:
         if version in missing and version not in sources:
             found[version] = NO_POLICY  # no row holds it: nothing was applied at it
             continue
-        found[version] = _parsed(version, lambda v=version: sources.get(v) or _source(v))
+        found[version] = _parsed(version, partial(_source, version, sources))
     return found
 
 
-def _source(version: str) -> str:
-    """A version's source read again: it left this process's cache while being read."""
-    return (
-        Policy.objects.filter(version=version).values_list("source", flat=True).first() or ""
-    )
+def _source(version: str, sources: dict[str, str]) -> str:
+    """A version's source as read, or read again: it left this process's cache meanwhile."""
+    if version in sources:
+        return sources[version]
+    return Policy.objects.filter(version=version).values_list("source", flat=True).first() or ""
 
 
 def passkey_required_for(providers: Collection[str]) -> bool:

@@ -70,8 +70,7 @@ def action_summary(
     reader = _locale(locale)
     try:
         sentence = "".join(
-            part if isinstance(part, str) else _render(part, params, reader)
-            for part in entry.parts
+            part if isinstance(part, str) else _render(part, params, reader) for part in entry.parts
         )
     except _Unavailable as exc:
         return Summary("", rows, str(exc))

@@ -135,9 +135,12 @@ def approvals_inbox(*, user: Any, filters: InboxFilters) -> tuple[list[InboxRow]
     policies = policies_at({approval.policy_version for approval in found})
     rows = []
     for approval in found:
-        params = None if approval.params_canonical is None else json.loads(approval.params_canonical)
+        canonical = approval.params_canonical
         summary = action_summary(
-            policies[approval.policy_version], approval.provider, approval.action, params
+            policies[approval.policy_version],
+            approval.provider,
+            approval.action,
+            None if canonical is None else json.loads(canonical),
         )
         rows.append(
             InboxRow(

@@ -37,9 +37,7 @@ def _page(client, approval) -> str:
     return response.content.decode()
 
 
-def test_the_page_leads_with_the_summary_above_the_parameters_and_digest(
-    signed_in, decider, flow
-):
+def test_the_page_leads_with_the_summary_above_the_parameters_and_digest(signed_in, decider, flow):
     _apply(POLICY)
     approval = pending_approval(flow, "pay-1", params=PAY)
     html = _page(signed_in(decider), approval)

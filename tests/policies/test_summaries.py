@@ -35,9 +35,7 @@ summary = "Run {/what} {{literally}}"
 
 def _summary(summary: str, params, *, action="payment.send", provider="orders", **kwargs):
     policy = policy_parse(
-        f'[[actions]]\naction = "*"\nsummary = "{summary}"\n'.encode()
-        if summary
-        else b""
+        f'[[actions]]\naction = "*"\nsummary = "{summary}"\n'.encode() if summary else b""
     )
     return action_summary(policy, provider, action, params, **kwargs)
 
