@@ -229,5 +229,5 @@ def test_an_approval_keeps_the_summary_of_the_policy_it_opened_under(flow):
 
 @pytest.mark.django_db
 def test_a_version_no_row_holds_reads_as_no_policy():
-    assert policy_at("sha256:" + "0" * 64) is NO_POLICY
+    assert policy_at("sha256:" + "9e" * 32) is NO_POLICY
     assert policy_at("") is NO_POLICY
