@@ -76,9 +76,7 @@ def _parsed(version: str, source: Callable[[], str]) -> ParsedPolicy:
             # Applied by an older Settle whose check let it through, and refused by
             # this one (a NaN condition, a duration past a date): no rule may approve
             # by it, so every opening asks one person until a policy is applied again.
-            logger.exception(
-                "the policy %s no longer reads: one person decides by it", version
-            )
+            logger.exception("the policy %s no longer reads: one person decides by it", version)
             cached = ParsedPolicy(version=version)
         with _cache_lock:
             while len(_cached) >= CACHED_VERSIONS:
