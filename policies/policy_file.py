@@ -22,8 +22,18 @@ rules mean), or raises ``PolicyError`` naming the line and the reason. A file::
     sum = "/amount"                 # and the amounts they approve
     limit = 50000                   # at most 50000 in total
 
+    [[actions]]                     # the action in plain words (policies.summaries)
+    provider = "payments"           # a provider's name, or "*" (the default)
+    action = "refund"               # an action's name, or "*"
+    summary = "Refund {/amount:money:/currency} to {/to} on {/on:date}"
+
+A summary's placeholder is ``{<JSON Pointer>}`` or ``{<JSON Pointer>:<format>}``, the
+format one of ``money:<JSON Pointer to the currency code>``, ``date`` or ``datetime``;
+``{{`` and ``}}`` are literal braces. The pointer ends at the first ``:`` or ``}``, so
+a parameter whose name holds either cannot be named in a summary.
+
 tomllib reports no positions for the values it read, so the lines errors name are found
-by scanning the text (``_Lines``).
+by scanning the text (``policies.file_lines``).
 """
 
 from __future__ import annotations
@@ -39,11 +49,14 @@ from typing import Any
 import jsonpointer
 
 from common.canonical import sha256_digest
+from policies.file_lines import Lines
 from policies.rules import (
     ANY,
     MAX_AMOUNT,
+    ActionSummary,
     Budget,
     Condition,
+    Placeholder,
     Policy,
     Rule,
     json_number,
@@ -70,7 +83,11 @@ RULE_KEYS = {
     "permit_ttl",
 }
 BUDGET_KEYS = {"per", "window", "count", "sum", "limit"}
+ACTION_KEYS = {"provider", "action", "summary"}
+FORMATS = ("money", "date", "datetime")
 MAX_RULES = 1000
+MAX_ACTIONS = 1000
+MAX_SUMMARY = 300  # characters of the summary as written, placeholders included
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 DURATION = re.compile(r"([1-9][0-9]{0,6})([smhd])")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -106,8 +123,8 @@ def policy_parse(source: bytes) -> Policy:
     except tomllib.TOMLDecodeError as exc:
         found = re.search(r"\(at line (\d+)", str(exc))
         raise PolicyError(int(found.group(1)) if found else 0, str(exc)) from exc
-    lines = _Lines(text)
-    unknown = sorted(set(document) - {"rules", "providers"})
+    lines = Lines(text)
+    unknown = sorted(set(document) - {"rules", "providers", "actions"})
     if unknown:
         raise PolicyError(lines.key(unknown[0]), f"unknown key {unknown[0]!r}")
     providers = document.get("providers", {})
@@ -138,14 +155,102 @@ def policy_parse(source: bytes) -> Policy:
         if rule.name in seen:
             raise PolicyError(rule.line, f"another rule is named {rule.name!r}")
         seen.add(rule.name)
+    actions = document.get("actions", [])
+    if not isinstance(actions, list):
+        raise PolicyError(lines.key("actions"), "actions must be an array of tables: [[actions]]")
+    if len(actions) > MAX_ACTIONS:
+        raise PolicyError(0, f"at most {MAX_ACTIONS} actions")
     return Policy(
         version=version_of(source),
         rules=tuple(parsed),
         passkey_providers=frozenset(passkey_providers),
+        actions=tuple(
+            _action(table, lines.action(index), lines, index) for index, table in enumerate(actions)
+        ),
     )
 
 
-def _rule(table: Any, line: int, lines: _Lines, index: int) -> Rule:
+def _action(table: Any, line: int, lines: Lines, index: int) -> ActionSummary:
+    if not isinstance(table, dict):
+        raise PolicyError(line, "an action must be a table")
+
+    def at(key: str) -> int:
+        return lines.key_in_action(index, key) or line
+
+    unknown = sorted(set(table) - ACTION_KEYS)
+    if unknown:
+        raise PolicyError(at(unknown[0]), f"unknown key {unknown[0]!r} in an action")
+    if "action" not in table:
+        raise PolicyError(line, 'an action needs action: its name, or "*"')
+    if "summary" not in table:
+        raise PolicyError(line, "an action needs a summary")
+    summary = table["summary"]
+    if not isinstance(summary, str) or not summary.strip():
+        raise PolicyError(at("summary"), "summary must be a sentence")
+    if len(summary) > MAX_SUMMARY:
+        raise PolicyError(at("summary"), f"summary is at most {MAX_SUMMARY} characters")
+    return ActionSummary(
+        line=line,
+        provider=_name(table, "provider", at),
+        action=_name(table, "action", at),
+        parts=_summary_parts(summary, at("summary")),
+    )
+
+
+def _summary_parts(text: str, line: int) -> tuple[str | Placeholder, ...]:
+    """A summary's literal text and placeholders; ``{{`` and ``}}`` are braces."""
+    parts: list[str | Placeholder] = []
+    literal: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if text.startswith(("{{", "}}"), i):
+            literal.append(char)
+            i += 2
+        elif char == "}":
+            raise PolicyError(line, f"summary: a lone '}}' at {i + 1}; write '}}}}' for a brace")
+        elif char == "{":
+            end = text.find("}", i + 1)
+            if end < 0 or "{" in text[i + 1 : end]:
+                raise PolicyError(
+                    line, f"summary: the placeholder at {i + 1} is not closed; '{{{{' is a brace"
+                )
+            if literal:
+                parts.append("".join(literal))
+                literal = []
+            parts.append(_placeholder(text[i : end + 1], line))
+            i = end + 1
+        else:
+            literal.append(char)
+            i += 1
+    if literal:
+        parts.append("".join(literal))
+    return tuple(parts)
+
+
+def _placeholder(text: str, line: int) -> Placeholder:
+    """``{/amount}``, ``{/on:date}``, ``{/at:datetime}``, ``{/amount:money:/currency}``."""
+    pointer, colon, kind = text[1:-1].partition(":")
+    if not pointer.startswith("/"):
+        raise PolicyError(line, f"summary: {text} must name a parameter, such as {{/amount}}")
+    if not colon:
+        return Placeholder(text=text, pointer=_pointer(pointer, line))
+    name, _, currency = kind.partition(":")
+    if name not in FORMATS or (name == "money") != bool(currency):
+        raise PolicyError(
+            line,
+            f"summary: {text}: unknown format {kind!r}; one of money:<pointer to the "
+            "currency code>, date, datetime",
+        )
+    return Placeholder(
+        text=text,
+        pointer=_pointer(pointer, line),
+        format=name,
+        currency=_pointer(currency, line) if currency else None,
+    )
+
+
+def _rule(table: Any, line: int, lines: Lines, index: int) -> Rule:
     if not isinstance(table, dict):
         raise PolicyError(line, "a rule must be a table")
 
@@ -341,64 +446,3 @@ def _strings(table: dict[str, Any], key: str, at: Callable[[str], int]) -> tuple
     if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
         raise PolicyError(at(key), f"{key} must be a list of strings")
     return tuple(value)
-
-
-class _Lines:
-    """Where things are in the file's text, for errors: tomllib reports no positions
-    for values it read, so the rules' headers and keys are found by scanning."""
-
-    HEADER = re.compile(r"\s*\[\[\s*rules\s*\]\]")
-
-    def __init__(self, text: str) -> None:
-        self.lines = text.splitlines()
-        self.rule_starts = [n for n, line in enumerate(self.lines) if self.HEADER.match(line)]
-
-    def rule(self, index: int) -> int:
-        return self.rule_starts[index] + 1 if index < len(self.rule_starts) else 0
-
-    def _rule_span(self, index: int) -> range:
-        if index >= len(self.rule_starts):
-            return range(0)
-        end = self.rule_starts[index + 1] if index + 1 < len(self.rule_starts) else len(self.lines)
-        return range(self.rule_starts[index], end)
-
-    def key_in_rule(self, index: int, key: str) -> int:
-        pattern = re.compile(rf"\s*{re.escape(key)}\s*=")
-        for n in self._rule_span(index):
-            if pattern.match(self.lines[n]):
-                return n + 1
-        return 0
-
-    def header_in_rule(self, index: int, name: str) -> int:
-        pattern = re.compile(rf"\s*\[\s*rules\.{re.escape(name)}\s*\]")
-        for n in self._rule_span(index):
-            if pattern.match(self.lines[n]):
-                return n + 1
-        return self.key_in_rule(index, name)
-
-    def key_in_table(self, header: int, key: str) -> int:
-        """The line of ``key`` in the table whose header is on line ``header`` (1-based),
-        up to the next header; 0 when it is not written there."""
-        if not header:
-            return 0
-        pattern = re.compile(rf"\s*{re.escape(key)}\s*=")
-        for n in range(header, len(self.lines)):
-            if self.lines[n].lstrip().startswith("["):
-                break
-            if pattern.match(self.lines[n]):
-                return n + 1
-        return 0
-
-    def key(self, key: str) -> int:
-        pattern = re.compile(rf"\s*(\[+\s*)?{re.escape(key)}\b")
-        for n, line in enumerate(self.lines):
-            if pattern.match(line):
-                return n + 1
-        return 0
-
-    def header(self, dotted: str) -> int:
-        pattern = re.compile(rf"\s*\[\s*{re.escape(dotted)}\s*\]")
-        for n, line in enumerate(self.lines):
-            if pattern.match(line):
-                return n + 1
-        return 0

@@ -29,6 +29,11 @@ outcome
     ``expires_after`` (durations such as "90s", "15m", "4h", "7d", each at most
     ``policy_file.MAX_DURATION``). ``permit_ttl``: how long the permit an approve rule
     issues lasts, 1 s to 7 days, as a person's approval may.
+action summary
+    An ``[[actions]]`` entry: for a provider (or "*") and an action (or "*"), the
+    sentence that says in plain words what the action does, with placeholders for its
+    parameters (``policies.summaries`` renders it). Tried in the file's order, like rules:
+    the first that matches is the action's summary.
 """
 
 from __future__ import annotations
@@ -170,10 +175,42 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Placeholder:
+    """``{/amount:money:/currency}``: the parameter at ``pointer`` in ``format`` ("",
+    "money", "date" or "datetime"); money reads its currency code at ``currency``."""
+
+    text: str
+    pointer: jsonpointer.JsonPointer
+    format: str = ""
+    currency: jsonpointer.JsonPointer | None = None
+
+
+@dataclass(frozen=True)
+class ActionSummary:
+    """An ``[[actions]]`` entry: the summary's literal text and placeholders, in order."""
+
+    line: int
+    action: str
+    provider: str = ANY
+    parts: tuple[str | Placeholder, ...] = ()
+
+    def matches(self, *, provider: str, action: str) -> bool:
+        return self.provider in (ANY, provider) and self.action in (ANY, action)
+
+
+@dataclass(frozen=True)
 class Policy:
     version: str
     rules: tuple[Rule, ...] = ()
     passkey_providers: frozenset[str] = field(default_factory=frozenset)
+    actions: tuple[ActionSummary, ...] = ()
+
+    def summary_for(self, *, provider: str, action: str) -> ActionSummary | None:
+        """The first ``[[actions]]`` entry for this provider's action, if any."""
+        return next(
+            (entry for entry in self.actions if entry.matches(provider=provider, action=action)),
+            None,
+        )
 
     def matching(self, *, provider: str, action: str, host: str, params: Any) -> list[Rule]:
         """The rules that match this opening, in the file's order."""

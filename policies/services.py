@@ -3,6 +3,10 @@
 policy in force
     The newest applied ``Policy`` row. Each process keeps the parsed policy and asks
     the database only which version is newest: one short statement per opening.
+policy of an approval
+    The version in force when it opened (``Approval.policy_version``), read from any row
+    that version was applied as (``policy_at``): what it said of the action then, however
+    many policies were applied since. Each process keeps the few versions last read.
 terms
     What the policy asks of one opening (``approval_terms``): the rule that decided,
     and its outcome, people, passkey and timings. An ``approve`` rule with a budget
@@ -22,6 +26,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.db import connection
@@ -41,6 +46,8 @@ __all__ = ["PolicyError", "version_of"]
 logger = logging.getLogger(__name__)
 _cache_lock = threading.Lock()
 _cached: dict[str, ParsedPolicy] = {}
+# The one in force, and the older ones that approvals still pending opened under.
+CACHED_VERSIONS = 8
 
 
 def policy_current() -> ParsedPolicy:
@@ -69,14 +76,44 @@ def _parsed(version: str, source: Callable[[], str]) -> ParsedPolicy:
             # Applied by an older Settle whose check let it through, and refused by
             # this one (a NaN condition, a duration past a date): no rule may approve
             # by it, so every opening asks one person until a policy is applied again.
-            logger.exception(
-                "the policy in force (%s) no longer reads: one person decides", version
-            )
+            logger.exception("the policy %s no longer reads: one person decides by it", version)
             cached = ParsedPolicy(version=version)
         with _cache_lock:
-            _cached.clear()  # only the one in force is worth keeping
+            while len(_cached) >= CACHED_VERSIONS:
+                del _cached[next(iter(_cached))]  # the first read goes first
             _cached[version] = cached
     return cached
+
+
+def policy_at(version: str) -> ParsedPolicy:
+    """The policy as it was applied at ``version`` (``NO_POLICY`` for ""; one statement
+    when this process has not read it)."""
+    return policies_at({version})[version]
+
+
+def policies_at(versions: Collection[str]) -> dict[str, ParsedPolicy]:
+    """Each of ``versions`` as applied, read in one statement if any is not kept; a
+    version no row holds reads as ``NO_POLICY``."""
+    found: dict[str, ParsedPolicy] = {version: NO_POLICY for version in versions if not version}
+    missing = {version for version in versions if version and version not in _cached}
+    sources = dict(
+        Policy.objects.filter(version__in=missing).values_list("version", "source")
+        if missing
+        else ()
+    )
+    for version in set(versions) - set(found):
+        if version in missing and version not in sources:
+            found[version] = NO_POLICY  # no row holds it: nothing was applied at it
+            continue
+        found[version] = _parsed(version, partial(_source, version, sources))
+    return found
+
+
+def _source(version: str, sources: dict[str, str]) -> str:
+    """A version's source as read, or read again: it left this process's cache meanwhile."""
+    if version in sources:
+        return sources[version]
+    return Policy.objects.filter(version=version).values_list("source", flat=True).first() or ""
 
 
 def passkey_required_for(providers: Collection[str]) -> bool:

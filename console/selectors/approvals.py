@@ -33,6 +33,8 @@ from django.utils.text import Truncator
 from approvals.models import Approval, ApprovalVote
 from approvals.selectors import approvals_with_standing, decidable_now
 from common.actors import Actor
+from policies.services import policies_at
+from policies.summaries import action_summary
 from recovery.models import Operation
 from recovery.params_diff import params_rows
 from recovery.permissions import ProviderPermission
@@ -76,6 +78,7 @@ class InboxRow:
     approval: Approval
     summary: str  # the parameters on one line, cut short
     approvals: int  # approving votes so far
+    sentence: str = ""  # the action in plain words, cut short; empty: the policy has none
 
     @property
     def quorum(self) -> str:
@@ -106,11 +109,12 @@ def _approving_votes() -> Coalesce:
 
 
 def approvals_inbox(*, user: Any, filters: InboxFilters) -> tuple[list[InboxRow], bool]:
-    """What ``user`` may decide, oldest first, each with its parameters' summary; and
-    whether there are more than ``INBOX_SHOWN``.
+    """What ``user`` may decide, oldest first, each with its parameters' summary and
+    its action in plain words; and whether there are more than ``INBOX_SHOWN``.
 
     One statement: the operation's parameters and the votes are subqueries by
-    operation key and approval.
+    operation key and approval; and one more for the policies the approvals opened
+    under, when this process has not read them yet.
     """
     approvals = approvals_decidable(user=user)
     if filters.provider:
@@ -125,11 +129,28 @@ def approvals_inbox(*, user: Any, filters: InboxFilters) -> tuple[list[InboxRow]
             params_canonical=Subquery(params[:1]), approving=_approving_votes()
         ).order_by("created_at", "id")[: INBOX_SHOWN + 1]
     )
-    rows = [
-        InboxRow(approval, params_summary(approval.params_canonical), approval.approving)
-        for approval in found[:INBOX_SHOWN]
-    ]
-    return rows, len(found) > INBOX_SHOWN
+    found, more = found[:INBOX_SHOWN], len(found) > INBOX_SHOWN
+    # The versions they opened under: kept by each process, so a statement only when
+    # one was applied since this process last read them.
+    policies = policies_at({approval.policy_version for approval in found})
+    rows = []
+    for approval in found:
+        canonical = approval.params_canonical
+        summary = action_summary(
+            policies[approval.policy_version],
+            approval.provider,
+            approval.action,
+            None if canonical is None else json.loads(canonical),
+        )
+        rows.append(
+            InboxRow(
+                approval,
+                params_summary(approval.params_canonical),
+                approval.approving,
+                Truncator(summary.sentence).chars(SUMMARY_CHARS),
+            )
+        )
+    return rows, more
 
 
 def approval_decidable_by(*, user: Any, approval: Approval) -> bool:

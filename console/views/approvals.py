@@ -25,6 +25,8 @@ from console.selectors.approvals import (
 from console.views.access import approval_access, refusal_status_raise
 from console.views.signing import json_refusal, signed_record, signing_begin
 from identity.selectors import passkey_held
+from policies.services import policy_at
+from policies.summaries import action_summary
 from recovery.models import Operation
 from recovery.params_diff import params_rows
 from recovery.permissions import ProviderPermission
@@ -66,7 +68,8 @@ def approvals(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_safe
 def approval_detail(request: HttpRequest, approval_id: uuid.UUID) -> HttpResponse:
-    """Exactly what would run, what the policy asked, who has decided, and the form."""
+    """Exactly what would run (in plain words, by the policy it opened under), what the
+    policy asked, who has decided, and the form."""
     approval = approval_access(request, approval_id)
     operation = (
         Operation.objects.filter(key=approval.operation_key)
@@ -84,6 +87,9 @@ def approval_detail(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
         "approval": approval,
         "operation": operation,
         "rows": params_rows(operation.params, []),
+        "summary": action_summary(
+            policy_at(approval.policy_version), approval.provider, approval.action, operation.params
+        ),
         "votes": votes,
         "approving": approving,
         "remaining": max(approval.required - approving, 0),

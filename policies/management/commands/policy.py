@@ -45,7 +45,10 @@ class Command(BaseCommand):
         except PolicyError as exc:
             raise CommandError(f"{path}: {exc}") from exc
         if action == "check":
-            self.stdout.write(f"{path}: {len(policy.rules)} rules, version {policy.version}")
+            self.stdout.write(
+                f"{path}: {len(policy.rules)} rules, {len(policy.actions)} action summaries, "
+                f"version {policy.version}"
+            )
             return
         diff = policy_diff(source)
         if not diff:

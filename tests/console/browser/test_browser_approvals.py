@@ -11,6 +11,7 @@ from playwright.sync_api import Page, expect
 
 from approvals.models import Approval, ApprovalVote
 from common.actors import Actor
+from policies.services import policy_apply
 from recovery.models import Operation
 from tests.support.browser import assert_no_overflow, screenshot, screenshots_everywhere, sign_in
 from tests.support.console import console_user, pending_approval
@@ -165,3 +166,38 @@ def test_the_inbox_loads_filters_and_polls_without_a_script_error(page: Page, de
         page.locator(".filters input[name=action]").fill("refund")
     expect(rows(page)).to_have_count(1)
     assert errors == []
+
+
+def test_the_action_in_plain_words_reads_well_on_a_phone_and_a_desk(page: Page, decider, flow):
+    policy_apply(
+        source=b'[[actions]]\nprovider = "orders"\naction = "payment.send"\n'
+        b'summary = "Pay {/amount:money:/currency} to {/beneficiary/name} on {/on:date}"\n',
+        actor=Actor.system("test"),
+    )
+    params = {
+        "amount": "48000.00",
+        "currency": "EUR",
+        "beneficiary": {"name": "Müller Anlagenbau GmbH & Co. KG", "iban": "DE89 3704 0044"},
+        "on": "2026-12-07",
+    }
+    said = pending_approval(flow, "pay-2026-000140", params=params)
+    missing = pending_approval(flow, "pay-2026-000141", params={**params, "on": "Monday"})
+    sign_in(page, "dora")
+    page.goto("/approvals/")
+    expect(rows(page).first.locator("[data-summary]")).to_have_text(
+        "Pay €48,000.00 to Müller Anlagenbau GmbH & Co. KG on December 7, 2026"
+    )
+    screenshots_everywhere(page, "approvals-plain-words")
+    page.goto(f"/approvals/{said.pk}/")
+    expect(page.locator("p[data-summary]")).to_have_text(
+        "Pay €48,000.00 to Müller Anlagenbau GmbH & Co. KG on December 7, 2026"
+    )
+    screenshots_everywhere(page, "approval-plain-words")
+    page.set_viewport_size(PHONE)
+    screenshot(page, "approval-plain-words-phone-light-390")
+    page.goto(f"/approvals/{missing.pk}/")
+    expect(page.locator("p[data-summary]")).to_contain_text(
+        "Summary unavailable: /on is not an ISO 8601 date."
+    )
+    assert_no_overflow(page)
+    screenshot(page, "approval-plain-words-unavailable-light-390")
