@@ -4,8 +4,8 @@
 
 On a scratch PostgreSQL database (``bench/api.py``'s: ``bench_api_<name>``, dropped
 afterwards), one SQLite provider and ``gunicorn settle.wsgi -w 4``, it alternates rounds
-of ``--clients`` client processes (``harness/fleet``) in three roles, the same five
-requests each (register, open approval, approve with the digest, dispatch, report):
+of ``--clients`` client processes (``harness/fleet``) in three roles, the same four
+requests each (register and open the approval, approve with the digest, dispatch, report):
 
 * ``library``: ``settle_client.Host.run``;
 * ``raw httpx`` (fleet role ``httpx``): the same lifecycle written by hand on

@@ -21,7 +21,7 @@ from harness.fleet.client import PARAMS, Client, iterations
 def role_httpx(client: Client) -> None:
     """``lifecycle`` written by hand on ``httpx``, as a host engineer would without the library.
 
-    The baseline ``bench/client.py`` holds the library to: the same five requests on the
+    The baseline ``bench/client.py`` holds the library to: the same four requests on the
     same HTTP client the library uses (one ``httpx.Client`` per credential, its
     connections reused when the server keeps them), the digest computed per run, every
     answer's status checked and the fields the next request needs read from it. No
@@ -52,15 +52,13 @@ def role_httpx(client: Client) -> None:
         started = time.perf_counter()
         try:
             digest = providers.digest_of(PARAMS)
+            body = {"key": key, "action": "payment.send", "provider": provider.name}
             registered = post(
-                host,
-                "/api/v1/operations",
-                {"key": key, "action": "payment.send", "provider": provider.name, "params": PARAMS},
-                201,
+                host, "/api/v1/operations", {**body, "params": PARAMS, "approval": {}}, 201
             )
             if registered["params_digest"] != digest:
                 raise RuntimeError(f"Settle digests the params as {registered['params_digest']}")
-            opened = post(host, f"{operation}/approvals", {}, 201)
+            opened = registered["approval"]
             post(
                 approver,
                 f"/api/v1/approvals/{opened['approval_id']}/decision",
@@ -90,7 +88,7 @@ def role_httpx(client: Client) -> None:
 def role_sockets(client: Client) -> None:
     """``lifecycle`` written by hand on plain sockets: what any HTTP client costs, shown.
 
-    The floor ``bench/client.py`` reports beside ``httpx`` and the library: the same five
+    The floor ``bench/client.py`` reports beside ``httpx`` and the library: the same four
     requests, each on a fresh connection that the server closes after it (gunicorn's sync
     workers close every connection anyway), the status line checked and the JSON body
     read, no HTTP library at all. No heartbeat: the effect does nothing, as in ``library``.
@@ -126,8 +124,10 @@ def role_sockets(client: Client) -> None:
         try:
             digest = providers.digest_of(PARAMS)
             body = {"key": key, "action": "payment.send", "provider": provider.name}
-            post("host", "/api/v1/operations", {**body, "params": PARAMS}, 201)
-            opened = post("host", f"{operation}/approvals", {}, 201)
+            registered = post(
+                "host", "/api/v1/operations", {**body, "params": PARAMS, "approval": {}}, 201
+            )
+            opened = registered["approval"]
             post(
                 "approver",
                 f"/api/v1/approvals/{opened['approval_id']}/decision",
