@@ -11,7 +11,7 @@ from approvals.models import (
 )
 from approvals.services.errors import ApprovalError
 from common.actors import Actor
-from common.credentials import token_hash, token_new
+from common.credentials import token_new
 from common.errors import ErrorCode
 from dbsql.rows import select_first
 
@@ -42,11 +42,6 @@ def approver_create(
     return approver, token
 
 
-def approver_authenticate(*, token: str) -> Approver | None:
-    """The active approver holding ``token``; a disabled one is refused at once."""
-    return credential_by_token(Approver, token)
-
-
 def approver_for(*, actor: Actor) -> Approver | None:
     """The active approver credential ``actor`` names; None for any other actor."""
     if actor.kind != "approver" or not actor.id.isdigit():
@@ -54,10 +49,10 @@ def approver_for(*, actor: Actor) -> Approver | None:
     return Approver.objects.filter(pk=int(actor.id), disabled_at=None).first()
 
 
-def credential_by_token(model: type[M], token: str) -> M | None:
-    """The active credential row of ``model`` holding ``token`` (hashed), or None.
+def credential_by_hash(model: type[M], hashed: str) -> M | None:
+    """The active credential row of ``model`` whose token hashes to ``hashed``, or None.
 
     Written out (``dbsql.rows``) rather than built by the ORM: it is the first statement of
     every API call, and building it cost several times what running it does.
     """
-    return select_first(model, token_hash=token_hash(token), disabled_at=None)
+    return select_first(model, token_hash=hashed, disabled_at=None)

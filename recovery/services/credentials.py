@@ -11,7 +11,6 @@ from django.db import models
 from django.utils import timezone
 
 from approvals.models import Approver
-from approvals.services.approvers import credential_by_token
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.actors import Actor
@@ -29,11 +28,6 @@ def host_create(*, name: str) -> tuple[Host, str]:
     token, hashed = token_new("host")
     host = Host.objects.create(name=name, token_hash=hashed)
     return host, token
-
-
-def host_authenticate(*, token: str) -> Host | None:
-    """The active host holding ``token``; a disabled one is refused at once."""
-    return credential_by_token(Host, token)
 
 
 def _credential(kind: str, name: str) -> models.Model:

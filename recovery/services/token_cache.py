@@ -16,7 +16,7 @@ import time
 from django.conf import settings
 
 from approvals.models import Approver
-from approvals.services.approvers import credential_by_token
+from approvals.services.approvers import credential_by_hash
 from common.credentials import token_hash, token_kind
 from recovery.models import Host
 
@@ -37,7 +37,7 @@ def credential_authenticate(*, token: str) -> Host | Approver | None:
             return held[1]
     # Each kind of token carries its prefix, so one lookup finds its owner.
     model: type[Host] | type[Approver] = Approver if token_kind(token) == "approver" else Host
-    credential = credential_by_token(model, token)
+    credential = credential_by_hash(model, hashed)
     if credential is None or bound <= 0:
         _found.pop(hashed, None)
         return credential
