@@ -11,11 +11,14 @@ import json
 import socket
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from harness import providers
 from harness.fleet.api import REQUEST_TIMEOUT
 from harness.fleet.client import PARAMS, Client, iterations
+
+Post = Callable[[str, str, dict[str, Any], int], dict[str, Any]]
 
 
 def role_httpx(client: Client) -> None:
@@ -29,60 +32,20 @@ def role_httpx(client: Client) -> None:
     """
     import httpx
 
-    url = client.api.url
-    host = httpx.Client(
-        base_url=url, headers={"Authorization": f"Bearer {client.api.tokens['host']}"}
-    )
-    approver = httpx.Client(
-        base_url=url, headers={"Authorization": f"Bearer {client.api.tokens['approver']}"}
-    )
-    provider = client.providers[0]
+    http = {
+        caller: httpx.Client(base_url=client.api.url, headers={"Authorization": f"Bearer {token}"})
+        for caller, token in client.api.tokens.items()
+    }
 
-    def post(http: httpx.Client, path: str, body: dict[str, Any], status: int) -> dict[str, Any]:
+    def post(caller: str, path: str, body: dict[str, Any], status: int) -> dict[str, Any]:
         client.requests += 1
-        response = http.post(path, json=body)
+        response = http[caller].post(path, json=body)
         answer: dict[str, Any] = response.json()
         if response.status_code != status:
             raise RuntimeError(f"{path}: HTTP {response.status_code} {answer}")
         return answer
 
-    for i in iterations(client):
-        key = f"{client.name}-{i}"
-        operation = f"/api/v1/operations/{key}"
-        started = time.perf_counter()
-        try:
-            digest = providers.digest_of(PARAMS)
-            body = {"key": key, "action": "payment.send", "provider": provider.name}
-            registered = post(
-                host, "/api/v1/operations", {**body, "params": PARAMS, "approval": {}}, 201
-            )
-            if registered["params_digest"] != digest:
-                raise RuntimeError(f"Settle digests the params as {registered['params_digest']}")
-            opened = registered["approval"]
-            post(
-                approver,
-                f"/api/v1/approvals/{opened['approval_id']}/decision",
-                {"decision": "approve", "ttl_seconds": 300, "params_digest": digest},
-                200,
-            )
-            held = post(
-                host, f"{operation}/dispatch", {"worker": client.name, "params_digest": digest}, 200
-            )
-            reported = post(
-                host,
-                f"{operation}/result",
-                {"fencing_token": held["fencing_token"], "outcome": "committed"},
-                200,
-            )
-        except (RuntimeError, KeyError, ValueError, httpx.HTTPError) as exc:
-            client.api.unexpected.append({"endpoint": "httpx run", "key": key, "error": repr(exc)})
-            continue
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        client.api.calls.append(["httpx run", 200, "", elapsed_ms, None, None])
-        if reported.get("state") == "released":
-            client.lifecycles += 1
-        else:
-            client.api.unexpected.append({"endpoint": "httpx run", "key": key, "body": reported})
+    _lifecycles(client, "httpx run", post, httpx.HTTPError, digest_checked=True)
 
 
 def role_sockets(client: Client) -> None:
@@ -95,7 +58,6 @@ def role_sockets(client: Client) -> None:
     """
     parts = urllib.parse.urlsplit(client.api.url)
     address = (parts.hostname or "127.0.0.1", parts.port or 80)
-    provider = client.providers[0]
 
     def post(caller: str, path: str, body: dict[str, Any], status: int) -> dict[str, Any]:
         client.requests += 1
@@ -117,6 +79,23 @@ def role_sockets(client: Client) -> None:
             raise RuntimeError(f"{path}: {status_line!r} {answer}")
         return answer
 
+    _lifecycles(client, "sockets run", post, OSError, digest_checked=False)
+
+
+def _lifecycles(
+    client: Client,
+    endpoint: str,
+    post: Post,
+    transport_error: type[Exception],
+    *,
+    digest_checked: bool,
+) -> None:
+    """The four requests of a lifecycle through ``post``, one ``calls`` entry per run.
+
+    ``digest_checked``: whether the run compares Settle's params digest with its own, as
+    the library does (the httpx baseline does; the sockets floor does not).
+    """
+    provider = client.providers[0]
     for i in iterations(client):
         key = f"{client.name}-{i}"
         operation = f"/api/v1/operations/{key}"
@@ -127,6 +106,8 @@ def role_sockets(client: Client) -> None:
             registered = post(
                 "host", "/api/v1/operations", {**body, "params": PARAMS, "approval": {}}, 201
             )
+            if digest_checked and registered["params_digest"] != digest:
+                raise RuntimeError(f"Settle digests the params as {registered['params_digest']}")
             opened = registered["approval"]
             post(
                 "approver",
@@ -134,26 +115,20 @@ def role_sockets(client: Client) -> None:
                 {"decision": "approve", "ttl_seconds": 300, "params_digest": digest},
                 200,
             )
-            held = post(
-                "host",
-                f"{operation}/dispatch",
-                {"worker": client.name, "params_digest": digest},
-                200,
-            )
+            dispatch = {"worker": client.name, "params_digest": digest}
+            held = post("host", f"{operation}/dispatch", dispatch, 200)
             reported = post(
                 "host",
                 f"{operation}/result",
                 {"fencing_token": held["fencing_token"], "outcome": "committed"},
                 200,
             )
-        except (RuntimeError, KeyError, ValueError, OSError) as exc:
-            client.api.unexpected.append(
-                {"endpoint": "sockets run", "key": key, "error": repr(exc)}
-            )
+        except (RuntimeError, KeyError, ValueError, transport_error) as exc:
+            client.api.unexpected.append({"endpoint": endpoint, "key": key, "error": repr(exc)})
             continue
         elapsed_ms = (time.perf_counter() - started) * 1000
-        client.api.calls.append(["sockets run", 200, "", elapsed_ms, None, None])
+        client.api.calls.append([endpoint, 200, "", elapsed_ms, None, None])
         if reported.get("state") == "released":
             client.lifecycles += 1
         else:
-            client.api.unexpected.append({"endpoint": "sockets run", "key": key, "body": reported})
+            client.api.unexpected.append({"endpoint": endpoint, "key": key, "body": reported})
