@@ -46,16 +46,6 @@ from common.canonical import (
 StrPath = str | os.PathLike[str]
 
 HTTP_PROVIDER_SCRIPT = Path(__file__).with_name("http_provider.py")
-HTTP_MODES = (
-    "normal",
-    "bad_signature",
-    "no_signature",
-    "error_500",
-    "slow",
-    "unparsable_body",
-    "wrong_key",
-    "teapot",
-)
 SQLITE_TAMPER_MODES = (
     "delete_receipt",
     "delete_order",
@@ -402,7 +392,7 @@ def http_provider_perform(
 
 
 def http_provider_control(base_url: str, mode: str, *, delay: float | None = None) -> None:
-    """Change how the provider answers ``GET /effects/...`` (see ``HTTP_MODES``).
+    """Change how the provider answers ``GET /effects/...`` (see ``harness.http_provider.MODES``).
 
     ``delay`` sets how long ``slow`` sleeps before answering (default 10 s).
     """
