@@ -51,7 +51,40 @@ class Approver(models.Model):
         return within
 
 
+class Party(models.Model):
+    """The person on whose behalf a host acts (its customer), named by the host's own id.
+
+    One row per (host, party): the host names the person again on each opening and the
+    row takes the latest display name and contact. Its data is the host's and staff's who
+    may view the provider; the party is never a console user. ``host`` is the host's
+    name, as ``Approval.host`` holds it (approvals knows nothing of recovery's rows).
+    """
+
+    host = models.CharField(max_length=100)
+    party = models.CharField(max_length=100, help_text="The host's own stable id for the person.")
+    display_name = models.CharField(max_length=200, blank=True)
+    # Where Settle may send the person their approval links (an Apprise URL of a scheme
+    # and server the operator's settings allow), or empty: the host delivers them.
+    contact = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["host", "party"], name="party_one_per_host"),
+        ]
+        verbose_name_plural = "parties"
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.party}"
+
+
 class Approval(models.Model):
+    class Customer(models.TextChoices):
+        NONE = "", "no customer"
+        CUSTOMER = "customer"
+        CUSTOMER_AND_STAFF = "customer_and_staff"
+
     class Status(models.TextChoices):
         PENDING = "pending"
         APPROVED = "approved"
@@ -87,6 +120,15 @@ class Approval(models.Model):
     # decision decides it in one statement, as before policies.
     voting = models.BooleanField(default=False)
     decision_reason = models.CharField(max_length=500, blank=True)
+    # The customer the approval is addressed to (``Party``), and what the policy asks of
+    # them: nothing (""), their decision alone ("customer"), or theirs and one staff
+    # person's ("customer_and_staff"; both approve, either declines); and whether their
+    # decision must be signed with a passkey enrolled through the host's app.
+    party = models.ForeignKey(
+        Party, on_delete=models.PROTECT, null=True, blank=True, related_name="approvals"
+    )
+    customer = models.CharField(max_length=20, choices=Customer.choices, blank=True)
+    customer_passkey = models.BooleanField(default=False)
     # The person on whose behalf the host asked, as the host named them; they never
     # count. ``proposer_user``: the user that name resolved to when it opened (a username,
     # case-insensitive), kept by id so that a rename changes nothing; none when it named
@@ -129,6 +171,42 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"approval {self.id} ({self.status})"
+
+
+class PartyPasskey(models.Model):
+    """A passkey a party enrolled through their host's enrolment link; it signs their
+    decisions. Removed rather than deleted: the audit log names it, and verifies the
+    decisions it signed while it was enrolled from its own ``party_passkey_added`` and
+    ``party_passkey_removed`` events."""
+
+    party = models.ForeignKey(Party, on_delete=models.PROTECT, related_name="passkeys")
+    credential_id = models.CharField(max_length=400, unique=True, help_text="base64url")
+    public_key = models.TextField(help_text="COSE key, base64url.")
+    sign_count = models.PositiveBigIntegerField(default=0)
+    name = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    removed_at = models.DateTimeField(null=True, blank=True)
+    removed_by = ActorField()
+
+    def __str__(self) -> str:
+        return f"passkey {self.credential_id[:12]}… of {self.party}"
+
+
+class PartyEnrolment(models.Model):
+    """A one-time link on which a party enrols a passkey; the host asked for it and
+    delivers it inside its signed-in app, which is how it vouches for the person. Only
+    the token's hash is kept (``common.credentials.token_hash``)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    party = models.ForeignKey(Party, on_delete=models.PROTECT, related_name="enrolments")
+    token_hash = models.CharField(max_length=71, unique=True)
+    requested_by = ActorField(blank=False)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"enrolment {self.id} of {self.party}"
 
 
 class ApprovalVote(models.Model):
