@@ -35,7 +35,7 @@ run: install
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy dbsql common approvals audit policies recovery webhooks monitoring identity bulk console settle
+	$(VENV)/bin/mypy dbsql common approvals audit policies recovery webhooks monitoring identity bulk customers console settle
 
 # What it runs is pyproject.toml's testpaths: tests/ and the client library's tests in
 # clients/python/tests that need no live server.

@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "monitoring",
     "identity",
     "bulk",
+    "customers",
     "console",
 ]
 # The benchmarks (bench/) are in a checkout, never in the wheel: an app only where importable.

@@ -45,6 +45,7 @@ register_converter(OperationKeyConverter, "key")
 
 urlpatterns = [
     path("", queue.home, name="home"),
+    path("", include("customers.urls")),
     path("operations/<key:key>/", operations.operation_detail, name="operation"),
     path("operations/<key:key>/lookup", operations.operation_lookup, name="operation-lookup"),
     path(

@@ -32,6 +32,7 @@ LAYERS = [
     "harness",
     "settle",
     "console",
+    "customers",
     "bulk",
     "identity",
     "monitoring",

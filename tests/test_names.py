@@ -15,6 +15,7 @@ SHIPPED = [
     "bulk",
     "common",
     "console",
+    "customers",
     "dbsql",
     "identity",
     "monitoring",
