@@ -115,6 +115,8 @@ class ErrorCode(StrEnum):
     INVALID_NAME = "invalid_name", 409, "the name has characters a name may not"
     INVALID_PATH = "invalid_path", 409, "the path must be absolute"
     INVALID_URL = "invalid_url", 409, "the URL must be http:// or https:// with a host"
+    INVALID_MCP_SECRET = "invalid_mcp_secret", 409, "the mcp adapter's secret is not valid"
+    SECRET_TOO_LONG = "secret_too_long", 409, "the secret is longer than 4000 characters"
     INVALID_LOOKUP_BUDGET = "invalid_lookup_budget", 409, "the lookup budget is too small"
     NAME_TAKEN = "name_taken", 409, "another provider has this name"
     # credentials and roles (``manage.py`` commands)

@@ -2,7 +2,9 @@
 
 Provider lookups (``recovery.adapters.http``) and webhook deliveries (``webhooks.send``)
 both send through it, and so will whatever else Settle sends (the customer's approval
-links): it lives in the bottom layer, which every app may import.
+links): it lives in the bottom layer, which every app may import. The MCP adapter
+(``recovery.adapters.mcp``) speaks through the MCP SDK's async client, httpx2, which gets
+the same guards from ``outbound_async_client`` (see ``OutboundGuard``).
 
 deadline
     Each exchange (connect, TLS, request, status and headers, body) ends ``seconds`` after
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import socket
 import threading
 import time
 import urllib.parse
@@ -33,8 +36,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import httpcore
+import httpcore2
 import httpx
+import httpx2
 
 # Writes go out in pieces, each bounded by what is left of the exchange's deadline.
 WRITE_CHUNK = 16384
@@ -257,3 +263,128 @@ def body_read(response: httpx.Response, limit: int) -> Body:
     except httpx.HTTPError as exc:
         return Body(bytes(data[: limit + 1]), exc)
     return Body(bytes(data[: limit + 1]))
+
+
+# -- the same guards for an async client (httpx2, the MCP SDK's HTTP library) ---------------
+
+
+class OutboundGuard:
+    """What one async exchange may do, and what it ran into.
+
+    ``refuse_private``: every address a name resolves to is judged by ``address_refused``
+    when the connection is made, and the socket goes to the very address judged, so no DNS
+    answer between a check and a connection can lead elsewhere. ``byte_cap``: all the bytes
+    read over the exchange's connections, headers and framing included; a read past it
+    fails. The flags say afterwards why the exchange failed, which the library's own
+    exception, raised deep in a task group, no longer does.
+    """
+
+    def __init__(self, *, refuse_private: bool, byte_cap: int) -> None:
+        self.refuse_private = refuse_private
+        self.byte_cap = byte_cap
+        self.bytes_read = 0
+        self.refused_address = ""
+        self.over_cap = False
+        self.error_status = 0  # the last HTTP error status answered, if any
+
+
+class _GuardedStream(httpcore2.AsyncNetworkStream):
+    def __init__(self, stream: httpcore2.AsyncNetworkStream, guard: OutboundGuard) -> None:
+        self._stream = stream
+        self._guard = guard
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        data = await self._stream.read(max_bytes, timeout)
+        self._guard.bytes_read += len(data)
+        if self._guard.bytes_read > self._guard.byte_cap:
+            self._guard.over_cap = True
+            raise httpcore2.ReadError(f"the answer is larger than {self._guard.byte_cap} bytes")
+        return data
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._stream.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore2.AsyncNetworkStream:
+        tls = await self._stream.start_tls(ssl_context, server_hostname, timeout)
+        return _GuardedStream(tls, self._guard)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _GuardedBackend(httpcore2.AsyncNetworkBackend):
+    """httpcore2's own sockets, to addresses checked at connection, reads counted."""
+
+    def __init__(self, guard: OutboundGuard) -> None:
+        self._backend = httpcore2.AnyIOBackend()
+        self._guard = guard
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        address = host
+        if self._guard.refuse_private:
+            try:
+                found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                raise httpcore2.ConnectError(f"{host} does not resolve ({exc})") from exc
+            addresses = [str(info[4][0]) for info in found]
+            refused = next((item for item in addresses if address_refused(item)), None)
+            if refused is not None or not addresses:
+                self._guard.refused_address = refused or host
+                raise httpcore2.ConnectError(f"{host} resolves to the refused address {refused}")
+            address = addresses[0]
+        stream = await self._backend.connect_tcp(
+            address, port, timeout, local_address, socket_options
+        )
+        return _GuardedStream(stream, self._guard)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore2.AsyncNetworkStream:
+        raise NotImplementedError("outbound requests go over TCP")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+class _GuardedTransport(httpx2.AsyncHTTPTransport):
+    def __init__(self, *, guard: OutboundGuard, ssl_context: Any) -> None:
+        super().__init__(trust_env=False)
+        # As for ``_DeadlineTransport``: httpx2 takes no network backend, its pool does.
+        self._pool = httpcore2.AsyncConnectionPool(
+            ssl_context=ssl_context, max_connections=4, network_backend=_GuardedBackend(guard)
+        )
+
+
+def outbound_async_client(
+    *, guard: OutboundGuard, seconds: float, headers: dict[str, str], ssl_context: Any = None
+) -> httpx2.AsyncClient:
+    """An httpx2 client under ``guard``: no redirects, no proxy or settings from the
+    environment, each connect and read bounded by ``seconds``. The whole exchange's
+    deadline is the caller's (``anyio.fail_after``), which cancels whatever is waiting."""
+    if ssl_context is None:
+        ssl_context = httpx2.create_ssl_context(trust_env=False)
+
+    async def status_seen(response: httpx2.Response) -> None:
+        if response.status_code >= 400:
+            guard.error_status = response.status_code
+
+    return httpx2.AsyncClient(
+        headers=headers,
+        event_hooks={"response": [status_seen]},
+        timeout=httpx2.Timeout(seconds),
+        follow_redirects=False,
+        trust_env=False,
+        transport=_GuardedTransport(guard=guard, ssl_context=ssl_context),
+    )

@@ -51,7 +51,11 @@ class ProviderForm(forms.ModelForm):  # type: ignore[type-arg]
         required=False,
         strip=False,
         widget=forms.PasswordInput(render_value=False),
-        help_text="Write-only. Leave blank to keep the current secret.",
+        help_text=(
+            "Write-only. Leave blank to keep the current secret. An http provider's HMAC "
+            'secret; an mcp provider\'s server as JSON: {"url": "https://…/mcp", '
+            '"tool": "evidence", "bearer": "…"} (or "headers": {…} instead of "bearer").'
+        ),
     )
 
     class Meta:

@@ -41,12 +41,14 @@ class Provider(models.Model):
         SQLITE = "sqlite"
         JOURNAL = "journal"
         HTTP = "http"
+        MCP = "mcp"
 
     name = models.CharField(max_length=100, unique=True)
     adapter = models.CharField(max_length=16, choices=Adapter.choices)
     path = models.CharField(max_length=500, blank=True)
     url = models.CharField(max_length=500, blank=True)
-    secret = models.CharField(max_length=200, blank=True)
+    # An mcp provider's secret is a JSON description of its server (recovery.adapters.mcp).
+    secret = models.CharField(max_length=4000, blank=True)
     timeout_seconds = models.FloatField(default=5.0)
     lease_seconds = models.PositiveIntegerField(default=60)
     lookup_budget = models.PositiveIntegerField(

@@ -29,6 +29,10 @@ SETTLE_LOOKUP_QUEUE_SECONDS = env_int("SETTLE_LOOKUP_QUEUE_SECONDS", 60, minimum
 # Lookups of one provider run by one task: the provider is read once per batch (a journal
 # once, a SQLite database with one query) and the answers applied in one transaction.
 SETTLE_LOOKUP_BATCH = env_int("SETTLE_LOOKUP_BATCH", 200, minimum=1)
+# An mcp provider's server (recovery.adapters.mcp) on this machine or a private network is
+# refused at every lookup unless SETTLE_MCP_ALLOW_PRIVATE (a deployment whose MCP servers
+# run inside its own network); the socket goes to the address checked.
+SETTLE_MCP_ALLOW_PRIVATE = env_bool("SETTLE_MCP_ALLOW_PRIVATE", False)
 # How often beat signs a checkpoint of the audit log: the window of events that no signed
 # checkpoint covers yet is at most this long (plus the time a checkpoint takes).
 SETTLE_AUDIT_CHECKPOINT_SECONDS = env_int("SETTLE_AUDIT_CHECKPOINT_SECONDS", 60, minimum=1)

@@ -20,10 +20,11 @@ a :class:`LookupResult` whose ``verdict`` is a ``recovery.models.Verdict`` value
     any unexpected error). It says nothing about whether the effect happened.
 
 Adapters never write to a provider: SQLite files are opened read-only with ``query_only``,
-journals are opened for reading, HTTP providers only get ``GET``. ``evidence_lookup`` never
+journals are opened for reading, HTTP providers only get ``GET``, MCP servers only a call
+of the evidence tool the administrator named. ``evidence_lookup`` never
 raises, because a lookup that crashes the caller is worse than one that says "unavailable".
 
-One module per kind of provider record (``sqlite_orders``, ``journal``, ``http``), the
+One module per kind of provider record (``sqlite_orders``, ``journal``, ``http``, ``mcp``), the
 verdict rules they share in ``base``; an adapter is registered here by its name, the
 ``adapter`` a provider is configured with.
 """
@@ -57,6 +58,7 @@ from recovery.adapters.http import (
     signature_valid,
 )
 from recovery.adapters.journal import journal_lookup, journal_lookup_many
+from recovery.adapters.mcp import mcp_lookup, mcp_server_parse
 from recovery.adapters.sqlite_orders import SQLITE_BATCH, sqlite_lookup, sqlite_lookup_many
 
 __all__ = [
@@ -77,6 +79,7 @@ __all__ = [
     "ProviderConfig",
     "evidence_lookup",
     "evidence_lookup_many",
+    "mcp_server_parse",
     "signature_valid",
 ]
 
@@ -85,7 +88,9 @@ _ADAPTERS: dict[str, Callable[[ProviderConfig, str, str], LookupResult]] = {
     "sqlite": sqlite_lookup,
     "journal": journal_lookup,
     "http": http_lookup,
+    "mcp": mcp_lookup,
 }
+# An MCP provider has no batch of its own: each key is one session, as a single lookup's.
 _MANY_ADAPTERS: dict[str, LookupMany] = {
     "sqlite": sqlite_lookup_many,
     "journal": journal_lookup_many,

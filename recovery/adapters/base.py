@@ -36,11 +36,13 @@ MAX_RAW_TEXT = 2000
 class ProviderConfig:
     """How to reach one provider's record; mirrors ``recovery.models.Provider``."""
 
-    adapter: str  # "sqlite" | "journal" | "http"
+    adapter: str  # "sqlite" | "journal" | "http" | "mcp"
     path: str = ""
     url: str = ""
     secret: str = ""
     timeout_seconds: float = 5.0
+    # An MCP server may be at a private address (``SETTLE_MCP_ALLOW_PRIVATE``).
+    allow_private: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.db import IntegrityError
 
 from approvals.services.approvals import provider_rename
@@ -21,7 +22,7 @@ from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.actors import COMMAND_LINE, Actor
 from common.errors import ErrorCode
-from recovery.adapters import ProviderConfig
+from recovery.adapters import ProviderConfig, mcp_server_parse
 from recovery.models import Provider
 from recovery.services.errors import Invalid
 
@@ -37,6 +38,7 @@ _AUDITED = (
     "lookup_budget",
     "absent_is_authoritative",
 )
+SECRET_MAX_LENGTH = Provider._meta.get_field("secret").max_length or 0
 _OPTIONAL = ("timeout_seconds", "lease_seconds", "lookup_budget", "absent_is_authoritative")
 
 
@@ -77,6 +79,16 @@ def provider_settings_check(settings: ProviderSettings, *, has_secret: bool = Fa
         parts = urllib.parse.urlsplit(settings.url)
         if parts.scheme not in {"http", "https"} or not parts.hostname:
             raise Invalid(ErrorCode.INVALID_URL, "the URL must be http:// or https:// with a host")
+    if settings.secret and len(settings.secret) > SECRET_MAX_LENGTH:
+        raise Invalid(
+            ErrorCode.SECRET_TOO_LONG, f"the secret is longer than {SECRET_MAX_LENGTH} characters"
+        )
+    # Without a secret an mcp provider has no evidence tool: each lookup is unavailable.
+    if settings.adapter == Provider.Adapter.MCP and settings.secret:
+        try:
+            mcp_server_parse(settings.secret)
+        except ValueError as exc:
+            raise Invalid(ErrorCode.INVALID_MCP_SECRET, str(exc)) from None
     if settings.timeout_seconds is not None and not 0 < settings.timeout_seconds <= 60:
         raise Invalid(
             ErrorCode.INVALID_TIMEOUT, "timeout must be more than 0 and at most 60 seconds"
@@ -176,4 +188,5 @@ def provider_config(provider: Provider) -> ProviderConfig:
         url=provider.url,
         secret=provider.secret,
         timeout_seconds=provider.timeout_seconds,
+        allow_private=django_settings.SETTLE_MCP_ALLOW_PRIVATE,
     )

@@ -226,6 +226,24 @@ def test_invalid_provider_settings_are_refused_by_the_form(
     assert http_provider.name == "payments"
 
 
+def test_an_mcp_provider_is_added_in_the_admin_and_its_server_never_shown_back(admin_client):
+    secret = '{"url": "https://tools.example/mcp/tok-123", "bearer": "b-9"}'
+    data = {**_form(Provider(name="tools", adapter="mcp")), "new_secret": secret}
+    assert admin_client.post("/admin/recovery/provider/add/", data).status_code == 302
+    provider = Provider.objects.get(name="tools")
+    assert (provider.adapter, provider.secret) == ("mcp", secret)
+    page = admin_client.get(f"/admin/recovery/provider/{provider.pk}/change/").content.decode()
+    assert "tok-123" not in page and "b-9" not in page
+
+
+def test_an_mcp_provider_with_a_bad_server_description_is_refused_by_the_form(admin_client):
+    data = {**_form(Provider(name="tools", adapter="mcp")), "new_secret": '{"url": "tools"}'}
+    response = admin_client.post("/admin/recovery/provider/add/", data)
+    assert response.status_code == 200
+    assert "http:// or https://" in response.content.decode()
+    assert not Provider.objects.exists()
+
+
 def test_adding_a_webhook_endpoint_in_the_admin_shows_its_secret_once(admin_client, settings):
     from recovery.services.credentials import host_create
     from webhooks.models import WebhookEndpoint

@@ -113,9 +113,26 @@ def test_add_provider_refuses_a_path_with_no_file_unless_told(tmp_path):
         (["--adapter", "journal", "--path", "relative/j.jsonl"], "must be absolute"),
         (["--adapter", "http", "--url", "ftp://h/x", "--secret", "s"], "http:// or https://"),
         (["--adapter", "http", "--url", "file:///etc/x", "--secret", "s"], "http:// or https://"),
+        (["--adapter", "http", "--url", "http://h/x", "--secret", "s" * 4001], "longer than 4000"),
+        (["--adapter", "mcp", "--secret", "https://h/mcp"], "must be a JSON object"),
+        (["--adapter", "mcp", "--secret", '{"url": "ftp://h/mcp"}'], "http:// or https://"),
+        (["--adapter", "mcp", "--secret", '{"url": "http://h/mcp", "auth": "x"}'], "unknown keys"),
+        (["--adapter", "mcp", "--secret", '{"url": "http://h/", "bearer": 1}'], "bearer"),
+        (["--adapter", "mcp", "--secret", '{"url": "http://h/", "headers": []}'], "headers"),
+        (["--adapter", "mcp", "--secret", '{"url": "http://h/", "tool": ""}'], "tool"),
     ],
 )
 def test_add_provider_refuses_incomplete_settings(args, message):
     with pytest.raises(CommandError, match=message):
         _run("add_provider", "p", *args)
     assert not Provider.objects.exists()
+
+
+def test_add_provider_configures_an_mcp_server_whose_description_stays_out_of_the_audit():
+    secret = '{"url": "https://tools.example/mcp/tok-123", "tool": "evidence", "bearer": "b-9"}'
+    _run("add_provider", "tools", "--adapter", "mcp", "--secret", secret)
+    provider = Provider.objects.get(name="tools")
+    assert (provider.adapter, provider.secret, provider.url) == ("mcp", secret, "")
+    event = AuditEvent.objects.filter(kind="provider_configured").get()
+    assert event.data["secret_changed"] is True
+    assert "tok-123" not in str(event.data) and "b-9" not in str(event.data)

@@ -25,7 +25,12 @@ class Command(BaseCommand):
             "effect); by default a missing file is refused, as lookups could never read it",
         )
         parser.add_argument("--url", default="", help="base URL of the http provider")
-        parser.add_argument("--secret", default="", help="HMAC secret of the http provider")
+        parser.add_argument(
+            "--secret",
+            default="",
+            help="HMAC secret of the http provider; for mcp, its server as JSON: "
+            '{"url": "https://…/mcp", "tool": "evidence", "bearer": "…"} (or "headers")',
+        )
         parser.add_argument("--timeout-seconds", type=float, default=None)
         parser.add_argument(
             "--lease-seconds",
@@ -70,6 +75,11 @@ class Command(BaseCommand):
             )
         except RecoveryError as exc:
             raise CommandError(exc.message) from exc
+        if provider.adapter == Provider.Adapter.MCP and not provider.secret:
+            self.stdout.write(
+                "no MCP server given (--secret): this provider has no evidence tool, so its "
+                "uncertain operations go to an operator once the lookup budget is spent"
+            )
         verb = "created" if created else "updated"
         self.stdout.write(
             f"{verb} provider {provider.name} ({provider.adapter}, lease "
