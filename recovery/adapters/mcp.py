@@ -12,7 +12,10 @@ The official MCP SDK opens a session (``initialize``), calls ``tool`` with
 
     {"operation_key": KEY, "found": false}
     {"operation_key": KEY, "found": true, "params_digest": "…",
-     "status": "committed" | "failed", "reference": "…"}
+     "status": "committed" | "failed", "reference": "…"}   # both optional
+
+A record without ``status`` is of an effect done (``committed``); without ``reference`` it
+has none. Other fields (the effect's result, a count) are kept with the evidence as read.
 
 A provider configured with no secret has no evidence tool (an upstream over stdio, or one
 without such a tool): every lookup is ``unavailable``, so its uncertain operations go to an
@@ -219,6 +222,9 @@ def _mcp_verdict(
         return corrupt(f"The {what}'s answer has no boolean 'found'.", raw)
     if not found:
         return verdict_result(ABSENT, f"The {what} has no record for this key.", raw)
+    # A record is of an effect done: "committed" unless it says otherwise; no reference
+    # unless it gives one. Whatever it does say is judged as every adapter judges it.
+    record = {"status": "committed", "reference": "", **record}
     problem = record_problem(record, f"{what}'s record")
     if problem is not None:
         return corrupt(problem, raw)

@@ -107,6 +107,18 @@ def test_a_failed_record_is_a_match_that_says_failed(server: Server) -> None:
     assert (result.verdict, result.provider_status) == (Verdict.MATCH, "failed")
 
 
+def test_a_record_without_status_or_reference_is_of_an_effect_done(server: Server) -> None:
+    record = {"operation_key": KEY, "found": True, "params_digest": DIGEST, "count": 1}
+    server.answer(KEY, {"structured": record})
+    result = _lookup(_secret(server.url))
+    assert (result.verdict, result.provider_status, result.reference) == (
+        Verdict.MATCH,
+        "committed",
+        "",
+    )
+    assert result.raw == {"record": record}
+
+
 def test_a_record_for_other_params_is_a_mismatch(server: Server) -> None:
     server.answer(KEY, {"structured": _record(params_digest="0" * 64)})
     result = _lookup(_secret(server.url))
@@ -130,9 +142,22 @@ def test_found_false_is_absent(server: Server) -> None:
         ({"structured": _record(found="yes")}, "boolean 'found'"),
         ({"structured": _record(status="pending")}, "neither committed nor failed"),
         ({"structured": _record(params_digest=None)}, "'params_digest'"),
+        ({"structured": _record(status=None)}, "'status'"),
+        ({"structured": _record(reference=7)}, "'reference'"),
         ({"text": '{"operation_key": "op-1", "found": false, "found": true}'}, "not valid JSON"),
     ],
-    ids=["prose", "array", "other-key", "no-found", "found-text", "status", "digest", "dup-key"],
+    ids=[
+        "prose",
+        "array",
+        "other-key",
+        "no-found",
+        "found-text",
+        "status",
+        "digest",
+        "status-null",
+        "reference-number",
+        "dup-key",
+    ],
 )
 def test_an_answer_of_another_shape_is_corrupt(
     server: Server, answer: dict[str, Any], said: str
