@@ -155,6 +155,8 @@ class AsyncAttempt:
         self.spec = spec
         self.fencing_token: str | None = None
         self.reference: str | None = None
+        # What the effect returned, a JSON object reported with it (the receipt keeps it).
+        self.result: dict[str, Any] | None = None
         self.error: BaseException | None = None
         self.outcome: Outcome | None = None
         self._heartbeat: asyncio.Task[None] | None = None
@@ -197,7 +199,7 @@ class AsyncAttempt:
         if isinstance(exc, KeyboardInterrupt | SystemExit | asyncio.CancelledError):
             return
         error = exc if exc is not None else self.error
-        step = await self.host.drive(self.steps, EffectResult(self.reference, error))
+        step = await self.host.drive(self.steps, EffectResult(self.reference, error, self.result))
         if isinstance(step, Effect):
             raise errors.ProtocolError("Settle handed out a second dispatch")
         self.outcome = step
