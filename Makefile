@@ -18,7 +18,7 @@ $(VENV)/.runtime: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .
-	$(PY) -m pip install --quiet -e ./clients/python
+	$(PY) -m pip install --quiet -e './clients/python[mcp]'
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.runtime pyproject.toml

@@ -17,6 +17,8 @@ import rfc8785
 from common.errors import ErrorCode
 
 MAX_PARAMS_BYTES = 64 * 1024
+# A host's report may carry what the effect returned (the receipt's ``result``).
+MAX_RESULT_BYTES = 16 * 1024
 MAX_DEPTH = 10
 # RFC 8785 serialises numbers as IEEE doubles: integers must be exact, |n| < 2^53.
 MAX_SAFE_INTEGER = 2**53 - 1

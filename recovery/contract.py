@@ -28,7 +28,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from approvals.services.approvals import MAX_TTL_SECONDS
-from common.canonical import MAX_DEPTH, MAX_PARAMS_BYTES, MAX_SAFE_INTEGER
+from common.canonical import MAX_DEPTH, MAX_PARAMS_BYTES, MAX_RESULT_BYTES, MAX_SAFE_INTEGER
 from common.errors import ErrorCode, SettleError
 from recovery.models import State
 
@@ -177,6 +177,15 @@ class ResultRequest(Body):
     fencing_token: Token
     outcome: Outcome
     provider_reference: Reference = ""
+    result: Any = Field(
+        default=None,
+        json_schema_extra={
+            **params_schema(),
+            "description": f"What the effect returned, kept with the receipt for a repeat "
+            f"of the call: a JSON object of at most {MAX_RESULT_BYTES // 1024} KiB canonical "
+            f"(RFC 8785), with the limits of params. Only the first report's is kept.",
+        },
+    )
 
 
 class ResumeRequest(Body):
@@ -341,6 +350,9 @@ class ReceiptRecord(Body):
     recovered: bool
     evidence_id: int | None
     reported_at: Timestamp | None
+    result: dict[str, Any] | None = Field(
+        default=None, description="What the effect returned, as its first report said."
+    )
 
 
 class EvidenceRecord(Body):

@@ -229,6 +229,10 @@ class Dispatch(Leased, models.Model):
         related_name="+",
     )
     receipt_reported_at = models.DateTimeField(null=True, blank=True)
+    # What the effect returned, as the host reported it (``ResultRequest.result``, at most
+    # ``common.canonical.MAX_RESULT_BYTES`` canonical): a repeat of the call with the same
+    # key answers it without running the effect again (settle-mcp's tool results).
+    receipt_result = models.JSONField(null=True, blank=True)
 
     class Meta:
         # One dispatch per operation, ever: the one-to-one field's own unique index.

@@ -198,6 +198,7 @@ def operation_record_of(
                 recovered=dispatch.receipt_recovered,
                 evidence_id=dispatch.receipt_evidence_id,
                 reported_at=_iso(dispatch.receipt_reported_at),
+                result=dispatch.receipt_result,
             )
             if dispatch
             else None

@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.utils import timezone
 
@@ -17,6 +17,7 @@ from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from audit.refusals import refusal_append
 from common.actors import Actor
+from common.canonical import canonical_params, params_digest
 from common.errors import ErrorCode
 from dbsql.rows import select_first_at
 from dbsql.writes import insert, save_fields
@@ -213,22 +214,31 @@ def operation_report(
     outcome: str,
     provider_reference: str,
     actor: Actor,
+    result: dict[str, Any] | None = None,
 ) -> ReportOutcome:
-    """Record the worker's own result. The first report wins; later ones are signals."""
+    """Record the worker's own result. The first report wins; later ones are signals.
+
+    ``result`` (what the effect returned, checked by the caller) is kept with the first
+    report, for a repeat of the call to answer; the audit line keeps its digest only."""
     return _holding_dispatch(
         operation,
         fencing_token,
         actor,
         lambda locked, dispatch, _: _report_apply(
-            locked, dispatch, outcome, provider_reference, actor
+            locked, dispatch, outcome, provider_reference, actor, result
         ),
     )
 
 
 def _report_apply(
-    operation: Operation, dispatch: Dispatch, outcome: str, reference: str, actor: Actor
+    operation: Operation,
+    dispatch: Dispatch,
+    outcome: str,
+    reference: str,
+    actor: Actor,
+    result: dict[str, Any] | None = None,
 ) -> ReportOutcome:
-    report = {"outcome": outcome, "provider_reference": reference}
+    report: dict[str, Any] = {"outcome": outcome, "provider_reference": reference}
     if dispatch.receipt_status != Dispatch.ReceiptStatus.RUNNING:
         stale_signal(
             operation=operation,
@@ -243,7 +253,12 @@ def _report_apply(
     )
     dispatch.receipt_reference = reference
     dispatch.receipt_reported_at = timezone.now()
-    save_fields(dispatch, ["receipt_status", "receipt_reference", "receipt_reported_at"])
+    dispatch.receipt_result = result
+    save_fields(
+        dispatch, ["receipt_status", "receipt_reference", "receipt_reported_at", "receipt_result"]
+    )
+    if result is not None:
+        report["result_digest"] = params_digest(canonical_params(result))
     audit_append(kind=AuditKind.HOST_REPORT, operation=operation, actor=actor, data=report)
     if operation.state == State.DISPATCHED:
         operation_transition(

@@ -64,6 +64,7 @@ class Effect:
 class EffectResult:
     reference: str | None
     error: BaseException | None
+    result: dict[str, Any] | None = None
 
 
 Step = Call | Sleep | Effect
@@ -264,8 +265,11 @@ def _execute(
     body: dict[str, Any] = {"fencing_token": token, "outcome": "committed"}
     if result.error is not None:
         body["outcome"] = "failed"
-    elif result.reference:
-        body["provider_reference"] = result.reference
+    else:
+        if result.reference:
+            body["provider_reference"] = result.reference
+        if result.result is not None:
+            body["result"] = result.result
     try:
         reported = yield Call("POST", run.path("/result"), body)
     except (errors.FencingError, errors.StaleState, errors.TransportError):

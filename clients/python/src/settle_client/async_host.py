@@ -155,6 +155,11 @@ class AsyncAttempt:
         self.spec = spec
         self.fencing_token: str | None = None
         self.reference: str | None = None
+        # What the effect returned, a JSON object reported with it (the receipt keeps it).
+        self.result: dict[str, Any] | None = None
+        # Set when the effect's outcome is not known here (its answer was lost): nothing is
+        # reported, the lease lapses and the provider's evidence settles it.
+        self.unknown = False
         self.error: BaseException | None = None
         self.outcome: Outcome | None = None
         self._heartbeat: asyncio.Task[None] | None = None
@@ -194,10 +199,10 @@ class AsyncAttempt:
         self._heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._heartbeat
-        if isinstance(exc, KeyboardInterrupt | SystemExit | asyncio.CancelledError):
+        if self.unknown or isinstance(exc, KeyboardInterrupt | SystemExit | asyncio.CancelledError):
             return
         error = exc if exc is not None else self.error
-        step = await self.host.drive(self.steps, EffectResult(self.reference, error))
+        step = await self.host.drive(self.steps, EffectResult(self.reference, error, self.result))
         if isinstance(step, Effect):
             raise errors.ProtocolError("Settle handed out a second dispatch")
         self.outcome = step

@@ -175,6 +175,8 @@ class Attempt:
         self.spec = spec
         self.fencing_token: str | None = None
         self.reference: str | None = None
+        # What the effect returned, a JSON object reported with it (the receipt keeps it).
+        self.result: dict[str, Any] | None = None
         self.error: BaseException | None = None
         self.outcome: Outcome | None = None
         self._heartbeat: _Heartbeat | None = None
@@ -201,7 +203,7 @@ class Attempt:
         error = exc if exc is not None else self.error
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             return  # leave the dispatch as a crash would: resume settles it
-        step = self.host.drive(self.steps, EffectResult(self.reference, error))
+        step = self.host.drive(self.steps, EffectResult(self.reference, error, self.result))
         if isinstance(step, Effect):
             raise errors.ProtocolError("Settle handed out a second dispatch")
         self.outcome = step

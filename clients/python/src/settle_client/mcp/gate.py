@@ -1,0 +1,237 @@
+"""A gated tool call: one Settle operation, dispatched once, its result kept by Settle.
+
+The key rule (docs/mcp-gateway.md): the operation key is the key argument's value; the
+params are the call's arguments *without* the key argument, so the same action has the
+same digest whatever key names it, and the key never counts as part of the action.
+
+The gateway keeps nothing of its own: a repeat of the call (after a crash of the agent,
+the gateway, or the upstream) goes through the client library's lifecycle, which
+registers idempotently and resumes, never dispatching twice; a finished call's result
+comes back from the receipt (``receipt.result``) Settle kept with the first report.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+
+from settle_client import errors
+from settle_client._protocol import OPERATIONS, Call, operation_path
+from settle_client.async_host import AsyncHost
+from settle_client.canonical import CanonicalError, canonical_params, params_digest
+from settle_client.mcp.config import Config, GatedTool
+from settle_client.mcp.upstreams import Upstreams
+
+META_KEY = "io.settle/operation_key"
+META_TOKEN = "io.settle/fencing_token"
+MAX_RESULT_BYTES = 16 * 1024  # the receipt's cap (the server's common.canonical)
+POLL_SECONDS = 1.0
+
+
+def tool_error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _stored(result: types.CallToolResult) -> dict[str, Any]:
+    """The result as the receipt keeps it: whole when it fits, else its digest only."""
+    whole = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    kept: dict[str, Any] = {"tool_result": whole}
+    if len(canonical_params(kept)) > MAX_RESULT_BYTES:
+        kept = {"tool_result_digest": params_digest(whole), "truncated": True}
+    return kept
+
+
+def _from_receipt(tool: str, record: dict[str, Any]) -> types.CallToolResult:
+    """A repeat of a finished call: what its first call answered."""
+    receipt = record.get("receipt") or {}
+    kept = receipt.get("result") or {}
+    if record.get("state") == "failed":
+        return tool_error(
+            f"{tool}: the earlier call with this key failed and will not be run again. "
+            "To try again, call it with a new key."
+        )
+    if "tool_result" in kept:
+        return types.CallToolResult.model_validate(kept["tool_result"])
+    how = (
+        "confirmed from the provider's own record"
+        if receipt.get("recovered")
+        else "its result was too large to keep"
+    )
+    reference = receipt.get("provider_reference") or ""
+    return types.CallToolResult(
+        content=[
+            types.TextContent(
+                type="text",
+                text=f"{tool}: this action already completed ({how}); it was not run again."
+                + (f" Reference: {reference}." if reference else ""),
+            )
+        ]
+    )
+
+
+def _refused(tool: str, exc: errors.SettleError) -> types.CallToolResult:
+    """Settle's refusals and closed operations, in words a model can act on."""
+    code = getattr(exc, "code", "")
+    if isinstance(exc, errors.ApprovalDenied):
+        text = "the approver denied this action; it was not run. Do not retry it as is."
+    elif isinstance(exc, errors.ApprovalExpired):
+        text = (
+            "the approval expired before anyone decided; it was not run. Call again with "
+            "a new key to ask again."
+        )
+    elif isinstance(exc, errors.OperationRevoked | errors.OperationVoided):
+        text = f"this action was {exc.state}; it was not run and will not be."  # type: ignore[attr-defined]
+    elif isinstance(exc, errors.NeedsOperator):
+        text = (
+            "the outcome of this action is not known yet; Settle is confirming it with the "
+            "provider (or an operator will). Do not call it with a new key: call again "
+            "later with the same key to learn the outcome; it will not run twice."
+        )
+    elif code == "key_conflict":
+        text = (
+            "this key was already used for a different action (other arguments); it was "
+            "not run. Use a new key for a new action, or the same arguments to repeat one."
+        )
+    else:
+        text = f"Settle refused the call ({code or type(exc).__name__}): {exc}"
+    return tool_error(f"{tool}: {text}")
+
+
+def _elicits_url(ctx: ServerRequestContext[Any, Any]) -> bool:
+    caps = ctx.session.client_capabilities
+    return bool(
+        caps
+        and caps.elicitation
+        and caps.elicitation.url is not None
+        and ctx.session.can_send_request
+    )
+
+
+class Gate:
+    def __init__(self, config: Config, upstreams: Upstreams, host: AsyncHost) -> None:
+        self.config, self.upstreams, self.host = config, upstreams, host
+
+    async def call(
+        self, gate: GatedTool, arguments: dict[str, Any], ctx: ServerRequestContext[Any, Any]
+    ) -> types.CallToolResult:
+        key = arguments.get(gate.key_argument)
+        if not isinstance(key, str) or not key:
+            return tool_error(
+                f"{gate.name}: the argument {gate.key_argument!r} is required: a key naming "
+                "this action (the same key to retry it, a new one for a new action)."
+            )
+        params = {k: v for k, v in arguments.items() if k != gate.key_argument}
+        forwarded = params if gate.key_added else arguments
+        try:
+            canonical_params(params)
+        except CanonicalError as exc:
+            return tool_error(f"{gate.name}: these arguments cannot be approved: {exc}")
+        try:
+            waiting = await self._approval(gate, key, params, arguments, ctx)
+            if waiting is not None:
+                return waiting
+            return await self._execute(gate, key, params, forwarded, ctx)
+        except errors.SettleError as exc:
+            return _refused(gate.name, exc)
+
+    async def _approval(
+        self,
+        gate: GatedTool,
+        key: str,
+        params: dict[str, Any],
+        arguments: dict[str, Any],
+        ctx: ServerRequestContext[Any, Any],
+    ) -> types.CallToolResult | None:
+        """Register and open the approval; wait for a person where the client can show
+        the page. ``None``: go on (decided, or past approval); else the answer to give."""
+        opening: dict[str, Any] = {}
+        if gate.party_argument and arguments.get(gate.party_argument) is not None:
+            opening["party"] = str(arguments[gate.party_argument])
+        body = {"key": key, "action": gate.action, "provider": gate.provider, "params": params}
+        summary = await self.host.http.call(Call("POST", OPERATIONS, {**body, "approval": opening}))
+        approval = summary.get("approval")
+        if summary.get("state") != "awaiting_approval" or not isinstance(approval, dict):
+            return None
+        if approval.get("status") in ("approved", "denied"):
+            return None  # a policy decided as it opened; the lifecycle reads the outcome
+        approval_id = str(approval.get("approval_id") or "")
+        link = approval.get("link") or f"{self.config.console_url}/approvals/{approval_id}/"
+        who = "the customer" if approval.get("link") else "an approver"
+        if not _elicits_url(ctx):
+            return tool_error(
+                f"{gate.name}: not done yet: this action waits for approval by {who} at "
+                f"{link} . Nothing was run. Once it is approved, call {gate.name} again with "
+                f"the same arguments and the same key ({key}) to continue; it will run once."
+            )
+        elicitation = str(uuid.uuid4())
+        with anyio.move_on_after(self.config.approval_wait_seconds) as waited:
+            async with anyio.create_task_group() as group:
+                group.start_soon(
+                    ctx.session.elicit_url,
+                    f"{gate.name} needs approval by {who} before it runs ({gate.action}).",
+                    link,
+                    elicitation,
+                    ctx.request_id,
+                )
+                state = await self._decided(key, ctx)
+                group.cancel_scope.cancel()  # the client's answer to the URL no longer matters
+        if waited.cancelled_caught:
+            return tool_error(
+                f"{gate.name}: still awaiting approval at {link} after "
+                f"{self.config.approval_wait_seconds:g} s; nothing was run. Call again with "
+                f"the same key ({key}) to keep waiting."
+            )
+        await ctx.session.send_elicit_complete(elicitation, ctx.request_id)
+        del state
+        return None
+
+    async def _decided(self, key: str, ctx: ServerRequestContext[Any, Any]) -> str:
+        """Wait (a bounded poll, progress each second) until the operation leaves
+        ``awaiting_approval``; cancelling the request stops it, nothing dispatched."""
+        started = time.monotonic()
+        while True:
+            record = await self.host.http.call(Call("GET", operation_path(key)))
+            state = str(record.get("state"))
+            if state != "awaiting_approval":
+                return state
+            elapsed = time.monotonic() - started
+            await ctx.session.report_progress(elapsed, None, "waiting for approval")
+            await anyio.sleep(POLL_SECONDS)
+
+    async def _execute(
+        self,
+        gate: GatedTool,
+        key: str,
+        params: dict[str, Any],
+        forwarded: dict[str, Any],
+        ctx: ServerRequestContext[Any, Any],
+    ) -> types.CallToolResult:
+        answer: types.CallToolResult | None = None
+        async with self.host.action(
+            key, action=gate.action, provider=gate.provider, params=params
+        ) as attempt:
+            if attempt.fencing_token is not None:
+                meta = {META_KEY: key, META_TOKEN: attempt.fencing_token}
+                try:
+                    answer = await self.upstreams.call(gate.name, forwarded, meta=meta)
+                except Exception:  # the answer is lost: the effect may or may not have run
+                    attempt.unknown = True
+                    raise errors.NeedsOperator(
+                        "upstream call lost", key=key, state="dispatched", reason="unknown"
+                    ) from None
+                attempt.result = _stored(answer)
+                attempt.reference = params_digest(
+                    answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+                )
+                if answer.is_error:
+                    attempt.error = RuntimeError(json.dumps(attempt.result)[:500])
+        if answer is not None:
+            return answer
+        record = await self.host.operation(key)
+        return _from_receipt(gate.name, record)

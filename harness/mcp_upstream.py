@@ -1,0 +1,184 @@
+"""A test MCP server with an effect journal: the upstream the gateway tests put behind Settle.
+
+Run: ``python -m harness.mcp_upstream --journal FILE stdio`` or
+``python -m harness.mcp_upstream --journal FILE http --port PORT`` (Streamable HTTP on
+127.0.0.1, path ``/mcp``; prints ``ready`` on stdout once listening). Written with the
+official MCP Python SDK (``MCPServer``), as an upstream nobody wrote for Settle would be.
+
+Tools:
+
+* ``send_payment(idempotency_key, payee, amount, currency)`` -- the gated write tool
+  (a key argument of its own). Every call is an effect: a row appended to the journal
+  (the journal does not deduplicate, so a second dispatch shows as a second row).
+* ``send_note(to, text)`` -- a gated write tool without a key argument (the gateway adds
+  ``settle_key``): its operation key comes from the call's ``_meta``
+  (``io.settle/operation_key``), which the gateway sends with every gated call.
+* ``lookup_effect(operation_key)`` -- the evidence tool: the first record for the key
+  (``found``, ``operation_key``, ``params_digest``, ``result``, ``count``), or
+  ``found: false``. The params digest is the client library's (``params_digest`` of the
+  tool's arguments without the key argument), as the gateway registers them.
+* ``get_balance(account)`` -- an ungated read tool; an unknown account is a tool error.
+* ``count_slowly(n, delay)`` -- an ungated tool that reports progress ``n`` times, for
+  passthrough of progress and cancellation.
+
+Crash tests: ``--die-after-commit SUBSTRING`` (or ``MCP_UPSTREAM_DIE_AFTER_COMMIT``)
+makes the process ``os._exit(17)`` right after it committed the effect of a call whose
+operation key contains SUBSTRING (``*``: every call), before answering.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from settle_client.canonical import params_digest
+
+META_KEY = "io.settle/operation_key"
+BALANCES = {"acct-1": 1000, "acct-2": 250}
+
+
+class Journal:
+    """Effects in SQLite (WAL, one connection per call): key, params digest, result."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS effects (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+                " operation_key TEXT NOT NULL, tool TEXT NOT NULL, params_digest TEXT NOT NULL,"
+                " result TEXT NOT NULL)"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30, isolation_level=None)
+
+    def append(self, key: str, tool: str, digest: str, result: dict[str, Any]) -> int:
+        with self.lock, self._connect() as db:
+            cursor = db.execute(
+                "INSERT INTO effects (operation_key, tool, params_digest, result)"
+                " VALUES (?, ?, ?, ?)",
+                (key, tool, digest, json.dumps(result, sort_keys=True)),
+            )
+            return int(cursor.lastrowid or 0)
+
+    def records(self, key: str) -> list[dict[str, Any]]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT seq, operation_key, tool, params_digest, result FROM effects"
+                " WHERE operation_key = ? ORDER BY seq",
+                (key,),
+            ).fetchall()
+        return [
+            {"seq": s, "operation_key": k, "tool": t, "params_digest": d, "result": json.loads(r)}
+            for s, k, t, d, r in rows
+        ]
+
+
+def build(journal: Journal, die_after_commit: str = "") -> MCPServer:
+    server = MCPServer("settle-test-upstream", version="1.0", log_level="WARNING")
+
+    def commit(key: str, tool: str, params: dict[str, Any], result: dict[str, Any]) -> None:
+        journal.append(key, tool, params_digest(params), result)
+        if die_after_commit and (die_after_commit == "*" or die_after_commit in key):
+            os._exit(17)  # committed, never answered: the crash the recovery tests need
+
+    @server.tool()
+    def send_payment(
+        idempotency_key: str, payee: str, amount: int, currency: str
+    ) -> dict[str, Any]:
+        """Send a payment (an effect). idempotency_key names the intent."""
+        params = {"payee": payee, "amount": amount, "currency": currency}
+        result = {"payment_id": f"pay-{idempotency_key}", "payee": payee, "amount": amount}
+        commit(idempotency_key, "send_payment", params, result)
+        return result
+
+    @server.tool()
+    def send_note(to: str, text: str, ctx: Context) -> dict[str, Any]:
+        """Send a note to someone (an effect)."""
+        meta = ctx.request_context.meta or {}
+        key = str(meta.get(META_KEY) or "")
+        if not key:
+            raise ToolError("send_note needs _meta io.settle/operation_key")
+        result = {"note_id": f"note-{key}", "to": to}
+        commit(key, "send_note", {"to": to, "text": text}, result)
+        return result
+
+    @server.tool()
+    def lookup_effect(operation_key: str) -> dict[str, Any]:
+        """Evidence: what this server recorded for an operation key."""
+        records = journal.records(operation_key)
+        if not records:
+            return {"found": False, "operation_key": operation_key, "count": 0}
+        first = records[0]
+        return {
+            "found": True,
+            "operation_key": first["operation_key"],
+            "params_digest": first["params_digest"],
+            "result": first["result"],
+            "count": len(records),
+        }
+
+    @server.tool()
+    def get_balance(account: str) -> dict[str, Any]:
+        """Read an account's balance."""
+        if account not in BALANCES:
+            raise ToolError(f"no account {account!r}")
+        return {"account": account, "balance": BALANCES[account]}
+
+    @server.tool()
+    async def count_slowly(n: int, delay: float, ctx: Context) -> str:
+        """Count to n, reporting progress after each step."""
+        import anyio
+
+        for step in range(1, n + 1):
+            await anyio.sleep(delay)
+            await ctx.report_progress(step, n, f"step {step}")
+        return f"counted to {n}"
+
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--journal", type=Path, required=True)
+    parser.add_argument(
+        "--die-after-commit", default=os.environ.get("MCP_UPSTREAM_DIE_AFTER_COMMIT", "")
+    )
+    sub = parser.add_subparsers(dest="transport", required=True)
+    sub.add_parser("stdio")
+    http = sub.add_parser("http")
+    http.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    server = build(Journal(args.journal), args.die_after_commit)
+    if args.transport == "stdio":
+        server.run("stdio")
+        return
+    import anyio
+    import uvicorn
+
+    app = server.streamable_http_app(json_response=False, stateless_http=False)
+
+    async def serve() -> None:
+        config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
+        uv = uvicorn.Server(config)
+        async with anyio.create_task_group() as group:
+            group.start_soon(uv.serve)
+            while not uv.started:
+                await anyio.sleep(0.02)
+            print("ready", flush=True)
+
+    anyio.run(serve)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
