@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("recovery", "0001_initial"),
+        ("recovery", "0002_receipt_result"),
     ]
 
     operations = [
