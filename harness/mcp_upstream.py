@@ -21,6 +21,13 @@ Tools:
 * ``count_slowly(n, delay)`` -- an ungated tool that reports progress ``n`` times, for
   passthrough of progress and cancellation.
 
+Settle's ``mcp`` adapter tests: ``--answers FILE`` (JSON, read at each call) makes
+``lookup_effect`` answer a key listed there as listed instead of from the journal --
+``{"structured": {...}}`` as structured content, ``{"text": "..."}`` as one text content,
+``{"error": "..."}`` as a tool error, with ``"sleep": s`` first -- the answers no sound
+server gives. ``--bearer TOKEN`` (http) answers 401 to a request without
+``Authorization: Bearer TOKEN``.
+
 Crash tests: ``--die-after-commit SUBSTRING`` (or ``MCP_UPSTREAM_DIE_AFTER_COMMIT``)
 makes the process ``os._exit(17)`` right after it committed the effect of a call whose
 operation key contains SUBSTRING (``*``: every call), before answering.
@@ -34,11 +41,13 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
 from settle_client.canonical import params_digest
 
 META_KEY = "io.settle/operation_key"
@@ -84,7 +93,25 @@ class Journal:
         ]
 
 
-def build(journal: Journal, die_after_commit: str = "") -> MCPServer:
+def _listed_answer(answers: Path | None, key: str) -> CallToolResult | None:
+    """The answer ``--answers`` lists for ``key``, as a tool result; None if none."""
+    if answers is None:
+        return None
+    listed = json.loads(answers.read_text() or "{}").get(key)
+    if listed is None:
+        return None
+    time.sleep(listed.get("sleep", 0))
+    if "error" in listed:
+        return CallToolResult(
+            content=[TextContent(type="text", text=listed["error"])], is_error=True
+        )
+    if "structured" in listed:
+        text = TextContent(type="text", text=json.dumps(listed["structured"]))
+        return CallToolResult(content=[text], structured_content=listed["structured"])
+    return CallToolResult(content=[TextContent(type="text", text=listed["text"])])
+
+
+def build(journal: Journal, die_after_commit: str = "", answers: Path | None = None) -> MCPServer:
     server = MCPServer("settle-test-upstream", version="1.0", log_level="WARNING")
 
     def commit(key: str, tool: str, params: dict[str, Any], result: dict[str, Any]) -> None:
@@ -114,8 +141,13 @@ def build(journal: Journal, die_after_commit: str = "") -> MCPServer:
         return result
 
     @server.tool()
-    def lookup_effect(operation_key: str) -> dict[str, Any]:
+    # ``Any``: no output schema, so the server may answer a listed text answer as it is
+    # (the record itself comes as JSON text; Settle's mcp adapter reads either form).
+    def lookup_effect(operation_key: str) -> Any:
         """Evidence: what this server recorded for an operation key."""
+        listed = _listed_answer(answers, operation_key)
+        if listed is not None:
+            return listed
         records = journal.records(operation_key)
         if not records:
             return {"found": False, "operation_key": operation_key, "count": 0}
@@ -148,6 +180,22 @@ def build(journal: Journal, die_after_commit: str = "") -> MCPServer:
     return server
 
 
+def _bearer_required(app: Any, token: str) -> Any:
+    """``app``, answering 401 to an HTTP request without ``Authorization: Bearer token``."""
+    if not token:
+        return app
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        given = dict(scope.get("headers") or []).get(b"authorization", b"").decode()
+        if scope["type"] == "http" and given != f"Bearer {token}":
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--journal", type=Path, required=True)
@@ -156,17 +204,21 @@ def main(argv: list[str] | None = None) -> None:
     )
     sub = parser.add_subparsers(dest="transport", required=True)
     sub.add_parser("stdio")
+    parser.add_argument("--answers", type=Path, default=None)
     http = sub.add_parser("http")
     http.add_argument("--port", type=int, required=True)
+    http.add_argument("--bearer", default="")
     args = parser.parse_args(argv)
-    server = build(Journal(args.journal), args.die_after_commit)
+    server = build(Journal(args.journal), args.die_after_commit, args.answers)
     if args.transport == "stdio":
         server.run("stdio")
         return
     import anyio
     import uvicorn
 
-    app = server.streamable_http_app(json_response=False, stateless_http=False)
+    app = _bearer_required(
+        server.streamable_http_app(json_response=False, stateless_http=False), args.bearer
+    )
 
     async def serve() -> None:
         config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")

@@ -1,7 +1,9 @@
 """The MCP adapter against a real MCP server (the official SDK's, over Streamable HTTP).
 
-Each verdict from what the evidence tool answers, each failure to ask it, the deadline,
-the size cap and the address check; the server runs as a process of its own.
+The test upstream (harness/mcp_upstream.py) runs as a process of its own: its journal's
+real effects give match, mismatch and absent; the answers it is told to give
+(``--answers``) the shapes no sound server gives; and each failure to ask it, the
+deadline, the size cap and the address check.
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx2
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 from harness.processes import process_stop
-from harness.providers import digest_of
+from harness.providers import _free_port, digest_of
 from recovery.adapters import MAX_RECORD_BYTES, LookupResult, ProviderConfig, evidence_lookup
 from recovery.models import Verdict
 from tests.support.flow import PARAMS
@@ -41,14 +47,9 @@ def _record(key: str = KEY, **overrides: Any) -> dict[str, Any]:
     return {**record, **overrides}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class Server:
-    """The evidence server's URL and the answers it gives, by operation key."""
+    """The test upstream (harness/mcp_upstream.py) over Streamable HTTP: its URL, its
+    journal's real effects, and the answers it is told to give instead."""
 
     def __init__(self, url: str, answers: Path) -> None:
         self.url = url
@@ -57,21 +58,35 @@ class Server:
     def answer(self, key: str, answer: dict[str, Any]) -> None:
         self._answers.write_text(json.dumps({key: answer}))
 
+    def pay(self, key: str, params: dict[str, Any]) -> None:
+        """A real effect: ``send_payment`` called with ``key`` and ``params``."""
+
+        async def call() -> None:
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            async with (
+                httpx2.AsyncClient(headers=headers) as client,
+                streamable_http_client(self.url, http_client=client) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                result = await session.call_tool("send_payment", {"idempotency_key": key, **params})
+                assert not result.is_error, result
+
+        anyio.run(call)
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    answers = tmp_path_factory.mktemp("mcp") / "answers.json"
+    directory = tmp_path_factory.mktemp("mcp")
+    answers = directory / "answers.json"
     answers.write_text("{}")
     port = _free_port()
-    command = [sys.executable, "-m", "tests.support.mcp_evidence", str(port), str(answers), TOKEN]
-    process = subprocess.Popen(command)
-    deadline = time.monotonic() + 30
-    while True:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            break
-        assert process.poll() is None, "the MCP server exited"
-        assert time.monotonic() < deadline, "the MCP server did not listen within 30 s"
-        time.sleep(0.1)
+    command = [sys.executable, "-m", "harness.mcp_upstream", "--journal"]
+    command += [str(directory / "effects.sqlite3"), "--answers", str(answers)]
+    command += ["http", "--port", str(port), "--bearer", TOKEN]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "ready", "the MCP upstream did not start"
     try:
         yield Server(f"http://127.0.0.1:{port}/mcp", answers)
     finally:
@@ -79,18 +94,42 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def _secret(url: str, **extra: Any) -> str:
-    return json.dumps({"url": url, "bearer": TOKEN, **extra})
+    return json.dumps({"url": url, "tool": "lookup_effect", "bearer": TOKEN, **extra})
 
 
 def _lookup(
-    secret: str, key: str = KEY, *, allow_private: bool = True, **overrides: Any
+    secret: str,
+    key: str = KEY,
+    *,
+    digest: str = DIGEST,
+    allow_private: bool = True,
+    **overrides: Any,
 ) -> LookupResult:
     config = ProviderConfig(adapter="mcp", secret=secret, allow_private=allow_private, **overrides)
-    return evidence_lookup(config=config, operation_key=key, params_digest=DIGEST)
+    return evidence_lookup(config=config, operation_key=key, params_digest=digest)
+
+
+def test_the_upstreams_record_of_a_real_effect_is_a_match_and_other_params_a_mismatch(
+    server: Server,
+) -> None:
+    params = {"payee": "acct-42", "amount": 1250, "currency": "EUR"}
+    server.pay("op-paid", params)
+    result = _lookup(_secret(server.url), key="op-paid", digest=digest_of(params))
+    assert (result.verdict, result.provider_status) == (Verdict.MATCH, "committed"), result
+    assert result.raw["record"]["count"] == 1
+    other = _lookup(_secret(server.url), key="op-paid", digest=digest_of({**params, "amount": 1}))
+    assert other.verdict == Verdict.MISMATCH, other
+
+
+def test_the_upstreams_answer_for_a_key_it_never_saw_is_absent(server: Server) -> None:
+    result = _lookup(_secret(server.url), key="op-never-paid")
+    assert result.verdict == Verdict.ABSENT, result
 
 
 @pytest.mark.parametrize("form", ["structured", "text"])
-def test_a_record_for_the_key_with_these_params_is_a_match(server: Server, form: str) -> None:
+def test_a_listed_record_for_the_key_with_these_params_is_a_match(
+    server: Server, form: str
+) -> None:
     record = _record()
     server.answer(
         KEY, {"structured": record} if form == "structured" else {"text": json.dumps(record)}
@@ -129,7 +168,7 @@ def test_a_record_for_other_params_is_a_mismatch(server: Server) -> None:
 def test_found_false_is_absent(server: Server) -> None:
     result = _lookup(_secret(server.url), key="op-never")
     assert result.verdict == Verdict.ABSENT, result
-    assert result.raw == {"record": {"operation_key": "op-never", "found": False}}
+    assert result.raw["record"]["found"] is False
 
 
 @pytest.mark.parametrize(
@@ -186,16 +225,17 @@ def test_a_tool_error_is_unavailable(server: Server) -> None:
 
 def test_a_tool_the_server_does_not_have_is_unavailable(server: Server) -> None:
     server.answer(KEY, {"structured": _record()})
-    result = _lookup(_secret(server.url, tool="lookup_effect"))
+    result = _lookup(_secret(server.url, tool="evidence"))
     assert result.verdict == Verdict.UNAVAILABLE, result
     assert result.raw["error"] == "tool_error"
 
 
 def test_the_bearer_token_is_sent_and_a_wrong_one_is_unavailable(server: Server) -> None:
     server.answer(KEY, {"structured": _record()})
-    headers = json.dumps({"url": server.url, "headers": {"Authorization": f"Bearer {TOKEN}"}})
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    headers = json.dumps({"url": server.url, "tool": "lookup_effect", "headers": bearer})
     assert _lookup(headers).verdict == Verdict.MATCH
-    wrong = _lookup(json.dumps({"url": server.url, "bearer": "guess"}))
+    wrong = _lookup(json.dumps({"url": server.url, "tool": "lookup_effect", "bearer": "guess"}))
     assert wrong.verdict == Verdict.UNAVAILABLE, wrong
     assert "401" in wrong.detail
 
