@@ -28,6 +28,12 @@ Settle's ``mcp`` adapter tests: ``--answers FILE`` (JSON, read at each call) mak
 server gives. ``--bearer TOKEN`` (http) answers 401 to a request without
 ``Authorization: Bearer TOKEN``.
 
+Crash tests of the gateway: ``--sleep-before-commit SUBSTRING`` and
+``--sleep-after-commit SUBSTRING`` hold a call whose operation key contains SUBSTRING
+``--sleep-seconds`` (default 5) before it commits, or after it committed and before it
+answers: the moments a gateway is killed at. A held call is logged (``holding KEY``, on
+stderr) as its hold begins.
+
 Crash tests: ``--die-after-commit SUBSTRING`` (or ``MCP_UPSTREAM_DIE_AFTER_COMMIT``)
 makes the process ``os._exit(17)`` right after it committed the effect of a call whose
 operation key contains SUBSTRING (``*``: every call), before answering.
@@ -111,11 +117,22 @@ def _listed_answer(answers: Path | None, key: str) -> CallToolResult | None:
     return CallToolResult(content=[TextContent(type="text", text=listed["text"])])
 
 
-def build(journal: Journal, die_after_commit: str = "", answers: Path | None = None) -> MCPServer:
+def build(
+    journal: Journal,
+    die_after_commit: str = "",
+    answers: Path | None = None,
+    slow: tuple[str, str, float] = ("", "", 0.0),
+) -> MCPServer:
     server = MCPServer("settle-test-upstream", version="1.0", log_level="WARNING")
 
     def commit(key: str, tool: str, params: dict[str, Any], result: dict[str, Any]) -> None:
+        before, after, seconds = slow
+        if before and before in key:
+            print(f"holding {key}", file=sys.stderr, flush=True)
+            time.sleep(seconds)
         journal.append(key, tool, params_digest(params), result)
+        if after and after in key:
+            time.sleep(seconds)
         if die_after_commit and (die_after_commit == "*" or die_after_commit in key):
             os._exit(17)  # committed, never answered: the crash the recovery tests need
 
@@ -205,11 +222,15 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="transport", required=True)
     sub.add_parser("stdio")
     parser.add_argument("--answers", type=Path, default=None)
+    parser.add_argument("--sleep-before-commit", default="")
+    parser.add_argument("--sleep-after-commit", default="")
+    parser.add_argument("--sleep-seconds", type=float, default=5.0)
     http = sub.add_parser("http")
     http.add_argument("--port", type=int, required=True)
     http.add_argument("--bearer", default="")
     args = parser.parse_args(argv)
-    server = build(Journal(args.journal), args.die_after_commit, args.answers)
+    slow = (args.sleep_before_commit, args.sleep_after_commit, args.sleep_seconds)
+    server = build(Journal(args.journal), args.die_after_commit, args.answers, slow)
     if args.transport == "stdio":
         server.run("stdio")
         return
