@@ -1,6 +1,6 @@
 """What settle-mcp adds to a tool call: a passthrough call and an auto-approved gated call.
 
-    python bench/mcp.py [--calls 300] [--seconds 10] [--agents 8]
+    python bench/mcp_gateway.py [--calls 300] [--seconds 10] [--agents 8]
 
 On a scratch PostgreSQL database (``bench/api.py``'s), ``gunicorn settle.wsgi -w 4``, the
 test upstream (``harness/mcp_upstream.py`` over Streamable HTTP) and one gateway
@@ -175,7 +175,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=8)
     args = parser.parse_args()
     if db.vendor != "postgresql":
-        sys.exit("bench/mcp.py measures PostgreSQL; set DATABASE_URL=postgres://…")
+        sys.exit("bench/mcp_gateway.py measures PostgreSQL; set DATABASE_URL=postgres://…")
     with scratch_database() as settings, tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         upstream, upstream_url = started(
