@@ -148,9 +148,10 @@ async def _call(
             outbound_async_client(
                 guard=guard, seconds=seconds, headers=server.headers, ssl_context=_trusted()
             ) as client,
-            streamable_http_client(
-                server.url, http_client=client, max_sse_event_size=None
-            ) as (read, write),
+            streamable_http_client(server.url, http_client=client, max_sse_event_size=None) as (
+                read,
+                write,
+            ),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
