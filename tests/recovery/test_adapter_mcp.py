@@ -307,6 +307,21 @@ def test_a_provider_without_a_usable_server_is_unavailable(secret: str, error: s
 # -- through the lookup service: what an operation of an mcp provider becomes --------------
 
 
+def _crashed(flow: Any, key: str = "op-1") -> None:
+    """Approved, dispatched, and the worker's lease lapsed: the operation is uncertain."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from recovery.models import Dispatch
+
+    flow.approved(key)
+    assert flow.dispatch(key).status_code == 200
+    Dispatch.objects.filter(operation__key=key).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+
 def _provider_mcp(secret: str, **settings: Any) -> None:
     from recovery.services.providers import provider_configure
 
@@ -317,8 +332,6 @@ def _provider_mcp(secret: str, **settings: Any) -> None:
 def test_a_crashed_operation_is_released_from_the_mcp_servers_record(
     server: Server, flow: Any, settings: Any
 ) -> None:
-    from tests.recovery.test_evidence_rules import _crashed
-
     settings.SETTLE_MCP_ALLOW_PRIVATE = True
     _provider_mcp(_secret(server.url))
     _crashed(flow)
@@ -335,7 +348,6 @@ def test_the_address_check_holds_in_the_lookup_service_unless_private_is_allowed
     server: Server, flow: Any, settings: Any
 ) -> None:
     from recovery.models import Evidence
-    from tests.recovery.test_evidence_rules import _crashed
 
     settings.SETTLE_MCP_ALLOW_PRIVATE = False
     _provider_mcp(_secret(server.url), lookup_budget=1)
@@ -353,8 +365,6 @@ def test_an_mcp_provider_without_an_evidence_tool_goes_to_an_operator_after_its_
     from tests.support.flow import lookup_due
 
     _provider_mcp("", lookup_budget=2)
-    from tests.recovery.test_evidence_rules import _crashed
-
     _crashed(flow)
     assert flow.resume_looked_up()["state"] == "unknown"
     lookup_due("op-1")
