@@ -55,6 +55,13 @@ provider = "payments"
 action = "note.send"
 outcome = "approve"
 reason = "notes need nobody"
+
+[[rules]]
+name = "sql-writes"
+provider = "payments"
+action = "sql.write"
+outcome = "approve"
+reason = "the published server's writes, in tests"
 """
 
 
