@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from settle_client.mcp.config import ConfigError, load
 
-from tests.mcp.conftest import REPO_ROOT
+from tests.support.mcp import REPO_ROOT
 
 UPSTREAM = f"""\
 [settle]

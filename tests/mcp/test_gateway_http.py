@@ -5,7 +5,6 @@ fifty concurrent calls against a policy budget."""
 from __future__ import annotations
 
 import queue
-import threading
 from typing import Any
 
 import anyio
@@ -15,38 +14,12 @@ from mcp import Client
 
 from approvals.models import Approval
 from recovery.models import Dispatch, Operation
-from tests.mcp.conftest import Setup
+from tests.support.mcp import http_gateway as start_gateway
+from tests.support.mcp import in_thread
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 PAYMENT = {"idempotency_key": "pay-1", "payee": "bob", "amount": 40, "currency": "EUR"}
-
-
-def start_gateway(setup: Setup, http_process: Any) -> str:
-    upstream = http_process(
-        ["-m", "harness.mcp_upstream", "--journal", str(setup.journal), "http", "--port", "{port}"]
-    )
-    config = setup.config(http_upstream=upstream)
-    return http_process(
-        ["-m", "settle_client.mcp.cli", "serve", str(config), "--http", "127.0.0.1:{port}"],
-        env=setup.gateway_env(),
-    )
-
-
-def in_thread(scenario: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    """Run an async scenario in a thread: this one keeps the test's database connection,
-    to decide in the console while the gateway waits."""
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = anyio.run(scenario)
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
 
 
 def test_a_staff_approval_through_url_elicitation_continues_the_call(

@@ -14,8 +14,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from recovery.models import Operation
-from tests.mcp.conftest import REPO_ROOT, TOKEN_ENV
-from tests.mcp.test_gateway_http import start_gateway
+from tests.support.mcp import REPO_ROOT, TOKEN_ENV
+from tests.support.mcp import http_gateway as start_gateway
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

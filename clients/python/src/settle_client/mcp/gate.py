@@ -86,7 +86,7 @@ def _refused(tool: str, exc: errors.SettleError) -> types.CallToolResult:
             "a new key to ask again."
         )
     elif isinstance(exc, errors.OperationRevoked | errors.OperationVoided):
-        text = f"this action was {exc.state}; it was not run and will not be."  # type: ignore[attr-defined]
+        text = f"this action was {exc.state}; it was not run and will not be."
     elif isinstance(exc, errors.NeedsOperator):
         text = (
             "the outcome of this action is not known yet; Settle is confirming it with the "
