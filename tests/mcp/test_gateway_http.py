@@ -5,6 +5,7 @@ fifty concurrent calls against a policy budget."""
 from __future__ import annotations
 
 import queue
+import time
 from typing import Any
 
 import anyio
@@ -107,3 +108,41 @@ def test_fifty_concurrent_calls_never_pass_the_policy_budget(mcp_setup, http_pro
     assert len(mcp_setup.effects()) == 25
     assert Operation.objects.filter(state="released").count() == 25
     assert Operation.objects.filter(state="awaiting_approval").count() == 25
+
+
+def test_a_client_cancelling_the_wait_leaves_the_operation_waiting_with_nothing_dispatched(
+    mcp_setup, http_process, signed_in_staff
+):
+    url = start_gateway(mcp_setup, http_process)
+    large = {**PAYMENT, "idempotency_key": "pay-cancel", "amount": 5000}
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.set()
+        return types.ElicitResult(action="accept")
+
+    async def cancelled() -> None:
+        async with Client(url, mode="legacy", elicitation_callback=elicit) as client:
+            async with anyio.create_task_group() as group:
+                group.start_soon(client.call_tool, "send_payment", large)
+                await asked.wait()
+                await anyio.sleep(0.5)
+                group.cancel_scope.cancel()
+            await anyio.sleep(0.5)  # the cancellation reaches the gateway
+
+    asked = anyio.Event()
+    thread, outcome = in_thread(cancelled)
+    thread.join(timeout=60)
+    assert "error" not in outcome, outcome
+    assert Operation.objects.get(key="pay-cancel").state == "awaiting_approval"
+    signed_in_staff.approve(Approval.objects.get(operation_key="pay-cancel"))
+    time.sleep(3)  # a wait that went on would dispatch within a second of the decision
+    assert not Dispatch.objects.exists()
+    assert mcp_setup.effects() == []
+
+    async def again() -> Any:
+        async with Client(url, mode="legacy") as client:
+            return await client.call_tool("send_payment", large)
+
+    result = anyio.run(again)
+    assert result.structured_content["payment_id"] == "pay-pay-cancel"
+    assert len(mcp_setup.effects("pay-cancel")) == 1
