@@ -121,3 +121,16 @@ def test_serve_without_the_token_variable_says_which_and_exits(tmp_path):
     )
     assert done.returncode == 2
     assert "SETTLE_MCP_TEST_TOKEN is not set" in done.stderr
+
+
+@pytest.mark.processes
+def test_the_examples_config_passes_check_against_its_upstream():
+    done = subprocess.run(
+        [sys.executable, "-m", "settle_client.mcp.cli", "check", "examples/mcp/gateway.toml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ok: 5 tools, 2 gated, 1 upstreams" in done.stdout
