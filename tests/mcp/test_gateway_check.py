@@ -110,6 +110,7 @@ def test_a_config_of_the_wrong_shape_is_refused_at_its_line(tmp_path, gated, mes
     assert refused.value.line == path.read_text().splitlines().index(at) + 1
 
 
+@pytest.mark.processes
 def test_serve_without_the_token_variable_says_which_and_exits(tmp_path):
     path = write(tmp_path, "")
     done = subprocess.run(
