@@ -146,3 +146,38 @@ def test_a_client_cancelling_the_wait_leaves_the_operation_waiting_with_nothing_
     result = anyio.run(again)
     assert result.structured_content["payment_id"] == "pay-pay-cancel"
     assert len(mcp_setup.effects("pay-cancel")) == 1
+
+
+def test_a_wait_past_its_bound_says_the_action_still_waits_and_nothing_ran(mcp_setup, http_process):
+    upstream = http_process(
+        [
+            "-m",
+            "harness.mcp_upstream",
+            "--journal",
+            str(mcp_setup.journal),
+            "http",
+            "--port",
+            "{port}",
+        ]
+    )
+    config = mcp_setup.config(http_upstream=upstream, wait=1.5)
+    url = http_process(
+        ["-m", "settle_client.mcp.cli", "serve", str(config), "--http", "127.0.0.1:{port}"],
+        env=mcp_setup.gateway_env(),
+    )
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async def scenario() -> Any:
+        async with Client(url, mode="legacy", elicitation_callback=elicit) as client:
+            return await client.call_tool(
+                "send_payment", {**PAYMENT, "idempotency_key": "pay-slow", "amount": 5000}
+            )
+
+    result = anyio.run(scenario)
+    assert result.is_error
+    assert "still awaiting approval" in result.content[0].text
+    assert "after 1.5 s" in result.content[0].text and "pay-slow" in result.content[0].text
+    assert Operation.objects.get(key="pay-slow").state == "awaiting_approval"
+    assert mcp_setup.effects() == []
