@@ -181,3 +181,39 @@ def test_a_wait_past_its_bound_says_the_action_still_waits_and_nothing_ran(mcp_s
     assert "after 1.5 s" in result.content[0].text and "pay-slow" in result.content[0].text
     assert Operation.objects.get(key="pay-slow").state == "awaiting_approval"
     assert mcp_setup.effects() == []
+
+
+def test_an_upstream_dying_after_its_commit_is_left_to_evidence_not_reported(
+    mcp_setup, http_process
+):
+    upstream = http_process(
+        [
+            "-m",
+            "harness.mcp_upstream",
+            "--journal",
+            str(mcp_setup.journal),
+            "http",
+            "--port",
+            "{port}",
+        ],
+        env={"MCP_UPSTREAM_DIE_AFTER_COMMIT": "pay-dies"},
+    )
+    url = http_process(
+        ["-m", "settle_client.mcp.cli", "serve", str(mcp_setup.config(http_upstream=upstream)),
+         "--http", "127.0.0.1:{port}"],
+        env=mcp_setup.gateway_env(),
+    )  # fmt: skip
+
+    async def scenario() -> Any:
+        async with Client(url, mode="legacy", read_timeout_seconds=60) as client:
+            return await client.call_tool(
+                "send_payment", {**PAYMENT, "idempotency_key": "pay-dies"}
+            )
+
+    result = anyio.run(scenario)
+    assert result.is_error and "not known yet" in result.content[0].text
+    assert "same key" in result.content[0].text
+    assert len(mcp_setup.effects("pay-dies")) == 1  # committed before it died
+    operation = Operation.objects.get(key="pay-dies")
+    assert operation.state == "dispatched"  # no report: the lease lapses, evidence decides
+    assert Dispatch.objects.get(operation=operation).receipt_status == "running"
