@@ -21,8 +21,17 @@ $(VENV)/.runtime: pyproject.toml clients/python/pyproject.toml
 	$(PY) -m pip install --quiet -e './clients/python[mcp]'
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.runtime pyproject.toml
+$(VENV)/.dev: $(VENV)/.runtime pyproject.toml $(VENV)/.mcp-tools
 	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# What the gateway's tests (tests/mcp) drive settle-mcp with, installed here, never at test
+# time: a published MCP server in a venv of its own (it needs the SDK 1.x), and the
+# TypeScript SDK's client from the committed package-lock.json.
+$(VENV)/.mcp-tools: harness/mcp_sqlite.txt tests/mcp/ts/package-lock.json
+	$(PYTHON) -m venv $(VENV)/mcp-sqlite
+	$(VENV)/mcp-sqlite/bin/python -m pip install --quiet -r harness/mcp_sqlite.txt
+	cd tests/mcp/ts && npm ci --no-audit --no-fund --silent
 	touch $@
 
 install: $(VENV)/.runtime

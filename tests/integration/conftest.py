@@ -11,7 +11,6 @@ test instead of CI.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,20 +25,20 @@ from harness.providers import http_provider_start, http_provider_stop, sqlite_pr
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
 from tests.support.celery_fixtures import queue_delete, test_database_url
-from tests.support.live import Http, LookupWorker, Procs, ProviderHandle, Settle, WideBacklogServer
+from tests.support.live import (
+    Http,
+    LookupWorker,
+    Procs,
+    ProviderHandle,
+    Settle,
+    live_server_wide,
+)
 
 
 @pytest.fixture(scope="session")
 def live_server(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
     """pytest-django's live server (threaded, real HTTP), with a wider listen backlog."""
-    addr = (
-        request.config.getvalue("liveserver")
-        or os.getenv("DJANGO_LIVE_TEST_SERVER_ADDRESS")
-        or "localhost"
-    )
-    server = LiveServer(addr, start=False)
-    server.thread.server_class = WideBacklogServer
-    server.start()
+    server = live_server_wide(request)
     yield server
     server.stop()
 

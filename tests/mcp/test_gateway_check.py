@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from settle_client.mcp.config import ConfigError, load
 
-from tests.mcp.conftest import REPO_ROOT
+from tests.support.mcp import REPO_ROOT
 
 UPSTREAM = f"""\
 [settle]
@@ -110,6 +110,7 @@ def test_a_config_of_the_wrong_shape_is_refused_at_its_line(tmp_path, gated, mes
     assert refused.value.line == path.read_text().splitlines().index(at) + 1
 
 
+@pytest.mark.processes
 def test_serve_without_the_token_variable_says_which_and_exits(tmp_path):
     path = write(tmp_path, "")
     done = subprocess.run(
@@ -121,3 +122,16 @@ def test_serve_without_the_token_variable_says_which_and_exits(tmp_path):
     )
     assert done.returncode == 2
     assert "SETTLE_MCP_TEST_TOKEN is not set" in done.stderr
+
+
+@pytest.mark.processes
+def test_the_examples_config_passes_check_against_its_upstream():
+    done = subprocess.run(
+        [sys.executable, "-m", "settle_client.mcp.cli", "check", "examples/mcp/gateway.toml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ok: 5 tools, 2 gated, 1 upstreams" in done.stdout

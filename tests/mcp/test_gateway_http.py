@@ -5,7 +5,7 @@ fifty concurrent calls against a policy budget."""
 from __future__ import annotations
 
 import queue
-import threading
+import time
 from typing import Any
 
 import anyio
@@ -15,38 +15,12 @@ from mcp import Client
 
 from approvals.models import Approval
 from recovery.models import Dispatch, Operation
-from tests.mcp.conftest import Setup
+from tests.support.mcp import http_gateway as start_gateway
+from tests.support.mcp import in_thread
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 PAYMENT = {"idempotency_key": "pay-1", "payee": "bob", "amount": 40, "currency": "EUR"}
-
-
-def start_gateway(setup: Setup, http_process: Any) -> str:
-    upstream = http_process(
-        ["-m", "harness.mcp_upstream", "--journal", str(setup.journal), "http", "--port", "{port}"]
-    )
-    config = setup.config(http_upstream=upstream)
-    return http_process(
-        ["-m", "settle_client.mcp.cli", "serve", str(config), "--http", "127.0.0.1:{port}"],
-        env=setup.gateway_env(),
-    )
-
-
-def in_thread(scenario: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    """Run an async scenario in a thread: this one keeps the test's database connection,
-    to decide in the console while the gateway waits."""
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = anyio.run(scenario)
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
 
 
 def test_a_staff_approval_through_url_elicitation_continues_the_call(
@@ -134,3 +108,112 @@ def test_fifty_concurrent_calls_never_pass_the_policy_budget(mcp_setup, http_pro
     assert len(mcp_setup.effects()) == 25
     assert Operation.objects.filter(state="released").count() == 25
     assert Operation.objects.filter(state="awaiting_approval").count() == 25
+
+
+def test_a_client_cancelling_the_wait_leaves_the_operation_waiting_with_nothing_dispatched(
+    mcp_setup, http_process, signed_in_staff
+):
+    url = start_gateway(mcp_setup, http_process)
+    large = {**PAYMENT, "idempotency_key": "pay-cancel", "amount": 5000}
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.set()
+        return types.ElicitResult(action="accept")
+
+    async def cancelled() -> None:
+        async with Client(url, mode="legacy", elicitation_callback=elicit) as client:
+            async with anyio.create_task_group() as group:
+                group.start_soon(client.call_tool, "send_payment", large)
+                await asked.wait()
+                await anyio.sleep(0.5)
+                group.cancel_scope.cancel()
+            await anyio.sleep(0.5)  # the cancellation reaches the gateway
+
+    asked = anyio.Event()
+    thread, outcome = in_thread(cancelled)
+    thread.join(timeout=60)
+    assert "error" not in outcome, outcome
+    assert Operation.objects.get(key="pay-cancel").state == "awaiting_approval"
+    signed_in_staff.approve(Approval.objects.get(operation_key="pay-cancel"))
+    time.sleep(3)  # a wait that went on would dispatch within a second of the decision
+    assert not Dispatch.objects.exists()
+    assert mcp_setup.effects() == []
+
+    async def again() -> Any:
+        async with Client(url, mode="legacy") as client:
+            return await client.call_tool("send_payment", large)
+
+    result = anyio.run(again)
+    assert result.structured_content["payment_id"] == "pay-pay-cancel"
+    assert len(mcp_setup.effects("pay-cancel")) == 1
+
+
+def test_a_wait_past_its_bound_says_the_action_still_waits_and_nothing_ran(mcp_setup, http_process):
+    upstream = http_process(
+        [
+            "-m",
+            "harness.mcp_upstream",
+            "--journal",
+            str(mcp_setup.journal),
+            "http",
+            "--port",
+            "{port}",
+        ]
+    )
+    config = mcp_setup.config(http_upstream=upstream, wait=1.5)
+    url = http_process(
+        ["-m", "settle_client.mcp.cli", "serve", str(config), "--http", "127.0.0.1:{port}"],
+        env=mcp_setup.gateway_env(),
+    )
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async def scenario() -> Any:
+        async with Client(url, mode="legacy", elicitation_callback=elicit) as client:
+            return await client.call_tool(
+                "send_payment", {**PAYMENT, "idempotency_key": "pay-slow", "amount": 5000}
+            )
+
+    result = anyio.run(scenario)
+    assert result.is_error
+    assert "still awaiting approval" in result.content[0].text
+    assert "after 1.5 s" in result.content[0].text and "pay-slow" in result.content[0].text
+    assert Operation.objects.get(key="pay-slow").state == "awaiting_approval"
+    assert mcp_setup.effects() == []
+
+
+def test_an_upstream_dying_after_its_commit_is_left_to_evidence_not_reported(
+    mcp_setup, http_process
+):
+    upstream = http_process(
+        [
+            "-m",
+            "harness.mcp_upstream",
+            "--journal",
+            str(mcp_setup.journal),
+            "http",
+            "--port",
+            "{port}",
+        ],
+        env={"MCP_UPSTREAM_DIE_AFTER_COMMIT": "pay-dies"},
+    )
+    url = http_process(
+        ["-m", "settle_client.mcp.cli", "serve", str(mcp_setup.config(http_upstream=upstream)),
+         "--http", "127.0.0.1:{port}"],
+        env=mcp_setup.gateway_env(),
+    )  # fmt: skip
+
+    async def scenario() -> Any:
+        async with Client(url, mode="legacy", read_timeout_seconds=60) as client:
+            return await client.call_tool(
+                "send_payment", {**PAYMENT, "idempotency_key": "pay-dies"}
+            )
+
+    result = anyio.run(scenario)
+    assert result.is_error and "not known yet" in result.content[0].text
+    assert "same key" in result.content[0].text
+    assert len(mcp_setup.effects("pay-dies")) == 1  # committed before it died
+    operation = Operation.objects.get(key="pay-dies")
+    assert operation.state == "dispatched"  # no report: the lease lapses, evidence decides
+    assert Dispatch.objects.get(operation=operation).receipt_status == "running"

@@ -3,31 +3,19 @@ through unchanged, a gated call runs once and its repeat answers the first resul
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, StdioServerParameters
 from settle_client.canonical import params_digest
 
 from approvals.models import Approval
 from recovery.models import Dispatch, Operation
-from tests.mcp.conftest import REPO_ROOT, Setup
+from tests.support.mcp import stdio_gateway as gateway
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 PAYMENT = {"idempotency_key": "pay-1", "payee": "bob", "amount": 40, "currency": "EUR"}
-
-
-def gateway(setup: Setup, config: Any) -> Client:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "settle_client.mcp.cli", "serve", str(config)],
-        env=setup.gateway_env(),
-        cwd=str(REPO_ROOT),
-    )
-    return Client(params, mode="legacy", read_timeout_seconds=60)
 
 
 def test_ungated_tools_pass_through_with_their_schemas_errors_and_progress(mcp_setup):

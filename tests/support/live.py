@@ -58,6 +58,22 @@ class WideBacklogServer(ThreadedWSGIServer):
     request_queue_size = 256
 
 
+def live_server_wide(request: Any) -> Any:
+    """pytest-django's live server (threaded, real HTTP) with the wider backlog, started:
+    the session fixture of the tests that drive it from other processes."""
+    from pytest_django.live_server_helper import LiveServer
+
+    addr = (
+        request.config.getvalue("liveserver")
+        or os.getenv("DJANGO_LIVE_TEST_SERVER_ADDRESS")
+        or "localhost"
+    )
+    server = LiveServer(addr, start=False)
+    server.thread.server_class = WideBacklogServer
+    server.start()
+    return server
+
+
 # -- talking to the live server from the test process -------------------------------
 
 

@@ -12,6 +12,7 @@ comes back from the receipt (``receipt.result``) Settle kept with the first repo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -86,7 +87,7 @@ def _refused(tool: str, exc: errors.SettleError) -> types.CallToolResult:
             "a new key to ask again."
         )
     elif isinstance(exc, errors.OperationRevoked | errors.OperationVoided):
-        text = f"this action was {exc.state}; it was not run and will not be."  # type: ignore[attr-defined]
+        text = f"this action was {exc.state}; it was not run and will not be."
     elif isinstance(exc, errors.NeedsOperator):
         text = (
             "the outcome of this action is not known yet; Settle is confirming it with the "
@@ -170,25 +171,27 @@ class Gate:
                 f"the same arguments and the same key ({key}) to continue; it will run once."
             )
         elicitation = str(uuid.uuid4())
+        message = f"{gate.name} needs approval by {who} before it runs ({gate.action})."
+
+        async def ask() -> None:
+            # The user's answer (accept, decline) does not decide anything: the approval
+            # does, wherever it is made. A client that fails the request changes nothing.
+            with contextlib.suppress(Exception):
+                await ctx.session.elicit_url(message, link, elicitation, ctx.request_id)
+
         with anyio.move_on_after(self.config.approval_wait_seconds) as waited:
             async with anyio.create_task_group() as group:
-                group.start_soon(
-                    ctx.session.elicit_url,
-                    f"{gate.name} needs approval by {who} before it runs ({gate.action}).",
-                    link,
-                    elicitation,
-                    ctx.request_id,
-                )
-                state = await self._decided(key, ctx)
-                group.cancel_scope.cancel()  # the client's answer to the URL no longer matters
+                group.start_soon(ask)
+                await self._decided(key, ctx)
+                group.cancel_scope.cancel()  # the client's answer no longer matters
         if waited.cancelled_caught:
             return tool_error(
                 f"{gate.name}: still awaiting approval at {link} after "
                 f"{self.config.approval_wait_seconds:g} s; nothing was run. Call again with "
                 f"the same key ({key}) to keep waiting."
             )
-        await ctx.session.send_elicit_complete(elicitation, ctx.request_id)
-        del state
+        with contextlib.suppress(Exception):
+            await ctx.session.send_elicit_complete(elicitation, ctx.request_id)
         return None
 
     async def _decided(self, key: str, ctx: ServerRequestContext[Any, Any]) -> str:

@@ -59,8 +59,8 @@ def build(config: Config) -> Server[Gateway]:
         if gated is not None:
             return await gateway.gate.call(gated, arguments, ctx)
 
-        async def progress(value: float, total: float | None, message: str | None) -> None:
-            await ctx.session.report_progress(value, total, message)
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            await ctx.session.report_progress(progress, total, message)
 
         # Passthrough: the upstream's result, or its error, as it answered.
         return await gateway.upstreams.call(params.name, arguments, progress=progress)

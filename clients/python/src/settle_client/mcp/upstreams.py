@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -11,10 +10,9 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import ProgressFnT
 
 from settle_client.mcp.config import ADDED_KEY, Config, GatedTool, Upstream
-
-Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 def _client(upstream: Upstream) -> Client:
@@ -100,7 +98,7 @@ class Upstreams:
         name: str,
         arguments: dict[str, Any],
         *,
-        progress: Progress | None = None,
+        progress: ProgressFnT | None = None,
         meta: dict[str, Any] | None = None,
     ) -> types.CallToolResult:
         client = self.clients[self.owner[name]]
