@@ -44,9 +44,9 @@ from harness.providers import _free_port
 from recovery.models import Dispatch, Operation, Provider
 from recovery.services.credentials import host_create
 from recovery.services.providers import provider_configure
-from tests.mcp.conftest import REPO_ROOT, Setup, Staff, apply_policy
 from tests.support.console import console_user
 from tests.support.live import wait_until
+from tests.support.mcp import REPO_ROOT, Setup, Staff, apply_policy
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
