@@ -239,14 +239,21 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
         "params_digest": operation.params_digest,
         "version": operation.version,
     }
-    if body.approval is not None and operation.state == State.AWAITING_APPROVAL:
+    # Asking for the dispatch asks for the opening it needs, as {} if not given.
+    opening = body.approval or (contract.OpenApprovalRequest() if body.dispatch else None)
+    if opening is not None and operation.state == State.AWAITING_APPROVAL:
         try:
-            summary["approval"], _ = _approval_opened(caller, operation.key, body.approval)
+            summary["approval"], _ = _approval_opened(caller, operation.key, opening)
         except SettleError as exc:
             # Decided or dispatched since it was registered: the answer says as registered,
             # and the host goes on from the operation's state, as after a plain register.
             if exc.code != ErrorCode.INVALID_STATE:
                 raise
+    opened = summary.get("approval")
+    if body.dispatch is not None and opened and opened.status == Approval.Status.APPROVED:
+        # The policy approved it: the dispatch the host would ask for next, here.
+        held, outcome = _dispatched(caller, _operation(caller, operation.key), body.dispatch)
+        summary.update({"dispatch": held} if held else {"dispatch_refused": outcome.refusal})
     return _answer(contract.Registered(**summary), status=201 if created else 200)
 
 
@@ -361,7 +368,18 @@ def permit_revoke_view(request: HttpRequest, caller: Caller, permit_id: str) -> 
 @api_view(methods=("POST",), auth=("host",))
 def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
-    body = _parse(request, contract.DispatchRequest)
+    held, outcome = _dispatched(caller, operation, _parse(request, contract.DispatchRequest))
+    if held is None:
+        refusal = ErrorCode(outcome.refusal)
+        extra = {"execution_state": outcome.state} if refusal == ErrorCode.ALREADY_CONSUMED else {}
+        return error_response(refusal, "the permit was not consumed", **extra)
+    return _answer(held)
+
+
+def _dispatched(
+    caller: Caller, operation: locking.OperationRef, body: contract.DispatchRequest
+) -> tuple[contract.Dispatched | None, dispatch.DispatchOutcome]:
+    """Consume the operation's permit and create its dispatch; or the refusal."""
     outcome = dispatch.operation_dispatch(
         operation=operation,
         worker=body.worker,
@@ -369,15 +387,13 @@ def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonRe
         actor=caller.actor,
     )
     if outcome.dispatch is None:
-        refusal = ErrorCode(outcome.refusal)
-        extra = {"execution_state": outcome.state} if refusal == ErrorCode.ALREADY_CONSUMED else {}
-        return error_response(refusal, "the permit was not consumed", **extra)
+        return None, outcome
     held = contract.Dispatched(
         fencing_token=outcome.dispatch.fencing_token,
         permit_id=str(outcome.dispatch.permit_id),
         lease_expires_at=outcome.dispatch.lease_expires_at.isoformat(),
     )
-    return _answer(held)
+    return held, outcome
 
 
 @api_view(methods=("POST",), auth=("host",))
