@@ -241,19 +241,24 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
     }
     # Asking for the dispatch asks for the opening it needs, as {} if not given.
     opening = body.approval or (contract.OpenApprovalRequest() if body.dispatch else None)
+    asked = None
+    if body.dispatch is not None:
+        asked = dispatch.DispatchAsked(
+            worker=body.dispatch.worker,
+            presented_digest=body.dispatch.params_digest,
+            actor=caller.actor,
+        )
     if opening is not None and operation.state == State.AWAITING_APPROVAL:
         try:
-            summary["approval"], _ = _approval_opened(caller, operation.key, opening)
+            summary["approval"], _ = _approval_opened(caller, operation.key, opening, asked)
         except SettleError as exc:
             # Decided or dispatched since it was registered: the answer says as registered,
             # and the host goes on from the operation's state, as after a plain register.
             if exc.code != ErrorCode.INVALID_STATE:
                 raise
-    opened = summary.get("approval")
-    if body.dispatch is not None and opened and opened.status == Approval.Status.APPROVED:
-        # The policy approved it: the dispatch the host would ask for next, here.
-        held, outcome = _dispatched(caller, _operation(caller, operation.key), body.dispatch)
-        summary.update({"dispatch": held} if held else {"dispatch_refused": outcome.refusal})
+    if asked is not None and asked.outcome is not None:  # the policy approved it
+        held = _held(asked.outcome)
+        summary.update({"dispatch": held} if held else {"dispatch_refused": asked.outcome.refusal})
     return _answer(contract.Registered(**summary), status=201 if created else 200)
 
 
@@ -296,13 +301,16 @@ def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonR
 
 
 def _approval_opened(
-    caller: Caller, key: str, body: contract.OpenApprovalRequest
+    caller: Caller,
+    key: str,
+    body: contract.OpenApprovalRequest,
+    then: dispatch.DispatchAsked | None = None,
 ) -> tuple[contract.ApprovalOpened, bool]:
     """Open the approval of the caller's operation ``key`` (or find the pending one)."""
     operation = _operation(caller, key)
     assert caller.host is not None
     approval, created = permits.approval_open(
-        operation=operation, host=caller.host, proposer=body.proposer
+        operation=operation, host=caller.host, proposer=body.proposer, then=then
     )
     # A policy that approved it issued the permit in this call (the approval holds it).
     permit = approval.permit if approval.status == Approval.Status.APPROVED else None
@@ -368,7 +376,14 @@ def permit_revoke_view(request: HttpRequest, caller: Caller, permit_id: str) -> 
 @api_view(methods=("POST",), auth=("host",))
 def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
-    held, outcome = _dispatched(caller, operation, _parse(request, contract.DispatchRequest))
+    body = _parse(request, contract.DispatchRequest)
+    outcome = dispatch.operation_dispatch(
+        operation=operation,
+        worker=body.worker,
+        presented_digest=body.params_digest,
+        actor=caller.actor,
+    )
+    held = _held(outcome)
     if held is None:
         refusal = ErrorCode(outcome.refusal)
         extra = {"execution_state": outcome.state} if refusal == ErrorCode.ALREADY_CONSUMED else {}
@@ -376,24 +391,15 @@ def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonRe
     return _answer(held)
 
 
-def _dispatched(
-    caller: Caller, operation: locking.OperationRef, body: contract.DispatchRequest
-) -> tuple[contract.Dispatched | None, dispatch.DispatchOutcome]:
-    """Consume the operation's permit and create its dispatch; or the refusal."""
-    outcome = dispatch.operation_dispatch(
-        operation=operation,
-        worker=body.worker,
-        presented_digest=body.params_digest,
-        actor=caller.actor,
-    )
+def _held(outcome: dispatch.DispatchOutcome) -> contract.Dispatched | None:
+    """The dispatch a consumption created, as answered; None if it was refused."""
     if outcome.dispatch is None:
-        return None, outcome
-    held = contract.Dispatched(
+        return None
+    return contract.Dispatched(
         fencing_token=outcome.dispatch.fencing_token,
         permit_id=str(outcome.dispatch.permit_id),
         lease_expires_at=outcome.dispatch.lease_expires_at.isoformat(),
     )
-    return held, outcome
 
 
 @api_view(methods=("POST",), auth=("host",))
