@@ -11,7 +11,7 @@ starts that many client processes (``harness/fleet``, role ``lifecycle``), each
 looping register and open the approval (one request) → approve → dispatch → report
 committed with unique keys for ``--seconds``; any non-2xx answer is an error. With
 ``--auto-approve`` a policy of twenty rules approves each opening from a budget, and the
-clients skip the approve.
+registration dispatches too: register, open and dispatch (one request) → report.
 
 It also measures, on the same server and database:
 
@@ -138,7 +138,7 @@ def main() -> None:
         "--auto-approve",
         action="store_true",
         help="apply a policy of twenty rules whose budget approves every opening: the "
-        "lifecycle is then register, open (approved), dispatch, report",
+        "lifecycle is then register, open (approved) and dispatch in one request, report",
     )
     parser.add_argument(
         "--clients",

@@ -1,7 +1,7 @@
 """Two checkouts' host API, alternated run by run: the ratio of their lifecycle rates.
 
     python bench/api_pairs.py --baseline ../settle-base [--new .] [--pairs 3] \\
-        [--clients 8,32] [--seconds 10]
+        [--clients 8,32] [--seconds 10] [--auto-approve]
 
 Each checkout runs its own ``bench/api.py`` with its own ``.venv`` (a fresh scratch
 database and a fresh gunicorn each time), baseline then new, ``--pairs`` times, so both
@@ -9,6 +9,8 @@ see the same minutes of a shared machine. ``DATABASE_URL`` chooses the server fo
 It prints, per pair and client count, each side's lifecycles/s, errors and gunicorn CPU
 ms per request, the ratio new / baseline, and the load average; then the medians. The
 whole output of every run is kept in ``--keep`` (default: a temporary folder, printed).
+``--auto-approve`` runs the policy-approved lifecycle on both sides (``bench/api.py``'s
+option of that name: a policy approves every opening), each side with its own requests.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def run_once(checkout: Path, args: argparse.Namespace, log: Path) -> dict[int, d
         str(args.seconds),
         "--clients",
         ",".join(str(n) for n in args.clients),
+        *(["--auto-approve"] if args.auto_approve else []),
     ]
     load = os.getloadavg()[0]
     done = subprocess.run(
@@ -72,6 +75,11 @@ def main() -> None:
         "--clients",
         type=lambda text: [int(n) for n in text.split(",") if n.strip()],
         default=[8, 32],
+    )
+    parser.add_argument(
+        "--auto-approve",
+        action="store_true",
+        help="the policy-approved lifecycle on both sides (bench/api.py --auto-approve)",
     )
     parser.add_argument("--keep", type=Path, default=None, help="folder for each run's output")
     args = parser.parse_args()

@@ -1,6 +1,7 @@
 """The host API's CPU per request, endpoint by endpoint, in-process: where it goes.
 
     python bench/api_profile.py [--lifecycles 300] [--split] [--middleware] [--rate-limit]
+        [--combined] [--auto-approve]
 
 No HTTP and no gunicorn: the lifecycle (register → open approval → approve → dispatch →
 report committed) is driven through Django's WSGI handler in this process, on a scratch
@@ -14,7 +15,11 @@ request's CPU into middleware, authentication, rate limit, body parsing, seriali
 the services (of which: ORM, raw SQL round trips, audit hashing) and the rest.
 ``--middleware`` prints what each middleware costs a request that goes down the whole
 stack (``middleware_costs``). The rate limit is off (as in ``bench/api.py``) unless
-``--rate-limit``.
+``--rate-limit``. ``--combined`` registers and opens the approval in one request;
+``--auto-approve`` applies ``bench.policies.twenty_rules`` (a policy approves every
+opening) and registers, opens and dispatches in one request, then reports: the
+policy-approved lifecycle, two requests; with ``--combined`` too, the dispatch is a
+request apart (three requests: what a checkout before ``dispatch`` could be asked does).
 """
 
 from __future__ import annotations
@@ -49,9 +54,12 @@ from django.test.utils import override_settings  # noqa: E402
 
 from approvals.services.approvers import approver_create  # noqa: E402
 from bench.api_postgres import analyze, scratch_database  # noqa: E402
+from bench.policies import twenty_rules  # noqa: E402
 from bench.sqlcount import StatementCount, counting, statements_noted  # noqa: E402
+from common.actors import COMMAND_LINE  # noqa: E402
 from harness.fleet.client import PARAMS  # noqa: E402
 from harness.providers import digest_of, sqlite_provider_init  # noqa: E402
+from policies.services import policy_apply  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402
 from recovery.services.providers import provider_configure  # noqa: E402
 
@@ -61,9 +69,12 @@ ENDPOINTS = ("register", "open approval", "approve", "dispatch", "report")
 class Driver:
     """Calls a WSGI handler as gunicorn would, one lifecycle at a time."""
 
-    def __init__(self, host_token: str, approver_token: str, combined: bool = False) -> None:
+    def __init__(
+        self, host_token: str, approver_token: str, combined: bool = False, auto: bool = False
+    ) -> None:
         self.tokens = {"host": host_token, "approver": approver_token}
         self.combined = combined
+        self.auto = auto
         self.handler = WSGIHandler()
         self.count = StatementCount()
         self.cpu: dict[str, list[float]] = defaultdict(list)
@@ -97,6 +108,21 @@ class Driver:
         self.serial += 1
         key = f"prof-{os.getpid()}-{time.monotonic_ns()}-{self.serial}"
         body = {"key": key, "action": "payment.send", "provider": "bench", "params": PARAMS}
+        digest = digest_of(PARAMS)
+        if self.auto:
+            body["approval"] = {}
+            if self.combined:  # the dispatch a request apart, as before it could be asked
+                self.call("register and open", "/api/v1/operations", body)
+                dispatch = {"worker": "w", "params_digest": digest}
+                held = self.call("dispatch", f"/api/v1/operations/{key}/dispatch", dispatch)
+            else:
+                body["dispatch"] = {"worker": "w", "params_digest": digest}
+                name = "register, open and dispatch"
+                held = self.call(name, "/api/v1/operations", body)["dispatch"]
+            result = {"fencing_token": held["fencing_token"], "outcome": "committed"}
+            result["provider_reference"] = key
+            self.call("report", f"/api/v1/operations/{key}/result", result)
+            return
         if self.combined:
             body["approval"] = {}
             opened = self.call("register and open", "/api/v1/operations", body)["approval"]
@@ -106,7 +132,6 @@ class Driver:
         decision = {"decision": "approve", "ttl_seconds": 300, "params_digest": digest_of(PARAMS)}
         path = f"/api/v1/approvals/{opened['approval_id']}/decision"
         self.call("approve", path, decision, auth="approver")
-        digest = digest_of(PARAMS)
         dispatch = {"worker": "w", "params_digest": digest}
         held = self.call("dispatch", f"/api/v1/operations/{key}/dispatch", dispatch)
         result = {"fencing_token": held["fencing_token"], "outcome": "committed"}
@@ -114,8 +139,8 @@ class Driver:
         self.call("report", f"/api/v1/operations/{key}/result", result)
 
 
-def _fresh(tokens: tuple[str, str], combined: bool) -> Driver:
-    driver = Driver(*tokens, combined=combined)
+def _fresh(tokens: tuple[str, str], combined: bool, auto: bool = False) -> Driver:
+    driver = Driver(*tokens, combined=combined, auto=auto)
     counting(driver.count)
     return driver
 
@@ -247,6 +272,11 @@ def main() -> None:
     parser.add_argument(
         "--combined", action="store_true", help="register and open the approval in one request"
     )
+    parser.add_argument(
+        "--auto-approve",
+        action="store_true",
+        help="a policy approves every opening; register, open and dispatch in one request",
+    )
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         sys.exit("bench/api_profile.py measures PostgreSQL: set DATABASE_URL=postgres://…")
@@ -258,11 +288,13 @@ def main() -> None:
         settings.SETTLE_HOST_RATE_PER_SECOND = 0
     settings.ALLOWED_HOSTS = ["127.0.0.1"]
     with scratch_database(), _provider() as tokens:
-        driver = _fresh(tokens, args.combined)
+        if args.auto_approve:
+            policy_apply(source=twenty_rules(paying_action="payment.send"), actor=COMMAND_LINE)
+        driver = _fresh(tokens, args.combined, args.auto_approve)
         for _ in range(20):
             driver.lifecycle()  # warm: prepared statements, imports, caches
         analyze()
-        driver = _fresh(tokens, args.combined)
+        driver = _fresh(tokens, args.combined, args.auto_approve)
         for _ in range(args.lifecycles):
             driver.lifecycle()
         print(f"load {os.getloadavg()[0]:.2f}; {args.lifecycles} lifecycles in-process")
@@ -275,10 +307,10 @@ def main() -> None:
         print(f"| lifecycle | {total_cpu:.2f} | {sum(r[2] for r in rows):g} |")
         if args.statements:
             with statements_noted() as noted:
-                _fresh(tokens, args.combined).lifecycle()
+                _fresh(tokens, args.combined, args.auto_approve).lifecycle()
             print("\n" + "\n".join(sql[:160] for sql in noted))
         if args.split:
-            figures = split(_fresh(tokens, args.combined), args.lifecycles)
+            figures = split(_fresh(tokens, args.combined, args.auto_approve), args.lifecycles)
             print("\n| part (CPU ms per request, cProfile clock) | ms |\n| --- | --- |")
             for part, ms in figures.items():
                 print(f"| {part} | {ms:.3f} |")

@@ -15,6 +15,7 @@ ENDPOINTS = (
     "register",
     "open approval",
     "register and open",
+    "register, open and dispatch",
     "approve",
     "dispatch",
     "report committed",

@@ -239,14 +239,26 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
         "params_digest": operation.params_digest,
         "version": operation.version,
     }
-    if body.approval is not None and operation.state == State.AWAITING_APPROVAL:
+    # Asking for the dispatch asks for the opening it needs, as {} if not given.
+    opening = body.approval or (contract.OpenApprovalRequest() if body.dispatch else None)
+    asked = None
+    if body.dispatch is not None:
+        asked = dispatch.DispatchAsked(
+            worker=body.dispatch.worker,
+            presented_digest=body.dispatch.params_digest,
+            actor=caller.actor,
+        )
+    if opening is not None and operation.state == State.AWAITING_APPROVAL:
         try:
-            summary["approval"], _ = _approval_opened(caller, operation.key, body.approval)
+            summary["approval"], _ = _approval_opened(caller, operation.key, opening, asked)
         except SettleError as exc:
             # Decided or dispatched since it was registered: the answer says as registered,
             # and the host goes on from the operation's state, as after a plain register.
             if exc.code != ErrorCode.INVALID_STATE:
                 raise
+    if asked is not None and asked.outcome is not None:  # the policy approved it
+        held = _held(asked.outcome)
+        summary.update({"dispatch": held} if held else {"dispatch_refused": asked.outcome.refusal})
     return _answer(contract.Registered(**summary), status=201 if created else 200)
 
 
@@ -289,13 +301,16 @@ def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonR
 
 
 def _approval_opened(
-    caller: Caller, key: str, body: contract.OpenApprovalRequest
+    caller: Caller,
+    key: str,
+    body: contract.OpenApprovalRequest,
+    then: dispatch.DispatchAsked | None = None,
 ) -> tuple[contract.ApprovalOpened, bool]:
     """Open the approval of the caller's operation ``key`` (or find the pending one)."""
     operation = _operation(caller, key)
     assert caller.host is not None
     approval, created = permits.approval_open(
-        operation=operation, host=caller.host, proposer=body.proposer
+        operation=operation, host=caller.host, proposer=body.proposer, then=then
     )
     # A policy that approved it issued the permit in this call (the approval holds it).
     permit = approval.permit if approval.status == Approval.Status.APPROVED else None
@@ -368,16 +383,23 @@ def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonRe
         presented_digest=body.params_digest,
         actor=caller.actor,
     )
-    if outcome.dispatch is None:
+    held = _held(outcome)
+    if held is None:
         refusal = ErrorCode(outcome.refusal)
         extra = {"execution_state": outcome.state} if refusal == ErrorCode.ALREADY_CONSUMED else {}
         return error_response(refusal, "the permit was not consumed", **extra)
-    held = contract.Dispatched(
+    return _answer(held)
+
+
+def _held(outcome: dispatch.DispatchOutcome) -> contract.Dispatched | None:
+    """The dispatch a consumption created, as answered; None if it was refused."""
+    if outcome.dispatch is None:
+        return None
+    return contract.Dispatched(
         fencing_token=outcome.dispatch.fencing_token,
         permit_id=str(outcome.dispatch.permit_id),
         lease_expires_at=outcome.dispatch.lease_expires_at.isoformat(),
     )
-    return _answer(held)
 
 
 @api_view(methods=("POST",), auth=("host",))

@@ -151,6 +151,15 @@ class RegisterRequest(Body):
         "approvals with this body would, when the operation awaits approval: one request "
         "instead of two. The answer then holds the approval.",
     )
+    dispatch: DispatchRequest | None = Field(
+        default=None,
+        description="Also open the approval (as approval would, {} if not given) and, "
+        "when the policy approves the opening by itself, "
+        "dispatch, as POST /api/v1/operations/{key}/dispatch with this body would (the "
+        "permit consumed and the dispatch created in one transaction). The answer then "
+        "holds the dispatch, or why the permit was not consumed. An approval a person "
+        "must decide is answered as without it.",
+    )
 
 
 class DecisionRequest(Body):
@@ -232,6 +241,17 @@ class Registered(OperationSummary):
         description="The approval opened (or the pending one), when the request asked for "
         "it and the operation awaits approval; left out otherwise. state and version are "
         "the operation's as registered: approval.status says whether a policy decided it.",
+    )
+    dispatch: Dispatched | None = Field(
+        default=None,
+        description="The dispatch this request created, when it asked for one and the "
+        "policy approved the opening; left out otherwise.",
+    )
+    dispatch_refused: str | None = Field(
+        default=None,
+        description="Why the permit the policy issued was not consumed (the code POST "
+        ".../dispatch would answer, such as action_mismatch); left out otherwise. The "
+        "operation is then where that refusal left it: resume says what to do.",
     )
 
 
@@ -385,6 +405,10 @@ class OperationRecord(Body):
     receipt: ReceiptRecord | None
     evidence: list[EvidenceRecord]
 
+
+# Registering may carry a dispatch's request and answer, defined further down.
+RegisterRequest.model_rebuild()
+Registered.model_rebuild()
 
 # Every ``error`` code a response can carry: the codes marked for the host API, in order.
 ERROR_CODES = [code.value for code in ErrorCode if code.api]

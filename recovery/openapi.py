@@ -60,7 +60,8 @@ ENDPOINTS = [
         "/api/v1/operations",
         "post",
         "registerOperation",
-        "Register an operation (idempotent per key), and open its approval if asked",
+        "Register an operation (idempotent per key); open its approval, and dispatch once a "
+        "policy approved it, if asked",
         contract.RegisterRequest,
         {
             201: ("Registered", contract.Registered),

@@ -22,9 +22,10 @@ parent's side).
 Roles (``--providers`` is a JSON list of ``{kind, name, path, url, secret, lease_seconds}``):
 
 ``lifecycle``
-    register and open the approval (one request) → approve → dispatch → report
-    committed, unique keys, on
-    the first provider, no effect performed: the benchmark's loop.
+    register, open the approval and dispatch (one request) → report committed where a
+    policy approves the opening; else register and open → approve → dispatch → report
+    committed. Unique keys, on the first provider, no effect performed: the benchmark's
+    loop.
 ``httpx``
     The same lifecycle written by hand on ``httpx.Client``, as a host engineer would
     without the library: the baseline ``bench/client.py`` holds the library to.

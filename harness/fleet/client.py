@@ -224,8 +224,9 @@ class Client:
         decided = self.approve(key, str(opened.body.get("approval_id")))
         return str(decided.body.get("permit_id") or "") if decided.ok else ""
 
-    def registered_and_approved(self, key: str, provider: Provider) -> str:
-        """``approved`` with the approval opened by the registration (one request fewer)."""
+    def registered_and_dispatched(self, key: str, provider: Provider) -> str:
+        """Register, open the approval and dispatch in one request; where a person must
+        approve, ``approve`` and ``dispatch`` after it. The fencing token, or ""."""
         self.keys.setdefault(key, {"provider": provider.name, "intent": "aborted"})
         body = {
             "key": key,
@@ -233,16 +234,22 @@ class Client:
             "provider": provider.name,
             "params": PARAMS,
             "approval": {},
+            "dispatch": {"worker": self.name, "params_digest": providers.digest_of(PARAMS)},
         }
         send = self.api.post("/api/v1/operations", body)
         registered = self.api.call("register and open", send, expect=("201",), key=key)
         opened = registered.body.get("approval") if registered.ok else None
         if not isinstance(opened, dict):
             return ""
-        if opened.get("status") == "approved":  # a policy approved it as it opened
-            return str(opened.get("permit_id") or "")
+        held = registered.body.get("dispatch")
+        if isinstance(held, dict):  # a policy approved it as it opened: dispatched too
+            self.api.calls[-1][0] = "register, open and dispatch"
+            self.tokens[key] += 1
+            return str(held.get("fencing_token") or "")
+        if opened.get("status") == "approved":
+            return ""  # approved, but the dispatch was refused: not this lifecycle's
         decided = self.approve(key, str(opened.get("approval_id")))
-        return str(decided.body.get("permit_id") or "") if decided.ok else ""
+        return self.dispatch(key) if decided.ok and decided.body.get("permit_id") else ""
 
     def perform(self, key: str, provider: Provider, status: str = "committed") -> int:
         """Perform the effect at the provider (as its outside tool does); the record's seq."""

@@ -22,9 +22,7 @@ def role_lifecycle(client: Client) -> None:
     provider = client.providers[0]
     for i in iterations(client):
         key = f"{client.name}-{i}"
-        if not client.registered_and_approved(key, provider):
-            continue
-        token = client.dispatch(key)
+        token = client.registered_and_dispatched(key, provider)
         if token and client.report(key, token).ok:
             client.lifecycles += 1
 

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from django.utils import timezone
 
+from approvals.models import Approval
 from approvals.services.errors import Refusal
 from approvals.services.permits import ConsumeResult, Recorded, permit_consume, permit_refusal
 from audit.chain import audit_append, audit_transaction
@@ -52,6 +53,32 @@ def operation_dispatch(
     return dispatch_locked(
         operation_lock(operation), worker=worker, presented_digest=presented_digest, actor=actor
     )
+
+
+@dataclass
+class DispatchAsked:
+    """A dispatch asked for with an approval's opening (``permits.approval_open``'s
+    ``then``): made in the opening's transaction, where a policy approved it.
+
+    The operation is locked and its permit just issued: ``dispatch_locked`` consumes it
+    as ``operation_dispatch`` would, saving the transaction and the lock of a call of its
+    own. ``outcome`` stays None where the opening was not approved (a person decides it,
+    or the policy denied it).
+    """
+
+    worker: str
+    presented_digest: str
+    actor: Actor
+    outcome: DispatchOutcome | None = None
+
+    def __call__(self, operation: Operation, approval: Approval) -> None:
+        if approval.status == Approval.Status.APPROVED:
+            self.outcome = dispatch_locked(
+                operation,
+                worker=self.worker,
+                presented_digest=self.presented_digest,
+                actor=self.actor,
+            )
 
 
 def dispatch_locked(

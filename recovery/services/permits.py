@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -70,7 +71,11 @@ def approver_scope(
 
 @audit_transaction()
 def approval_open(
-    *, operation: Operation | OperationRef, host: Host, proposer: str = ""
+    *,
+    operation: Operation | OperationRef,
+    host: Host,
+    proposer: str = "",
+    then: Callable[[Operation, Approval], object] | None = None,
 ) -> tuple[Approval, bool]:
     """Ask for a decision on the operation's exact action (or return the pending one).
 
@@ -78,7 +83,8 @@ def approval_open(
     approves or denies by itself, Settle decides it here, in the same transaction,
     naming the rule. ``proposer``: the username of the person the host acts for
     (case-insensitive), who never decides it; the user it names now is kept by id
-    (``approvals.selectors``' ``proposer``).
+    (``approvals.selectors``' ``proposer``). ``then``: called with the locked operation
+    and the new approval before the transaction ends (``dispatch.DispatchAsked``).
     """
     operation = operation_lock(operation)
     if operation.state != State.AWAITING_APPROVAL:
@@ -123,6 +129,8 @@ def approval_open(
             f"policy rule {found.rule.name}",
             True,
         )
+    if then is not None:
+        then(operation, approval)  # in this transaction, the operation still locked
     return approval, True
 
 

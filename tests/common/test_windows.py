@@ -7,13 +7,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import redis
 import time_machine
+from django.core.cache import caches
 from django.test import Client
 
 from approvals.services.permits import refusal_window
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from common.windows import CounterUnavailable, Window, window_count
+from tests.support.private_services import PrivateRedis, private_redis  # noqa: F401
 
 AT = datetime(2026, 12, 3, 12, 0, 59, 500000, tzinfo=UTC)
 
@@ -39,6 +42,40 @@ def test_a_count_is_per_name_and_per_window() -> None:
     assert [window_count(name="a", window=window) for _ in range(3)] == [1, 2, 3]
     assert window_count(name="b", window=window) == 1
     assert window_count(name="a", window=Window.at(window.end, 60)) == 1
+
+
+def test_on_redis_each_count_is_one_round_trip_and_the_key_expires_with_its_window(
+    settings: Any,
+    private_redis: PrivateRedis,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": private_redis.url(),
+            "KEY_PREFIX": "settle",
+        }
+    }
+    sent: list[object] = []
+    original = redis.connection.Connection.send_packed_command
+
+    def counted(self: redis.connection.Connection, command: Any, check_health: bool = True) -> None:
+        sent.append(command)
+        original(self, command, check_health)
+
+    window = Window.at(AT, 60)
+    window_count(name="warm", window=window)  # the connection's own handshake, once
+    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", counted)
+    assert [window_count(name="a", window=window) for _ in range(3)] == [1, 2, 3]
+    assert len(sent) == 3
+    assert window_count(name="b", window=window) == 1
+    monkeypatch.undo()
+    # The key is the cache's own (read back through it), and lives a second past the window.
+    key = f"a:{int(window.start.timestamp())}"
+    assert caches["default"].get(key) == 3
+    stored = caches["default"].make_and_validate_key(key)
+    ttl = redis.Redis.from_url(private_redis.url()).ttl(stored)
+    assert 0 < ttl <= 61
 
 
 def test_a_cache_that_does_not_answer_is_said_so(settings: Any) -> None:

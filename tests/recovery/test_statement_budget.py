@@ -13,7 +13,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from common.actors import Actor
 from harness.providers import digest_of
+from policies.services import policy_apply
 from recovery.models import Dispatch
 from tests.support.flow import PARAMS, lookup_due, queued_lookups_run
 
@@ -206,3 +208,60 @@ def test_the_lifecycle_costs_no_statement_for_credentials_already_found(
     assert "token_hash" not in listing
     # The lifecycle's 41 statements (bench/api.py) less its five credential lookups.
     assert len(queries.captured_queries) <= 36, f"{len(queries.captured_queries)}\n{listing}"
+
+
+# Where a policy approves the opening, registering with ``dispatch`` asked is register's
+# transaction and one more: the opening with the policy's budget (its lock and its use),
+# the permit issued, then consumed, the dispatch row and the operation moved twice (one
+# UPDATE each), the webhook outbox, and one INSERT of the events of both.
+REGISTER_OPEN_AND_DISPATCH = 21
+PAID_BY_BUDGET = b"""
+[[rules]]
+name = "agents"
+provider = "orders"
+action = "payment.send"
+outcome = "approve"
+
+[rules.budget]
+window = "24h"
+count = 1000
+sum = "/amount"
+limit = 100000000
+"""
+# ... and the report after it: the policy-approved lifecycle, in two requests.
+POLICY_APPROVED_LIFECYCLE = REGISTER_OPEN_AND_DISPATCH + BUDGET
+
+
+def test_a_policy_approved_lifecycle_in_two_requests_stays_within_its_budget(
+    host_api, provider, settings
+):
+    settings.SETTLE_CREDENTIAL_CACHE_SECONDS = 60
+    policy_apply(source=PAID_BY_BUDGET, actor=Actor.system("test"))
+    body = {
+        "key": "op-1",
+        "action": "payment.send",
+        "provider": "orders",
+        "params": PARAMS,
+        "approval": {},
+        "dispatch": {"worker": "w1", "params_digest": digest_of(PARAMS)},
+    }
+    # The token found, the policy in force read: once per process, not per lifecycle.
+    assert host_api.post("/api/v1/operations", {**body, "key": "op-0"}).status_code == 201
+    with CaptureQueriesContext(connection) as queries:
+        held = _within_budget(
+            "register, open and dispatch",
+            lambda: host_api.post("/api/v1/operations", body),
+            REGISTER_OPEN_AND_DISPATCH,
+            expect=201,
+        ).json()["dispatch"]
+        reported = _within_budget(
+            "report",
+            lambda: host_api.post(
+                "/api/v1/operations/op-1/result",
+                {"fencing_token": held["fencing_token"], "outcome": "committed"},
+            ),
+            BUDGET,
+        )
+    assert reported.json()["state"] == "released"
+    listing = "\n".join(query["sql"] for query in queries.captured_queries)
+    assert len(queries.captured_queries) <= POLICY_APPROVED_LIFECYCLE, listing

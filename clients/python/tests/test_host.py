@@ -166,9 +166,10 @@ def test_nobody_deciding_in_time_raises_approval_timeout(
 
 
 def test_an_approval_a_policy_approves_as_it_opens_runs_at_once(
-    server: dict[str, str], transport: ContractTransport, key: str
+    server: dict[str, str], contract: Contract, key: str
 ) -> None:
     asked: list[str] = []
+    transport = CountingTransport(contract)
     with make_host(server, transport, approval_timeout=5) as host:
         outcome = host.run(
             key,
@@ -180,6 +181,11 @@ def test_an_approval_a_policy_approves_as_it_opens_runs_at_once(
         )
     assert (outcome.state, outcome.ran_effect) == ("released", True)
     assert asked == []  # nobody was asked: the policy decided
+    # Registered, opened and dispatched in one request; then the report.
+    assert [path for _, path in transport.sent] == [
+        "/api/v1/operations",
+        f"/api/v1/operations/{key}/result",
+    ]
 
 
 def test_a_quorum_still_pending_says_its_rule_and_what_it_needs(

@@ -6,6 +6,8 @@ typed exception. ``Host`` drives it with blocking calls and a heartbeat thread,
 ``AsyncHost`` with ``await`` and a heartbeat task, so the rules below exist once:
 
 - Register (idempotent), check that Settle computed the digest this client did.
+- Where a policy approves it as it opens, the registration itself dispatched (the
+  ``dispatch`` it asked for, bound to this client's digest): run the effect at once.
 - Awaiting approval: open it (idempotent), tell ``on_approval`` (if that returns the
   decision it made, ``Approver.approve``'s ``Decided``, that is the answer), else wait for
   the decision within ``approval_timeout`` (``ApprovalTimeout``; ``ApprovalDenied`` /
@@ -134,9 +136,12 @@ def _field(body: dict[str, Any], name: str, kind: type, endpoint: str) -> Any:
 
 
 def lifecycle(run: Run) -> Generator[Step, Any, Outcome]:
-    # The approval is opened with the registration (``approval``), when it awaits one.
+    # The approval is opened with the registration (``approval``), when it awaits one;
+    # where a policy approves it as it opens, the same request dispatches (``dispatch``,
+    # with this client's digest: Settle consumes the permit only for exactly that).
     body = {"key": run.key, "action": run.action, "provider": run.provider, "params": run.params}
-    summary = yield Call("POST", OPERATIONS, {**body, "approval": {}})
+    asked = {"approval": {}, "dispatch": {"worker": run.worker, "params_digest": run.digest}}
+    summary = yield Call("POST", OPERATIONS, {**body, **asked})
     if _field(summary, "params_digest", str, "register") != run.digest:
         raise errors.ProtocolError(
             f"Settle digests these params as {summary['params_digest']}, this client as "
@@ -144,8 +149,19 @@ def lifecycle(run: Run) -> Generator[Step, Any, Outcome]:
         )
     state = _field(summary, "state", str, "register")
     opened = summary.get("approval")
-    dispatch_sent = False
+    # A policy approved it as it opened: that request was this run's one dispatch, held
+    # or refused; never sent again (resume says what happened).
+    dispatch_sent = isinstance(opened, dict) and opened.get("status") == "approved"
     ran: EffectResult | None = None  # set once this call ran the effect
+    held = summary.get("dispatch")
+    if isinstance(held, dict):
+        token = _field(held, "fencing_token", str, "register")
+        lease = lease_seconds(held.get("lease_expires_at"))
+        ran, outcome = yield from _execute(run, token, lease)
+        if outcome is not None:
+            return outcome
+    if dispatch_sent:
+        state = "dispatched" if ran is not None else "approved"  # resume decides
     deadline = time.monotonic() + run.settle_timeout
     while True:
         if state == "awaiting_approval":
