@@ -62,6 +62,8 @@ class ErrorCode(StrEnum):
     UNKNOWN_PROVIDER = "unknown_provider", 404, "no such provider", True
     UNKNOWN_APPROVAL = "unknown_approval", 404, "no such approval", True
     UNKNOWN_PERMIT = "unknown_permit", 404, "no such permit", True
+    UNKNOWN_PARTY = "unknown_party", 404, "no such party for this host", True
+    UNKNOWN_PASSKEY = "unknown_passkey", 404, "no such passkey of this party", True
     # business refusals (recovery's services, approvals)
     KEY_CONFLICT = "key_conflict", 409, "the key names a different operation", True
     INVALID_STATE = "invalid_state", 409, "the operation's state does not allow this", True
@@ -183,6 +185,34 @@ class ErrorCode(StrEnum):
         "sign_count_replayed",
         409,
         "the passkey's sign count did not increase: it may have been copied",
+    )
+    # a customer's passkey: enrolled from the host's enrolment link, signing their decision
+    # (approvals.services.parties, customers.passkeys)
+    ENROLMENT_UNKNOWN = "enrolment_unknown", 404, "this enrolment link is not valid"
+    ENROLMENT_USED = (
+        "enrolment_used",
+        409,
+        "this enrolment link was used already: ask the app for a new one",
+    )
+    ENROLMENT_EXPIRED = (
+        "enrolment_expired",
+        409,
+        "this enrolment link has expired: ask the app for a new one",
+    )
+    REGISTRATION_INVALID = (
+        "registration_invalid",
+        403,
+        "the passkey's registration could not be verified",
+    )
+    PARTY_NO_PASSKEY = (
+        "party_no_passkey",
+        409,
+        "no passkey is enrolled for you yet: ask the app that sent you this link to enrol one",
+    )
+    PARTY_PASSKEY_UNKNOWN = (
+        "party_passkey_unknown",
+        403,
+        "that passkey is not enrolled for you here (or was removed): it signs nothing",
     )
 
 

@@ -37,6 +37,8 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 # Fencing tokens are printable ASCII (token_urlsafe); anything else cannot be one.
 TOKEN_PATTERN = r"^[!-~]{1,64}$"
+# A host's own id for its customer (``approvals.models.Party.party``).
+PARTY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,99}$"
 # Lines of a permit's history in one answer, unless asked for fewer; at most so many.
 HISTORY_PAGE = 100
 HISTORY_PAGE_MAX = 500
@@ -191,6 +193,15 @@ class CallbackRequest(Body):
     sequence: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), Whole]
 
 
+class EnrolmentRequest(Body):
+    name: Annotated[str, StringConstraints(max_length=200), NoNul] = Field(
+        default="", description="The party's display name (replaces the kept one if given)."
+    )
+    contact: Annotated[str, StringConstraints(max_length=500), NoNul] = Field(
+        default="", description="Where Settle may send the party their approval links."
+    )
+
+
 # -- responses ------------------------------------------------------------------------
 
 
@@ -287,6 +298,35 @@ class Resumed(Body):
         "still alive, or a lookup of the operation is queued or running (both decision "
         "in_progress), or its next lookup is not due yet.",
     )
+
+
+class EnrolmentLink(Body):
+    url: str = Field(
+        description="The one-time enrolment page, the token in its fragment: deliver it "
+        "inside your signed-in app (it vouches for the person)."
+    )
+    expires_at: Timestamp
+    party: str
+
+
+class PartyPasskeyRecord(Body):
+    id: int
+    name: str
+    created_at: Timestamp
+    removed_at: Timestamp | None = Field(description="null while it may sign")
+
+
+class PartyRecord(Body):
+    """A host's customer and the passkeys enrolled for them, removed ones included."""
+
+    party: str
+    display_name: str
+    passkeys: list[PartyPasskeyRecord]
+
+
+class PasskeyRemoved(Body):
+    passkey: PartyPasskeyRecord
+    removed: bool = Field(description="false: it was removed already (nothing recorded)")
 
 
 class CallbackApplied(Body):

@@ -263,6 +263,46 @@ ENDPOINTS = [
     ),
 ]
 
+_PARTY = {"party": "$response.body#/party"}
+ENDPOINTS += [
+    Endpoint(
+        "/api/v1/parties/{party}/enrolments",
+        "post",
+        "requestPartyEnrolment",
+        "A one-time link on which the party (your customer) enrols a passkey; deliver it "
+        "inside your signed-in app (the body may be empty)",
+        contract.EnrolmentRequest,
+        {201: ("The enrolment link (shown once)", contract.EnrolmentLink)},
+        parameters=("party",),
+        links={201: {"party": ("getParty", _PARTY, None)}},
+    ),
+    Endpoint(
+        "/api/v1/parties/{party}",
+        "get",
+        "getParty",
+        "The party and its passkeys (removed ones too)",
+        None,
+        {200: ("The party", contract.PartyRecord)},
+        parameters=("party",),
+        codes=(E.UNKNOWN_PARTY,),
+        errors={404: "unknown_party: no such party for this host"},
+    ),
+    Endpoint(
+        "/api/v1/parties/{party}/passkeys/{passkey_id}",
+        "delete",
+        "revokePartyPasskey",
+        "Revoke one of the party's passkeys: it signs nothing from now on",
+        None,
+        {200: ("Removed, or removed already (removed false)", contract.PasskeyRemoved)},
+        parameters=("party", "passkey_id"),
+        codes=(E.UNKNOWN_PARTY, E.UNKNOWN_PASSKEY),
+        errors={404: "unknown_party, or unknown_passkey"},
+    ),
+]
+
+# Requests whose body may be left out.
+OPTIONAL_BODIES = (contract.OpenApprovalRequest, contract.EnrolmentRequest)
+
 QUERY_PARAMETERS = {
     "after": (
         "The cursor from a next link: lines after it",
@@ -284,6 +324,8 @@ PATH_PARAMETERS = {
     "approval_id": None,
     "permit_id": None,
     "name": None,
+    "party": contract.PARTY_PATTERN,
+    "passkey_id": r"^[0-9]{1,18}$",
 }
 
 
@@ -317,7 +359,7 @@ def _operation(endpoint: Endpoint, refs: dict[Any, Any]) -> dict[str, Any]:
     }
     if endpoint.request is not None:
         operation["requestBody"] = {
-            "required": endpoint.request is not contract.OpenApprovalRequest,
+            "required": endpoint.request not in OPTIONAL_BODIES,
             "content": _content(refs[(endpoint.request, "validation")]),
         }
     for status, (description, model) in endpoint.responses.items():

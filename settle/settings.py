@@ -132,6 +132,13 @@ WHITENOISE_USE_FINDERS = True
 # on it, so that a claim left behind by someone who went home does not block the rest.
 SETTLE_CLAIM_IDLE_MINUTES = env_int("SETTLE_CLAIM_IDLE_MINUTES", 30, minimum=1)
 
+# A customer's passkey enrolment link (the host asks for one, its app delivers it) is
+# good once, for this long: long enough to open it on a phone, short enough that one
+# that leaked is soon worth nothing.
+SETTLE_ENROLMENT_LINK_SECONDS = env_int(
+    "SETTLE_ENROLMENT_LINK_SECONDS", 900, minimum=60, maximum=7 * 86400
+)
+
 # Plain text by default; SETTLE_LOG_FORMAT=json writes one JSON object per line. Every
 # record made while a request is handled carries its request id (X-Request-ID).
 _LOG_FORMAT = env_str("SETTLE_LOG_FORMAT", "text")

@@ -57,6 +57,8 @@ EMITTED = {
     "unknown_provider",
     "unknown_approval",
     "unknown_permit",
+    "unknown_party",
+    "unknown_passkey",
     # business refusals (services, approvals)
     "key_conflict",
     "invalid_state",
@@ -141,6 +143,11 @@ ADMIN_ONLY = {
     "unknown_export",
     # a decision signed with a passkey (the console's; the API's decisions carry none)
     "signature_invalid",
+    # a customer's passkey enrolment page (customers.views.enrol), never the host API
+    "enrolment_unknown",
+    "enrolment_used",
+    "enrolment_expired",
+    "registration_invalid",
 }
 # CanonicalError codes that reach the API only as the `reason` of invalid_params.
 REASON_ONLY = {"integer_out_of_range"}
@@ -154,6 +161,7 @@ JSON_ERRORS = re.compile(r"\{\"error\": \"([a-z_]+)\"")
 MEMBERS = re.compile(r"\bErrorCode\.([A-Z_]+)\b")
 SOURCES = [
     "recovery/api.py",
+    "recovery/api_parties.py",
     "recovery/contract.py",
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "recovery/services").glob("*.py")),
     "common/canonical.py",
@@ -166,6 +174,7 @@ SHIPPED = [
     "audit",
     "common",
     "console",
+    "customers",
     "dbsql",
     "monitoring",
     "recovery",
