@@ -1,0 +1,139 @@
+"""A customer's (party's) signed decision, verified from the audit log alone: against the
+key its ``party_passkey_added`` event recorded, registered to that party before the
+decision and not removed before it; by ``verify_audit`` and by an export checked offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from approvals.models import Approval, PartyPasskey
+from approvals.services.parties import (
+    party_actor,
+    party_enrolment_request,
+    party_passkey_enrol,
+    party_passkey_remove,
+)
+from audit.chain import audit_append, audit_transaction
+from audit.exported import export_records, export_verify
+from audit.kinds import AuditKind
+from audit.models import AuditEvent
+from audit.verify_walk import audit_verify
+from common.actors import Actor
+from common.statements import approval_subject, statement
+from console.services.audit_export import sealed_export
+from customers.passkeys import party_signed_record_verify
+from harness.webauthn import RP_ID, SoftPasskey
+from recovery.models import Operation
+from recovery.services.locking import operation_lock
+from tests.support.audit import event_data_forged, only_problem, signature_byte_changed
+from tests.support.flow import Flow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+HOST = Actor("host", "1", "fleet-a")
+
+
+def _enrolled(party: str, key: SoftPasskey) -> PartyPasskey:
+    _, token = party_enrolment_request(host="fleet-a", party=party, actor=HOST)
+    return party_passkey_enrol(token=token, credential_id=key.id, public_key=key.public_key)
+
+
+def _voted(flow: Flow, key: str, passkey: PartyPasskey, soft: SoftPasskey) -> AuditEvent:
+    """A vote of the party, signed with ``soft`` and checked as the customer page does,
+    written on the operation's chain as a decision's ``approval_voted``."""
+    flow.register(key)
+    flow.host_api.post(f"/api/v1/operations/{key}/approvals")
+    approval = Approval.objects.get(operation_key=key)
+    person = party_actor(passkey.party)
+    subject = approval_subject(
+        approval_id=approval.pk, operation_key=key, params_digest=approval.params_digest
+    )
+    signed = statement("approval", subject, decision="approve", person=person.stored)
+    record = party_signed_record_verify(
+        party=passkey.party,
+        statement=signed,
+        assertion_json=soft.assertion(signed),
+        relying_party=RP_ID,
+    )
+    with audit_transaction():
+        operation = operation_lock(Operation.objects.get(key=key))
+        data: dict[str, Any] = {
+            "approval_id": str(approval.pk),
+            "params_digest": approval.params_digest,
+            "decision": "approve",
+            "signature": record,
+        }
+        audit_append(kind=AuditKind.APPROVAL_VOTED, operation=operation, actor=person, data=data)
+    return AuditEvent.objects.get(operation_key=key, kind=AuditKind.APPROVAL_VOTED)
+
+
+@pytest.fixture
+def soft() -> SoftPasskey:
+    return SoftPasskey()
+
+
+@pytest.fixture
+def enrolled(db, soft: SoftPasskey) -> PartyPasskey:
+    return _enrolled("cust_1", soft)
+
+
+def _exported(tmp_path: Path) -> Path:
+    path = tmp_path / "trail.jsonl"
+    with path.open("w", encoding="utf-8") as handle:
+        handle.writelines(sealed_export(AuditEvent.objects.order_by("id"), "jsonl"))
+    return path
+
+
+def test_a_customers_signed_vote_verifies_in_the_log_and_its_export(
+    flow, enrolled, soft, tmp_path, capsys
+):
+    _voted(flow, "op-1", enrolled, soft)
+    assert list(audit_verify()) == []
+    call_command("verify_audit")
+    assert "audit log intact" in capsys.readouterr().out
+    assert (
+        export_verify(export_records(_exported(tmp_path).read_text().splitlines(True), "jsonl"))
+        is None
+    )
+
+
+def test_a_tampered_customer_signature_fails_verify_audit_and_the_export(
+    flow, enrolled, soft, tmp_path
+):
+    voted = _voted(flow, "op-1", enrolled, soft)
+    event_data_forged(voted, signature_byte_changed(voted.data))
+    assert only_problem() == (
+        f"chain 'op-1', event #{voted.seq}: its passkey signature does not hold (bad_signature)"
+    )
+    with pytest.raises(CommandError, match="its passkey signature does not hold"):
+        call_command("verify_audit", "--no-checkpoint")
+    found = export_verify(export_records(_exported(tmp_path).read_text().splitlines(True), "jsonl"))
+    assert found is not None and "its passkey signature does not hold" in found.reason
+
+
+def test_a_vote_whose_actor_is_another_party_fails(flow, enrolled, soft):
+    voted = _voted(flow, "op-1", enrolled, soft)
+    other = _enrolled("cust_2", SoftPasskey())
+    AuditEvent.objects.filter(pk=voted.pk).update(actor=party_actor(other.party))
+    event_data_forged(AuditEvent.objects.get(pk=voted.pk), voted.data)
+    assert "registered to someone else" in only_problem()
+
+
+def test_a_vote_signed_after_the_passkey_was_removed_fails(flow, enrolled, soft):
+    voted = _voted(flow, "op-1", enrolled, soft)
+    party_passkey_remove(party=enrolled.party, passkey_id=enrolled.pk, actor=HOST)
+    # The removal, moved before the vote as someone rewriting the system chain would.
+    removed = AuditEvent.objects.get(kind=AuditKind.PARTY_PASSKEY_REMOVED)
+    AuditEvent.objects.filter(pk=removed.pk).update(at=voted.at)
+    event_data_forged(AuditEvent.objects.get(pk=removed.pk), removed.data)
+    problems = [str(problem) for problem in audit_verify()]
+    assert any("removed before the decision" in problem for problem in problems), problems
+
+
+def test_a_passkey_removed_later_still_verifies_what_it_signed(flow, enrolled, soft):
+    _voted(flow, "op-1", enrolled, soft)
+    party_passkey_remove(party=enrolled.party, passkey_id=enrolled.pk, actor=HOST)
+    assert list(audit_verify()) == []
