@@ -51,7 +51,7 @@ from approvals.services.parties import enrolment_for_token, party_actor, party_p
 from common.errors import ErrorCode, SettleError
 from common.statements import challenge_of
 from common.webauthn import SignatureInvalid, assertion_verify
-from identity.passkey_signing import TIMEOUT_MS
+from identity.passkey_signing import TIMEOUT_MS, signature_refusal_record
 
 # How long a ceremony's signed state is good for: the browser's own wait, and a little.
 STATE_SECONDS = TIMEOUT_MS // 1000 + 60
@@ -176,7 +176,6 @@ def party_signing_options(
     return {"publicKey": dict(options)}
 
 
-@transaction.atomic
 def party_signed_record_verify(
     *,
     party: Party,
@@ -189,8 +188,25 @@ def party_signed_record_verify(
 
     Refused (``SettleError``): ``signature_invalid`` (with the reason), ``party_no_passkey``,
     ``party_passkey_unknown`` (another party's or another host's passkey, or a removed
-    one: it signs nothing), ``sign_count_replayed``. The caller records a refusal.
+    one: it signs nothing), ``sign_count_replayed``; each refusal is recorded
+    (``signature_refused``, by the party, on the chain of the operation the statement
+    names), in a transaction of its own. The sign count is recorded in the caller's
+    transaction, if any: a decision that then fails to commit leaves it where it was.
     """
+    try:
+        return _verified(party, statement, assertion_json, relying_party)
+    except SettleError as refusal:
+        signature_refusal_record(actor=party_actor(party), statement=statement, refusal=refusal)
+        raise
+
+
+@transaction.atomic
+def _verified(
+    party: Party,
+    statement: dict[str, Any],
+    assertion_json: str | Mapping[str, Any],
+    relying_party: str,
+) -> dict[str, Any]:
     try:
         parsed = json.loads(assertion_json) if isinstance(assertion_json, str) else assertion_json
         assertion = AuthenticationResponse.from_dict(parsed)
