@@ -29,7 +29,12 @@ from customers.passkeys import party_signed_record_verify
 from harness.webauthn import RP_ID, SoftPasskey
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
-from tests.support.audit import event_data_forged, only_problem, signature_byte_changed
+from tests.support.audit import (
+    event_data_forged,
+    only_problem,
+    signature_byte_changed,
+    sql_as_owner,
+)
 from tests.support.flow import Flow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -117,7 +122,10 @@ def test_a_tampered_customer_signature_fails_verify_audit_and_the_export(
 def test_a_vote_whose_actor_is_another_party_fails(flow, enrolled, soft):
     voted = _voted(flow, "op-1", enrolled, soft)
     other = _enrolled("cust_2", SoftPasskey())
-    AuditEvent.objects.filter(pk=voted.pk).update(actor=party_actor(other.party))
+    sql_as_owner(
+        "UPDATE audit_auditevent SET actor = %s WHERE id = %s",
+        [party_actor(other.party).stored, voted.pk],
+    )
     event_data_forged(AuditEvent.objects.get(pk=voted.pk), voted.data)
     assert "registered to someone else" in only_problem()
 
@@ -127,7 +135,7 @@ def test_a_vote_signed_after_the_passkey_was_removed_fails(flow, enrolled, soft)
     party_passkey_remove(party=enrolled.party, passkey_id=enrolled.pk, actor=HOST)
     # The removal, moved before the vote as someone rewriting the system chain would.
     removed = AuditEvent.objects.get(kind=AuditKind.PARTY_PASSKEY_REMOVED)
-    AuditEvent.objects.filter(pk=removed.pk).update(at=voted.at)
+    sql_as_owner("UPDATE audit_auditevent SET at = %s WHERE id = %s", [voted.at, removed.pk])
     event_data_forged(AuditEvent.objects.get(pk=removed.pk), removed.data)
     problems = [str(problem) for problem in audit_verify()]
     assert any("removed before the decision" in problem for problem in problems), problems
