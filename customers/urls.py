@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-urlpatterns: list[URLPattern] = []
+from customers.views import approve
+
+urlpatterns: list[URLPattern] = [
+    path("approve/", approve.approve_page, name="customer-approve"),
+    path("approve/state", approve.approve_state, name="customer-approve-state"),
+    path("approve/decide", approve.approve_decide, name="customer-approve-decide"),
+]

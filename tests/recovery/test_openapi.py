@@ -69,6 +69,10 @@ EMITTED = {
     "proposer_excluded",
     "not_in_group",
     "passkey_required",
+    # an approval addressed to a host's customer
+    "party_required",
+    "customer_required",
+    "contact_not_allowed",
     "not_authorized",
     "action_mismatch",
     "expired",
