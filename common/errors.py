@@ -82,6 +82,25 @@ class ErrorCode(StrEnum):
     PROPOSER_EXCLUDED = "proposer_excluded", 403, "the proposer may not decide it", True
     NOT_IN_GROUP = "not_in_group", 403, "it needs a person from other groups", True
     PASSKEY_REQUIRED = "passkey_required", 403, "this decision must be signed with a passkey", True
+    # an approval addressed to a host's customer (a party; customers, recovery.contract)
+    PARTY_REQUIRED = (
+        "party_required",
+        422,
+        "the policy asks the customer to decide: name the party when opening it",
+        True,
+    )
+    CUSTOMER_REQUIRED = (
+        "customer_required",
+        403,
+        "this approval awaits the customer's own decision: staff cannot stand in for it",
+        True,
+    )
+    CONTACT_NOT_ALLOWED = (
+        "contact_not_allowed",
+        422,
+        "the party's contact is not a scheme and server the operator allows",
+        True,
+    )
     # a permit's consumption refused (approvals.services.errors.Refusal)
     NOT_AUTHORIZED = "not_authorized", 409, "no permit authorises this", True
     ACTION_MISMATCH = "action_mismatch", 409, "the permit is for another action", True
@@ -214,6 +233,9 @@ class ErrorCode(StrEnum):
         403,
         "that passkey is not enrolled for you here (or was removed): it signs nothing",
     )
+    # an approval link refused (customers.views.approve): the page says which
+    LINK_INVALID = "link_invalid", 404, "this link is not valid: ask for a new one"
+    LINK_RATE_LIMITED = "link_rate_limited", 429, "too many tries: wait a minute and try again"
 
 
 class SettleError(Exception):

@@ -7,6 +7,9 @@ insert
     ``save(force_insert=True)`` / ``bulk_create`` for instances of one model: one INSERT,
     ``auto_now_add`` and ``auto_now`` applied, database-made primary keys read back;
     or, for one row, ``INSERT … ON CONFLICT DO NOTHING``.
+upsert
+    ``update_or_create`` in one statement: ``INSERT … ON CONFLICT (…) DO UPDATE …
+    RETURNING``, the row's keys read back whether it was made or found.
 update
     ``filter(…).update(…)``: equality conditions, values or SQL expressions assigned;
     the number of rows changed.
@@ -94,6 +97,34 @@ def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
         obj._state.adding = False
         obj._state.db = connection.alias
     return inserted
+
+
+def upsert(obj: Model, *, conflict: Sequence[str], update: Sequence[str]) -> None:
+    """Insert ``obj`` (not saved yet), or update the row whose ``conflict`` fields (a
+    unique constraint) it shares with its ``update`` fields; either way ``obj`` is then
+    that saved row, its database-made keys read back. One statement."""
+    model = type(obj)
+    written, names, returned, returning = _insert_shape(model)
+    assert returning, "the row's key is read back"
+    values = [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written]
+    target = ", ".join(columns.quote(columns.column(model, name)) for name in conflict)
+    sets = ", ".join(
+        f"{columns.quote(columns.column(model, name))} = EXCLUDED."
+        f"{columns.quote(columns.column(model, name))}"
+        for name in update
+    )
+    sql = (
+        f"INSERT INTO {columns.quote(model._meta.db_table)} ({names}) "
+        f"VALUES ({', '.join(['%s'] * len(written))}) "
+        f"ON CONFLICT ({target}) DO UPDATE SET {sets}{returning}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        row = cursor.fetchone()
+    for field, value in zip(returned, row, strict=True):
+        setattr(obj, field.attname, value)
+    obj._state.adding = False
+    obj._state.db = connection.alias
 
 
 def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:

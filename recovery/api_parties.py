@@ -16,9 +16,10 @@ from django.urls import reverse
 from approvals.models import Party, PartyPasskey
 from approvals.services import parties
 from common.errors import ErrorCode
-from recovery import contract
+from recovery import contract, contract_parties
 from recovery.api import Caller, _answer, _json_body, _raw_body, api_view
 from recovery.contract import ApiError
+from recovery.services.customers import PartyNamed, party_contact_check
 
 PARTY_PATTERN = re.compile(contract.PARTY_PATTERN)
 
@@ -34,11 +35,11 @@ def _host_party(caller: Caller, party: str) -> Party:
 def enrolment_url(token: str) -> str:
     """The enrolment page with ``token`` in its fragment: never sent to a server by the
     browser, so never in an access log or a ``Referer``."""
-    return f"{settings.SETTLE_CONSOLE_URL}{reverse('customer-enrol')}#{token}"
+    return f"{settings.SETTLE_CUSTOMER_URL}{reverse('customer-enrol')}#{token}"
 
 
-def passkey_record(passkey: PartyPasskey) -> contract.PartyPasskeyRecord:
-    return contract.PartyPasskeyRecord(
+def passkey_record(passkey: PartyPasskey) -> contract_parties.PartyPasskeyRecord:
+    return contract_parties.PartyPasskeyRecord(
         id=passkey.pk,
         name=passkey.name,
         created_at=passkey.created_at.isoformat(),
@@ -56,9 +57,11 @@ def party_enrolments(request: HttpRequest, caller: Caller, party: str) -> JsonRe
             "party: letters, digits and ._:@~- (at most 100), from a letter or digit",
             field="party",
         )
-    body = contract.EnrolmentRequest()
+    body = contract_parties.EnrolmentRequest()
     if _raw_body(request):
-        body = contract.parse(contract.EnrolmentRequest, _json_body(request))
+        body = contract.parse(contract_parties.EnrolmentRequest, _json_body(request))
+    # A contact is kept only where Settle may send to it, as when an approval names one.
+    party_contact_check(PartyNamed(id=party, name=body.name, contact=body.contact))
     enrolment, token = parties.party_enrolment_request(
         host=caller.host.name,
         party=party,
@@ -66,7 +69,7 @@ def party_enrolments(request: HttpRequest, caller: Caller, party: str) -> JsonRe
         display_name=body.name,
         contact=body.contact,
     )
-    link = contract.EnrolmentLink(
+    link = contract_parties.EnrolmentLink(
         url=enrolment_url(token), expires_at=enrolment.expires_at.isoformat(), party=party
     )
     return _answer(link, status=201)
@@ -77,7 +80,7 @@ def party_detail(request: HttpRequest, caller: Caller, party: str) -> JsonRespon
     """The party and its passkeys, removed ones included (oldest first)."""
     row = _host_party(caller, party)
     passkeys = PartyPasskey.objects.filter(party=row).order_by("created_at", "pk")
-    record = contract.PartyRecord(
+    record = contract_parties.PartyPasskeys(
         party=row.party,
         display_name=row.display_name,
         passkeys=[passkey_record(passkey) for passkey in passkeys],
@@ -96,4 +99,5 @@ def party_passkey_revoke(
     passkey, removed = parties.party_passkey_remove(
         party=row, passkey_id=int(passkey_id), actor=caller.actor
     )
-    return _answer(contract.PasskeyRemoved(passkey=passkey_record(passkey), removed=removed))
+    removal = contract_parties.PasskeyRemoved(passkey=passkey_record(passkey), removed=removed)
+    return _answer(removal)

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
 
 from common.errors import ErrorCode
-from recovery import contract
+from recovery import contract, contract_parties
 from recovery.api_endpoint import PAGES, Endpoint, Link, endpoint_statuses
 
 REF = contract.REF
@@ -271,8 +271,8 @@ ENDPOINTS += [
         "requestPartyEnrolment",
         "A one-time link on which the party (your customer) enrols a passkey; deliver it "
         "inside your signed-in app (the body may be empty)",
-        contract.EnrolmentRequest,
-        {201: ("The enrolment link (shown once)", contract.EnrolmentLink)},
+        contract_parties.EnrolmentRequest,
+        {201: ("The enrolment link (shown once)", contract_parties.EnrolmentLink)},
         parameters=("party",),
         links={201: {"party": ("getParty", _PARTY, None)}},
     ),
@@ -282,7 +282,7 @@ ENDPOINTS += [
         "getParty",
         "The party and its passkeys (removed ones too)",
         None,
-        {200: ("The party", contract.PartyRecord)},
+        {200: ("The party", contract_parties.PartyPasskeys)},
         parameters=("party",),
         codes=(E.UNKNOWN_PARTY,),
         errors={404: "unknown_party: no such party for this host"},
@@ -293,7 +293,7 @@ ENDPOINTS += [
         "revokePartyPasskey",
         "Revoke one of the party's passkeys: it signs nothing from now on",
         None,
-        {200: ("Removed, or removed already (removed false)", contract.PasskeyRemoved)},
+        {200: ("Removed, or removed already (removed false)", contract_parties.PasskeyRemoved)},
         parameters=("party", "passkey_id"),
         codes=(E.UNKNOWN_PARTY, E.UNKNOWN_PASSKEY),
         errors={404: "unknown_party, or unknown_passkey"},
@@ -301,7 +301,7 @@ ENDPOINTS += [
 ]
 
 # Requests whose body may be left out.
-OPTIONAL_BODIES = (contract.OpenApprovalRequest, contract.EnrolmentRequest)
+OPTIONAL_BODIES = (contract.OpenApprovalRequest, contract_parties.EnrolmentRequest)
 
 QUERY_PARAMETERS = {
     "after": (

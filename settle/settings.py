@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from settle.settings_background import *  # noqa: F403
 from settle.settings_broker import *  # noqa: F403
 from settle.settings_celery import *  # noqa: F403
+from settle.settings_customers import *  # noqa: F403
 from settle.settings_database import *  # noqa: F403
 from settle.settings_env import *  # noqa: F403
 from settle.settings_env import BASE_DIR, SHIPPED_DIR, VAR_DIR, env_int, env_str
@@ -112,7 +113,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
-USE_I18N = False
+# Translations serve the customer's pages alone (customers.pages picks the browser's
+# language there, with no LocaleMiddleware): the console stays in LANGUAGE_CODE.
+USE_I18N = True
+# The customer pages' languages: their catalogues are customers/locale/<language>.
+LANGUAGES = [("en", "English"), ("de", "Deutsch")]
 USE_TZ = True
 
 STATIC_URL = "static/"
@@ -131,13 +136,6 @@ WHITENOISE_USE_FINDERS = True
 # An operator's claim on an operation lapses after this long without an action of theirs
 # on it, so that a claim left behind by someone who went home does not block the rest.
 SETTLE_CLAIM_IDLE_MINUTES = env_int("SETTLE_CLAIM_IDLE_MINUTES", 30, minimum=1)
-
-# A customer's passkey enrolment link (the host asks for one, its app delivers it) is
-# good once, for this long: long enough to open it on a phone, short enough that one
-# that leaked is soon worth nothing.
-SETTLE_ENROLMENT_LINK_SECONDS = env_int(
-    "SETTLE_ENROLMENT_LINK_SECONDS", 900, minimum=60, maximum=7 * 86400
-)
 
 # Plain text by default; SETTLE_LOG_FORMAT=json writes one JSON object per line. Every
 # record made while a request is handled carries its request id (X-Request-ID).

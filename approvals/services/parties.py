@@ -35,8 +35,8 @@ from common.errors import ErrorCode
 
 
 def party_actor(party: Party) -> Actor:
-    """Who a party is on the audit log and in a statement they sign."""
-    return Actor("party", str(party.pk), party.party)
+    """Who a party is on the audit log and in a statement they sign (``Actor.party``)."""
+    return Actor.party(party)
 
 
 def party_named(party: Party) -> dict[str, object]:

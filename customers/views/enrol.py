@@ -17,7 +17,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
 from common.errors import ErrorCode, SettleError
-from customers.headers import customer_page
+from customers.pages import customer_page
 from customers.passkeys import enrolment_finish, enrolment_options, rp_id
 
 # A registration answer and its state are a few kilobytes; anything far larger is not one.

@@ -36,6 +36,14 @@ from recovery.models import (
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require
 from recovery.services.approval_expiry import approval_expire_at_decision
+from recovery.services.customers import (
+    PartyNamed,
+    customer_voter_check,
+    party_contact_check,
+    party_decision_require,
+    party_upsert,
+    party_vote_record,
+)
 from recovery.services.errors import Forbidden, NotFound, RecoveryError
 from recovery.services.locking import (
     OperationRef,
@@ -70,7 +78,11 @@ def approver_scope(
 
 @audit_transaction()
 def approval_open(
-    *, operation: Operation | OperationRef, host: Host, proposer: str = ""
+    *,
+    operation: Operation | OperationRef,
+    host: Host,
+    proposer: str = "",
+    party: PartyNamed | None = None,
 ) -> tuple[Approval, bool]:
     """Ask for a decision on the operation's exact action (or return the pending one).
 
@@ -78,8 +90,11 @@ def approval_open(
     approves or denies by itself, Settle decides it here, in the same transaction,
     naming the rule. ``proposer``: the username of the person the host acts for
     (case-insensitive), who never decides it; the user it names now is kept by id
-    (``approvals.selectors``' ``proposer``).
+    (``approvals.selectors``' ``proposer``). ``party``: the customer the host acts for
+    (``recovery.services.customers``), whom the approval names; where the policy asks
+    the customer and none is named, nothing is written (``party_required``).
     """
+    party_contact_check(party)
     operation = operation_lock(operation)
     if operation.state != State.AWAITING_APPROVAL:
         raise RecoveryError(
@@ -99,7 +114,16 @@ def approval_open(
             approval_id=approval_id,
         )
         asked.append(found)
-        return _approval_fields(found, proposer)
+        if found.customer and party is None:
+            raise RecoveryError(
+                ErrorCode.PARTY_REQUIRED,
+                f"policy rule {found.rule.name} asks the customer to decide: name the party",
+                rule=found.rule.name,
+            )
+        fields = _approval_fields(found, proposer)
+        if party is not None:
+            fields["party"] = party_upsert(host=host.name, named=party)
+        return fields
 
     approval, created = approval_request(
         binding=bound, requested_by=Actor.of("host", host), host=host.name, terms=terms
@@ -111,7 +135,11 @@ def approval_open(
         kind=AuditKind.APPROVAL_REQUESTED,
         operation=operation,
         actor=Actor.of("host", host),
-        data={"approval_id": str(approval.id), **_policy_record(found, approval)},
+        data={
+            "approval_id": str(approval.id),
+            **({"party": str(approval.party)} if approval.party is not None else {}),
+            **_policy_record(found, approval),
+        },
     )
     if found.outcome in ("approve", "deny"):
         approval, _ = _decide(
@@ -141,12 +169,17 @@ def _approval_fields(terms: Terms, proposer: str) -> dict[str, Any]:
         "rule": rule.name,
         "rule_reason": rule.reason,
         "policy_version": terms.version,
-        "required": rule.approvals,
+        # The customer's vote, and the staff's beside it for customer_and_staff.
+        "required": 2 if terms.customer == "customer_and_staff" else rule.approvals,
         "groups": list(rule.groups),
         "passkey_required": terms.passkey,
         "proposer": proposer,
         "proposer_user": proposer_user_for(name=proposer),
-        "voting": bool(rule.approvals > 1 or rule.groups or terms.passkey or proposer),
+        "voting": bool(
+            rule.approvals > 1 or rule.groups or terms.passkey or proposer or terms.customer
+        ),
+        "customer": terms.customer,
+        "customer_passkey": terms.customer_passkey,
         "expires_at": after(rule.expires_after),
         "notify_groups": list(rule.notify),
         "escalate_groups": list(rule.escalate_to),
@@ -165,6 +198,9 @@ def _policy_record(terms: Terms, approval: Approval) -> dict[str, Any]:
         "outcome": terms.outcome,
         "required": approval.required,
     }
+    if terms.customer:
+        record["customer"] = terms.customer
+        record["customer_passkey"] = terms.customer_passkey
     if terms.budget is not None:
         record["budget"] = terms.budget
     return record
@@ -190,15 +226,19 @@ def approval_decision(
     Who decides: an approver within its scope (``approver_scope``: outside it an
     approval does not exist for it); a console user holding
     ``decide_approvals`` on the provider (``forbidden`` for one who may only view it;
-    to anyone else the approval does not exist); Settle itself. Never a host.
+    to anyone else the approval does not exist); the party an approval is addressed to
+    (``Actor.party``; to any other party it does not exist); Settle itself. Never a host.
 
     A person's (or an approver's) decision is a vote: the approval is approved once
     ``required`` distinct voters approved it, and denied by the first denial. The
     proposer never votes, nor anyone outside the approval's ``groups``; where the
     policy requires a passkey, only a signed vote (``signature``, verified by the
-    caller against the person's registered passkey) counts.
+    caller against the person's registered passkey) counts. An approval addressed to the
+    customer (``Approval.customer``) counts the party's vote, and for
+    ``customer_and_staff`` one staff vote beside it; neither stands in for the other
+    (``customer_required``), and where ``customer_passkey`` only a signed party vote counts.
     """
-    if decided_by.kind not in ("approver", "user", "system"):
+    if decided_by.kind not in ("approver", "user", "system", "party"):
         raise Forbidden(f"a {decided_by.kind} may not decide approvals")
     approver = approver_scope(
         actor=decided_by, approver=approver, missing=ErrorCode.UNKNOWN_APPROVAL
@@ -216,6 +256,8 @@ def approval_decision(
                 visible=(ProviderPermission.VIEW_OPERATIONS, ProviderPermission.DECIDE_APPROVALS),
                 missing=ErrorCode.UNKNOWN_APPROVAL,
             )
+        if decided_by.kind == "party":
+            party_decision_require(approval_id=approval_id, party=decided_by)
         refuse = _DecisionRefusal(operation, approval_id, decided_by)
         if reviewed_digest != operation.params_digest:
             refuse(
@@ -228,7 +270,8 @@ def approval_decision(
             return _decide(
                 operation, approval_id, approve, ttl_seconds, decided_by, reason, True, refuse
             )
-        if not signature:
+        # A customer approval is decided by votes alone (a party's is recorded as one).
+        if not signature and decided_by.kind != "party":
             try:
                 return _decide(
                     operation, approval_id, approve, ttl_seconds, decided_by, reason, refuse=refuse
@@ -236,6 +279,13 @@ def approval_decision(
             except NeedsVotes:
                 pass
         approval = Approval.objects.get(pk=approval_id)
+        if approval.status != Approval.Status.PENDING and decided_by.kind == "party":
+            refuse(
+                ErrorCode.ALREADY_DECIDED,
+                f"approval is already {approval.status}",
+                {"status": approval.status},
+                status=approval.status,
+            )
         if approval.status != Approval.Status.PENDING:
             raise RecoveryError(
                 ErrorCode.ALREADY_DECIDED,
@@ -254,7 +304,10 @@ def approval_decision(
             **approval_subject(approval),
         ):
             refuse(ErrorCode.SIGNATURE_INVALID, "the signed statement is not this decision", {})
-        _voter_check(approval, decided_by, signature, refuse)
+        if approval.customer:
+            customer_voter_check(approval, decided_by, signature, refuse)
+        if decided_by.kind != "party":
+            _voter_check(approval, decided_by, signature, refuse)
         try:
             vote, approvals_so_far = approval_vote(
                 approval=approval,
@@ -264,6 +317,9 @@ def approval_decision(
                 signature=signature,
             )
         except ApprovalError as exc:
+            if decided_by.kind == "party" and exc.code == ErrorCode.ALREADY_VOTED:
+                # Two tabs or two taps: to the customer, their decision is made.
+                refuse(ErrorCode.ALREADY_DECIDED, "you have decided this approval already", {})
             refuse(exc.code, exc.message, {})
         audit_append(
             kind=AuditKind.APPROVAL_VOTED,
@@ -277,6 +333,7 @@ def approval_decision(
                 "approvals": approvals_so_far,
                 "required": approval.required,
                 **({"signature": vote.signature} if vote.signature else {}),
+                **party_vote_record(decided_by, signature),
             },
         )
         if approve and approvals_so_far < approval.required:

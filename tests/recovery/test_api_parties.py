@@ -27,7 +27,7 @@ def _delete(api: Api, path: str):
 
 
 def test_a_host_gets_a_one_time_enrolment_link_with_the_token_in_its_fragment(host_api, settings):
-    settings.SETTLE_CONSOLE_URL = "https://settle.example.com"
+    settings.SETTLE_CUSTOMER_URL = "https://settle.example.com"
     answer = host_api.post("/api/v1/parties/cust_8812/enrolments", {"name": "Ada"})
     assert answer.status_code == 201, answer.content
     body = answer.json()
