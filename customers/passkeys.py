@@ -16,7 +16,8 @@ Enrolment: ``enrolment_options`` for ``navigator.credentials.create``, then
 one-time enrolment up). Signing: ``party_signing_options`` for
 ``navigator.credentials.get`` over the statement's challenge, then
 ``party_signed_record_verify`` checks the assertion against the party's own current
-passkeys and advances the sign count.
+passkeys and advances the sign count; on the approval page, ``decision_signing_begin``
+and ``decision_signed_record`` wrap both around the statement of the party's decision.
 """
 
 from __future__ import annotations
@@ -45,11 +46,11 @@ from fido2.webauthn import (
     UserVerificationRequirement,
 )
 
-from approvals.models import Party, PartyPasskey
+from approvals.models import Approval, Party, PartyPasskey
 from approvals.services.errors import ApprovalError
 from approvals.services.parties import enrolment_for_token, party_actor, party_passkey_enrol
 from common.errors import ErrorCode, SettleError
-from common.statements import challenge_of
+from common.statements import approval_subject, challenge_of, statement
 from common.webauthn import SignatureInvalid, assertion_verify
 from identity.passkey_signing import TIMEOUT_MS, signature_refusal_record
 
@@ -258,3 +259,63 @@ def _sign_count_advance(passkey: PartyPasskey, count: int) -> None:
     )
     if moved != 1:
         raise SettleError(ErrorCode.SIGN_COUNT_REPLAYED, sign_count=count, last_sign_count=last)
+
+
+SIGN_SALT = "customers.passkeys.sign"
+
+
+def decision_statement(*, approval: Approval, party: Party, decision: str) -> dict[str, str]:
+    """The statement of the party's ``decision`` on ``approval``: the same canonical one
+    staff sign (approval id, operation key, params digest, decision, the party, a nonce
+    and the moment)."""
+    subject = approval_subject(
+        approval_id=approval.pk,
+        operation_key=approval.operation_key,
+        params_digest=approval.params_digest,
+    )
+    return statement("approval", subject, decision=decision, person=party_actor(party).stored)
+
+
+def decision_signing_begin(
+    *, approval: Approval, party: Party, decision: str, relying_party: str
+) -> dict[str, Any]:
+    """What the page needs to sign the party's ``decision``: the options for
+    ``navigator.credentials.get`` and the statement, signed by Settle so that the browser
+    sends back the very one the challenge was made of (``decision_signed_record``)."""
+    signed = decision_statement(approval=approval, party=party, decision=decision)
+    options = party_signing_options(party=party, statement=signed, relying_party=relying_party)
+    return {**options, "statement": signing.dumps(signed, salt=SIGN_SALT)}
+
+
+def decision_signed_record(
+    *,
+    approval: Approval,
+    party: Party,
+    decision: str,
+    signed_statement: str,
+    credential: str,
+    relying_party: str,
+) -> dict[str, Any]:
+    """The record of the party's passkey signing their ``decision`` on ``approval``: the
+    statement Settle made (``decision_signing_begin``), for this approval and decision,
+    and the browser's assertion checked by ``party_signed_record_verify``."""
+    try:
+        signed = signing.loads(signed_statement, salt=SIGN_SALT, max_age=STATE_SECONDS)
+    except (signing.BadSignature, TypeError):
+        signed = None
+    expected = {"approval_id": str(approval.pk), "decision": decision}
+    if not isinstance(signed, dict) or any(signed.get(k) != v for k, v in expected.items()):
+        refusal = SettleError(
+            ErrorCode.SIGNATURE_INVALID,
+            "the statement is stale or another decision's: sign again",
+            reason="wrong_statement",
+        )
+        signature_refusal_record(
+            actor=party_actor(party),
+            statement=decision_statement(approval=approval, party=party, decision=decision),
+            refusal=refusal,
+        )
+        raise refusal
+    return party_signed_record_verify(
+        party=party, statement=signed, assertion_json=credential, relying_party=relying_party
+    )

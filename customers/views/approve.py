@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
@@ -22,6 +22,7 @@ from common.actors import Actor
 from common.errors import ErrorCode, SettleError
 from customers.links import approval_for_token
 from customers.pages import LinkRefused, customer_page, link_refusal_record, tries_count
+from customers.passkeys import decision_signed_record, decision_signing_begin, rp_id
 from customers.selectors import customer_approval, customer_permit_seconds
 from recovery.services.permits import approval_decision
 
@@ -38,6 +39,14 @@ REFUSALS = {
     ErrorCode.DIGEST_MISMATCH: _("The request changed since you opened it. Reload the page."),
     ErrorCode.PASSKEY_REQUIRED: _("This decision must be signed with your passkey."),
     ErrorCode.CSRF_FAILED: _("Your session expired. Reload the page."),
+    ErrorCode.PARTY_NO_PASSKEY: _(
+        "No passkey is set up for you yet. Ask the app that sent you this link to set one up."
+    ),
+    ErrorCode.PARTY_PASSKEY_UNKNOWN: _(
+        "That passkey is not set up for you here. Nothing was decided."
+    ),
+    ErrorCode.SIGNATURE_INVALID: _("Your passkey's signature could not be checked. Try again."),
+    ErrorCode.SIGN_COUNT_REPLAYED: _("Your passkey's signature could not be checked. Try again."),
 }
 OTHER = _("Your decision could not be recorded. Nothing was decided.")
 
@@ -67,7 +76,17 @@ def _refused(request: HttpRequest, exc: SettleError) -> HttpResponse:
 
 def _shown(request: HttpRequest, approval_id: uuid.UUID, status: int = 200) -> HttpResponse:
     page = customer_approval(approval_id=approval_id, locale=translation.get_language())
-    return render(request, f"{TEMPLATE}#approval", {"page": page}, status=status)
+    # Where the decision must be signed: whether the party has a passkey to sign it with.
+    has_passkey = page.party.passkeys.filter(removed_at=None).exists()
+    context = {"page": page, "has_passkey": has_passkey}
+    return render(request, f"{TEMPLATE}#approval", context, status=status)
+
+
+def _decision(request: HttpRequest) -> str:
+    decision = request.POST.get("decision", "")
+    if decision not in ("approve", "deny"):
+        raise SettleError(ErrorCode.INVALID_FIELD, "decision: approve or deny")
+    return decision
 
 
 @customer_page
@@ -87,9 +106,19 @@ def approve_decide(request: HttpRequest) -> HttpResponse:
     try:
         approval_id = _approval_id(request)
         page = customer_approval(approval_id=approval_id, locale=translation.get_language())
-        decision = request.POST.get("decision", "")
-        if decision not in ("approve", "deny"):
-            raise SettleError(ErrorCode.INVALID_FIELD, "decision: approve or deny")
+        decision = _decision(request)
+        # Signed with the party's passkey (customer_passkey): the statement Settle made
+        # at ``sign``, checked against the party's own passkeys before it decides.
+        signature = None
+        if request.POST.get("credential"):
+            signature = decision_signed_record(
+                approval=page.approval,
+                party=page.party,
+                decision=decision,
+                signed_statement=request.POST.get("statement", ""),
+                credential=request.POST["credential"],
+                relying_party=rp_id(request),
+            )
         approval_decision(
             approval_id=approval_id,
             approve=decision == "approve",
@@ -97,7 +126,29 @@ def approve_decide(request: HttpRequest) -> HttpResponse:
             decided_by=Actor.party(page.party),
             reviewed_digest=request.POST.get("params_digest", ""),
             reason=request.POST.get("reason", "").replace("\x00", "").strip()[:REASON_LENGTH],
+            signature=signature,
         )
     except SettleError as exc:
         return _refused(request, exc)
     return _shown(request, approval_id)
+
+
+@customer_page
+@require_POST
+def approve_sign(request: HttpRequest) -> HttpResponse:
+    """What the page needs to sign the customer's decision with their passkey: the
+    options for ``navigator.credentials.get`` and the statement (JSON); or why not."""
+    try:
+        approval_id = _approval_id(request)
+        page = customer_approval(approval_id=approval_id, locale=translation.get_language())
+        if page.stage != "pending" or page.voted:
+            raise SettleError(ErrorCode.ALREADY_DECIDED)
+        begun = decision_signing_begin(
+            approval=page.approval,
+            party=page.party,
+            decision=_decision(request),
+            relying_party=rp_id(request),
+        )
+    except SettleError as exc:
+        return _refused(request, exc)
+    return JsonResponse(begun)

@@ -56,6 +56,48 @@
     });
   }
 
+  function enable() {
+    Array.prototype.forEach.call(approval.querySelectorAll("button"), function (b) {
+      b.disabled = false;
+    });
+  }
+
+  // The fields with the passkey's signed answer, or null (refused or not unlocked: the
+  // page says which, and nothing was decided).
+  function signed(fields) {
+    var body = new URLSearchParams({ decision: fields.decision, token: token });
+    return fetch(main.dataset.signUrl, {
+      method: "POST",
+      body: body,
+      credentials: "same-origin",
+      referrerPolicy: "no-referrer",
+      cache: "no-store",
+      headers: { "X-CSRFToken": csrf },
+    }).then(function (response) {
+      if (!response.ok) {
+        return response.text().then(function (html) {
+          show({ ok: false, html: html });
+          enable();
+          return null;
+        });
+      }
+      return response.json().then(function (options) {
+        return window.settleCustomerSign(options).then(
+          function (credential) {
+            fields.credential = JSON.stringify(credential);
+            fields.statement = options.statement;
+            return fields;
+          },
+          function () {
+            refusal.textContent = main.dataset.unsigned;
+            enable();
+            return null;
+          },
+        );
+      });
+    });
+  }
+
   approval.addEventListener("submit", function (event) {
     var form = event.target.closest("[data-decide]");
     if (!form) return;
@@ -70,11 +112,17 @@
     Array.prototype.forEach.call(form.querySelectorAll("button"), function (b) {
       b.disabled = true;
     });
-    post(main.dataset.decideUrl, fields)
-      .then(show)
+    // A decision the party must sign (customer_passkey): Settle makes the statement and
+    // the options; the phone's passkey signs it; the decision carries both.
+    var sent = form.hasAttribute("data-sign") ? signed(fields) : Promise.resolve(fields);
+    sent
+      .then(function (ready) {
+        if (!ready) return null;
+        return post(main.dataset.decideUrl, ready).then(show);
+      })
       .then(function (answer) {
         // Refused (decided in another tab, expired meanwhile): show how it stands now.
-        if (!answer.ok) return post(main.dataset.stateUrl, {}).then(function (now) {
+        if (answer && !answer.ok) return post(main.dataset.stateUrl, {}).then(function (now) {
           if (now.ok) approval.replaceChildren.apply(approval, fragment(now.html));
         });
       })
