@@ -5,7 +5,6 @@ decision and not removed before it; by ``verify_audit`` and by an export checked
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -17,28 +16,27 @@ from approvals.services.parties import (
     party_passkey_enrol,
     party_passkey_remove,
 )
-from audit.chain import audit_append, audit_transaction
 from audit.exported import export_records, export_verify
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from audit.verify_walk import audit_verify
 from common.actors import Actor
-from common.statements import approval_subject, statement
 from console.services.audit_export import sealed_export
-from customers.passkeys import party_signed_record_verify
+from customers.passkeys import decision_statement, party_signed_record_verify
 from harness.webauthn import RP_ID, SoftPasskey
-from recovery.models import Operation
-from recovery.services.locking import operation_lock
+from recovery.services.permits import approval_decision
 from tests.support.audit import (
     event_data_forged,
     only_problem,
     signature_byte_changed,
     sql_as_owner,
 )
+from tests.support.customers import customer_open, customer_policy_apply
 from tests.support.flow import Flow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HOST = Actor("host", "1", "fleet-a")
+SIGNED_PARAMS = {"amount": 9000, "currency": "EUR", "to": "acct-7"}
 
 
 def _enrolled(party: str, key: SoftPasskey) -> PartyPasskey:
@@ -47,31 +45,27 @@ def _enrolled(party: str, key: SoftPasskey) -> PartyPasskey:
 
 
 def _voted(flow: Flow, key: str, passkey: PartyPasskey, soft: SoftPasskey) -> AuditEvent:
-    """A vote of the party, signed with ``soft`` and checked as the customer page does,
-    written on the operation's chain as a decision's ``approval_voted``."""
-    flow.register(key)
-    flow.host_api.post(f"/api/v1/operations/{key}/approvals")
+    """The party's vote on an approval addressed to them (customer_passkey), signed with
+    ``soft``, checked as the customer page checks it, and decided by the service."""
+    customer_policy_apply()
+    customer_open(flow, key, params=SIGNED_PARAMS, party={"id": passkey.party.party})
     approval = Approval.objects.get(operation_key=key)
-    person = party_actor(passkey.party)
-    subject = approval_subject(
-        approval_id=approval.pk, operation_key=key, params_digest=approval.params_digest
-    )
-    signed = statement("approval", subject, decision="approve", person=person.stored)
+    assert approval.customer_passkey and approval.party_id == passkey.party_id
+    signed = decision_statement(approval=approval, party=passkey.party, decision="approve")
     record = party_signed_record_verify(
         party=passkey.party,
         statement=signed,
         assertion_json=soft.assertion(signed),
         relying_party=RP_ID,
     )
-    with audit_transaction():
-        operation = operation_lock(Operation.objects.get(key=key))
-        data: dict[str, Any] = {
-            "approval_id": str(approval.pk),
-            "params_digest": approval.params_digest,
-            "decision": "approve",
-            "signature": record,
-        }
-        audit_append(kind=AuditKind.APPROVAL_VOTED, operation=operation, actor=person, data=data)
+    approval_decision(
+        approval_id=approval.pk,
+        approve=True,
+        ttl_seconds=60,
+        decided_by=Actor.party(passkey.party),
+        reviewed_digest=approval.params_digest,
+        signature=record,
+    )
     return AuditEvent.objects.get(operation_key=key, kind=AuditKind.APPROVAL_VOTED)
 
 
