@@ -89,7 +89,12 @@
             return fields;
           },
           function () {
-            refusal.textContent = main.dataset.unsigned;
+            var box = document.createElement("div");
+            box.className = "customer-refused";
+            box.setAttribute("role", "alert");
+            box.dataset.code = "not_signed";
+            box.appendChild(document.createElement("p")).textContent = main.dataset.unsigned;
+            refusal.replaceChildren(box);
             enable();
             return null;
           },
