@@ -17,7 +17,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
 from common.errors import ErrorCode, SettleError
-from customers.pages import customer_page
+from customers.pages import customer_page, tries_count
 from customers.passkeys import enrolment_finish, enrolment_options, rp_id
 
 # A registration answer and its state are a few kilobytes; anything far larger is not one.
@@ -29,6 +29,8 @@ def _refused(code: ErrorCode, message: str | None = None) -> JsonResponse:
 
 
 def _body(request: HttpRequest) -> dict[str, Any]:
+    # Counted with the approval links' tries from this address (SETTLE_LINK_TRIES_PER_MINUTE).
+    tries_count(request)
     if len(request.body) > MAX_BODY:
         raise SettleError(ErrorCode.BODY_TOO_LARGE)
     try:

@@ -175,3 +175,11 @@ def test_a_body_that_is_not_json_is_refused(browser):
         HTTP_X_CSRFTOKEN=browser.cookies["csrftoken"].value,
     )
     assert answer.status_code == 400 and answer.json()["error"] == "malformed_json"
+
+
+def test_too_many_tries_from_one_address_are_refused(browser, settings):
+    settings.SETTLE_LINK_TRIES_PER_MINUTE = 2
+    token = _token()
+    answers = [_post(browser, "/enrol/options", {"token": token}) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[2].json()["error"] == "link_rate_limited"
