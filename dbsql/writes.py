@@ -159,7 +159,7 @@ def insert_upserting(
     model = type(obj)
     written, names, returned, _ = _insert_shape(model)
     assert not returned, "only the named row's key is read back"
-    key = model._meta.get_field(field)
+    key = columns.field(model, field)
     marks, values = [], []
     for each in written:
         if each is key:
