@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from approvals.models import Approval, ApprovalNotice, Permit, PermitEvent
+from approvals.models import Approval, ApprovalNotice, Party, Permit, PermitEvent
 from approvals.services.approvers import approver_create
 from approvals.services.errors import ApprovalError
 from common.actors import Actor
@@ -48,7 +48,9 @@ class CredentialAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return actions if request.user.has_perm(codename) else {}
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        created, token = type(self).create(name=obj.name)
+        # A form's other fields (a host's display name) are made with it, as given.
+        more = {name: getattr(obj, name) for name in self.fields if name != "name"}
+        created, token = type(self).create(name=obj.name, **more)
         obj.pk, obj.token_hash = created.pk, getattr(created, "token_hash", "")
         messages.warning(request, f"Token for {obj.name} (shown once): {token}")
 
@@ -105,6 +107,15 @@ class ApproverAdmin(CredentialAdmin):
 
 for model in (Approval, Permit, PermitEvent):
     admin.site.register(model, ReadOnlyAdmin)
+
+
+@admin.register(Party)
+class PartyAdmin(ReadOnlyAdmin):
+    """A host's customers: who they are to the host, and where Settle may send links."""
+
+    list_display = ["host", "party", "display_name", "created_at", "updated_at"]
+    list_filter = ["host"]
+    search_fields = ["party", "display_name"]
 
 
 @admin.register(ApprovalNotice)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from approvals.models import Approval
@@ -37,9 +36,7 @@ def test_approval_opened_carries_the_party_and_the_link_which_no_table_keeps(
     assert data["expires_at"] == opened["expires_at"]
 
 
-def test_approval_decided_says_the_party_decided_by_link_and_when(
-    flow, policy, endpoint, receiver
-):
+def test_approval_decided_says_the_party_decided_by_link_and_when(flow, policy, endpoint, receiver):
     opened = customer_open(flow)
     digest = Approval.objects.get(pk=opened["approval_id"]).params_digest
     Page(opened["approval_id"]).decide("deny", digest, reason="not me")
@@ -54,9 +51,7 @@ def test_approval_decided_says_the_party_decided_by_link_and_when(
     assert data["decided_at"] == vote.at.isoformat()
 
 
-def test_an_approval_not_addressed_to_the_customer_opens_without_an_event(
-    flow, endpoint, receiver
-):
+def test_an_approval_not_addressed_to_the_customer_opens_without_an_event(flow, endpoint, receiver):
     flow.register("op-1")
     flow.host_api.post("/api/v1/operations/op-1/approvals")
     assert not WebhookMessage.objects.exists()
