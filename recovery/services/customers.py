@@ -14,17 +14,26 @@ customer approval
 
 from __future__ import annotations
 
+import logging
+import socket
 import urllib.parse
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 
 from approvals.models import Approval, ApprovalVote, Party
 from common.actors import Actor
 from common.errors import ErrorCode
+from common.links import approval_link_url
+from common.notify import apprise_notify
+from common.outbound import address_refused
+from recovery.models import Host
 from recovery.services.errors import NotFound, RecoveryError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -118,3 +127,60 @@ def party_vote_record(voter: Actor, signature: dict[str, Any] | None) -> dict[st
     if voter.kind != "party":
         return {}
     return {"party": voter.name, "method": "passkey" if signature else "link"}
+
+
+def party_link_publish(approval_id: uuid.UUID) -> None:
+    """Queue the sending of an approval's link to its party (after the opening commits);
+    a broker that does not take it is logged: the host has the link in its answer."""
+    try:
+        current_app.send_task(
+            "recovery.tasks.party_link_send",
+            args=[str(approval_id)],
+            queue=settings.CELERY_TASK_DEFAULT_QUEUE,
+        )
+    except Exception as exc:  # the broker's errors vary by transport
+        logger.warning("publishing the party link of %s failed: %r", approval_id, exc)
+
+
+def _address_allowed(contact: str) -> bool:
+    """Whether every address the contact's server resolves to may be called
+    (``common.outbound``): never a private one unless the operator allows it."""
+    if settings.SETTLE_PARTY_NOTIFY_ALLOW_PRIVATE:
+        return True
+    host = urllib.parse.urlsplit(contact).hostname or ""
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(found) and not any(address_refused(str(address)) for address in found)
+
+
+def party_link_send(*, approval_id: uuid.UUID) -> bool:
+    """Send a pending customer approval's link to its party's contact through Apprise;
+    whether it went. Only to a contact the operator's settings allow now, at an address
+    the outbound checks let through; anything else is logged and sends nothing."""
+    approval = (
+        Approval.objects.select_related("party")
+        .filter(pk=approval_id, status=Approval.Status.PENDING)
+        .exclude(customer="")
+        .first()
+    )
+    if approval is None or approval.party is None or not approval.party.contact:
+        return False
+    contact = approval.party.contact
+    if not contact_allowed(contact) or not _address_allowed(contact):
+        logger.warning("the party link of %s was not sent: contact not allowed", approval_id)
+        return False
+    host = Host.objects.filter(name=approval.host).first()
+    asker = host.shown_name if host is not None else approval.host
+    expires = (
+        f" It expires at {approval.expires_at:%Y-%m-%d %H:%M} UTC." if approval.expires_at else ""
+    )
+    sent = apprise_notify(
+        urls=[contact],
+        title=f"{asker} asks for your approval",
+        body=f"{asker} asks you to approve an action: {approval_link_url(approval.id)}{expires}",
+    )
+    if not sent:
+        logger.warning("the party link of %s was not delivered", approval_id)
+    return sent

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from functools import partial
 from typing import Any, NoReturn
 
+from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Approval, Approver, Permit
@@ -42,6 +44,7 @@ from recovery.services.customers import (
     party_contact_check,
     party_decision_data,
     party_decision_require,
+    party_link_publish,
     party_row,
     party_vote_record,
 )
@@ -151,6 +154,8 @@ def approval_open(
                 )
             ]
         )
+        if approval.party.contact:
+            transaction.on_commit(partial(party_link_publish, approval.id))
     if found.outcome in ("approve", "deny"):
         approval, _ = _decide(
             operation,

@@ -35,7 +35,9 @@ def test_the_token_never_reaches_the_access_log(browser: Browser, flow, tmp_path
         database_url=database_url(connection.settings_dict),
         log_path=tmp_path / "gunicorn.log",
         workers=1,
-        env={"GUNICORN_CMD_ARGS": f"--access-logfile {access} --access-logformat '{ACCESS_FORMAT}'"},
+        env={
+            "GUNICORN_CMD_ARGS": f"--access-logfile {access} --access-logformat '{ACCESS_FORMAT}'"
+        },
     ) as server:
         context = browser.new_context(base_url=server.url, viewport=PHONE)
         try:
