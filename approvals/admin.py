@@ -57,7 +57,9 @@ class CredentialAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return actions if request.user.has_perm(codename) else {}
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        created, token = type(self).create(name=obj.name)
+        # A form's other fields (a host's display name) are made with it, as given.
+        more = {name: getattr(obj, name) for name in self.fields if name != "name"}
+        created, token = type(self).create(name=obj.name, **more)
         obj.pk, obj.token_hash = created.pk, getattr(created, "token_hash", "")
         messages.warning(request, f"Token for {obj.name} (shown once): {token}")
 
@@ -116,6 +118,15 @@ for model in (Approval, Permit, PermitEvent):
     admin.site.register(model, ReadOnlyAdmin)
 
 
+@admin.register(Party)
+class PartyAdmin(ReadOnlyAdmin):
+    """A host's customers: who they are to the host, and where Settle may send links."""
+
+    list_display = ["host", "party", "display_name", "created_at", "updated_at"]
+    list_filter = ["host"]
+    search_fields = ["party", "display_name"]
+
+
 @admin.register(ApprovalNotice)
 class ApprovalNoticeAdmin(ReadOnlyAdmin):
     """Where an approval's messages stand: a send Apprise refused shows its error here."""
@@ -123,15 +134,6 @@ class ApprovalNoticeAdmin(ReadOnlyAdmin):
     list_display = ["approval", "kind", "tag", "status", "created_at", "sent_at", "attempts"]
     list_filter = ["status", "kind", "tag"]
     readonly_fields = ["send_error"]
-
-
-@admin.register(Party)
-class PartyAdmin(ReadOnlyAdmin):
-    """A host's customers, as their hosts named them; their passkeys are listed below."""
-
-    list_display = ["party", "host", "display_name", "created_at"]
-    list_filter = ["host"]
-    search_fields = ["party", "display_name"]
 
 
 @admin.register(PartyEnrolment)

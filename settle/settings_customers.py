@@ -3,7 +3,7 @@ be tried, and where Settle may send them a link itself."""
 
 from __future__ import annotations
 
-from settle.settings_env import env_int, env_str
+from settle.settings_env import env_bool, env_int, env_str
 from settle.settings_monitoring import SETTLE_CONSOLE_URL
 
 
@@ -22,6 +22,9 @@ SETTLE_LINK_TRIES_PER_MINUTE = env_int("SETTLE_LINK_TRIES_PER_MINUTE", 30, minim
 # "mailtos", "json") and server (its host name) are both listed here; empty: never.
 SETTLE_PARTY_NOTIFY_SCHEMES = _names(env_str("SETTLE_PARTY_NOTIFY_SCHEMES", ""))
 SETTLE_PARTY_NOTIFY_HOSTS = _names(env_str("SETTLE_PARTY_NOTIFY_HOSTS", ""))
+# The outbound address checks (common.outbound) refuse a contact whose server resolves
+# to a private or loopback address, unless this is on (a relay inside the network).
+SETTLE_PARTY_NOTIFY_ALLOW_PRIVATE = env_bool("SETTLE_PARTY_NOTIFY_ALLOW_PRIVATE", False)
 
 # A customer's passkey enrolment link (the host asks for one, its app delivers it) is
 # good once, for this long: long enough to open it on a phone, short enough that one

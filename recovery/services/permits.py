@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from functools import partial
 from typing import Any, NoReturn
 
-from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Approval, Approver, Permit
-from approvals.selectors import approvals_with_standing, proposer_user_for
+from approvals.selectors import proposer_user_for
 from approvals.services.approvals import (
     NeedsVotes,
     approval_expired,
@@ -28,6 +29,7 @@ from common import statements
 from common.actors import Actor
 from common.errors import ErrorCode
 from policies.services import Terms, approval_terms
+from recovery.changes import APPROVAL_OPENED, OperationChange, changes_record
 from recovery.models import (
     Host,
     Operation,
@@ -38,10 +40,12 @@ from recovery.services.access import provider_permission_require
 from recovery.services.approval_expiry import approval_expire_at_decision
 from recovery.services.customers import (
     PartyNamed,
-    customer_voter_check,
+    approval_opened_data,
     party_contact_check,
+    party_decision_data,
     party_decision_require,
-    party_upsert,
+    party_link_publish,
+    party_row,
     party_vote_record,
 )
 from recovery.services.errors import Forbidden, NotFound, RecoveryError
@@ -52,6 +56,7 @@ from recovery.services.locking import (
     operation_lock_bound,
 )
 from recovery.services.refusals import RefusalsCommitted, refusals_recorded
+from recovery.services.voters import customer_voter_check, staff_voter_check
 from recovery.transitions import Event, operation_transition
 
 
@@ -122,7 +127,7 @@ def approval_open(
             )
         fields = _approval_fields(found, proposer)
         if party is not None:
-            fields["party"] = party_upsert(host=host.name, named=party)
+            fields["party"] = party_row(host=host.name, named=party)
         return fields
 
     approval, created = approval_request(
@@ -141,6 +146,16 @@ def approval_open(
             **_policy_record(found, approval),
         },
     )
+    if approval.customer and approval.party is not None:
+        changes_record(
+            [
+                OperationChange(
+                    operation, APPROVAL_OPENED, operation.state, approval_opened_data(approval)
+                )
+            ]
+        )
+        if approval.party.contact:
+            transaction.on_commit(partial(party_link_publish, approval.id))
     if found.outcome in ("approve", "deny"):
         approval, _ = _decide(
             operation,
@@ -307,7 +322,7 @@ def approval_decision(
         if approval.customer:
             customer_voter_check(approval, decided_by, signature, refuse)
         if decided_by.kind != "party":
-            _voter_check(approval, decided_by, signature, refuse)
+            staff_voter_check(approval, decided_by, signature, refuse)
         try:
             vote, approvals_so_far = approval_vote(
                 approval=approval,
@@ -382,37 +397,6 @@ def approval_subject(approval: Approval) -> dict[str, object]:
     )
 
 
-def _voter_check(
-    approval: Approval,
-    voter: Actor,
-    signature: dict[str, Any] | None,
-    refuse: _DecisionRefusal,
-) -> None:
-    """Refuse a voter the approval's policy does not let count (its rules are
-    ``approvals.selectors.approvals_with_standing``'s, which the inbox filters on)."""
-    by_proposer, in_groups = False, not approval.groups
-    if voter.kind == "user" and (approval.proposer or approval.groups):
-        user = get_user_model().objects.filter(pk=voter.id).first()
-        if user is not None:
-            by_proposer, in_groups = (
-                approvals_with_standing(user=user)
-                .filter(pk=approval.pk)
-                # The stubs know the model's fields, not the annotations.
-                .values_list("by_proposer", "in_groups")  # type: ignore[misc]
-                .get()
-            )
-    if by_proposer:
-        refuse(ErrorCode.PROPOSER_EXCLUDED, "the proposer may not decide it", {})
-    if not in_groups:
-        refuse(
-            ErrorCode.NOT_IN_GROUP,
-            f"it needs a person from {', '.join(approval.groups)}",
-            {"groups": approval.groups},
-        )
-    if approval.passkey_required and not signature:
-        refuse(ErrorCode.PASSKEY_REQUIRED, "this decision must be signed with a passkey", {})
-
-
 def _decide(
     operation: Operation,
     approval_id: uuid.UUID,
@@ -455,7 +439,11 @@ def _decide(
         operation=operation,
         event=Event.APPROVE if approve else Event.DENY,
         actor=actor,
-        data={"approval_id": str(approval.id), **({"reason": reason} if reason else {})},
+        data={
+            "approval_id": str(approval.id),
+            **({"reason": reason} if reason else {}),
+            **party_decision_data(approval),
+        },
     )
     return approval, permit
 
