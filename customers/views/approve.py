@@ -15,7 +15,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
-from django.views.decorators.csrf import ensure_csrf_cookie
+from django.middleware.csrf import CsrfViewMiddleware
+from django.views.decorators.csrf import csrf_exempt, ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
 from common.actors import Actor
@@ -50,7 +51,17 @@ def approve_page(request: HttpRequest) -> HttpResponse:
     return render(request, TEMPLATE, {})
 
 
+def _csrf_check(request: HttpRequest) -> None:
+    """The page's CSRF token, checked here rather than by the middleware, so that a
+    refusal is the page's own answer (its code, its headers, its language)."""
+    if CsrfViewMiddleware(lambda r: HttpResponse()).process_view(
+        request, lambda r: HttpResponse(), (), {}
+    ):
+        raise SettleError(ErrorCode.CSRF_FAILED)
+
+
 def _approval_id(request: HttpRequest) -> uuid.UUID:
+    _csrf_check(request)
     tries_count(request)
     approval_id = approval_for_token(request.POST.get("token", ""))
     if approval_id is None:
@@ -70,6 +81,7 @@ def _shown(request: HttpRequest, approval_id: uuid.UUID, status: int = 200) -> H
     return render(request, f"{TEMPLATE}#approval", {"page": page}, status=status)
 
 
+@csrf_exempt  # checked in _approval_id, answered as the page's refusal
 @customer_page
 @require_POST
 def approve_state(request: HttpRequest) -> HttpResponse:
@@ -80,6 +92,7 @@ def approve_state(request: HttpRequest) -> HttpResponse:
         return _refused(request, exc)
 
 
+@csrf_exempt  # checked in _approval_id, answered as the page's refusal
 @customer_page
 @require_POST
 def approve_decide(request: HttpRequest) -> HttpResponse:
