@@ -12,10 +12,10 @@ from __future__ import annotations
 import uuid
 
 from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import render
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
-from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt, ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
