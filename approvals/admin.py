@@ -58,7 +58,8 @@ class CredentialAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         # A form's other fields (a host's display name) are made with it, as given.
-        more = {name: getattr(obj, name) for name in self.fields if name != "name"}
+        named = [name for name in self.fields or () if isinstance(name, str)]
+        more = {name: getattr(obj, name) for name in named if name != "name"}
         created, token = type(self).create(name=obj.name, **more)
         obj.pk, obj.token_hash = created.pk, getattr(created, "token_hash", "")
         messages.warning(request, f"Token for {obj.name} (shown once): {token}")

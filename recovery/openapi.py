@@ -123,8 +123,9 @@ ENDPOINTS = [
         "/api/v1/approvals/{approval_id}",
         "get",
         "getApproval",
-        "Exactly what would be approved (an approver within its scope, or a console user "
-        "who may view the provider's operations)",
+        "Exactly what would be approved (an approver within its scope, a console user "
+        "who may view the provider's operations, or the host that opened it: to that host "
+        "alone, while pending and addressed to its customer, the customer's link)",
         None,
         {200: ("The approval and the exact action", contract.ApprovalRecord)},
         parameters=("approval_id",),

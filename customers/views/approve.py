@@ -12,10 +12,11 @@ from __future__ import annotations
 import uuid
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import render
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
-from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.decorators.csrf import csrf_exempt, ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
 from common.actors import Actor
@@ -59,7 +60,17 @@ def approve_page(request: HttpRequest) -> HttpResponse:
     return render(request, TEMPLATE, {})
 
 
+def _csrf_check(request: HttpRequest) -> None:
+    """The page's CSRF token, checked here rather than by the middleware, so that a
+    refusal is the page's own answer (its code, its headers, its language)."""
+    if CsrfViewMiddleware(lambda r: HttpResponse()).process_view(
+        request, lambda r: HttpResponse(), (), {}
+    ):
+        raise SettleError(ErrorCode.CSRF_FAILED)
+
+
 def _approval_id(request: HttpRequest) -> uuid.UUID:
+    _csrf_check(request)
     tries_count(request)
     approval_id = approval_for_token(request.POST.get("token", ""))
     if approval_id is None:
@@ -89,6 +100,7 @@ def _decision(request: HttpRequest) -> str:
     return decision
 
 
+@csrf_exempt  # checked in _approval_id, answered as the page's refusal
 @customer_page
 @require_POST
 def approve_state(request: HttpRequest) -> HttpResponse:
@@ -99,6 +111,7 @@ def approve_state(request: HttpRequest) -> HttpResponse:
         return _refused(request, exc)
 
 
+@csrf_exempt  # checked in _approval_id, answered as the page's refusal
 @customer_page
 @require_POST
 def approve_decide(request: HttpRequest) -> HttpResponse:
@@ -133,6 +146,7 @@ def approve_decide(request: HttpRequest) -> HttpResponse:
     return _shown(request, approval_id)
 
 
+@csrf_exempt  # checked in _approval_id, answered as the page's refusal
 @customer_page
 @require_POST
 def approve_sign(request: HttpRequest) -> HttpResponse:

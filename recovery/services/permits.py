@@ -296,7 +296,9 @@ def approval_decision(
         approval = Approval.objects.get(pk=approval_id)
         if approval.status != Approval.Status.PENDING and decided_by.kind == "party":
             refuse(
-                ErrorCode.ALREADY_DECIDED,
+                ErrorCode.APPROVAL_EXPIRED
+                if approval.status == Approval.Status.EXPIRED
+                else ErrorCode.ALREADY_DECIDED,
                 f"approval is already {approval.status}",
                 {"status": approval.status},
                 status=approval.status,

@@ -98,6 +98,8 @@ def test_a_decision_without_the_pages_csrf_token_is_refused(opened):
     fields = {"token": token, "decision": "approve", "params_digest": digest}
     response = client.post("/approve/decide", fields)
     assert response.status_code == 403
+    assert 'data-code="csrf_failed"' in response.content.decode()
+    _safe(response)
     assert _unchanged(opened["approval_id"])
 
 
@@ -173,3 +175,11 @@ def test_the_page_speaks_the_browsers_language(opened):
     html = page.state().content.decode()
     assert "bittet um Ihre Zustimmung" in html and "Ablehnen" in html
     assert "1.250,00" in html  # the summary's money in the customer's locale
+
+
+def test_a_swept_expired_link_says_expired_not_decided(opened):
+    page = Page(opened["approval_id"])
+    digest = Approval.objects.get(pk=opened["approval_id"]).params_digest
+    Approval.objects.filter(pk=opened["approval_id"]).update(status="expired")
+    late = page.decide("approve", digest)
+    assert 'data-code="approval_expired"' in late.content.decode()

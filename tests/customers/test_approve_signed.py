@@ -148,3 +148,11 @@ def test_a_decided_approval_gives_no_signing_options(opened, page):
     _signed(page, "approve", key)
     begun = page.post("/approve/sign", decision="deny")
     assert begun.status_code == 409 and 'data-code="already_decided"' in begun.content.decode()
+
+
+def test_signing_options_without_the_pages_csrf_token_are_refused(opened, page):
+    _enrol("cust_8812", SoftPasskey())
+    answer = page.client.post(
+        "/approve/sign", {"token": page.token, "decision": "approve"}, HTTP_HOST="localhost:8000"
+    )
+    assert answer.status_code == 403 and 'data-code="csrf_failed"' in answer.content.decode()

@@ -105,6 +105,13 @@ class Run:
     settle_timeout: float
     poll_interval: float
     on_approval: Callable[[str], object] | None = None
+    # The customer the host acts for (``{"id", "name", "contact"?}``), named when the
+    # approval opens; where the policy asks the customer, its answer carries their link.
+    party: dict[str, Any] | None = None
+
+    def opening(self) -> dict[str, Any]:
+        """The body that opens the approval."""
+        return {"party": self.party} if self.party is not None else {}
 
     def path(self, endpoint: str = "") -> str:
         return operation_path(self.key, endpoint)
@@ -135,7 +142,7 @@ def _field(body: dict[str, Any], name: str, kind: type, endpoint: str) -> Any:
 def lifecycle(run: Run) -> Generator[Step, Any, Outcome]:
     # The approval is opened with the registration (``approval``), when it awaits one.
     body = {"key": run.key, "action": run.action, "provider": run.provider, "params": run.params}
-    summary = yield Call("POST", OPERATIONS, {**body, "approval": {}})
+    summary = yield Call("POST", OPERATIONS, {**body, "approval": run.opening()})
     if _field(summary, "params_digest", str, "register") != run.digest:
         raise errors.ProtocolError(
             f"Settle digests these params as {summary['params_digest']}, this client as "
@@ -205,7 +212,7 @@ def _decision(run: Run, opened: dict[str, Any] | None = None) -> Generator[Step,
     approval_id, rule, needed = "", "", ""
     try:
         if opened is None:
-            opened = yield Call("POST", run.path("/approvals"), {})
+            opened = yield Call("POST", run.path("/approvals"), run.opening())
     except errors.InvalidState:
         pass  # decided meanwhile: the record says how
     else:
