@@ -8,9 +8,18 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from approvals.models import Approval, ApprovalNotice, Permit, PermitEvent
+from approvals.models import (
+    Approval,
+    ApprovalNotice,
+    Party,
+    PartyEnrolment,
+    PartyPasskey,
+    Permit,
+    PermitEvent,
+)
 from approvals.services.approvers import approver_create
 from approvals.services.errors import ApprovalError
+from approvals.services.parties import party_passkey_remove
 from common.actors import Actor
 from common.admin import ReadOnlyAdmin
 
@@ -48,7 +57,10 @@ class CredentialAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return actions if request.user.has_perm(codename) else {}
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        created, token = type(self).create(name=obj.name)
+        # A form's other fields (a host's display name) are made with it, as given.
+        named = [name for name in self.fields or () if isinstance(name, str)]
+        more = {name: getattr(obj, name) for name in named if name != "name"}
+        created, token = type(self).create(name=obj.name, **more)
         obj.pk, obj.token_hash = created.pk, getattr(created, "token_hash", "")
         messages.warning(request, f"Token for {obj.name} (shown once): {token}")
 
@@ -107,6 +119,15 @@ for model in (Approval, Permit, PermitEvent):
     admin.site.register(model, ReadOnlyAdmin)
 
 
+@admin.register(Party)
+class PartyAdmin(ReadOnlyAdmin):
+    """A host's customers: who they are to the host, and where Settle may send links."""
+
+    list_display = ["host", "party", "display_name", "created_at", "updated_at"]
+    list_filter = ["host"]
+    search_fields = ["party", "display_name"]
+
+
 @admin.register(ApprovalNotice)
 class ApprovalNoticeAdmin(ReadOnlyAdmin):
     """Where an approval's messages stand: a send Apprise refused shows its error here."""
@@ -114,3 +135,41 @@ class ApprovalNoticeAdmin(ReadOnlyAdmin):
     list_display = ["approval", "kind", "tag", "status", "created_at", "sent_at", "attempts"]
     list_filter = ["status", "kind", "tag"]
     readonly_fields = ["send_error"]
+
+
+@admin.register(PartyEnrolment)
+class PartyEnrolmentAdmin(ReadOnlyAdmin):
+    """Enrolment links: when asked for, by whom, until when, and when used (never the token)."""
+
+    list_display = ["party", "requested_by", "created_at", "expires_at", "used_at"]
+    exclude = ["token_hash"]
+
+
+@admin.register(PartyPasskey)
+class PartyPasskeyAdmin(ReadOnlyAdmin):
+    """A customer's passkeys; staff revoke one with the action (audited, as a host's revoke).
+
+    Revoking needs the change permission on customer passkeys
+    (``approvals.change_partypasskey``, a superuser's, or a group's it is granted to): the
+    passkey's owner is a host's customer, of no one provider.
+    """
+
+    list_display = ["party", "name", "credential_id", "created_at", "removed_at", "removed_by"]
+    list_filter = ["party__host"]
+    exclude = ["public_key"]
+    actions = ["revoke"]
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        return actions if request.user.has_perm("approvals.change_partypasskey") else {}
+
+    @admin.action(description="Revoke the selected passkeys (they sign nothing from now on)")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        actor = Actor.of("user", request.user)
+        removed = 0
+        for passkey in queryset.select_related("party"):
+            _, changed = party_passkey_remove(
+                party=passkey.party, passkey_id=passkey.pk, actor=actor
+            )
+            removed += changed
+        messages.success(request, f"Revoked {removed} passkey(s).")

@@ -109,6 +109,10 @@ def approval_needed(*, approval: Approval, approvals: int) -> str:
     """What a pending approval still needs, as hosts and people read it ("1 of 2 approvals")."""
     if approval.status != Approval.Status.PENDING:
         return ""
+    if approval.customer == Approval.Customer.CUSTOMER:
+        return "the customer's decision"
+    if approval.customer == Approval.Customer.CUSTOMER_AND_STAFF:
+        return f"{approvals} of 2 approvals: the customer's and one staff person's"
     return f"{approvals} of {approval.required} approvals"
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, ChainBreak, exported_event_hash
-from audit.signed_decisions import ADDED, REMOVED, SIGNED_KINDS, Passkeys
+from audit.signed_decisions import REGISTRATION_KINDS, SIGNED_KINDS, Passkeys
 
 
 @dataclass
@@ -49,11 +49,11 @@ def export_verify(
             return ChainBreak(chain, seq, "prev_hash does not match the previous event")
         previous[chain] = (seq, str(record["hash"]))
         kind = str(record["kind"])
-        if kind not in SIGNED_KINDS and kind not in (ADDED, REMOVED):
+        if kind not in SIGNED_KINDS and kind not in REGISTRATION_KINDS:
             continue
         data = record["data"]
         data = json.loads(data) if isinstance(data, str) else data
-        if chain == SYSTEM_CHAIN and kind in (ADDED, REMOVED):
+        if chain == SYSTEM_CHAIN and kind in REGISTRATION_KINDS:
             passkeys.event(kind, str(record["at"]), data)
         elif kind in SIGNED_KINDS and "signature" in data:
             tally.signed_votes += 1

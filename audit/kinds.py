@@ -69,3 +69,7 @@ class AuditKind(models.TextChoices):
     PASSKEY_HOLD_REFUSED = "passkey_hold_refused", "Refused until a passkey is used"
     PASSKEY_ADDED = "passkey_added", "Passkey registered"
     PASSKEY_REMOVED = "passkey_removed", "Passkey removed"
+    # A host's customer (a party) and their passkeys, enrolled through the host's app.
+    PARTY_ENROLMENT_REQUESTED = "party_enrolment_requested", "Customer passkey enrolment requested"
+    PARTY_PASSKEY_ADDED = "party_passkey_added", "Customer passkey enrolled"
+    PARTY_PASSKEY_REMOVED = "party_passkey_removed", "Customer passkey removed"

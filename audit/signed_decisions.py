@@ -7,7 +7,8 @@ A decision's event that carries a ``signature`` (``common.webauthn``'s record): 
 ``approval_voted``, a ``reconciliation_approved`` or ``_rejected`` on the operation's
 chain, a ``bulk_approved`` or ``_rejected`` on the system chain. It holds when: the
 system chain's ``passkey_added`` event for its credential registered it to the event's
-actor no later than the decision, and no ``passkey_removed`` event removed it before;
+actor no later than the decision, and no ``passkey_removed`` event removed it before
+(for a host's customer, a ``party`` actor: ``party_passkey_added`` and ``_removed``);
 the statement it signs is this decision (``_signed_subject``: its kind, subject,
 decision and person); and the passkey's signature over that statement's challenge
 verifies under the public key the ``passkey_added`` event recorded.
@@ -49,6 +50,12 @@ from common.webauthn import SignatureInvalid, assertion_verify
 VOTED = AuditKind.APPROVAL_VOTED.value
 ADDED = AuditKind.PASSKEY_ADDED.value
 REMOVED = AuditKind.PASSKEY_REMOVED.value
+# A host's customer's passkeys, enrolled through the host's app: they sign the customer's
+# own decisions (``approval_voted`` by a ``party`` actor), checked the same way.
+PARTY_ADDED = AuditKind.PARTY_PASSKEY_ADDED.value
+PARTY_REMOVED = AuditKind.PARTY_PASSKEY_REMOVED.value
+# The system chain's events that register a passkey to someone, or remove it.
+REGISTRATION_KINDS = (ADDED, REMOVED, PARTY_ADDED, PARTY_REMOVED)
 _APPROVED = (AuditKind.RECONCILIATION_APPROVED.value, AuditKind.BULK_APPROVED.value)
 _RECONCILED = (AuditKind.RECONCILIATION_APPROVED.value, AuditKind.RECONCILIATION_REJECTED.value)
 # The kinds of event that may carry a signed decision.
@@ -99,7 +106,7 @@ def _signed_subject(kind: str, chain: str, data: dict[str, Any]) -> tuple[str, s
 @dataclass
 class _Registration:
     public_key: str
-    owner: str  # the user's id, as an actor names it
+    owner: str  # whose it is, as an actor's ``identity`` names them: ``user:7``, ``party:3``
     added_at: str  # ``timestamp`` text: compared as text, which sorts as time
     removed_at: str | None = None
 
@@ -121,7 +128,7 @@ class Passkeys:
         """The passkeys of the stored system chain, in one statement."""
         passkeys = cls()
         rows = (
-            AuditEvent.objects.filter(operation_key=SYSTEM_CHAIN, kind__in=(ADDED, REMOVED))
+            AuditEvent.objects.filter(operation_key=SYSTEM_CHAIN, kind__in=REGISTRATION_KINDS)
             .order_by("id")
             .values_list("kind", "at", "data")
         )
@@ -130,14 +137,17 @@ class Passkeys:
         return passkeys
 
     def event(self, kind: str, at: str, data: dict[str, Any]) -> None:
-        """Take in a system chain's ``passkey_added`` or ``passkey_removed`` event."""
+        """Take in a system chain's event of ``REGISTRATION_KINDS``."""
         credential = str(data.get("credential_id", ""))
-        if kind == ADDED:
-            registration = _Registration(
-                str(data.get("public_key", "")), str(data.get("user_id", "")), at
+        if kind in (ADDED, PARTY_ADDED):
+            owner = (
+                f"user:{data.get('user_id', '')}"
+                if kind == ADDED
+                else f"party:{data.get('party_id', '')}"
             )
+            registration = _Registration(str(data.get("public_key", "")), owner, at)
             self._by_credential.setdefault(credential, []).append(registration)
-        elif kind == REMOVED:
+        elif kind in (REMOVED, PARTY_REMOVED):
             for registration in self._by_credential.get(credential, []):
                 if registration.removed_at is None:
                     registration.removed_at = at
@@ -180,7 +190,7 @@ class Passkeys:
             return "signed with a passkey removed before the decision", ""
         registration = current[-1]
         person = Actor.parse(actor) if actor else None
-        if person is None or person.kind != "user" or registration.owner != person.id:
+        if person is None or not person.id or registration.owner != person.identity:
             return "signed with a passkey registered to someone else", ""
         signed_kind, decision, subject = _signed_subject(kind, chain, data)
         if not statement_matches(

@@ -6,8 +6,9 @@ who share a display name are not (four eyes compares actors, never names). The n
 kept as it was at the time, for reading.
 
 Kinds: ``host`` and ``approver`` (API tokens), ``user`` (a console or admin session),
-``provider`` (a signed callback), ``system`` (Settle itself: a command, the sweeper;
-its id names the component).
+``provider`` (a signed callback), ``party`` (a host's customer, deciding through an
+approval link: its id is the ``Party`` row's, its name ``host/party``), ``system``
+(Settle itself: a command, the sweeper; its id names the component).
 
 It lives in the bottom layer so that every app can name who acted. Stored in one column
 as ``kind:id:name`` (``ActorField``); rows written before ids were kept read back as
@@ -39,6 +40,11 @@ class Actor:
         if kind == "user":
             return cls("user", str(credential.pk), credential.get_username())
         return cls(kind, str(credential.pk), credential.name)
+
+    @classmethod
+    def party(cls, party: Any) -> Actor:
+        """The actor of a saved ``approvals.models.Party``: the customer it names."""
+        return cls("party", str(party.pk), f"{party.host}/{party.party}")
 
     @classmethod
     def system(cls, component: str) -> Actor:

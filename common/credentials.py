@@ -19,7 +19,13 @@ from common.canonical import sha256_digest
 
 HOST_TOKEN_PREFIX = "sth_"
 APPROVER_TOKEN_PREFIX = "sta_"
-PREFIXES = {"host": HOST_TOKEN_PREFIX, "approver": APPROVER_TOKEN_PREFIX}
+# A party's one-time passkey enrolment link (never a credential of the API).
+ENROLMENT_TOKEN_PREFIX = "ste_"
+PREFIXES = {
+    "host": HOST_TOKEN_PREFIX,
+    "approver": APPROVER_TOKEN_PREFIX,
+    "enrolment": ENROLMENT_TOKEN_PREFIX,
+}
 
 
 def token_hash(token: str) -> str:
@@ -28,7 +34,7 @@ def token_hash(token: str) -> str:
 
 
 def token_new(kind: str) -> tuple[str, str]:
-    """A bearer token for a credential of ``kind`` (``host``, ``approver``), and its hash."""
+    """A bearer token of ``kind`` (``host``, ``approver``, ``enrolment``), and its hash."""
     token = PREFIXES[kind] + secrets.token_urlsafe(32)
     return token, token_hash(token)
 

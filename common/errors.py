@@ -62,6 +62,8 @@ class ErrorCode(StrEnum):
     UNKNOWN_PROVIDER = "unknown_provider", 404, "no such provider", True
     UNKNOWN_APPROVAL = "unknown_approval", 404, "no such approval", True
     UNKNOWN_PERMIT = "unknown_permit", 404, "no such permit", True
+    UNKNOWN_PARTY = "unknown_party", 404, "no such party for this host", True
+    UNKNOWN_PASSKEY = "unknown_passkey", 404, "no such passkey of this party", True
     # business refusals (recovery's services, approvals)
     KEY_CONFLICT = "key_conflict", 409, "the key names a different operation", True
     INVALID_STATE = "invalid_state", 409, "the operation's state does not allow this", True
@@ -80,6 +82,25 @@ class ErrorCode(StrEnum):
     PROPOSER_EXCLUDED = "proposer_excluded", 403, "the proposer may not decide it", True
     NOT_IN_GROUP = "not_in_group", 403, "it needs a person from other groups", True
     PASSKEY_REQUIRED = "passkey_required", 403, "this decision must be signed with a passkey", True
+    # an approval addressed to a host's customer (a party; customers, recovery.contract)
+    PARTY_REQUIRED = (
+        "party_required",
+        422,
+        "the policy asks the customer to decide: name the party when opening it",
+        True,
+    )
+    CUSTOMER_REQUIRED = (
+        "customer_required",
+        403,
+        "this approval awaits the customer's own decision: staff cannot stand in for it",
+        True,
+    )
+    CONTACT_NOT_ALLOWED = (
+        "contact_not_allowed",
+        422,
+        "the party's contact is not a scheme and server the operator allows",
+        True,
+    )
     # a permit's consumption refused (approvals.services.errors.Refusal)
     NOT_AUTHORIZED = "not_authorized", 409, "no permit authorises this", True
     ACTION_MISMATCH = "action_mismatch", 409, "the permit is for another action", True
@@ -186,6 +207,37 @@ class ErrorCode(StrEnum):
         409,
         "the passkey's sign count did not increase: it may have been copied",
     )
+    # a customer's passkey: enrolled from the host's enrolment link, signing their decision
+    # (approvals.services.parties, customers.passkeys)
+    ENROLMENT_UNKNOWN = "enrolment_unknown", 404, "this enrolment link is not valid"
+    ENROLMENT_USED = (
+        "enrolment_used",
+        409,
+        "this enrolment link was used already: ask the app for a new one",
+    )
+    ENROLMENT_EXPIRED = (
+        "enrolment_expired",
+        409,
+        "this enrolment link has expired: ask the app for a new one",
+    )
+    REGISTRATION_INVALID = (
+        "registration_invalid",
+        403,
+        "the passkey's registration could not be verified",
+    )
+    PARTY_NO_PASSKEY = (
+        "party_no_passkey",
+        409,
+        "no passkey is enrolled for you yet: ask the app that sent you this link to enrol one",
+    )
+    PARTY_PASSKEY_UNKNOWN = (
+        "party_passkey_unknown",
+        403,
+        "that passkey is not enrolled for you here (or was removed): it signs nothing",
+    )
+    # an approval link refused (customers.views.approve): the page says which
+    LINK_INVALID = "link_invalid", 404, "this link is not valid: ask for a new one"
+    LINK_RATE_LIMITED = "link_rate_limited", 429, "too many tries: wait a minute and try again"
 
 
 class SettleError(Exception):

@@ -7,6 +7,10 @@ insert
     ``save(force_insert=True)`` / ``bulk_create`` for instances of one model: one INSERT,
     ``auto_now_add`` and ``auto_now`` applied, database-made primary keys read back;
     or, for one row, ``INSERT … ON CONFLICT DO NOTHING``.
+upsert
+    ``update_or_create`` in one statement: ``INSERT … ON CONFLICT (…) DO UPDATE …
+    RETURNING``, the row's keys read back whether it was made or found;
+    ``insert_upserting``: a row and the one it names by foreign key, upserted, together.
 update
     ``filter(…).update(…)``: equality conditions, values or SQL expressions assigned;
     the number of rows changed.
@@ -94,6 +98,86 @@ def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
         obj._state.adding = False
         obj._state.db = connection.alias
     return inserted
+
+
+def _upsert_sql(
+    obj: Model, conflict: Sequence[str], update: Sequence[str]
+) -> tuple[str, list[Any], tuple[Field[Any, Any], ...]]:
+    model = type(obj)
+    written, names, returned, returning = _insert_shape(model)
+    assert returning, "the row's key is read back"
+    values = [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written]
+    target = ", ".join(columns.quote(columns.column(model, name)) for name in conflict)
+    sets = ", ".join(
+        f"{columns.quote(columns.column(model, name))} = EXCLUDED."
+        f"{columns.quote(columns.column(model, name))}"
+        for name in update
+    )
+    sql = (
+        f"INSERT INTO {columns.quote(model._meta.db_table)} ({names}) "
+        f"VALUES ({', '.join(['%s'] * len(written))}) "
+        f"ON CONFLICT ({target}) DO UPDATE SET {sets}{returning}"
+    )
+    return sql, values, returned
+
+
+def _saved(obj: Model, returned: Sequence[Field[Any, Any]], row: Sequence[Any]) -> None:
+    for field, value in zip(returned, row, strict=True):
+        setattr(obj, field.attname, value)
+    obj._state.adding = False
+    obj._state.db = connection.alias
+
+
+def upsert(obj: Model, *, conflict: Sequence[str], update: Sequence[str]) -> None:
+    """Insert ``obj`` (not saved yet), or update the row whose ``conflict`` fields (a
+    unique constraint) it shares with its ``update`` fields; either way ``obj`` is then
+    that saved row, its database-made keys read back. One statement."""
+    sql, values, returned = _upsert_sql(obj, conflict, update)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        row = cursor.fetchone()
+    _saved(obj, returned, row)
+
+
+def insert_upserting(
+    obj: Model, *, field: str, conflict: Sequence[str], update: Sequence[str]
+) -> None:
+    """Insert ``obj`` (not saved yet) naming, by its foreign key ``field``, the row its
+    unsaved ``field`` object is upserted as (``upsert``); both are then saved.
+
+    One statement on PostgreSQL (the upsert in a ``WITH`` the insert reads its key from);
+    two elsewhere (SQLite has no writing ``WITH``).
+    """
+    named = getattr(obj, field)
+    assert named is not None and named.pk is None, "the named row is upserted here"
+    if connection.vendor != "postgresql":
+        upsert(named, conflict=conflict, update=update)
+        setattr(obj, field, named)
+        insert([obj])
+        return
+    upserted, upsert_values, named_returned = _upsert_sql(named, conflict, update)
+    model = type(obj)
+    written, names, returned, _ = _insert_shape(model)
+    assert not returned, "only the named row's key is read back"
+    key = columns.field(model, field)
+    marks, values = [], []
+    for each in written:
+        if each is key:
+            marks.append("(SELECT u.id FROM u)")
+        else:
+            marks.append("%s")
+            values.append(each.get_db_prep_save(each.pre_save(obj, True), connection))
+    sql = (
+        f"WITH u AS ({upserted}) INSERT INTO {columns.quote(model._meta.db_table)} ({names}) "
+        f"VALUES ({', '.join(marks)}) RETURNING {columns.quote(str(key.column))}"
+    )
+    assert [f.attname for f in named_returned] == ["id"], "the named row's key is its id"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*upsert_values, *values])
+        row = cursor.fetchone()
+    _saved(named, named_returned, row)
+    setattr(obj, field, named)
+    _saved(obj, (), ())
 
 
 def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:

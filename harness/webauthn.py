@@ -53,8 +53,9 @@ class SoftPasskey:
     def id(self) -> str:
         return websafe_encode(self.credential_id)
 
-    def registration(self, name: str = "Work laptop") -> dict[str, Any]:
-        """allauth's ``Authenticator.data`` of this passkey (a "none" attestation)."""
+    def registration(self, name: str = "Work laptop", *, challenge: str = "AAAA") -> dict[str, Any]:
+        """allauth's ``Authenticator.data`` of this passkey (a "none" attestation); its
+        ``credential`` is the browser's ``create`` answer to ``challenge`` (base64url)."""
         credential = AttestedCredentialData.create(b"\0" * 16, self.credential_id, self.cose)
         auth_data = AuthenticatorData.create(
             hashlib.sha256(self.rp_id.encode()).digest(),
@@ -63,7 +64,7 @@ class SoftPasskey:
             credential,
         )
         client_data = json.dumps(
-            {"type": "webauthn.create", "challenge": "AAAA", "origin": self.origin}
+            {"type": "webauthn.create", "challenge": challenge, "origin": self.origin}
         ).encode()
         return {
             "name": name,

@@ -146,10 +146,16 @@ def signed_record_verify(
 
 
 def signature_refusal_record(
-    *, user: AbstractBaseUser, statement: dict[str, Any], refusal: SettleError
+    *,
+    user: AbstractBaseUser | None = None,
+    statement: dict[str, Any],
+    refusal: SettleError,
+    actor: Actor | None = None,
 ) -> None:
     """The ``signature_refused`` event: on the chain of the operation the statement
-    names, if any (a bulk batch's is the system chain's), in a transaction of its own."""
+    names, if any (a bulk batch's is the system chain's), in a transaction of its own.
+
+    By ``user``, or by ``actor`` (a host's customer, who is no user)."""
     data: dict[str, str] = {
         "kind": str(statement.get("kind", "")),
         "decision": str(statement.get("decision", "")),
@@ -160,7 +166,9 @@ def signature_refusal_record(
             if name in statement
         },
     }
-    actor = Actor.of("user", user)
+    if actor is None:
+        assert user is not None, "a refusal is someone's"
+        actor = Actor.of("user", user)
     key = statement.get("operation_key")
     with audit_transaction():
         operation = Operation.objects.filter(key=key).first() if key else None

@@ -12,7 +12,8 @@ rules mean), or raises ``PolicyError`` naming the line and the reason. A file::
     action = "refund"               # an action's name, or "*" (the default)
     hosts = ["agent-7"]             # only these hosts' operations (default: any)
     when = ["/amount <= 5000", '/currency in ["EUR", "USD"]']
-    outcome = "approve"             # approve | deny | person | quorum
+    outcome = "approve"             # approve | deny | person | quorum | customer
+                                    # | customer_and_staff
     reason = "Small refunds need nobody"
 
     [rules.budget]                  # an approve rule may spend a budget
@@ -52,6 +53,8 @@ from common.canonical import sha256_digest
 from policies.file_lines import Lines
 from policies.rules import (
     ANY,
+    CUSTOMER_OUTCOMES,
+    DEFAULT_CUSTOMER_EXPIRY,
     MAX_AMOUNT,
     ActionSummary,
     Budget,
@@ -62,7 +65,7 @@ from policies.rules import (
     json_number,
 )
 
-OUTCOMES = ("approve", "deny", "person", "quorum")
+OUTCOMES = ("approve", "deny", "person", "quorum", "customer", "customer_and_staff")
 RULE_KEYS = {
     "name",
     "provider",
@@ -75,6 +78,7 @@ RULE_KEYS = {
     "approvals",
     "groups",
     "passkey",
+    "customer_passkey",
     "notify",
     "escalate_to",
     "remind_after",
@@ -290,8 +294,20 @@ def _rule(table: Any, line: int, lines: Lines, index: int) -> Rule:
         "expires_after",
     }
     if outcome in ("approve", "deny"):
-        for key in sorted(people & set(table)):
+        for key in sorted((people | {"customer_passkey"}) & set(table)):
             raise PolicyError(at(key), f"{key} is for person and quorum rules")
+    if outcome == "customer":
+        staff = {"approvals", "groups", "passkey", "escalate_to", "escalate_after"}
+        for key in sorted(staff & set(table)):
+            raise PolicyError(at(key), f"{key} is for staff: use customer_and_staff")
+    if outcome in ("person", "quorum") and "customer_passkey" in table:
+        raise PolicyError(at("customer_passkey"), "customer_passkey is for customer rules")
+    if outcome == "customer_and_staff" and "approvals" in table:
+        raise PolicyError(at("approvals"), "the staff side of customer_and_staff is one person")
+    customer_passkey = table.get("customer_passkey", False)
+    if not isinstance(customer_passkey, bool):
+        raise PolicyError(at("customer_passkey"), "customer_passkey must be true or false")
+    rule["customer_passkey"] = customer_passkey
     if outcome == "quorum":
         approvals = table.get("approvals")
         if (
@@ -313,6 +329,8 @@ def _rule(table: Any, line: int, lines: Lines, index: int) -> Rule:
     for key in ("remind_after", "escalate_after", "expires_after"):
         if key in table:
             rule[key] = _duration(table[key], at(key), key)
+    if outcome in CUSTOMER_OUTCOMES:
+        rule.setdefault("expires_after", DEFAULT_CUSTOMER_EXPIRY)
     if "permit_ttl" in table:
         # The permit an approve rule issues at once; a person's approval may ask the same.
         rule["permit_ttl"] = _duration(

@@ -29,6 +29,11 @@ outcome
     ``expires_after`` (durations such as "90s", "15m", "4h", "7d", each at most
     ``policy_file.MAX_DURATION``). ``permit_ttl``: how long the permit an approve rule
     issues lasts, 1 s to 7 days, as a person's approval may.
+    ``customer``: the party the host named when opening it decides, by its approval link
+    (``customer_passkey = true``: signed with their passkey). ``customer_and_staff``:
+    the party and one staff person, as a ``person`` rule names them, must both approve;
+    either declines. Both expire after ``expires_after`` (default
+    ``DEFAULT_CUSTOMER_EXPIRY``): a link that never expires is not handed out.
 action summary
     An ``[[actions]]`` entry: for a provider (or "*") and an action (or "*"), the
     sentence that says in plain words what the action does, with placeholders for its
@@ -48,6 +53,8 @@ from typing import Any
 import jsonpointer
 
 ANY = "*"
+CUSTOMER_OUTCOMES = ("customer", "customer_and_staff")
+DEFAULT_CUSTOMER_EXPIRY = timedelta(days=1)
 DEFAULT_PERMIT_TTL = timedelta(minutes=5)
 # What a budget can count: ``BudgetUse.amount`` holds 30 digits, 8 of them decimals.
 MAX_AMOUNT = Decimal(10) ** 22
@@ -158,6 +165,7 @@ class Rule:
     approvals: int = 1
     groups: tuple[str, ...] = ()
     passkey: bool = False
+    customer_passkey: bool = False
     notify: tuple[str, ...] = ()
     escalate_to: tuple[str, ...] = ()
     remind_after: timedelta | None = None

@@ -38,7 +38,7 @@ from common.actors import Actor
 from dbsql.writes import insert_where
 from policies.models import BudgetLock, BudgetUse, Policy
 from policies.policy_file import PolicyError, policy_parse, version_of
-from policies.rules import NO_POLICY, ONE_PERSON, Budget, Rule
+from policies.rules import CUSTOMER_OUTCOMES, NO_POLICY, ONE_PERSON, Budget, Rule
 from policies.rules import Policy as ParsedPolicy
 
 __all__ = ["PolicyError", "version_of"]
@@ -170,13 +170,18 @@ def policy_apply(*, source: bytes, actor: Actor) -> tuple[Policy | None, ParsedP
 class Terms:
     """What the policy asks of one approval as it opens: the ``outcome`` ("approve",
     "deny" or "people"), the ``rule`` that decided (``ONE_PERSON`` when none did),
-    whether a passkey must sign, and what a budget paid, for the record."""
+    whether a passkey must sign (a staff person's; ``customer_passkey``: the party's),
+    and what a budget paid, for the record."""
 
     outcome: str
     rule: Rule = ONE_PERSON
     version: str = ""
     passkey: bool = False
     budget: dict[str, Any] | None = None
+    # Whom besides staff it asks: "" (staff alone), "customer" (the party alone) or
+    # "customer_and_staff"; and whether the party's decision must be passkey-signed.
+    customer: str = ""
+    customer_passkey: bool = False
 
 
 def approval_terms(
@@ -212,6 +217,15 @@ def approval_terms(
             return Terms("approve", rule, policy.version, budget=paid)
         if rule.outcome == "deny":
             return Terms("deny", rule, policy.version)
+        if rule.outcome in CUSTOMER_OUTCOMES:
+            return Terms(
+                "people",
+                rule,
+                policy.version,
+                passkey=rule.outcome == "customer_and_staff" and (passkey or rule.passkey),
+                customer=rule.outcome,
+                customer_passkey=rule.customer_passkey,
+            )
         return Terms("people", rule, policy.version, passkey=passkey or rule.passkey)
     return Terms("people", version=policy.version, passkey=passkey)
 

@@ -31,6 +31,8 @@ from recovery.services.providers import ProviderSettings, provider_save, provide
 
 @admin.register(Host)
 class HostAdmin(CredentialAdmin):
+    list_display = ["name", "display_name", "active", "created_at", "disabled_at"]
+    fields = ["name", "display_name"]
     create = host_create
     kind = "host"
     disable_service = credential_disable

@@ -32,6 +32,7 @@ from recovery.openapi import openapi_document
 from recovery.ratelimit import rate_limit_wait
 from recovery.selectors.access import approval_for_caller, provider_for_callback
 from recovery.selectors.records import (
+    approval_customer,
     approval_needs,
     approval_record,
     newest_permit,
@@ -47,6 +48,7 @@ from recovery.services import (
     resume,
     token_cache,
 )
+from recovery.services.customers import PartyNamed
 
 logger = logging.getLogger("settle.api")
 
@@ -309,8 +311,11 @@ def _approval_opened(
     """Open the approval of the caller's operation ``key`` (or find the pending one)."""
     operation = _operation(caller, key)
     assert caller.host is not None
+    party = None
+    if body.party is not None:
+        party = PartyNamed(id=body.party.id, name=body.party.name, contact=body.party.contact)
     approval, created = permits.approval_open(
-        operation=operation, host=caller.host, proposer=body.proposer, then=then
+        operation=operation, host=caller.host, proposer=body.proposer, party=party, then=then
     )
     # A policy that approved it issued the permit in this call (the approval holds it).
     permit = approval.permit if approval.status == Approval.Status.APPROVED else None
@@ -318,8 +323,12 @@ def _approval_opened(
         approval_id=str(approval.id),
         status=approval.status,
         permit_id=str(permit.id) if permit else None,
-        expires_at=permit.expires_at.isoformat() if permit else None,
-        **approval_needs(approval=approval),
+        **{
+            "expires_at": permit.expires_at.isoformat() if permit else None,
+            **approval_customer(approval=approval, to_host=True),
+        },
+        # One just opened has no votes yet: nothing to count.
+        **approval_needs(approval=approval, approvals=0 if created else None),
     )
     return opened, created
 
@@ -348,12 +357,16 @@ def approval_decision_view(request: HttpRequest, caller: Caller, approval_id: st
     return _answer(decided)
 
 
-@api_view(methods=("GET",), auth=("approver", "user"))
+@api_view(methods=("GET",), auth=("approver", "user", "host"))
 def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
-    """Exactly what the approver would approve: the action, its parameters, its digest."""
+    """Exactly what the approver would approve: the action, its parameters, its digest.
+
+    To a host, only an approval it opened (with its customer's link while pending)."""
     pk = _uuid(approval_id, ErrorCode.UNKNOWN_APPROVAL)
-    approval = approval_for_caller(approval_id=pk, approver=caller.approver, user=caller.user)
-    return _answer(approval_record(approval=approval))
+    approval = approval_for_caller(
+        approval_id=pk, approver=caller.approver, user=caller.user, host=caller.host
+    )
+    return _answer(approval_record(approval=approval, to_host=caller.host is not None))
 
 
 @api_view(methods=("POST",), auth=("host", "approver"))

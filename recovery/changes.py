@@ -25,6 +25,9 @@ from recovery.models import Operation
 # A stranded receipt completed as a recovery receipt (``receipt_complete``): the
 # operation's state does not move, its dispatch's receipt does.
 RECEIPT_COMPLETE = "receipt_complete"
+# An approval addressed to a host's customer opened (``approval_opened``): the state does
+# not move; the change carries the approval, its party, link and expiry.
+APPROVAL_OPENED = "approval_opened"
 
 
 @dataclass(frozen=True)

@@ -133,10 +133,34 @@ def params_schema() -> dict[str, Any]:
     }
 
 
+PARTY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,99}$"
+PartyId = Annotated[str, StringConstraints(max_length=100, pattern=PARTY_PATTERN), NoNul]
+
+
+class PartyRequest(Body):
+    """The customer the host acts for, by the host's own stable id for them."""
+
+    id: PartyId = Field(description="The host's own stable id for the person (cust_8812).")
+    name: Annotated[str, StringConstraints(max_length=200), NoNul] = Field(
+        default="", description="What the customer is called, as the host shows it."
+    )
+    contact: Annotated[str, StringConstraints(max_length=500), NoNul] = Field(
+        default="",
+        description="An Apprise URL Settle sends the approval link to, of a scheme and "
+        "server the operator allows (else contact_not_allowed); leave it out to deliver "
+        "the link yourself.",
+    )
+
+
 class OpenApprovalRequest(Body):
     proposer: Annotated[str, StringConstraints(max_length=150), NoNul] = Field(
         default="",
         description="The username of the person the host acts for: they never decide it.",
+    )
+    party: PartyRequest | None = Field(
+        default=None,
+        description="The customer the host acts for. Required where the policy asks the "
+        "customer to decide (else party_required); Settle keeps one record per (host, id).",
     )
 
 
@@ -228,11 +252,32 @@ class Needs(Body):
     needed: str = Field(description='What it still needs, as people read it: "1 of 2 approvals".')
 
 
+class PartyRecord(Body):
+    id: str
+    name: str
+    contact: str | SkipJsonSchema[None] = None
+
+
+LINK_DESCRIPTION = (
+    "The customer's approval link, while the approval is pending and addressed to the "
+    "customer: deliver it over your own channel. Whoever holds it can decide as the "
+    "customer; it expires with the approval (expires_at)."
+)
+EXPIRES_DESCRIPTION = (
+    "When the permit expires, once approved; while pending and addressed to the "
+    "customer, when the approval and its link expire."
+)
+
+
 class ApprovalOpened(Needs):
     approval_id: str
     status: str
     permit_id: str | None = Field(description="The permit, when the policy approved it.")
-    expires_at: Timestamp | None
+    expires_at: Timestamp | None = Field(description=EXPIRES_DESCRIPTION)
+    party: PartyRecord | SkipJsonSchema[None] = Field(
+        default=None, description="The customer the approval names, when it names one."
+    )
+    link: str | SkipJsonSchema[None] = Field(default=None, description=LINK_DESCRIPTION)
 
 
 class Registered(OperationSummary):
@@ -270,7 +315,14 @@ class ApprovalRecord(Needs):
     decided_by: str
     decided_at: Timestamp | None
     permit_id: str | None
-    expires_at: Timestamp | None
+    expires_at: Timestamp | None = Field(description=EXPIRES_DESCRIPTION)
+    party: PartyRecord | SkipJsonSchema[None] = Field(
+        default=None,
+        description="The customer the approval names (to the host that opened it and staff).",
+    )
+    link: str | SkipJsonSchema[None] = Field(
+        default=None, description=LINK_DESCRIPTION + " Only to the host that opened it."
+    )
 
 
 class Decided(Needs):

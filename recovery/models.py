@@ -20,6 +20,8 @@ class Host(models.Model):
     """A worker fleet that calls the host API with a bearer token (stored hashed)."""
 
     name = models.CharField(max_length=100, unique=True)
+    # Who asks, as the host's customers know it (the approval link's page); blank: name.
+    display_name = models.CharField(max_length=200, blank=True)
     token_hash = models.CharField(max_length=71, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # A disabled host's token answers 401 from its next request on; hosts are kept,
@@ -28,6 +30,10 @@ class Host(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def shown_name(self) -> str:
+        return self.display_name or self.name
 
     @property
     def active(self) -> bool:

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
 
 from common.errors import ErrorCode
-from recovery import contract
+from recovery import contract, contract_parties
 from recovery.api_endpoint import PAGES, Endpoint, Link, endpoint_statuses
 
 REF = contract.REF
@@ -124,8 +124,9 @@ ENDPOINTS = [
         "/api/v1/approvals/{approval_id}",
         "get",
         "getApproval",
-        "Exactly what would be approved (an approver within its scope, or a console user "
-        "who may view the provider's operations)",
+        "Exactly what would be approved (an approver within its scope, a console user "
+        "who may view the provider's operations, or the host that opened it: to that host "
+        "alone, while pending and addressed to its customer, the customer's link)",
         None,
         {200: ("The approval and the exact action", contract.ApprovalRecord)},
         parameters=("approval_id",),
@@ -264,6 +265,46 @@ ENDPOINTS = [
     ),
 ]
 
+_PARTY = {"party": "$response.body#/party"}
+ENDPOINTS += [
+    Endpoint(
+        "/api/v1/parties/{party}/enrolments",
+        "post",
+        "requestPartyEnrolment",
+        "A one-time link on which the party (your customer) enrols a passkey; deliver it "
+        "inside your signed-in app (the body may be empty)",
+        contract_parties.EnrolmentRequest,
+        {201: ("The enrolment link (shown once)", contract_parties.EnrolmentLink)},
+        parameters=("party",),
+        links={201: {"party": ("getParty", _PARTY, None)}},
+    ),
+    Endpoint(
+        "/api/v1/parties/{party}",
+        "get",
+        "getParty",
+        "The party and its passkeys (removed ones too)",
+        None,
+        {200: ("The party", contract_parties.PartyPasskeys)},
+        parameters=("party",),
+        codes=(E.UNKNOWN_PARTY,),
+        errors={404: "unknown_party: no such party for this host"},
+    ),
+    Endpoint(
+        "/api/v1/parties/{party}/passkeys/{passkey_id}",
+        "delete",
+        "revokePartyPasskey",
+        "Revoke one of the party's passkeys: it signs nothing from now on",
+        None,
+        {200: ("Removed, or removed already (removed false)", contract_parties.PasskeyRemoved)},
+        parameters=("party", "passkey_id"),
+        codes=(E.UNKNOWN_PARTY, E.UNKNOWN_PASSKEY),
+        errors={404: "unknown_party, or unknown_passkey"},
+    ),
+]
+
+# Requests whose body may be left out.
+OPTIONAL_BODIES = (contract.OpenApprovalRequest, contract_parties.EnrolmentRequest)
+
 QUERY_PARAMETERS = {
     "after": (
         "The cursor from a next link: lines after it",
@@ -285,6 +326,8 @@ PATH_PARAMETERS = {
     "approval_id": None,
     "permit_id": None,
     "name": None,
+    "party": contract.PARTY_PATTERN,
+    "passkey_id": r"^[0-9]{1,18}$",
 }
 
 
@@ -318,7 +361,7 @@ def _operation(endpoint: Endpoint, refs: dict[Any, Any]) -> dict[str, Any]:
     }
     if endpoint.request is not None:
         operation["requestBody"] = {
-            "required": endpoint.request is not contract.OpenApprovalRequest,
+            "required": endpoint.request not in OPTIONAL_BODIES,
             "content": _content(refs[(endpoint.request, "validation")]),
         }
     for status, (description, model) in endpoint.responses.items():

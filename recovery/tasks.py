@@ -7,6 +7,7 @@ finds its work done or held by a live lease, and changes nothing.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from celery import shared_task
@@ -15,6 +16,7 @@ from django.utils import timezone
 from recovery.metrics import SWEEP_SECONDS
 from recovery.models import Pulse
 from recovery.services.approval_expiry import approvals_expire_due
+from recovery.services.customers import party_link_send as party_link_send_run
 from recovery.services.lookup_tasks import lookup_attempt_run, lookup_batch_run
 from recovery.services.runs import pulse_record
 from recovery.services.sweep import sweep as sweep_run
@@ -62,3 +64,9 @@ def sweep() -> dict[str, int]:
         "published": report.published,
         "approvals_expired": approvals_expired,
     }
+
+
+@shared_task
+def party_link_send(approval_id: str) -> bool:
+    """Send a customer approval's link to its party's contact (queued at its opening)."""
+    return party_link_send_run(approval_id=uuid.UUID(approval_id))

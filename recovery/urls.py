@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from recovery import api
+from recovery import api, api_parties
 
 urlpatterns = [
     path("openapi.json", api.openapi, name="openapi"),
@@ -18,4 +18,7 @@ urlpatterns = [
     path("v1/approvals/<str:approval_id>/decision", api.approval_decision_view),
     path("v1/permits/<str:permit_id>/revoke", api.permit_revoke_view),
     path("v1/providers/<str:name>/callbacks", api.provider_callbacks),
+    path("v1/parties/<str:party>", api_parties.party_detail),
+    path("v1/parties/<str:party>/enrolments", api_parties.party_enrolments),
+    path("v1/parties/<str:party>/passkeys/<str:passkey_id>", api_parties.party_passkey_revoke),
 ]

@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from settle.settings_background import *  # noqa: F403
 from settle.settings_broker import *  # noqa: F403
 from settle.settings_celery import *  # noqa: F403
+from settle.settings_customers import *  # noqa: F403
 from settle.settings_database import *  # noqa: F403
 from settle.settings_env import *  # noqa: F403
 from settle.settings_env import BASE_DIR, SHIPPED_DIR, VAR_DIR, env_int, env_str
@@ -112,7 +113,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
-USE_I18N = False
+# Translations serve the customer's pages alone (customers.pages picks the browser's
+# language there, with no LocaleMiddleware): the console stays in LANGUAGE_CODE.
+USE_I18N = True
+# The customer pages' languages: their catalogues are customers/locale/<language>.
+LANGUAGES = [("en", "English"), ("de", "Deutsch")]
 USE_TZ = True
 
 STATIC_URL = "static/"

@@ -44,6 +44,7 @@ from common.outbound import Target
 from recovery.services.errors import Invalid
 from webhooks.endpoints import endpoint_signers
 from webhooks.models import WebhookEndpoint, WebhookMessage
+from webhooks.outbox import payload_sent
 from webhooks.outcomes import webhook_outcomes_record, webhook_waiting_promote
 from webhooks.selectors import webhook_messages_due
 from webhooks.send import (
@@ -98,7 +99,7 @@ def webhook_messages_claim(*, limit: int) -> list[Claimed]:
         Claimed(
             id=pk,
             msg_id=msg_id,
-            payload=payload,
+            payload=payload_sent(payload),
             url=endpoints[endpoint_id].url,
             signers=endpoint_signers(endpoints[endpoint_id], now),
             endpoint_id=endpoint_id,

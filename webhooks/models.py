@@ -27,6 +27,7 @@ class WebhookEvent(models.TextChoices):
     RECONCILE = "operation.reconcile", "Operation sent to reconcile"
     RECEIPT_REPAIRED = "receipt.repaired", "Stranded receipt repaired"
     APPROVAL_DECIDED = "approval.decided", "Approval decided"
+    APPROVAL_OPENED = "approval.opened", "Approval opened for the customer"
 
 
 class WebhookEndpoint(models.Model):

@@ -9,7 +9,8 @@ change
     The core hands each batch of changes (``recovery.changes``) to
     ``outbox_changes_record``, registered by ``WebhooksConfig.ready``: a transition to a
     state hosts hear of, an approval decided, a stranded receipt completed, each becomes
-    an event (``change_event``); any other change writes nothing.
+    an event (``change_event``), as does an approval opened for a host's customer
+    (``approval.opened``, with its link); any other change writes nothing.
 nudge
     A commit that wrote messages publishes a delivery task at once
     (``webhooks_nudge``); beat's round delivers anyway.
@@ -31,7 +32,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from recovery.changes import RECEIPT_COMPLETE, OperationChange
+from common.links import approval_link_url
+from recovery.changes import APPROVAL_OPENED, RECEIPT_COMPLETE, OperationChange
 from recovery.models import Operation, State
 from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookMessage
 
@@ -41,6 +43,9 @@ DISABLED = WebhookEndpoint.Status.DISABLED
 PENDING = WebhookMessage.Status.PENDING
 # The transition data a payload may carry: references, never a token or a secret.
 PAYLOAD_KEYS = ("reason", "evidence_id", "request_id", "verdict", "approval_id")
+# What a customer's part in a decision adds (``recovery.services.customers``): who, how
+# ("link" or "passkey") and when they decided.
+PARTY_KEYS = ("party", "party_decision", "method", "decided_at")
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,8 @@ def transition_event(
     }.get(State(target))
     extra = {key: value for key, value in (data or {}).items() if key in PAYLOAD_KEYS}
     decision = {"approve": "approved", "deny": "denied"}.get(event)
+    if decision is not None or event == "expire":
+        extra |= {key: value for key, value in (data or {}).items() if key in PARTY_KEYS}
     # An approval that expired undecided (``approval_expiry``) is its decision too; a
     # permit that expired after its approval is not: its change carries no decision.
     if event == "expire" and (data or {}).get("decision") == "expired":
@@ -94,6 +101,8 @@ def receipt_repaired_event(operation: Operation, data: dict[str, Any]) -> Outbox
 
 def change_event(change: OperationChange) -> OutboxEvent | None:
     """The webhook event a core change makes, if hosts hear of it."""
+    if change.event == APPROVAL_OPENED:
+        return OutboxEvent(change.operation, WebhookEvent.APPROVAL_OPENED, dict(change.data))
     if change.event == RECEIPT_COMPLETE:
         return receipt_repaired_event(change.operation, change.data)
     return transition_event(change.operation, change.event, change.target, change.data)
@@ -122,6 +131,16 @@ def _payload(item: OutboxEvent, now: datetime) -> str:
         separators=(",", ":"),
         sort_keys=True,
     )
+
+
+def payload_sent(payload: str) -> str:
+    """The body a stored payload is sent as: ``approval.opened`` gets its customer's link
+    here, so that the link is never kept in a table (``common.links``)."""
+    if '"type":"approval.opened"' not in payload:
+        return payload
+    body = json.loads(payload)
+    body["data"]["link"] = approval_link_url(body["data"]["approval_id"])
+    return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
 def webhook_events_record(events: Sequence[OutboxEvent]) -> int:

@@ -7,7 +7,8 @@ event commit together.
 - ``errors``: what a refused approval, approver or permit raises, with its code;
 - ``approvers``: approver credentials and their tokens;
 - ``approvals``: requesting, deciding, voting on and expiring an approval;
-- ``permits``: consuming, refusing and revoking a permit.
+- ``permits``: consuming, refusing and revoking a permit;
+- ``parties``: a host's customers, their passkey enrolment links and passkeys.
 
 Callers import from the module that defines a name; nothing is re-exported here.
 """

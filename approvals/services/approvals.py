@@ -24,7 +24,7 @@ from common.actors import Actor
 from common.errors import ErrorCode
 from dbsql.clock import db_now
 from dbsql.rows import model_from_row, select_first
-from dbsql.writes import NOW, insert, update_returning
+from dbsql.writes import NOW, insert, insert_upserting, update_returning
 
 MAX_TTL_SECONDS = 7 * 24 * 3600
 
@@ -60,7 +60,8 @@ def approval_request(
     """Open an approval for ``binding``, or return the pending one (``created`` False).
 
     ``terms``: called with the new approval's id, only when one is made, for what its
-    policy asks of it (the values of ``Approval``'s policy fields).
+    policy asks of it (the values of ``Approval``'s policy fields; an unsaved ``party``
+    is upserted by (host, party) with the approval).
     """
     pending = select_first(
         Approval, operation_key=binding.operation_key, status=Approval.Status.PENDING
@@ -78,7 +79,16 @@ def approval_request(
     if terms is not None:
         for name, value in terms(approval.id).items():
             setattr(approval, name, value)
-    insert([approval])
+    if approval.party is not None and approval.party.pk is None:
+        # The party as the host names it now: made or refreshed with the approval.
+        insert_upserting(
+            approval,
+            field="party",
+            conflict=("host", "party"),
+            update=("display_name", "contact", "updated_at"),
+        )
+    else:
+        insert([approval])
     return approval, True
 
 

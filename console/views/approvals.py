@@ -81,7 +81,10 @@ def approval_detail(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
     votes = approval_votes(approval=approval)
     me = Actor.of("user", request.user)
     mine = next((vote for vote in votes if vote.voter == me), None)
-    may_decide = approval_decidable_by(user=request.user, approval=approval)
+    # The customer's alone to decide: staff read it, and cannot stand in (customer_required).
+    may_decide = approval.customer != "customer" and approval_decidable_by(
+        user=request.user, approval=approval
+    )
     approving = sum(1 for vote in votes if vote.approve)
     context = {
         "approval": approval,
@@ -91,6 +94,7 @@ def approval_detail(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
             policy_at(approval.policy_version), approval.provider, approval.action, operation.params
         ),
         "votes": votes,
+        "customer_voted": any(vote.voter and vote.voter.kind == "party" for vote in votes),
         "approving": approving,
         "remaining": max(approval.required - approving, 0),
         "my_vote": mine,

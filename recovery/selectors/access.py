@@ -111,15 +111,22 @@ def approvals_for_user(*, user: Any) -> QuerySet[Approval]:
 
 
 def approval_for_caller(
-    *, approval_id: Any, approver: Approver | None = None, user: Any = None
+    *,
+    approval_id: Any,
+    approver: Approver | None = None,
+    user: Any = None,
+    host: Host | None = None,
 ) -> Approval:
-    """One approval, for an approver or a console user to read.
+    """One approval, for an approver, a console user or the host that opened it to read.
 
     Outside what the caller may see it does not exist (``unknown_approval``). Who may
     decide it is the deciding service's rule (``recovery.services.permits``).
     """
     if approver is not None:
         approvals = approvals_for_approver(approver=approver)
+    elif host is not None:
+        keys = operations_for_host(host=host).values("key")
+        approvals = Approval.objects.filter(operation_key__in=keys)
     else:
         approvals = approvals_for_user(user=user)
     approval = approvals.filter(pk=approval_id).first()

@@ -14,16 +14,20 @@ from urllib.parse import quote, urlencode
 from approvals.models import Approval, Permit, PermitEvent
 from approvals.selectors import approval_needed, permit_history
 from common.actors import Actor
+from common.links import approval_link_url
 from recovery import contract
 from recovery.models import Dispatch, Evidence, Operation
 
 
-def approval_needs(*, approval: Approval) -> dict[str, Any]:
+def approval_needs(*, approval: Approval, approvals: int | None = None) -> dict[str, Any]:
     """Which rule applied and what the approval still needs (``contract.Needs``' fields).
 
-    Only an approval decided by votes pays a statement to count them.
+    Only an approval decided by votes pays a statement to count them, unless the caller
+    knows the count (``approvals``: one just opened has none).
     """
-    if approval.voting:
+    if approvals is not None:
+        pass
+    elif approval.voting:
         approvals = approval.votes.filter(approve=True).count()
     else:
         by_person = isinstance(approval.decided_by, Actor) and approval.decided_by.kind != "system"
@@ -36,7 +40,27 @@ def approval_needs(*, approval: Approval) -> dict[str, Any]:
     }
 
 
-def approval_record(*, approval: Approval) -> contract.ApprovalRecord:
+def approval_customer(*, approval: Approval, to_host: bool) -> dict[str, Any]:
+    """The customer fields of an approval's answer: its ``party`` and, to the host that
+    opened it while it is pending and addressed to the customer, its ``link`` and when
+    it expires. Staff never get the link: it decides as the customer."""
+    fields: dict[str, Any] = {}
+    if approval.party_id is None:
+        return fields
+    party = approval.party
+    assert party is not None
+    fields["party"] = contract.PartyRecord(
+        id=party.party,
+        name=party.display_name,
+        **({"contact": party.contact} if to_host else {}),
+    )
+    if to_host and approval.customer and approval.status == Approval.Status.PENDING:
+        fields["link"] = approval_link_url(approval.id)
+        fields["expires_at"] = _iso(approval.expires_at)
+    return fields
+
+
+def approval_record(*, approval: Approval, to_host: bool = False) -> contract.ApprovalRecord:
     """What an approver sees before deciding: the action, its parameters, its digest."""
     operation = Operation.objects.filter(key=approval.operation_key).first()
     permit = Permit.objects.filter(approval=approval).first()
@@ -53,7 +77,10 @@ def approval_record(*, approval: Approval) -> contract.ApprovalRecord:
         decided_by=_who(approval.decided_by),
         decided_at=_iso(approval.decided_at),
         permit_id=str(permit.id) if permit else None,
-        expires_at=_iso(permit.expires_at) if permit else None,
+        **{
+            "expires_at": _iso(permit.expires_at) if permit else None,
+            **approval_customer(approval=approval, to_host=to_host),
+        },
         **approval_needs(approval=approval),
     )
 

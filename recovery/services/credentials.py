@@ -23,10 +23,12 @@ from recovery.services.errors import NotFound
 KINDS: dict[str, type[models.Model]] = {"host": Host, "approver": Approver}
 
 
-def host_create(*, name: str) -> tuple[Host, str]:
-    """Create a host credential; the token is shown once and stored hashed."""
+def host_create(*, name: str, display_name: str = "") -> tuple[Host, str]:
+    """Create a host credential; the token is shown once and stored hashed.
+
+    ``display_name``: who asks, as the host's customers know it (blank: ``name``)."""
     token, hashed = token_new("host")
-    host = Host.objects.create(name=name, token_hash=hashed)
+    host = Host.objects.create(name=name, display_name=display_name, token_hash=hashed)
     return host, token
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any, NoReturn
 
-from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Approval, Approver, Permit
-from approvals.selectors import approvals_with_standing, proposer_user_for
+from approvals.selectors import proposer_user_for
 from approvals.services.approvals import (
     NeedsVotes,
     approval_expired,
@@ -29,6 +30,7 @@ from common import statements
 from common.actors import Actor
 from common.errors import ErrorCode
 from policies.services import Terms, approval_terms
+from recovery.changes import APPROVAL_OPENED, OperationChange, changes_record
 from recovery.models import (
     Host,
     Operation,
@@ -37,6 +39,16 @@ from recovery.models import (
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require
 from recovery.services.approval_expiry import approval_expire_at_decision
+from recovery.services.customers import (
+    PartyNamed,
+    approval_opened_data,
+    party_contact_check,
+    party_decision_data,
+    party_decision_require,
+    party_link_publish,
+    party_row,
+    party_vote_record,
+)
 from recovery.services.errors import Forbidden, NotFound, RecoveryError
 from recovery.services.locking import (
     OperationRef,
@@ -45,6 +57,7 @@ from recovery.services.locking import (
     operation_lock_bound,
 )
 from recovery.services.refusals import RefusalsCommitted, refusals_recorded
+from recovery.services.voters import customer_voter_check, staff_voter_check
 from recovery.transitions import Event, operation_transition
 
 
@@ -76,6 +89,7 @@ def approval_open(
     host: Host,
     proposer: str = "",
     then: Callable[[Operation, Approval], object] | None = None,
+    party: PartyNamed | None = None,
 ) -> tuple[Approval, bool]:
     """Ask for a decision on the operation's exact action (or return the pending one).
 
@@ -83,9 +97,13 @@ def approval_open(
     approves or denies by itself, Settle decides it here, in the same transaction,
     naming the rule. ``proposer``: the username of the person the host acts for
     (case-insensitive), who never decides it; the user it names now is kept by id
-    (``approvals.selectors``' ``proposer``). ``then``: called with the locked operation
-    and the new approval before the transaction ends (``dispatch.DispatchAsked``).
+    (``approvals.selectors``' ``proposer``). ``party``: the customer the host acts for
+    (``recovery.services.customers``), whom the approval names; where the policy asks
+    the customer and none is named, nothing is written (``party_required``). ``then``:
+    called with the locked operation and the new approval before the transaction ends
+    (``dispatch.DispatchAsked``).
     """
+    party_contact_check(party)
     operation = operation_lock(operation)
     if operation.state != State.AWAITING_APPROVAL:
         raise RecoveryError(
@@ -105,7 +123,16 @@ def approval_open(
             approval_id=approval_id,
         )
         asked.append(found)
-        return _approval_fields(found, proposer)
+        if found.customer and party is None:
+            raise RecoveryError(
+                ErrorCode.PARTY_REQUIRED,
+                f"policy rule {found.rule.name} asks the customer to decide: name the party",
+                rule=found.rule.name,
+            )
+        fields = _approval_fields(found, proposer)
+        if party is not None:
+            fields["party"] = party_row(host=host.name, named=party)
+        return fields
 
     approval, created = approval_request(
         binding=bound, requested_by=Actor.of("host", host), host=host.name, terms=terms
@@ -117,8 +144,22 @@ def approval_open(
         kind=AuditKind.APPROVAL_REQUESTED,
         operation=operation,
         actor=Actor.of("host", host),
-        data={"approval_id": str(approval.id), **_policy_record(found, approval)},
+        data={
+            "approval_id": str(approval.id),
+            **({"party": str(approval.party)} if approval.party is not None else {}),
+            **_policy_record(found, approval),
+        },
     )
+    if approval.customer and approval.party is not None:
+        changes_record(
+            [
+                OperationChange(
+                    operation, APPROVAL_OPENED, operation.state, approval_opened_data(approval)
+                )
+            ]
+        )
+        if approval.party.contact:
+            transaction.on_commit(partial(party_link_publish, approval.id))
     if found.outcome in ("approve", "deny"):
         approval, _ = _decide(
             operation,
@@ -149,12 +190,17 @@ def _approval_fields(terms: Terms, proposer: str) -> dict[str, Any]:
         "rule": rule.name,
         "rule_reason": rule.reason,
         "policy_version": terms.version,
-        "required": rule.approvals,
+        # The customer's vote, and the staff's beside it for customer_and_staff.
+        "required": 2 if terms.customer == "customer_and_staff" else rule.approvals,
         "groups": list(rule.groups),
         "passkey_required": terms.passkey,
         "proposer": proposer,
         "proposer_user": proposer_user_for(name=proposer),
-        "voting": bool(rule.approvals > 1 or rule.groups or terms.passkey or proposer),
+        "voting": bool(
+            rule.approvals > 1 or rule.groups or terms.passkey or proposer or terms.customer
+        ),
+        "customer": terms.customer,
+        "customer_passkey": terms.customer_passkey,
         "expires_at": after(rule.expires_after),
         "notify_groups": list(rule.notify),
         "escalate_groups": list(rule.escalate_to),
@@ -173,6 +219,9 @@ def _policy_record(terms: Terms, approval: Approval) -> dict[str, Any]:
         "outcome": terms.outcome,
         "required": approval.required,
     }
+    if terms.customer:
+        record["customer"] = terms.customer
+        record["customer_passkey"] = terms.customer_passkey
     if terms.budget is not None:
         record["budget"] = terms.budget
     return record
@@ -198,15 +247,19 @@ def approval_decision(
     Who decides: an approver within its scope (``approver_scope``: outside it an
     approval does not exist for it); a console user holding
     ``decide_approvals`` on the provider (``forbidden`` for one who may only view it;
-    to anyone else the approval does not exist); Settle itself. Never a host.
+    to anyone else the approval does not exist); the party an approval is addressed to
+    (``Actor.party``; to any other party it does not exist); Settle itself. Never a host.
 
     A person's (or an approver's) decision is a vote: the approval is approved once
     ``required`` distinct voters approved it, and denied by the first denial. The
     proposer never votes, nor anyone outside the approval's ``groups``; where the
     policy requires a passkey, only a signed vote (``signature``, verified by the
-    caller against the person's registered passkey) counts.
+    caller against the person's registered passkey) counts. An approval addressed to the
+    customer (``Approval.customer``) counts the party's vote, and for
+    ``customer_and_staff`` one staff vote beside it; neither stands in for the other
+    (``customer_required``), and where ``customer_passkey`` only a signed party vote counts.
     """
-    if decided_by.kind not in ("approver", "user", "system"):
+    if decided_by.kind not in ("approver", "user", "system", "party"):
         raise Forbidden(f"a {decided_by.kind} may not decide approvals")
     approver = approver_scope(
         actor=decided_by, approver=approver, missing=ErrorCode.UNKNOWN_APPROVAL
@@ -224,6 +277,8 @@ def approval_decision(
                 visible=(ProviderPermission.VIEW_OPERATIONS, ProviderPermission.DECIDE_APPROVALS),
                 missing=ErrorCode.UNKNOWN_APPROVAL,
             )
+        if decided_by.kind == "party":
+            party_decision_require(approval_id=approval_id, party=decided_by)
         refuse = _DecisionRefusal(operation, approval_id, decided_by)
         if reviewed_digest != operation.params_digest:
             refuse(
@@ -236,7 +291,8 @@ def approval_decision(
             return _decide(
                 operation, approval_id, approve, ttl_seconds, decided_by, reason, True, refuse
             )
-        if not signature:
+        # A customer approval is decided by votes alone (a party's is recorded as one).
+        if not signature and decided_by.kind != "party":
             try:
                 return _decide(
                     operation, approval_id, approve, ttl_seconds, decided_by, reason, refuse=refuse
@@ -244,6 +300,15 @@ def approval_decision(
             except NeedsVotes:
                 pass
         approval = Approval.objects.get(pk=approval_id)
+        if approval.status != Approval.Status.PENDING and decided_by.kind == "party":
+            refuse(
+                ErrorCode.APPROVAL_EXPIRED
+                if approval.status == Approval.Status.EXPIRED
+                else ErrorCode.ALREADY_DECIDED,
+                f"approval is already {approval.status}",
+                {"status": approval.status},
+                status=approval.status,
+            )
         if approval.status != Approval.Status.PENDING:
             raise RecoveryError(
                 ErrorCode.ALREADY_DECIDED,
@@ -262,7 +327,10 @@ def approval_decision(
             **approval_subject(approval),
         ):
             refuse(ErrorCode.SIGNATURE_INVALID, "the signed statement is not this decision", {})
-        _voter_check(approval, decided_by, signature, refuse)
+        if approval.customer:
+            customer_voter_check(approval, decided_by, signature, refuse)
+        if decided_by.kind != "party":
+            staff_voter_check(approval, decided_by, signature, refuse)
         try:
             vote, approvals_so_far = approval_vote(
                 approval=approval,
@@ -272,6 +340,9 @@ def approval_decision(
                 signature=signature,
             )
         except ApprovalError as exc:
+            if decided_by.kind == "party" and exc.code == ErrorCode.ALREADY_VOTED:
+                # Two tabs or two taps: to the customer, their decision is made.
+                refuse(ErrorCode.ALREADY_DECIDED, "you have decided this approval already", {})
             refuse(exc.code, exc.message, {})
         audit_append(
             kind=AuditKind.APPROVAL_VOTED,
@@ -285,6 +356,7 @@ def approval_decision(
                 "approvals": approvals_so_far,
                 "required": approval.required,
                 **({"signature": vote.signature} if vote.signature else {}),
+                **party_vote_record(decided_by, signature),
             },
         )
         if approve and approvals_so_far < approval.required:
@@ -333,37 +405,6 @@ def approval_subject(approval: Approval) -> dict[str, object]:
     )
 
 
-def _voter_check(
-    approval: Approval,
-    voter: Actor,
-    signature: dict[str, Any] | None,
-    refuse: _DecisionRefusal,
-) -> None:
-    """Refuse a voter the approval's policy does not let count (its rules are
-    ``approvals.selectors.approvals_with_standing``'s, which the inbox filters on)."""
-    by_proposer, in_groups = False, not approval.groups
-    if voter.kind == "user" and (approval.proposer or approval.groups):
-        user = get_user_model().objects.filter(pk=voter.id).first()
-        if user is not None:
-            by_proposer, in_groups = (
-                approvals_with_standing(user=user)
-                .filter(pk=approval.pk)
-                # The stubs know the model's fields, not the annotations.
-                .values_list("by_proposer", "in_groups")  # type: ignore[misc]
-                .get()
-            )
-    if by_proposer:
-        refuse(ErrorCode.PROPOSER_EXCLUDED, "the proposer may not decide it", {})
-    if not in_groups:
-        refuse(
-            ErrorCode.NOT_IN_GROUP,
-            f"it needs a person from {', '.join(approval.groups)}",
-            {"groups": approval.groups},
-        )
-    if approval.passkey_required and not signature:
-        refuse(ErrorCode.PASSKEY_REQUIRED, "this decision must be signed with a passkey", {})
-
-
 def _decide(
     operation: Operation,
     approval_id: uuid.UUID,
@@ -406,7 +447,11 @@ def _decide(
         operation=operation,
         event=Event.APPROVE if approve else Event.DENY,
         actor=actor,
-        data={"approval_id": str(approval.id), **({"reason": reason} if reason else {})},
+        data={
+            "approval_id": str(approval.id),
+            **({"reason": reason} if reason else {}),
+            **party_decision_data(approval),
+        },
     )
     return approval, permit
 

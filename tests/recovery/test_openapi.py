@@ -57,6 +57,8 @@ EMITTED = {
     "unknown_provider",
     "unknown_approval",
     "unknown_permit",
+    "unknown_party",
+    "unknown_passkey",
     # business refusals (services, approvals)
     "key_conflict",
     "invalid_state",
@@ -69,6 +71,10 @@ EMITTED = {
     "proposer_excluded",
     "not_in_group",
     "passkey_required",
+    # an approval addressed to a host's customer
+    "party_required",
+    "customer_required",
+    "contact_not_allowed",
     "not_authorized",
     "action_mismatch",
     "expired",
@@ -141,6 +147,11 @@ ADMIN_ONLY = {
     "unknown_export",
     # a decision signed with a passkey (the console's; the API's decisions carry none)
     "signature_invalid",
+    # a customer's passkey enrolment page (customers.views.enrol), never the host API
+    "enrolment_unknown",
+    "enrolment_used",
+    "enrolment_expired",
+    "registration_invalid",
 }
 # CanonicalError codes that reach the API only as the `reason` of invalid_params.
 REASON_ONLY = {"integer_out_of_range"}
@@ -154,6 +165,7 @@ JSON_ERRORS = re.compile(r"\{\"error\": \"([a-z_]+)\"")
 MEMBERS = re.compile(r"\bErrorCode\.([A-Z_]+)\b")
 SOURCES = [
     "recovery/api.py",
+    "recovery/api_parties.py",
     "recovery/contract.py",
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "recovery/services").glob("*.py")),
     "common/canonical.py",
@@ -166,6 +178,7 @@ SHIPPED = [
     "audit",
     "common",
     "console",
+    "customers",
     "dbsql",
     "monitoring",
     "recovery",
@@ -580,7 +593,9 @@ def test_every_request_body_is_the_model_its_view_parses(document):
     ``proposer``: what the fuzzer sent as invalid, the server accepted."""
     for pattern in API_ROUTES:
         path = documented_path(str(pattern.pattern))
-        parsed = set(re.findall(r"contract\.(\w+Request)\b", inspect.getsource(pattern.callback)))
+        parsed = set(
+            re.findall(r"contract(?:_\w+)?\.(\w+Request)\b", inspect.getsource(pattern.callback))
+        )
         for method, operation in document["paths"][path].items():
             if method == "parameters":
                 continue

@@ -13,9 +13,10 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, CDPSession, Page, sync_playwright
 
 from harness.accounts import PASSWORD
 
@@ -31,6 +32,41 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 WIDE, NARROW = 1280, 390
 PHONE = {"width": NARROW, "height": 844}
+
+UNLOCKED = {
+    "protocol": "ctap2",
+    "transport": "internal",
+    "hasResidentKey": True,
+    "hasUserVerification": True,
+    "isUserVerified": True,
+    "automaticPresenceSimulation": True,
+}
+
+
+class Authenticator:
+    """A platform authenticator Chromium emulates: its passkeys live as long as it does."""
+
+    def __init__(self, page: Page) -> None:
+        self.cdp: CDPSession = page.context.new_cdp_session(page)
+        self.cdp.send("WebAuthn.enable")
+        self.id = ""
+
+    def plug(self, **options: Any) -> Authenticator:
+        added = self.cdp.send(
+            "WebAuthn.addVirtualAuthenticator", {"options": {**UNLOCKED, **options}}
+        )
+        self.id = added["authenticatorId"]
+        return self
+
+    def user_verified(self, verified: bool) -> None:
+        """Whether the owner unlocks it (PIN, fingerprint) when asked."""
+        self.cdp.send(
+            "WebAuthn.setUserVerified", {"authenticatorId": self.id, "isUserVerified": verified}
+        )
+
+    def credentials(self) -> list[dict[str, Any]]:
+        found = self.cdp.send("WebAuthn.getCredentials", {"authenticatorId": self.id})
+        return list(found["credentials"])
 
 
 def passkey_register_in(page: Page, name: str) -> None:

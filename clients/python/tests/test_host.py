@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -504,3 +505,46 @@ def test_a_provider_callback_signed_by_the_helper_is_applied(
         )
     assert answers == [{"applied": True, "state": "released"}]
     assert outcome.state == "released"
+
+
+def _customer_approves(server: dict[str, str], link: str) -> None:
+    """What the customer's phone does with the link: the page's POSTs, token in the body."""
+    token = link.split("#", 1)[1]
+    with httpx.Client(base_url=server["url"], timeout=30, trust_env=False) as phone:
+        phone.get("/approve/")
+        headers = {"X-CSRFToken": phone.cookies["csrftoken"]}
+        state = phone.post("/approve/state", data={"token": token}, headers=headers)
+        digest = re.search(r'name="params_digest" value="([^"]+)"', state.text)
+        assert digest is not None, state.text
+        fields = {"token": token, "decision": "approve", "params_digest": digest.group(1)}
+        assert phone.post("/approve/decide", data=fields, headers=headers).status_code == 200
+
+
+def test_a_customer_approves_by_the_link_the_host_reads(
+    server: dict[str, str], transport: ContractTransport, key: str
+) -> None:
+    party = {"id": "cust-8812", "name": "Ada Lovelace"}
+    with make_host(server, transport) as host:
+
+        def on_approval(approval_id: str) -> None:
+            record = host.approval(approval_id)
+            assert record["party"] == {**party, "contact": ""} and record["expires_at"]
+            _customer_approves(server, record["link"])
+
+        outcome = host.run(
+            key,
+            action="customer.pay",
+            provider=server["provider"],
+            params=PARAMS,
+            effect=lambda token: f"pay-{key}",
+            on_approval=on_approval,
+            party=party,
+        )
+    assert (outcome.state, outcome.ran_effect) == ("released", True)
+
+
+def test_an_approval_for_the_customer_without_a_party_is_refused(
+    server: dict[str, str], transport: ContractTransport, key: str
+) -> None:
+    with make_host(server, transport) as host, pytest.raises(errors.PartyRequired):
+        host.run(key, action="customer.pay", provider=server["provider"], params=PARAMS, effect=str)

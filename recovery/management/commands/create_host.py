@@ -13,9 +13,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
+        parser.add_argument(
+            "--display-name",
+            default="",
+            help="Who asks, as the host's customers read it on their approval page.",
+        )
 
-    def handle(self, *args: Any, name: str, **options: Any) -> None:
+    def handle(self, *args: Any, name: str, display_name: str, **options: Any) -> None:
         if Host.objects.filter(name=name).exists():
             raise CommandError(f"a host named {name!r} already exists")
-        _, token = host_create(name=name)
+        if len(display_name) > 200:
+            raise CommandError("the display name is at most 200 characters")
+        _, token = host_create(name=name, display_name=display_name)
         self.stdout.write(token)

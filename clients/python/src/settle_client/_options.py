@@ -62,6 +62,7 @@ class _Options:
         provider: str,
         params: dict[str, Any],
         on_approval: Callable[[str], object] | None,
+        party: dict[str, Any] | None = None,
     ) -> Run:
         return Run(
             key=key,
@@ -71,6 +72,7 @@ class _Options:
             digest=_digest(params),
             worker=self.worker,
             approval_timeout=self.approval_timeout,
+            party=party,
             settle_timeout=self.settle_timeout,
             poll_interval=self.poll_interval,
             on_approval=on_approval,

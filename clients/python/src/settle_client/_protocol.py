@@ -108,6 +108,13 @@ class Run:
     settle_timeout: float
     poll_interval: float
     on_approval: Callable[[str], object] | None = None
+    # The customer the host acts for (``{"id", "name", "contact"?}``), named when the
+    # approval opens; where the policy asks the customer, its answer carries their link.
+    party: dict[str, Any] | None = None
+
+    def opening(self) -> dict[str, Any]:
+        """The body that opens the approval."""
+        return {"party": self.party} if self.party is not None else {}
 
     def path(self, endpoint: str = "") -> str:
         return operation_path(self.key, endpoint)
@@ -140,7 +147,8 @@ def lifecycle(run: Run) -> Generator[Step, Any, Outcome]:
     # where a policy approves it as it opens, the same request dispatches (``dispatch``,
     # with this client's digest: Settle consumes the permit only for exactly that).
     body = {"key": run.key, "action": run.action, "provider": run.provider, "params": run.params}
-    asked = {"approval": {}, "dispatch": {"worker": run.worker, "params_digest": run.digest}}
+    dispatch = {"worker": run.worker, "params_digest": run.digest}
+    asked = {"approval": run.opening(), "dispatch": dispatch}
     summary = yield Call("POST", OPERATIONS, {**body, **asked})
     if _field(summary, "params_digest", str, "register") != run.digest:
         raise errors.ProtocolError(
@@ -222,7 +230,7 @@ def _decision(run: Run, opened: dict[str, Any] | None = None) -> Generator[Step,
     approval_id, rule, needed = "", "", ""
     try:
         if opened is None:
-            opened = yield Call("POST", run.path("/approvals"), {})
+            opened = yield Call("POST", run.path("/approvals"), run.opening())
     except errors.InvalidState:
         pass  # decided meanwhile: the record says how
     else:

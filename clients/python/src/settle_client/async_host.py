@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -72,10 +73,16 @@ class AsyncHost:
         params: dict[str, Any],
         effect: Callable[[str], Awaitable[Any]] | Callable[[str], Any],
         on_approval: Callable[[str], object] | None = None,
+        party: dict[str, Any] | None = None,
     ) -> Outcome:
         """As ``Host.run``."""
         async with self.action(
-            key, action=action, provider=provider, params=params, on_approval=on_approval
+            key,
+            action=action,
+            provider=provider,
+            params=params,
+            on_approval=on_approval,
+            party=party,
         ) as attempt:
             if attempt.fencing_token is not None:
                 try:
@@ -99,13 +106,20 @@ class AsyncHost:
         provider: str,
         params: dict[str, Any],
         on_approval: Callable[[str], object] | None = None,
+        party: dict[str, Any] | None = None,
     ) -> AsyncAttempt:
         """As ``Host.action``, with ``async with``."""
-        spec = self.options.spec(key, action, provider, params, on_approval)
+        spec = self.options.spec(key, action, provider, params, on_approval, party)
         return AsyncAttempt(self, lifecycle(spec), spec)
 
     async def operation(self, key: str) -> dict[str, Any]:
         return await self.http.call(Call("GET", operation_path(key)))
+
+    async def approval(self, approval_id: str) -> dict[str, Any]:
+        """The approval this host opened: the exact action, its status, and where it is
+        addressed to the customer, ``party`` and (while pending) ``link`` and
+        ``expires_at``: the link to deliver to them."""
+        return await self.http.call(Call("GET", f"/api/v1/approvals/{quote(approval_id, safe='')}"))
 
     async def operation_history(self, key: str) -> list[dict[str, Any]]:
         """As ``Host.operation_history``."""

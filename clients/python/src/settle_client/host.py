@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -81,6 +82,7 @@ class Host:
         params: dict[str, Any],
         effect: Callable[[str], Any],
         on_approval: Callable[[str], object] | None = None,
+        party: dict[str, Any] | None = None,
     ) -> Outcome:
         """Run ``effect(fencing_token)`` at most once ever for ``key``; how it ended.
 
@@ -89,7 +91,12 @@ class Host:
         a crash, the effect is not called again: the outcome is what Settle settled.
         """
         with self.action(
-            key, action=action, provider=provider, params=params, on_approval=on_approval
+            key,
+            action=action,
+            provider=provider,
+            params=params,
+            on_approval=on_approval,
+            party=party,
         ) as attempt:
             if attempt.fencing_token is not None:
                 try:
@@ -107,6 +114,7 @@ class Host:
         provider: str,
         params: dict[str, Any],
         on_approval: Callable[[str], object] | None = None,
+        party: dict[str, Any] | None = None,
     ) -> Attempt:
         """The context-manager form of ``run``: the body is the effect.
 
@@ -114,7 +122,7 @@ class Host:
         before, or the operation is settled); set ``attempt.reference`` in the body. An
         exception leaving the body is reported ``failed`` and raised again.
         """
-        spec = self.options.spec(key, action, provider, params, on_approval)
+        spec = self.options.spec(key, action, provider, params, on_approval, party)
         return Attempt(self, lifecycle(spec), spec)
 
     def operation(self, key: str) -> dict[str, Any]:
@@ -123,6 +131,12 @@ class Host:
         Its permit's history is the first page (``history_next``: the rest, if any).
         """
         return self.http.call(Call("GET", operation_path(key)))
+
+    def approval(self, approval_id: str) -> dict[str, Any]:
+        """The approval this host opened: the exact action, its status, and where it is
+        addressed to the customer, ``party`` and (while pending) ``link`` and
+        ``expires_at``: the link to deliver to them."""
+        return self.http.call(Call("GET", f"/api/v1/approvals/{quote(approval_id, safe='')}"))
 
     def operation_history(self, key: str) -> list[dict[str, Any]]:
         """Every line of the history of operation ``key``'s newest permit, oldest first,

@@ -258,6 +258,24 @@ class PasskeyRequired(AuthError):
     code = "passkey_required"
 
 
+class PartyRequired(InvalidRequest):
+    """The policy asks the customer to decide: open the approval naming the ``party``."""
+
+    code = "party_required"
+
+
+class CustomerRequired(AuthError):
+    """The approval awaits the customer's own decision: staff cannot stand in for it."""
+
+    code = "customer_required"
+
+
+class ContactNotAllowed(InvalidRequest):
+    """The party's contact is not a scheme and server Settle's operator allows."""
+
+    code = "contact_not_allowed"
+
+
 class NotAuthorized(PermitRefused):
     """No permit."""
 
@@ -367,6 +385,9 @@ ERRORS_BY_CODE: dict[str, type[ApiError]] = {
         ProposerExcluded,
         NotInGroup,
         PasskeyRequired,
+        PartyRequired,
+        CustomerRequired,
+        ContactNotAllowed,
         NotAuthorized,
         ActionMismatch,
         PermitExpired,

@@ -1,0 +1,151 @@
+// A customer's passkey, on their phone: enrolment from the host's one-time link, and
+// the browser's half of signing a decision (window.settleCustomerSign).
+//
+// The enrolment link's token is in the URL's fragment, which the browser never sends:
+// read here, taken out of the address bar, and sent in POST bodies only. Settle keeps
+// the ceremony's state signed and checks every answer itself: the page decides nothing.
+"use strict";
+
+(() => {
+  const bytes = (text) =>
+    Uint8Array.from(
+      atob(text.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((text.length + 3) % 4)),
+      (c) => c.charCodeAt(0),
+    );
+  const text = (buffer) =>
+    btoa(String.fromCharCode(...new Uint8Array(buffer)))
+      .replace(/\+/g, "-")
+      .replace(/\//g, "_")
+      .replace(/=+$/, "");
+  const csrf = () => document.querySelector("[name=csrfmiddlewaretoken]").value;
+
+  async function post(url, body) {
+    const answer = await fetch(url, {
+      method: "POST",
+      body: JSON.stringify(body),
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf() },
+      credentials: "same-origin",
+      referrerPolicy: "no-referrer",
+    });
+    return { ok: answer.ok, body: await answer.json() };
+  }
+
+  async function created(options) {
+    const publicKey = {
+      ...options.publicKey,
+      challenge: bytes(options.publicKey.challenge),
+      user: { ...options.publicKey.user, id: bytes(options.publicKey.user.id) },
+      excludeCredentials: (options.publicKey.excludeCredentials || []).map((c) => ({
+        ...c,
+        id: bytes(c.id),
+      })),
+    };
+    const credential = await navigator.credentials.create({ publicKey });
+    return {
+      id: credential.id,
+      rawId: text(credential.rawId),
+      type: credential.type,
+      authenticatorAttachment: credential.authenticatorAttachment,
+      response: {
+        clientDataJSON: text(credential.response.clientDataJSON),
+        attestationObject: text(credential.response.attestationObject),
+        transports: credential.response.getTransports ? credential.response.getTransports() : [],
+      },
+      clientExtensionResults: credential.getClientExtensionResults(),
+    };
+  }
+
+  async function signed(options) {
+    const publicKey = {
+      ...options.publicKey,
+      challenge: bytes(options.publicKey.challenge),
+      allowCredentials: (options.publicKey.allowCredentials || []).map((c) => ({
+        ...c,
+        id: bytes(c.id),
+      })),
+    };
+    const credential = await navigator.credentials.get({ publicKey });
+    return {
+      id: credential.id,
+      rawId: text(credential.rawId),
+      type: credential.type,
+      authenticatorAttachment: credential.authenticatorAttachment,
+      response: {
+        clientDataJSON: text(credential.response.clientDataJSON),
+        authenticatorData: text(credential.response.authenticatorData),
+        signature: text(credential.response.signature),
+        userHandle: credential.response.userHandle ? text(credential.response.userHandle) : null,
+      },
+      clientExtensionResults: credential.getClientExtensionResults(),
+    };
+  }
+  // For the approval page: sign the statement whose options Settle gave.
+  window.settleCustomerSign = signed;
+
+  function enrol(root) {
+    const status = root.querySelector("[data-enrol-status]");
+    const form = root.querySelector("[data-enrol-form]");
+    const say = (message, kind) => {
+      status.textContent = message;
+      status.className = `status ${kind || ""}`;
+    };
+    const token = window.location.hash.slice(1);
+    // Out of the address bar (and the history) as soon as it is read.
+    if (token) history.replaceState(null, "", window.location.pathname);
+    if (!token) {
+      say("This page opens from the link in your app. Ask the app for a new one.", "error");
+      return;
+    }
+    let options;
+    post(root.dataset.optionsUrl, { token }).then(({ ok, body }) => {
+      if (!ok) {
+        say(body.message, "error");
+        root.dataset.enrolError = body.error;
+        return;
+      }
+      options = body;
+      root.querySelector("[data-enrol-name]").textContent = body.display_name;
+      root.querySelector("[data-enrol-who]").hidden = false;
+      form.hidden = false;
+      say("");
+    });
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const button = form.querySelector("button");
+      button.disabled = true;
+      say("Follow your phone's prompt to create the passkey…");
+      try {
+        let credential;
+        try {
+          credential = await created(options);
+        } catch (error) {
+          say(`No passkey was created (${error.name}). You can try again.`, "error");
+          return;
+        }
+        const name = form.querySelector("[name=name]").value;
+        const { ok, body } = await post(root.dataset.finishUrl, {
+          token,
+          state: options.state,
+          credential,
+          name,
+        });
+        if (!ok) {
+          say(body.message, "error");
+          root.dataset.enrolError = body.error;
+          form.hidden = true;
+          return;
+        }
+        form.hidden = true;
+        root.dataset.enrolled = "true";
+        say("Passkey added. You can close this page and go back to the app.", "ok");
+      } finally {
+        button.disabled = false;
+      }
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const root = document.querySelector("[data-enrol]");
+    if (root) enrol(root);
+  });
+})();
