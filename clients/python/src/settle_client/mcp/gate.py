@@ -16,6 +16,7 @@ import contextlib
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -23,7 +24,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 
 from settle_client import errors
-from settle_client._protocol import OPERATIONS, Call, operation_path
+from settle_client._protocol import Call, operation_path
 from settle_client.async_host import AsyncHost
 from settle_client.canonical import CanonicalError, canonical_params, params_digest
 from settle_client.mcp.config import Config, GatedTool
@@ -114,6 +115,28 @@ def _elicits_url(ctx: ServerRequestContext[Any, Any]) -> bool:
     )
 
 
+class _AwaitsPerson(Exception):
+    """The lifecycle met an approval a person must decide: stop it there, so that the
+    gate can show the page and wait, then run the lifecycle again."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(approval_id)
+        self.approval_id = approval_id
+
+
+def _awaits_person(approval_id: str) -> None:
+    raise _AwaitsPerson(approval_id)
+
+
+def _party(gate: GatedTool, arguments: dict[str, Any]) -> dict[str, Any] | None:
+    """The customer the call names (its ``party_argument``): an id, or ``{id, name?,
+    contact?}`` as the host API takes it; None when the tool names none."""
+    if not gate.party_argument or arguments.get(gate.party_argument) is None:
+        return None
+    value = arguments[gate.party_argument]
+    return dict(value) if isinstance(value, dict) else {"id": str(value)}
+
+
 class Gate:
     def __init__(self, config: Config, upstreams: Upstreams, host: AsyncHost) -> None:
         self.config, self.upstreams, self.host = config, upstreams, host
@@ -133,37 +156,31 @@ class Gate:
             canonical_params(params)
         except CanonicalError as exc:
             return tool_error(f"{gate.name}: these arguments cannot be approved: {exc}")
+        party = _party(gate, arguments)
         try:
-            waiting = await self._approval(gate, key, params, arguments, ctx)
+            # The first request registers, opens the approval and, where a policy approves
+            # it as it opens, dispatches: a policy-approved call is that and the report.
+            try:
+                return await self._execute(
+                    gate, key, params, forwarded, party, on_approval=_awaits_person
+                )
+            except _AwaitsPerson as awaiting:
+                waiting = await self._approval(gate, key, awaiting.approval_id, ctx)
             if waiting is not None:
                 return waiting
-            return await self._execute(gate, key, params, forwarded, ctx)
+            return await self._execute(gate, key, params, forwarded, party)
         except errors.SettleError as exc:
             return _refused(gate.name, exc)
 
     async def _approval(
-        self,
-        gate: GatedTool,
-        key: str,
-        params: dict[str, Any],
-        arguments: dict[str, Any],
-        ctx: ServerRequestContext[Any, Any],
+        self, gate: GatedTool, key: str, approval_id: str, ctx: ServerRequestContext[Any, Any]
     ) -> types.CallToolResult | None:
-        """Register and open the approval; wait for a person where the client can show
-        the page. ``None``: go on (decided, or past approval); else the answer to give."""
-        opening: dict[str, Any] = {}
-        if gate.party_argument and arguments.get(gate.party_argument) is not None:
-            opening["party"] = str(arguments[gate.party_argument])
-        body = {"key": key, "action": gate.action, "provider": gate.provider, "params": params}
-        summary = await self.host.http.call(Call("POST", OPERATIONS, {**body, "approval": opening}))
-        approval = summary.get("approval")
-        if summary.get("state") != "awaiting_approval" or not isinstance(approval, dict):
-            return None
-        if approval.get("status") in ("approved", "denied"):
-            return None  # a policy decided as it opened; the lifecycle reads the outcome
-        approval_id = str(approval.get("approval_id") or "")
-        link = approval.get("link") or f"{self.config.console_url}/approvals/{approval_id}/"
-        who = "the customer" if approval.get("link") else "an approver"
+        """Wait for a person's decision where the client can show the page. ``None``: go
+        on (decided); else the answer to give."""
+        # Addressed to the customer, the approval carries the link to give them.
+        link = (await self.host.approval(approval_id)).get("link") or ""
+        who = "the customer" if link else "an approver"
+        link = link or f"{self.config.console_url}/approvals/{approval_id}/"
         if not _elicits_url(ctx):
             return tool_error(
                 f"{gate.name}: not done yet: this action waits for approval by {who} at "
@@ -213,11 +230,17 @@ class Gate:
         key: str,
         params: dict[str, Any],
         forwarded: dict[str, Any],
-        ctx: ServerRequestContext[Any, Any],
+        party: dict[str, Any] | None,
+        on_approval: Callable[[str], object] | None = None,
     ) -> types.CallToolResult:
         answer: types.CallToolResult | None = None
         async with self.host.action(
-            key, action=gate.action, provider=gate.provider, params=params
+            key,
+            action=gate.action,
+            provider=gate.provider,
+            params=params,
+            on_approval=on_approval,
+            party=party,
         ) as attempt:
             if attempt.fencing_token is not None:
                 meta = {META_KEY: key, META_TOKEN: attempt.fencing_token}
