@@ -79,13 +79,20 @@ def _run(journal, *calls, die: str = "") -> Done:
     return Done(process.wait(timeout=30), answers)
 
 
+def _record(answer: dict) -> dict:
+    """The evidence tool's record: it has no output schema, so it comes as the JSON text of
+    its one content item (as Settle's mcp adapter reads it)."""
+    (content,) = answer["content"]
+    return json.loads(content["text"])
+
+
 def test_it_dies_after_committing_and_its_evidence_then_shows_the_effect(tmp_path):
     journal = tmp_path / "effects.sqlite3"
     died = _run(journal, ("send_payment", CALL), die="crash")
     assert died.returncode == 17
     assert 1 not in died.answers  # committed, never answered
     looked = _run(journal, ("lookup_effect", {"operation_key": "crash-1"})).answers
-    evidence = looked[1]["structuredContent"]
+    evidence = _record(looked[1])
     params = {"payee": "bob", "amount": 5, "currency": "EUR"}
     assert evidence == {
         "found": True,
@@ -106,8 +113,8 @@ def test_every_call_is_an_effect_so_a_second_dispatch_shows_in_the_count(tmp_pat
         ("lookup_effect", {"operation_key": "nothing"}),
     )
     answers = done.answers
-    assert answers[3]["structuredContent"]["count"] == 2
-    assert answers[4]["structuredContent"] == {
+    assert _record(answers[3])["count"] == 2
+    assert _record(answers[4]) == {
         "found": False,
         "operation_key": "nothing",
         "count": 0,
