@@ -22,7 +22,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from approvals.models import Approval, Approver
 from common.actors import Actor
-from common.canonical import MAX_RESULT_BYTES, CanonicalError, canonical_params, strict_loads
+from common.canonical import CanonicalError, strict_loads
 from common.errors import ErrorCode, SettleError
 from dbsql.errors import database_unavailable
 from recovery import contract
@@ -241,8 +241,7 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
         "params_digest": operation.params_digest,
         "version": operation.version,
     }
-    # Asking for the dispatch asks for the opening it needs, as {} if not given.
-    opening = body.approval or (contract.OpenApprovalRequest() if body.dispatch else None)
+    opening = body.opening()
     asked = None
     if body.dispatch is not None:
         asked = dispatch.DispatchAsked(
@@ -425,28 +424,6 @@ def operation_heartbeat(request: HttpRequest, caller: Caller, key: str) -> JsonR
     return _answer(contract.Heartbeat(lease_expires_at=held.lease_expires_at.isoformat()))
 
 
-def _result(result: Any) -> dict[str, Any] | None:
-    """A report's ``result``: a JSON object with a canonical form, at most
-    ``MAX_RESULT_BYTES`` of it (``invalid_field``, reason ``result_too_large``)."""
-    if result is None:
-        return None
-    try:
-        encoded = canonical_params(result)
-    except CanonicalError as exc:
-        raise ApiError(
-            ErrorCode.INVALID_FIELD, f"result: {exc.message.replace('params', 'result')}"
-        ) from None
-    if len(encoded.encode("utf-8")) > MAX_RESULT_BYTES:
-        raise ApiError(
-            ErrorCode.INVALID_FIELD,
-            f"result is {len(encoded.encode('utf-8'))} bytes canonical; the limit is "
-            f"{MAX_RESULT_BYTES}",
-            reason="result_too_large",
-        )
-    assert isinstance(result, dict)
-    return result
-
-
 @api_view(methods=("POST",), auth=("host",))
 def operation_result(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     operation = _operation(caller, key)
@@ -456,7 +433,7 @@ def operation_result(request: HttpRequest, caller: Caller, key: str) -> JsonResp
         fencing_token=body.fencing_token,
         outcome=body.outcome,
         provider_reference=body.provider_reference,
-        result=_result(body.result),
+        result=body.result_checked(),
         actor=caller.actor,
     )
     reported = contract.Reported(

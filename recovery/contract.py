@@ -28,9 +28,15 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from approvals.services.approvals import MAX_TTL_SECONDS
-from common.canonical import MAX_DEPTH, MAX_PARAMS_BYTES, MAX_RESULT_BYTES, MAX_SAFE_INTEGER
+from common.canonical import (
+    MAX_RESULT_BYTES,
+    MAX_SAFE_INTEGER,
+    CanonicalError,
+    canonical_params,
+)
 from common.errors import ErrorCode, SettleError
 from recovery.models import State
+from recovery.params_schema import params_schema
 
 KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~ -]{0,199}$"
@@ -80,57 +86,6 @@ class Body(BaseModel):
 
 
 # -- requests -------------------------------------------------------------------------
-
-
-# The values params may hold, as JSON Schema: ``ParamsValue<n>`` is a value with at most
-# n levels of objects and arrays inside it (itself included), so that the schema says the
-# depth ``common.canonical`` allows. Numbers are within ±(2^53-1): a float beyond, such
-# as 1e21, is also taken as written, but only the safe range is promised, as the same
-# value written with integer digits is refused. Text has no NUL.
-PARAMS_VALUE = "ParamsValue{levels}"
-# Where the OpenAPI document keeps its schemas (``recovery.openapi``).
-REF = "#/components/schemas/{model}"
-_NO_NUL = r"^[^\x00]*$"
-_SCALAR = {
-    "minimum": -MAX_SAFE_INTEGER,
-    "maximum": MAX_SAFE_INTEGER,
-    "pattern": _NO_NUL,
-}
-
-
-def _params_value(levels: int) -> dict[str, str]:
-    return {"$ref": REF.format(model=PARAMS_VALUE.format(levels=levels))}
-
-
-def params_value_schemas() -> dict[str, dict[str, Any]]:
-    """The ``ParamsValue<n>`` schemas, for the document's components."""
-    schemas: dict[str, dict[str, Any]] = {
-        PARAMS_VALUE.format(levels=0): {
-            "type": ["null", "boolean", "number", "string"],
-            **_SCALAR,
-        }
-    }
-    for levels in range(1, MAX_DEPTH):
-        inner = _params_value(levels - 1)
-        schemas[PARAMS_VALUE.format(levels=levels)] = {
-            "type": ["null", "boolean", "number", "string", "array", "object"],
-            **_SCALAR,
-            "items": inner,
-            "propertyNames": {"pattern": _NO_NUL},
-            "additionalProperties": inner,
-        }
-    return schemas
-
-
-def params_schema() -> dict[str, Any]:
-    """The schema of ``params``: an object at depth 1, its values one level down."""
-    return {
-        "type": "object",
-        "description": f"At most {MAX_PARAMS_BYTES // 1024} KiB canonical (RFC 8785), "
-        f"depth ≤ {MAX_DEPTH}, finite numbers within ±(2^53-1), text without NUL.",
-        "propertyNames": {"pattern": _NO_NUL},
-        "additionalProperties": _params_value(MAX_DEPTH - 1),
-    }
 
 
 PARTY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,99}$"
@@ -185,6 +140,13 @@ class RegisterRequest(Body):
         "must decide is answered as without it.",
     )
 
+    def opening(self) -> OpenApprovalRequest | None:
+        """The approval to open with the registration: ``approval``, or ``{}`` where only
+        the dispatch was asked (a dispatch needs its opening)."""
+        if self.approval is None and self.dispatch is not None:
+            return OpenApprovalRequest()
+        return self.approval
+
 
 class DecisionRequest(Body):
     decision: Literal["approve", "deny"]
@@ -219,6 +181,25 @@ class ResultRequest(Body):
             f"(RFC 8785), with the limits of params. Only the first report's is kept.",
         },
     )
+
+    def result_checked(self) -> dict[str, Any] | None:
+        """``result``: a JSON object with a canonical form, at most ``MAX_RESULT_BYTES``
+        of it (``invalid_field``, reason ``result_too_large``)."""
+        if self.result is None:
+            return None
+        try:
+            size = len(canonical_params(self.result).encode("utf-8"))
+        except CanonicalError as exc:
+            message = exc.message.replace("params", "result")
+            raise ApiError(ErrorCode.INVALID_FIELD, f"result: {message}") from None
+        if size > MAX_RESULT_BYTES:
+            raise ApiError(
+                ErrorCode.INVALID_FIELD,
+                f"result is {size} bytes canonical; the limit is {MAX_RESULT_BYTES}",
+                reason="result_too_large",
+            )
+        assert isinstance(self.result, dict)
+        return self.result
 
 
 class ResumeRequest(Body):

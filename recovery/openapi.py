@@ -17,10 +17,10 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
 
 from common.errors import ErrorCode
-from recovery import contract, contract_parties
+from recovery import contract, contract_parties, params_schema
 from recovery.api_endpoint import PAGES, Endpoint, Link, endpoint_statuses
 
-REF = contract.REF
+REF = params_schema.REF
 
 
 class _Schema(GenerateJsonSchema):
@@ -429,6 +429,6 @@ def _document() -> dict[str, Any]:
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": definitions["$defs"] | contract.params_value_schemas(),
+            "schemas": definitions["$defs"] | params_schema.params_value_schemas(),
         },
     }

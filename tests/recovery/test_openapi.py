@@ -94,6 +94,8 @@ EMITTED = {
 # Raised only by provider_configure, which the admin and `add_provider` call, and by the
 # console's operator actions (recovery.services.operator) — never by the host API.
 ADMIN_ONLY = {
+    "invalid_mcp_secret",
+    "secret_too_long",
     "stale_version",
     "lookup_in_flight",
     "invalid_adapter",
