@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from fido2 import cbor
 from fido2.cose import ES256, CoseKey
 from fido2.rpid import verify_rp_id
-from fido2.utils import websafe_decode
-from fido2.webauthn import AuthenticatorData, CollectedClientData
+from fido2.utils import websafe_decode, websafe_encode
+from fido2.webauthn import AuthenticationResponse, AuthenticatorData, CollectedClientData
 
 from common.statements import challenge_of
 
@@ -50,6 +50,28 @@ class SignatureInvalid(ValueError):
     def __init__(self, reason: str, message: str = "") -> None:
         super().__init__(message or reason)
         self.reason = reason
+
+
+def assertion_record(
+    statement: dict[str, Any], assertion_json: str | Mapping[str, Any]
+) -> dict[str, Any]:
+    """The signed record of a browser's assertion over ``statement``: what a decision
+    keeps and ``assertion_verify`` checks (``SignatureInvalid`` ``malformed`` if the
+    assertion does not parse)."""
+    try:
+        parsed = json.loads(assertion_json) if isinstance(assertion_json, str) else assertion_json
+        assertion = AuthenticationResponse.from_dict(parsed)
+    # LookupError: a KeyError, or the IndexError of fido2 reading CBOR that stops short.
+    except (TypeError, ValueError, LookupError, AttributeError) as exc:
+        raise SignatureInvalid(SignatureInvalid.MALFORMED, str(exc)) from None
+    response = assertion.response
+    return {
+        "statement": statement,
+        "credential_id": websafe_encode(assertion.raw_id),
+        "authenticator_data": websafe_encode(response.authenticator_data),
+        "client_data_json": websafe_encode(response.client_data),
+        "signature": websafe_encode(response.signature),
+    }
 
 
 @lru_cache(maxsize=1024)

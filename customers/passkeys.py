@@ -23,7 +23,6 @@ and ``decision_signed_record`` wrap both around the statement of the party's dec
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,7 +35,6 @@ from fido2.rpid import verify_rp_id
 from fido2.server import Fido2Server
 from fido2.utils import websafe_decode, websafe_encode
 from fido2.webauthn import (
-    AuthenticationResponse,
     PublicKeyCredentialDescriptor,
     PublicKeyCredentialRequestOptions,
     PublicKeyCredentialRpEntity,
@@ -51,7 +49,7 @@ from approvals.services.errors import ApprovalError
 from approvals.services.parties import enrolment_for_token, party_actor, party_passkey_enrol
 from common.errors import ErrorCode, SettleError
 from common.statements import approval_subject, challenge_of, statement
-from common.webauthn import SignatureInvalid, assertion_verify
+from common.webauthn import SignatureInvalid, assertion_record, assertion_verify
 from identity.passkey_signing import TIMEOUT_MS, signature_refusal_record
 
 # How long a ceremony's signed state is good for: the browser's own wait, and a little.
@@ -209,12 +207,9 @@ def _verified(
     relying_party: str,
 ) -> dict[str, Any]:
     try:
-        parsed = json.loads(assertion_json) if isinstance(assertion_json, str) else assertion_json
-        assertion = AuthenticationResponse.from_dict(parsed)
-    except (TypeError, ValueError, LookupError, AttributeError) as exc:
-        raise SettleError(
-            ErrorCode.SIGNATURE_INVALID, str(exc), reason=SignatureInvalid.MALFORMED
-        ) from None
+        record = assertion_record(statement, assertion_json)
+    except SignatureInvalid as exc:
+        raise SettleError(ErrorCode.SIGNATURE_INVALID, str(exc), reason=exc.reason) from None
     if statement.get("person") != party_actor(party).stored:
         raise SettleError(
             ErrorCode.SIGNATURE_INVALID, "the statement is another person's", reason="wrong_person"
@@ -222,18 +217,10 @@ def _verified(
     passkeys = _current(party)
     if not passkeys:
         raise SettleError(ErrorCode.PARTY_NO_PASSKEY)
-    credential_id = websafe_encode(assertion.raw_id)
+    credential_id = record["credential_id"]
     passkey = next((p for p in passkeys if p.credential_id == credential_id), None)
     if passkey is None:
         raise SettleError(ErrorCode.PARTY_PASSKEY_UNKNOWN)
-    response = assertion.response
-    record = {
-        "statement": statement,
-        "credential_id": credential_id,
-        "authenticator_data": websafe_encode(response.authenticator_data),
-        "client_data_json": websafe_encode(response.client_data),
-        "signature": websafe_encode(response.signature),
-    }
     try:
         count = assertion_verify(
             public_key=passkey.public_key,

@@ -15,7 +15,6 @@ steps and passes the same one to both, so the challenge is never the browser's w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,9 +26,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 from fido2.rpid import verify_rp_id
-from fido2.utils import websafe_decode, websafe_encode
+from fido2.utils import websafe_decode
 from fido2.webauthn import (
-    AuthenticationResponse,
     AuthenticatorTransport,
     PublicKeyCredentialDescriptor,
     PublicKeyCredentialRequestOptions,
@@ -43,7 +41,7 @@ from audit.refusals import refusal_append
 from common.actors import Actor
 from common.errors import ErrorCode, SettleError
 from common.statements import challenge_of
-from common.webauthn import SignatureInvalid, assertion_verify
+from common.webauthn import SignatureInvalid, assertion_record, assertion_verify
 from identity.models import PasskeyUse
 from identity.passkeys import passkey_credential
 from recovery.models import Operation
@@ -190,11 +188,9 @@ def _verified(
     rp_id: str | None,
 ) -> dict[str, Any]:
     try:
-        parsed = json.loads(assertion_json) if isinstance(assertion_json, str) else assertion_json
-        assertion = AuthenticationResponse.from_dict(parsed)
-    # LookupError: a KeyError, or the IndexError of fido2 reading CBOR that stops short.
-    except (TypeError, ValueError, LookupError, AttributeError) as exc:
-        raise _refused(ErrorCode.SIGNATURE_INVALID, SignatureInvalid.MALFORMED, str(exc)) from None
+        record = assertion_record(statement, assertion_json)
+    except SignatureInvalid as exc:
+        raise _refused(ErrorCode.SIGNATURE_INVALID, exc.reason, str(exc)) from None
     if statement.get("person") != Actor.of("user", user).stored:
         raise _refused(
             ErrorCode.SIGNATURE_INVALID, "wrong_person", "the statement is another person's"
@@ -202,18 +198,10 @@ def _verified(
     passkeys = _passkeys(user)
     if not passkeys:
         raise SettleError(ErrorCode.NO_PASSKEY)
-    credential_id = websafe_encode(assertion.raw_id)
+    credential_id = record["credential_id"]
     passkey = next((p for p in passkeys if p.credential_id == credential_id), None)
     if passkey is None:
         raise SettleError(ErrorCode.PASSKEY_UNKNOWN)
-    response = assertion.response
-    record = {
-        "statement": statement,
-        "credential_id": credential_id,
-        "authenticator_data": websafe_encode(response.authenticator_data),
-        "client_data_json": websafe_encode(response.client_data),
-        "signature": websafe_encode(response.signature),
-    }
     relying_party = _rp_id(rp_id)
     try:
         count = assertion_verify(
