@@ -54,7 +54,17 @@ def _no_nul(value: str) -> str:
     return value
 
 
-NoNul = AfterValidator(_no_nul)
+class _NoNul(AfterValidator):
+    """Refuses text holding NUL; where the field has no pattern of its own, the document
+    says so too (``^[^\\x00]*$``), so that what it calls valid is what the server takes."""
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> Any:
+        found = handler(schema)
+        found.setdefault("pattern", r"^[^\x00]*$")
+        return found
+
+
+NoNul = _NoNul(_no_nul)
 
 
 def _whole(value: Any) -> Any:
