@@ -15,9 +15,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, TypeVar, cast
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
@@ -25,7 +23,6 @@ from pydantic import (
     ValidationError,
 )
 from pydantic.json_schema import SkipJsonSchema
-from pydantic_core import PydanticCustomError
 
 from approvals.services.approvals import MAX_TTL_SECONDS
 from common.canonical import (
@@ -35,6 +32,7 @@ from common.canonical import (
     canonical_params,
 )
 from common.errors import ErrorCode, SettleError
+from recovery.contract_fields import NoNul, Whole
 from recovery.models import State
 from recovery.params_schema import params_schema
 
@@ -48,36 +46,6 @@ HISTORY_PAGE = 100
 HISTORY_PAGE_MAX = 500
 
 
-def _no_nul(value: str) -> str:
-    if "\x00" in value:
-        raise PydanticCustomError("string_nul", "must not contain NUL")
-    return value
-
-
-class _NoNul(AfterValidator):
-    """Refuses text holding NUL; where the field has no pattern of its own, the document
-    says so too (``^[^\\x00]*$``), so that what it calls valid is what the server takes."""
-
-    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> Any:
-        found = handler(schema)
-        found.setdefault("pattern", r"^[^\x00]*$")
-        return found
-
-
-NoNul = _NoNul(_no_nul)
-
-
-def _whole(value: Any) -> Any:
-    # JSON has one kind of number, and to JSON Schema (the document's) 300.0 is the
-    # integer 300: a host whose encoder writes it so is sending what the document allows.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-# An integer field: a whole number, however it is written (300 or 300.0); never text or
-# a boolean.
-Whole = BeforeValidator(_whole)
 # Each text field: at most so many characters, without NUL, matching its pattern.
 Key = Annotated[str, StringConstraints(max_length=200, pattern=KEY_PATTERN), NoNul]
 Name = Annotated[str, StringConstraints(max_length=200, pattern=NAME_PATTERN), NoNul]

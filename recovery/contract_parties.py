@@ -7,7 +7,8 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from recovery.contract import Body, NoNul, Timestamp
+from recovery.contract import Body, Timestamp
+from recovery.contract_fields import NoNul
 
 
 class EnrolmentRequest(Body):
