@@ -7,16 +7,7 @@
 "use strict";
 
 (() => {
-  const bytes = (text) =>
-    Uint8Array.from(
-      atob(text.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((text.length + 3) % 4)),
-      (c) => c.charCodeAt(0),
-    );
-  const text = (buffer) =>
-    btoa(String.fromCharCode(...new Uint8Array(buffer)))
-      .replace(/\+/g, "-")
-      .replace(/\//g, "_")
-      .replace(/=+$/, "");
+  const { signed, created } = window.settleWebAuthn;
   const csrf = () => document.querySelector("[name=csrfmiddlewaretoken]").value;
 
   async function post(url, body) {
@@ -30,55 +21,6 @@
     return { ok: answer.ok, body: await answer.json() };
   }
 
-  async function created(options) {
-    const publicKey = {
-      ...options.publicKey,
-      challenge: bytes(options.publicKey.challenge),
-      user: { ...options.publicKey.user, id: bytes(options.publicKey.user.id) },
-      excludeCredentials: (options.publicKey.excludeCredentials || []).map((c) => ({
-        ...c,
-        id: bytes(c.id),
-      })),
-    };
-    const credential = await navigator.credentials.create({ publicKey });
-    return {
-      id: credential.id,
-      rawId: text(credential.rawId),
-      type: credential.type,
-      authenticatorAttachment: credential.authenticatorAttachment,
-      response: {
-        clientDataJSON: text(credential.response.clientDataJSON),
-        attestationObject: text(credential.response.attestationObject),
-        transports: credential.response.getTransports ? credential.response.getTransports() : [],
-      },
-      clientExtensionResults: credential.getClientExtensionResults(),
-    };
-  }
-
-  async function signed(options) {
-    const publicKey = {
-      ...options.publicKey,
-      challenge: bytes(options.publicKey.challenge),
-      allowCredentials: (options.publicKey.allowCredentials || []).map((c) => ({
-        ...c,
-        id: bytes(c.id),
-      })),
-    };
-    const credential = await navigator.credentials.get({ publicKey });
-    return {
-      id: credential.id,
-      rawId: text(credential.rawId),
-      type: credential.type,
-      authenticatorAttachment: credential.authenticatorAttachment,
-      response: {
-        clientDataJSON: text(credential.response.clientDataJSON),
-        authenticatorData: text(credential.response.authenticatorData),
-        signature: text(credential.response.signature),
-        userHandle: credential.response.userHandle ? text(credential.response.userHandle) : null,
-      },
-      clientExtensionResults: credential.getClientExtensionResults(),
-    };
-  }
   // For the approval page: sign the statement whose options Settle gave.
   window.settleCustomerSign = signed;
 

@@ -12,41 +12,7 @@
 "use strict";
 
 (() => {
-  const bytes = (text) =>
-    Uint8Array.from(
-      atob(text.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((text.length + 3) % 4)),
-      (c) => c.charCodeAt(0),
-    );
-  const text = (buffer) =>
-    btoa(String.fromCharCode(...new Uint8Array(buffer)))
-      .replace(/\+/g, "-")
-      .replace(/\//g, "_")
-      .replace(/=+$/, "");
-
-  async function signed(options) {
-    const publicKey = {
-      ...options.publicKey,
-      challenge: bytes(options.publicKey.challenge),
-      allowCredentials: (options.publicKey.allowCredentials || []).map((c) => ({
-        ...c,
-        id: bytes(c.id),
-      })),
-    };
-    const credential = await navigator.credentials.get({ publicKey });
-    return {
-      id: credential.id,
-      rawId: text(credential.rawId),
-      type: credential.type,
-      authenticatorAttachment: credential.authenticatorAttachment,
-      response: {
-        clientDataJSON: text(credential.response.clientDataJSON),
-        authenticatorData: text(credential.response.authenticatorData),
-        signature: text(credential.response.signature),
-        userHandle: credential.response.userHandle ? text(credential.response.userHandle) : null,
-      },
-      clientExtensionResults: credential.getClientExtensionResults(),
-    };
-  }
+  const { signed } = window.settleWebAuthn;
 
   async function sign(button) {
     const form = button.closest("form");

@@ -30,6 +30,8 @@ RP_ID = "localhost"  # the live server is reached as http://localhost
 # The approval page's own script (static/settle/sign.js): navigator.credentials.get on
 # signing_options' JSON, and the credential as WebAuthn's JSON (base64url) back.
 SIGN_JS = Path(__file__).resolve().parents[3] / "static" / "settle" / "sign.js"
+# What it stands on: the ceremony in WebAuthn's JSON form, which the page loads first.
+WEBAUTHN_JS = SIGN_JS.with_name("webauthn.js")
 SIGN = "(options) => window.settleSigned(options)"
 
 
@@ -49,6 +51,7 @@ def test_chromiums_passkey_signs_a_decision_that_verifies(page: Page, authentica
     passkey_register_in(page, "Work laptop")
     signed = _statement(operator)
     options = signing_options(user=operator, statement=signed, rp_id=RP_ID)
+    page.add_script_tag(path=str(WEBAUTHN_JS))
     page.add_script_tag(path=str(SIGN_JS))
     assertion = page.evaluate(SIGN, options)
     record = signed_record_verify(
@@ -72,6 +75,7 @@ def test_a_passkey_not_unlocked_signs_nothing(page: Page, authenticator, operato
     passkey_register_in(page, "Phone")
     authenticator.user_verified(False)
     options = signing_options(user=operator, statement=_statement(operator), rp_id=RP_ID)
+    page.add_script_tag(path=str(WEBAUTHN_JS))
     page.add_script_tag(path=str(SIGN_JS))
     # The browser itself refuses: the request requires user verification.
     with pytest.raises(PlaywrightError, match="NotAllowedError"):
