@@ -119,6 +119,7 @@ class ErrorCode(StrEnum):
     RATE_LIMITED = "rate_limited", 429, "too many requests for this credential", True
     INVALID_CURSOR = "invalid_cursor", 400, "after: use the cursor of a next link", True
     INVALID_PAGE_SIZE = "invalid_page_size", 400, "limit is out of range", True
+    INVALID_WAIT = "invalid_wait", 400, "wait: a whole number of seconds, 1 to 25", True
 
     # -- the reason of an invalid_params, never an ``error`` of its own ----------------
     INTEGER_OUT_OF_RANGE = "integer_out_of_range", 422, "an integer is outside ±(2^53-1)"

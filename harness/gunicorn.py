@@ -98,6 +98,7 @@ def gunicorn_start(
     log_path: Path,
     app: str = "settle.wsgi",
     workers: int = 4,
+    threads: int = 1,
     env: Mapping[str, str | None] | None = None,
     startup_timeout: float = 60.0,
     executable: str | None = None,
@@ -105,6 +106,8 @@ def gunicorn_start(
 ) -> GunicornServer:
     """Start ``gunicorn <app> -w <workers> -b 127.0.0.1:<free port>``; wait for /healthz.
 
+    ``threads`` above 1 runs threaded workers (``--threads``) that hold half as many reads
+    for an approval's decision, as ``settle.gunicorn_conf`` makes them.
     ``executable`` is another install's gunicorn (the production install's test), run
     from ``cwd``; ``env`` values of None are removed from the environment. Output
     (access errors, tracebacks) goes to ``log_path``. Raises RuntimeError, with the
@@ -113,11 +116,15 @@ def gunicorn_start(
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     child_env = {**child_environment(env or {}), "DATABASE_URL": database_url}
+    if threads > 1:  # as settle.gunicorn_conf sets it, which this runs without
+        child_env.setdefault("SETTLE_APPROVAL_WAITS", str(threads // 2))
     deadline = time.monotonic() + startup_timeout
     for _attempt in range(3):
         port = _free_port()
         gunicorn = executable or gunicorn_executable()
         command = [gunicorn, app, "-w", str(workers), "-b", f"127.0.0.1:{port}"]
+        if threads > 1:
+            command += ["--threads", str(threads)]
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 command,

@@ -25,7 +25,7 @@ from common.actors import Actor
 from common.canonical import CanonicalError, strict_loads
 from common.errors import ErrorCode, SettleError
 from dbsql.errors import database_unavailable
-from recovery import contract
+from recovery import contract, query
 from recovery.contract import ApiError
 from recovery.models import Host, State
 from recovery.openapi import openapi_document
@@ -47,6 +47,7 @@ from recovery.services import (
     registration,
     resume,
     token_cache,
+    waits,
 )
 from recovery.services.customers import PartyNamed
 
@@ -265,26 +266,23 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
 
 @api_view(methods=("GET",), auth=("host",))
 def operation_detail(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+    """The record; with ``?wait=N``, held while it awaits approval (at most N seconds)."""
+    seconds = query.wait(request)
     operation = locking.operation_read(_operation(caller, key))
+    if seconds and operation.state == State.AWAITING_APPROVAL:
+
+        def awaiting() -> bool:
+            return locking.operation_state(operation) == State.AWAITING_APPROVAL
+
+        if waits.decision_wait(operation.pk, seconds, awaiting):
+            operation = locking.operation_read(operation)
     return _answer(operation_record(operation=operation))
-
-
-def _page_query(request: HttpRequest) -> tuple[int | None, int]:
-    """The ``after`` cursor and ``limit`` of a history page, checked (400 if bad)."""
-    after = request.GET.get("after")
-    if after is not None and not (after.isascii() and after.isdigit() and len(after) <= 18):
-        raise ApiError(ErrorCode.INVALID_CURSOR, "after: use the cursor of a next link")
-    limit = request.GET.get("limit", str(contract.HISTORY_PAGE))
-    maximum = contract.HISTORY_PAGE_MAX
-    if not (limit.isascii() and limit.isdigit() and len(limit) <= 4 and 1 <= int(limit) <= maximum):
-        raise ApiError(ErrorCode.INVALID_PAGE_SIZE, f"limit: a whole number from 1 to {maximum}")
-    return (int(after) if after is not None else None), int(limit)
 
 
 @api_view(methods=("GET",), auth=("host",))
 def operation_history(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
     """A page of the history of the operation's newest permit, by cursor."""
-    after, limit = _page_query(request)
+    after, limit = query.page(request)
     operation = locking.operation_read(_operation(caller, key))
     permit = newest_permit(operation_key=operation.key)
     if permit is None:

@@ -44,6 +44,8 @@ TOKEN_PATTERN = r"^[!-~]{1,64}$"
 # Lines of a permit's history in one answer, unless asked for fewer; at most so many.
 HISTORY_PAGE = 100
 HISTORY_PAGE_MAX = 500
+# The longest an operation's read may be held for its approval's decision (?wait=).
+OPERATION_WAIT_MAX = 25
 
 
 # Each text field: at most so many characters, without NUL, matching its pattern.

@@ -85,7 +85,9 @@ ENDPOINTS = [
         None,
         {200: ("The record", contract.OperationRecord)},
         parameters=("key",),
-        codes=(E.UNKNOWN_OPERATION,),
+        query=("wait",),
+        codes=(E.UNKNOWN_OPERATION, E.INVALID_WAIT),
+        errors={400: "invalid_wait"},
     ),
     Endpoint(
         "/api/v1/operations/{key}/history",
@@ -306,6 +308,12 @@ ENDPOINTS += [
 OPTIONAL_BODIES = (contract.OpenApprovalRequest, contract_parties.EnrolmentRequest)
 
 QUERY_PARAMETERS = {
+    "wait": (
+        "While the operation awaits approval, hold the answer until the approval is "
+        "decided (or expires), at most this many seconds; it may come at once where the "
+        "server holds no more reads",
+        {"type": "integer", "minimum": 1, "maximum": contract.OPERATION_WAIT_MAX},
+    ),
     "after": (
         "The cursor from a next link: lines after it",
         {"type": "string", "pattern": r"^[0-9]{1,18}$"},

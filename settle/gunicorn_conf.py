@@ -1,8 +1,11 @@
 """gunicorn's settings for Settle: ``gunicorn -c python:settle.gunicorn_conf settle.wsgi``.
 
-Only the metrics directory's bookkeeping (``monitoring.metrics``): the master tidies the
+The metrics directory's bookkeeping (``monitoring.metrics``): the master tidies the
 files of processes that are gone when it starts, and drops a worker's live gauges when
-that worker exits. Everything else stays on the command line.
+that worker exits. And how many reads a worker may hold for an approval's decision
+(``SETTLE_APPROVAL_WAITS``, unless set): half its ``--threads``, none for a one-thread
+worker, whose one held read would stop it answering anything else. Everything else stays
+on the command line.
 """
 
 from __future__ import annotations
@@ -20,6 +23,13 @@ def on_starting(server: Any) -> None:
     from monitoring.metrics import metrics_dir_tidy
 
     metrics_dir_tidy()
+
+
+def post_worker_init(worker: Any) -> None:
+    if "SETTLE_APPROVAL_WAITS" not in os.environ:
+        from django.conf import settings
+
+        settings.SETTLE_APPROVAL_WAITS = worker.cfg.threads // 2
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -89,6 +89,11 @@ if SETTLE_HOST_RATE_PER_SECOND and SETTLE_HOST_RATE_BURST < SETTLE_HOST_RATE_PER
 # A web process keeps the credential a token named this long: disabling or rotating a
 # credential takes effect everywhere within it (recovery.services.token_cache).
 SETTLE_CREDENTIAL_CACHE_SECONDS = env_int("SETTLE_CREDENTIAL_CACHE_SECONDS", 5, minimum=0)
+# Reads of an operation held for its approval's decision (?wait=) at once, per web
+# process (recovery.services.waits); past it they answer at once. A held read holds a
+# thread, so none by default; under gunicorn, settle.gunicorn_conf sets it to half of
+# --threads (none for one-thread workers).
+SETTLE_APPROVAL_WAITS = env_int("SETTLE_APPROVAL_WAITS", 0, minimum=0)
 # Per operation and refusal code, the first this many refusals of a window are recorded
 # one by one (a permit event and an audit event each); the rest of the window's are
 # counted in one summary event. The caller is told of every refusal either way.

@@ -153,6 +153,12 @@ def operation_read(operation: Operation | OperationRef) -> Operation:
     return _found(_meant(operation).select_related("provider"), operation)
 
 
+def operation_state(operation: Operation | OperationRef) -> str:
+    """Its state as it is now: one column, without a lock."""
+    state = _meant(operation).values_list("state", flat=True).first()
+    return str(state) if state is not None else ""
+
+
 def binding(operation: Operation) -> Binding:
     return Binding(
         operation_key=operation.key,

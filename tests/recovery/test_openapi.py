@@ -90,6 +90,7 @@ EMITTED = {
     "rate_limited",
     "invalid_cursor",
     "invalid_page_size",
+    "invalid_wait",
 }
 # Raised only by provider_configure, which the admin and `add_provider` call, and by the
 # console's operator actions (recovery.services.operator) — never by the host API.
@@ -168,6 +169,7 @@ MEMBERS = re.compile(r"\bErrorCode\.([A-Z_]+)\b")
 SOURCES = [
     "recovery/api.py",
     "recovery/api_parties.py",
+    "recovery/query.py",
     "recovery/contract.py",
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "recovery/services").glob("*.py")),
     "common/canonical.py",

@@ -17,6 +17,9 @@ from settle_client.canonical import CanonicalError, params_digest
 Lifecycle = Generator[Step, Any, Outcome]
 # Heartbeats while the lease's length is not known yet, or after one failed to arrive.
 RETRY_HEARTBEAT_SECONDS = 0.5
+# The longest the client asks a read to be held for an approval's decision (the server
+# holds at most 25 s: recovery.contract.OPERATION_WAIT_MAX).
+WAIT_SECONDS = 20
 
 
 def default_worker() -> str:
@@ -44,12 +47,16 @@ class _Options:
         self,
         *,
         worker: str | None,
+        timeout: float,
         approval_timeout: float,
         settle_timeout: float,
         poll_interval: float,
         heartbeat_interval: float | None,
     ) -> None:
         self.worker = worker or default_worker()
+        # How long a read may be held for an approval's decision: well inside the
+        # request's timeout, at most the server's bound.
+        self.wait = max(0, min(WAIT_SECONDS, int(timeout) - 5))
         self.approval_timeout = approval_timeout
         self.settle_timeout = settle_timeout
         self.poll_interval = poll_interval
@@ -75,6 +82,7 @@ class _Options:
             party=party,
             settle_timeout=self.settle_timeout,
             poll_interval=self.poll_interval,
+            wait=self.wait,
             on_approval=on_approval,
         )
 

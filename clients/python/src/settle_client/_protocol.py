@@ -107,6 +107,9 @@ class Run:
     approval_timeout: float
     settle_timeout: float
     poll_interval: float
+    # Seconds a read of the operation may be held for the approval's decision (?wait=);
+    # 0: read and sleep poll_interval.
+    wait: int = 0
     on_approval: Callable[[str], object] | None = None
     # The customer the host acts for (``{"id", "name", "contact"?}``), named when the
     # approval opens; where the policy asks the customer, its answer carries their link.
@@ -247,10 +250,16 @@ def _decision(run: Run, opened: dict[str, Any] | None = None) -> Generator[Step,
                 return str(status)
     waited_until = time.monotonic() + run.approval_timeout
     while True:
-        record = yield Call("GET", run.path())
+        # Held by the server until the decision (or ``wait`` seconds) where it can hold
+        # it; a server that answers at once is read again after ``poll_interval``.
+        wait = min(run.wait, int(waited_until - time.monotonic()))
+        asked = time.monotonic()
+        record = yield Call("GET", run.path(f"?wait={wait}" if wait >= 1 else ""))
         state = str(_field(record, "state", str, "operation"))
         if state != "awaiting_approval":
             return state
+        if time.monotonic() - asked >= wait >= 1:
+            continue  # held the whole wait: ask again at once
         remaining = waited_until - time.monotonic()
         if remaining <= 0:
             asked = f" (rule {rule!r}: {needed})" if rule else ""

@@ -55,6 +55,7 @@ class AsyncHost:
     ) -> None:
         self.options = _Options(
             worker=worker,
+            timeout=timeout,
             approval_timeout=approval_timeout,
             settle_timeout=settle_timeout,
             poll_interval=poll_interval,

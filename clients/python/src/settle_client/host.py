@@ -63,6 +63,7 @@ class Host:
     ) -> None:
         self.options = _Options(
             worker=worker,
+            timeout=timeout,
             approval_timeout=approval_timeout,
             settle_timeout=settle_timeout,
             poll_interval=poll_interval,

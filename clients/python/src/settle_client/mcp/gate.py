@@ -34,6 +34,7 @@ META_KEY = "io.settle/operation_key"
 META_TOKEN = "io.settle/fencing_token"
 MAX_RESULT_BYTES = 16 * 1024  # the receipt's cap (the server's common.canonical)
 POLL_SECONDS = 1.0
+WAIT_SECONDS = 5  # each read held for the decision at most so long: progress between
 
 
 def tool_error(text: str) -> types.CallToolResult:
@@ -212,17 +213,22 @@ class Gate:
         return None
 
     async def _decided(self, key: str, ctx: ServerRequestContext[Any, Any]) -> str:
-        """Wait (a bounded poll, progress each second) until the operation leaves
-        ``awaiting_approval``; cancelling the request stops it, nothing dispatched."""
+        """Wait until the operation leaves ``awaiting_approval``: reads Settle holds until
+        the decision (``?wait=``), progress between them; where Settle answers at once
+        (it holds no more reads), again after a second. Cancelling the request stops it,
+        nothing dispatched."""
         started = time.monotonic()
         while True:
-            record = await self.host.http.call(Call("GET", operation_path(key)))
+            asked = time.monotonic()
+            path = operation_path(key, f"?wait={WAIT_SECONDS}")
+            record = await self.host.http.call(Call("GET", path))
             state = str(record.get("state"))
             if state != "awaiting_approval":
                 return state
             elapsed = time.monotonic() - started
             await ctx.session.report_progress(elapsed, None, "waiting for approval")
-            await anyio.sleep(POLL_SECONDS)
+            if time.monotonic() - asked < WAIT_SECONDS:
+                await anyio.sleep(POLL_SECONDS)
 
     async def _execute(
         self,
