@@ -20,6 +20,11 @@ pytestmark = pytest.mark.django_db
 PATH = "/api/v1/operations/op-1"
 
 
+def _awaiting(flow) -> None:
+    flow.register()
+    flow.host_api.post("/api/v1/operations/op-1/approvals")
+
+
 @pytest.mark.parametrize("wait", ["0", "26", "abc", "1.5", "-1", "", "007", "07", "+5", "٣"])
 def test_a_wait_that_is_not_whole_seconds_from_1_to_25_is_refused(flow, wait, settings):
     settings.SETTLE_APPROVAL_WAITS = 2
@@ -41,8 +46,7 @@ def test_a_decided_operation_is_answered_at_once(flow, settings):
 
 def test_a_process_that_holds_no_reads_answers_at_once(flow, settings):
     settings.SETTLE_APPROVAL_WAITS = 0
-    flow.register()
-    flow.host_api.post("/api/v1/operations/op-1/approvals")
+    _awaiting(flow)
     began = time.monotonic()
     response = flow.host_api.get(f"{PATH}?wait=25")
     assert response.json()["state"] == "awaiting_approval"
@@ -51,8 +55,7 @@ def test_a_process_that_holds_no_reads_answers_at_once(flow, settings):
 
 def test_an_undecided_approval_is_held_for_the_wait_then_answered_as_it_is(flow, settings):
     settings.SETTLE_APPROVAL_WAITS = 1
-    flow.register()
-    flow.host_api.post("/api/v1/operations/op-1/approvals")
+    _awaiting(flow)
     began = time.monotonic()
     response = flow.host_api.get(f"{PATH}?wait=1")
     assert response.status_code == 200
@@ -65,8 +68,7 @@ def test_a_held_read_answers_when_another_connection_decides(flow, settings):
     """The approver decides on another thread (its own database connection): the read
     held for 20 s answers with the decision, long before."""
     settings.SETTLE_APPROVAL_WAITS = 1
-    flow.register()
-    flow.host_api.post("/api/v1/operations/op-1/approvals")
+    _awaiting(flow)
     answered: list[tuple[float, str]] = []
 
     def read() -> None:
