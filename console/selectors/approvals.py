@@ -6,7 +6,9 @@ decidable
     whether or not the sweep has closed it yet); of a provider on which the user holds
     ``decide_approvals``; one the policy lets the user decide
     (``approvals.selectors.approvals_with_standing``: not their own proposal, from the
-    groups it named); and not one the user has voted on already (a person decides once).
+    groups it named); not one the user has voted on already (a person decides once); and
+    not one the customer alone decides (``customer``: staff read it on its page, and
+    cannot stand in, ``customer_required``).
 
 The deciding service checks again (``recovery.services.permits.approval_decision``):
 this is what the console offers, not what makes a decision valid.
@@ -63,6 +65,7 @@ def approvals_decidable(*, user: Any) -> QuerySet[Approval]:
             by_proposer=False,
         )
         .exclude(Exists(voted))
+        .exclude(customer=Approval.Customer.CUSTOMER)
     )
 
 

@@ -81,10 +81,7 @@ def approval_detail(request: HttpRequest, approval_id: uuid.UUID) -> HttpRespons
     votes = approval_votes(approval=approval)
     me = Actor.of("user", request.user)
     mine = next((vote for vote in votes if vote.voter == me), None)
-    # The customer's alone to decide: staff read it, and cannot stand in (customer_required).
-    may_decide = approval.customer != "customer" and approval_decidable_by(
-        user=request.user, approval=approval
-    )
+    may_decide = approval_decidable_by(user=request.user, approval=approval)
     approving = sum(1 for vote in votes if vote.approve)
     context = {
         "approval": approval,

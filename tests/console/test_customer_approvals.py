@@ -52,3 +52,15 @@ def test_a_viewer_of_another_provider_sees_nothing_of_it(flow, policy, db):
     response = client.get(f"/approvals/{opened['approval_id']}/")
     assert response.status_code == 404
     assert "Ada Lovelace" not in response.content.decode()
+
+
+def test_the_inbox_offers_staff_only_what_they_may_decide(flow, policy, supervisor):
+    """The customer's alone is left out of staff's inbox (its page still shows it);
+    the customer's and staff's is in it."""
+    alone = customer_open(flow)
+    both = customer_open(flow, key="op-2", params={**PARAMS, "currency": "GBP"})
+    client = Client()
+    client.force_login(supervisor)
+    inbox = client.get("/approvals/").content.decode()
+    assert f"/approvals/{both['approval_id']}/" in inbox
+    assert f"/approvals/{alone['approval_id']}/" not in inbox
