@@ -13,6 +13,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
@@ -24,8 +25,23 @@ from customers.passkeys import enrolment_finish, enrolment_options, rp_id
 MAX_BODY = 64 * 1024
 
 
-def _refused(code: ErrorCode, message: str | None = None) -> JsonResponse:
-    return JsonResponse({"error": code, "message": message or code.message}, status=code.status)
+# What the page says of each refusal, in the customer's words; any other: ``OTHER``.
+REFUSALS = {
+    ErrorCode.ENROLMENT_UNKNOWN: _("This link is not valid. Ask the app for a new one."),
+    ErrorCode.ENROLMENT_USED: _("This link was used already. Ask the app for a new one."),
+    ErrorCode.ENROLMENT_EXPIRED: _("This link has expired. Ask the app for a new one."),
+    ErrorCode.LINK_RATE_LIMITED: _(
+        "Too many tries from your network. Wait a minute, then try again."
+    ),
+    ErrorCode.REGISTRATION_INVALID: _("Your phone's passkey could not be checked. Try again."),
+}
+OTHER = _("No passkey was added. Ask the app for a new link.")
+
+
+def _refused(code: ErrorCode) -> JsonResponse:
+    """The stable code, and what it means in the customer's language."""
+    message = str(REFUSALS.get(code, OTHER))
+    return JsonResponse({"error": code, "message": message}, status=code.status)
 
 
 def _body(request: HttpRequest) -> dict[str, Any]:
@@ -59,7 +75,7 @@ def enrol_options(request: HttpRequest) -> HttpResponse:
             enrolment_options(token=body.get("token", ""), relying_party=rp_id(request))
         )
     except SettleError as exc:
-        return _refused(exc.code, exc.message)
+        return _refused(exc.code)
 
 
 @customer_page
@@ -82,5 +98,5 @@ def enrol_finish(request: HttpRequest) -> HttpResponse:
             name=name.strip(),
         )
     except SettleError as exc:
-        return _refused(exc.code, exc.message)
+        return _refused(exc.code)
     return JsonResponse({"enrolled": True, "name": passkey.name}, status=201)

@@ -27,6 +27,8 @@
   function enrol(root) {
     const status = root.querySelector("[data-enrol-status]");
     const form = root.querySelector("[data-enrol-form]");
+    // The page's words, in the customer's language (data-msg-* on the page).
+    const words = root.dataset;
     const say = (message, kind) => {
       status.textContent = message;
       status.className = `status ${kind || ""}`;
@@ -35,11 +37,16 @@
     // Out of the address bar (and the history) as soon as it is read.
     if (token) history.replaceState(null, "", window.location.pathname);
     if (!token) {
-      say("This page opens from the link in your app. Ask the app for a new one.", "error");
+      say(words.msgNoLink, "error");
       return;
     }
     let options;
-    post(root.dataset.optionsUrl, { token }).then(({ ok, body }) => {
+    post(root.dataset.optionsUrl, { token }).catch(() => {
+      say(words.msgOffline, "error");
+      return null;
+    }).then((answer) => {
+      if (answer === null) return;
+      const { ok, body } = answer;
       if (!ok) {
         say(body.message, "error");
         root.dataset.enrolError = body.error;
@@ -55,13 +62,13 @@
       event.preventDefault();
       const button = form.querySelector("button");
       button.disabled = true;
-      say("Follow your phone's prompt to create the passkey…");
+      say(words.msgCreating);
       try {
         let credential;
         try {
           credential = await created(options);
         } catch (error) {
-          say(`No passkey was created (${error.name}). You can try again.`, "error");
+          say(`${words.msgNotCreated} (${error.name})`, "error");
           return;
         }
         const name = form.querySelector("[name=name]").value;
@@ -79,7 +86,7 @@
         }
         form.hidden = true;
         root.dataset.enrolled = "true";
-        say("Passkey added. You can close this page and go back to the app.", "ok");
+        say(words.msgAdded, "ok");
       } finally {
         button.disabled = false;
       }

@@ -115,6 +115,21 @@ def test_a_used_link_is_told_so_before_anything_is_asked(browser):
 def test_an_unknown_link_is_refused(browser):
     answer = _post(browser, "/enrol/options", {"token": "ste_nothing"})
     assert answer.status_code == 404 and answer.json()["error"] == "enrolment_unknown"
+    assert answer.json()["message"] == "This link is not valid. Ask the app for a new one."
+
+
+def test_the_page_and_its_refusals_speak_the_browsers_language(db):
+    german = Client(enforce_csrf_checks=True, HTTP_ACCEPT_LANGUAGE="de-DE,de;q=0.9,en;q=0.5")
+    page = german.get("/enrol/")
+    html = page.content.decode()
+    assert page["Content-Language"] == "de" and '<html lang="de">' in html
+    assert "Passkey hinzufügen" in html and "Ihr Link wird geprüft" in html
+    assert 'data-msg-added="Passkey hinzugefügt.' in html  # what the script says, too
+    answer = _post(german, "/enrol/options", {"token": "ste_nothing"})
+    assert answer.json() == {
+        "error": "enrolment_unknown",  # the code stays the code
+        "message": "Dieser Link ist ungültig. Bitten Sie die App um einen neuen.",
+    }
 
 
 def test_an_answer_to_another_challenge_enrols_nothing(browser):

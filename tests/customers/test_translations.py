@@ -15,7 +15,10 @@ from django.conf import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCALE = ROOT / "customers" / "locale"
-MARKED_IN = [ROOT / "templates" / "customers" / "approve.html", *(ROOT / "customers").rglob("*.py")]
+MARKED_IN = [
+    *(ROOT / "templates" / "customers").glob("*.html"),
+    *(ROOT / "customers").rglob("*.py"),
+]
 LANGUAGES = [code for code, _ in settings.LANGUAGES if code != "en"]
 
 
