@@ -45,6 +45,7 @@ lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy dbsql common approvals audit policies recovery webhooks monitoring identity bulk customers console settle
+	cd clients/python && ../../$(VENV)/bin/mypy --strict src/settle_client
 
 # What it runs is pyproject.toml's testpaths: tests/ and the client library's tests in
 # clients/python/tests that need no live server.

@@ -126,3 +126,13 @@ def test_the_client_imports_nothing_of_settle() -> None:
                 top = name.split(".")[0]
                 assert top not in SETTLE_PACKAGES | {"django"}, (path, name)
                 assert top not in {"rfc8785", "pydantic"}, (path, name)
+
+
+def test_every_code_the_api_answers_has_its_exception_in_the_client():
+    """Also checked against a live server's document in the client's own venv; here in
+    ``make test``, so that a code added to the server without its class fails at once."""
+    from settle_client import errors
+
+    from common.errors import ErrorCode
+
+    assert sorted(errors.ERRORS_BY_CODE) == sorted(code.value for code in ErrorCode if code.api)

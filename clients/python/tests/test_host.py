@@ -548,3 +548,17 @@ def test_an_approval_for_the_customer_without_a_party_is_refused(
 ) -> None:
     with make_host(server, transport) as host, pytest.raises(errors.PartyRequired):
         host.run(key, action="customer.pay", provider=server["provider"], params=PARAMS, effect=str)
+
+
+def test_a_host_links_its_customer_to_enrol_and_reads_their_passkeys(
+    server: dict[str, str], transport: ContractTransport, key: str
+) -> None:
+    party = f"cust-{key}"
+    with make_host(server, transport) as host:
+        link = host.party_enrolment(party, name="Ada Lovelace")
+        assert "/enrol/#" in link["url"] and link["party"] == party and link["expires_at"]
+        assert host.party(party) == {"party": party, "display_name": "Ada Lovelace", "passkeys": []}
+        with pytest.raises(errors.UnknownPasskey):
+            host.party_passkey_remove(party, 999_999)
+        with pytest.raises(errors.UnknownParty):
+            host.party(f"nobody-{key}")

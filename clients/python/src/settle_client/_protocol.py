@@ -127,6 +127,27 @@ def operation_path(key: str, endpoint: str = "") -> str:
     return f"{OPERATIONS}/{quote(key, safe='')}{endpoint}"
 
 
+# A host's customers (parties): the requests ``Host`` and ``AsyncHost`` send alike.
+
+
+def _party_path(party: str, endpoint: str = "") -> str:
+    return f"/api/v1/parties/{quote(party, safe='')}{endpoint}"
+
+
+def party_read(party: str) -> Call:
+    return Call("GET", _party_path(party))
+
+
+def party_enrolment(party: str, name: str, contact: str) -> Call:
+    body = {field: value for field, value in (("name", name), ("contact", contact)) if value}
+    # Not sent again: each request makes a new link (and records it).
+    return Call("POST", _party_path(party, "/enrolments"), body, retry=False)
+
+
+def party_passkey_removal(party: str, passkey_id: int) -> Call:
+    return Call("DELETE", _party_path(party, f"/passkeys/{int(passkey_id)}"))
+
+
 def lease_seconds(lease_expires_at: Any) -> float:
     """Seconds of lease left by this machine's clock (0 if the time cannot be read)."""
     try:
@@ -253,12 +274,12 @@ def _decision(run: Run, opened: dict[str, Any] | None = None) -> Generator[Step,
         # Held by the server until the decision (or ``wait`` seconds) where it can hold
         # it; a server that answers at once is read again after ``poll_interval``.
         wait = min(run.wait, int(waited_until - time.monotonic()))
-        asked = time.monotonic()
+        sent = time.monotonic()
         record = yield Call("GET", run.path(f"?wait={wait}" if wait >= 1 else ""))
         state = str(_field(record, "state", str, "operation"))
         if state != "awaiting_approval":
             return state
-        if time.monotonic() - asked >= wait >= 1:
+        if time.monotonic() - sent >= wait >= 1:
             continue  # held the whole wait: ask again at once
         remaining = waited_until - time.monotonic()
         if remaining <= 0:

@@ -29,6 +29,9 @@ from settle_client._protocol import (
     lease_seconds,
     lifecycle,
     operation_path,
+    party_enrolment,
+    party_passkey_removal,
+    party_read,
 )
 
 
@@ -121,6 +124,20 @@ class AsyncHost:
         addressed to the customer, ``party`` and (while pending) ``link`` and
         ``expires_at``: the link to deliver to them."""
         return await self.http.call(Call("GET", f"/api/v1/approvals/{quote(approval_id, safe='')}"))
+
+    async def party(self, party: str) -> dict[str, Any]:
+        """As ``Host.party``."""
+        return await self.http.call(party_read(party))
+
+    async def party_enrolment(
+        self, party: str, *, name: str = "", contact: str = ""
+    ) -> dict[str, Any]:
+        """As ``Host.party_enrolment``."""
+        return await self.http.call(party_enrolment(party, name, contact))
+
+    async def party_passkey_remove(self, party: str, passkey_id: int) -> dict[str, Any]:
+        """As ``Host.party_passkey_remove``."""
+        return await self.http.call(party_passkey_removal(party, passkey_id))
 
     async def operation_history(self, key: str) -> list[dict[str, Any]]:
         """As ``Host.operation_history``."""

@@ -31,6 +31,9 @@ from settle_client._protocol import (
     lease_seconds,
     lifecycle,
     operation_path,
+    party_enrolment,
+    party_passkey_removal,
+    party_read,
 )
 from settle_client.async_host import AsyncAttempt as AsyncAttempt
 from settle_client.async_host import AsyncHost as AsyncHost
@@ -138,6 +141,20 @@ class Host:
         addressed to the customer, ``party`` and (while pending) ``link`` and
         ``expires_at``: the link to deliver to them."""
         return self.http.call(Call("GET", f"/api/v1/approvals/{quote(approval_id, safe='')}"))
+
+    def party(self, party: str) -> dict[str, Any]:
+        """This host's customer ``party``: ``display_name`` and every passkey enrolled
+        for them (``removed_at`` null while it may sign)."""
+        return self.http.call(party_read(party))
+
+    def party_enrolment(self, party: str, *, name: str = "", contact: str = "") -> dict[str, Any]:
+        """A one-time link (``url``, ``expires_at``) at which the customer enrols a passkey
+        on their phone: deliver it inside your signed-in app, which vouches for them."""
+        return self.http.call(party_enrolment(party, name, contact))
+
+    def party_passkey_remove(self, party: str, passkey_id: int) -> dict[str, Any]:
+        """Revoke one of the customer's passkeys: it signs nothing from now on."""
+        return self.http.call(party_passkey_removal(party, passkey_id))
 
     def operation_history(self, key: str) -> list[dict[str, Any]]:
         """Every line of the history of operation ``key``'s newest permit, oldest first,

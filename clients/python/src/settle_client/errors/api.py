@@ -190,6 +190,18 @@ class UnknownPermit(NotFoundError):
     code = "unknown_permit"
 
 
+class UnknownParty(NotFoundError):
+    """No such customer (party) of this host."""
+
+    code = "unknown_party"
+
+
+class UnknownPasskey(NotFoundError):
+    """No such passkey of this party."""
+
+    code = "unknown_passkey"
+
+
 class NotFound(NotFoundError):
     """No such path."""
 
@@ -342,6 +354,12 @@ class InvalidPageSize(InvalidRequest):
     code = "invalid_page_size"
 
 
+class InvalidWait(InvalidRequest):
+    """A read's ``wait`` that is not whole seconds from 1 to 25."""
+
+    code = "invalid_wait"
+
+
 class InternalError(ServerError):
     """A server bug."""
 
@@ -374,6 +392,8 @@ ERRORS_BY_CODE: dict[str, type[ApiError]] = {
         UnknownProvider,
         UnknownApproval,
         UnknownPermit,
+        UnknownParty,
+        UnknownPasskey,
         NotFound,
         KeyConflict,
         InvalidState,
@@ -400,6 +420,7 @@ ERRORS_BY_CODE: dict[str, type[ApiError]] = {
         RateLimited,
         InvalidCursor,
         InvalidPageSize,
+        InvalidWait,
     )
 }
 _BY_STATUS: dict[int, type[ApiError]] = {
