@@ -82,17 +82,10 @@ def _started(args: list[str], log: Path, env: dict[str, str] | None = None) -> t
     return process, f"http://127.0.0.1:{port}/mcp"
 
 
-async def _unchecked(name: str, result: types.CallToolResult) -> None:
-    return None
-
-
 class Calls:
     """Calls made through one gateway, in a thread: their results or errors by key."""
 
-    def __init__(
-        self, url: str, calls: dict[str, dict[str, Any]], *, as_sent: bool = False
-    ) -> None:
-        self.as_sent = as_sent
+    def __init__(self, url: str, calls: dict[str, dict[str, Any]]) -> None:
         self.results: dict[str, Any] = {}
         self.elicited: set[str] = set()
         self.thread = threading.Thread(target=anyio.run, args=(self._run, url, calls))
@@ -108,12 +101,8 @@ class Calls:
             async with Client(
                 url, mode="legacy", elicitation_callback=elicit, read_timeout_seconds=WAIT
             ) as client:
-                if self.as_sent:
-                    # The gateway's answers as it sends them. A result confirmed from the
-                    # upstream's record is text only: an SDK client that checks the tool's
-                    # output schema refuses it (the gateway's answer to improve, not Settle's).
-                    client.session.validate_tool_result = _unchecked  # type: ignore[method-assign]
-
+                # The SDK's client checks each answer against send_payment's output
+                # schema, a result confirmed from the upstream's record included.
                 async def one(key: str, arguments: dict[str, Any]) -> None:
                     try:
                         self.results[key] = await client.call_tool("send_payment", arguments)
@@ -249,7 +238,7 @@ def _round(number: int, setup: Setup, config: Path, staff: Staff) -> dict[str, s
     process, url = _gateway(setup, config)
     try:
         every = {key: _payment(key, point) for point in POINTS for key in keys[point]}
-        results = Calls(url, every, as_sent=True).join()
+        results = Calls(url, every).join()
     finally:
         process_stop(process, timeout=5)
 
@@ -264,14 +253,11 @@ def _round(number: int, setup: Setup, config: Path, staff: Staff) -> dict[str, s
             assert not result.is_error, f"{key}: {result.content}"
             operation = Operation.objects.get(key=key)
             assert operation.state == "released", key
-            if point in ("before_dispatch", "after_report"):
-                # Its own result: run now, or kept by Settle from the first report.
-                assert result.structured_content["payment_id"] == f"pay-{key}", result
-                assert operation.dispatch.receipt_recovered is False
-            else:
-                # Confirmed from the upstream's record by a lookup through the adapter.
-                assert "confirmed from the provider's own record" in result.content[0].text
-                assert operation.dispatch.receipt_recovered is True
+            # Its own result: run now, kept by Settle from the first report, or given by
+            # the upstream's evidence tool with the record that confirmed it.
+            assert result.structured_content["payment_id"] == f"pay-{key}", result
+            recovered = point not in ("before_dispatch", "after_report")
+            assert operation.dispatch.receipt_recovered is recovered, key
             outcomes[key] = point
     return outcomes
 

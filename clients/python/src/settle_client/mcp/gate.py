@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
+from pydantic import ValidationError
 
 from settle_client import errors
 from settle_client._protocol import Call, operation_path
@@ -50,8 +51,35 @@ def _stored(result: types.CallToolResult) -> dict[str, Any]:
     return kept
 
 
-def _from_receipt(tool: str, record: dict[str, Any]) -> types.CallToolResult:
-    """A repeat of a finished call: what its first call answered."""
+def _told_by_evidence(record: dict[str, Any]) -> types.CallToolResult | None:
+    """The result the upstream's evidence tool gave with the record that confirmed the
+    effect (its ``result``: the tool's structured result, or ``tool_result``: the whole
+    answer), for a call whose first answer was lost; None if it gave none."""
+    for evidence in reversed(record.get("evidence") or []):
+        # The mcp adapter keeps the evidence tool's answer as ``raw["record"]``.
+        kept = evidence.get("raw")
+        raw = kept.get("record") if isinstance(kept, dict) else None
+        if evidence.get("verdict") != "match" or not isinstance(raw, dict):
+            continue
+        try:
+            if isinstance(raw.get("tool_result"), dict):
+                return types.CallToolResult.model_validate(raw["tool_result"])
+            if isinstance(raw.get("result"), dict):
+                text = types.TextContent(type="text", text=json.dumps(raw["result"]))
+                return types.CallToolResult(content=[text], structured_content=raw["result"])
+        except ValidationError:
+            return None
+        return None
+    return None
+
+
+def _from_receipt(
+    tool: str, record: dict[str, Any], listed: types.Tool | None = None
+) -> types.CallToolResult:
+    """A repeat of a finished call: what its first call answered, or what the upstream's
+    evidence said it answered. Else words saying it ran; for a tool with an output
+    schema, as an error result (whose words say not to run it again), since an answer
+    without its structured content is refused by the agent's client."""
     receipt = record.get("receipt") or {}
     kept = receipt.get("result") or {}
     if record.get("state") == "failed":
@@ -61,6 +89,9 @@ def _from_receipt(tool: str, record: dict[str, Any]) -> types.CallToolResult:
         )
     if "tool_result" in kept:
         return types.CallToolResult.model_validate(kept["tool_result"])
+    told = _told_by_evidence(record) if receipt.get("recovered") else None
+    if told is not None:
+        return told
     how = (
         "confirmed from the provider's own record"
         if receipt.get("recovered")
@@ -71,10 +102,12 @@ def _from_receipt(tool: str, record: dict[str, Any]) -> types.CallToolResult:
         content=[
             types.TextContent(
                 type="text",
-                text=f"{tool}: this action already completed ({how}); it was not run again."
+                text=f"{tool}: this action already completed ({how}); it was not run again "
+                "and must not be: do not call it with a new key."
                 + (f" Reference: {reference}." if reference else ""),
             )
-        ]
+        ],
+        is_error=listed is not None and listed.output_schema is not None,
     )
 
 
@@ -266,4 +299,4 @@ class Gate:
         if answer is not None:
             return answer
         record = await self.host.operation(key)
-        return _from_receipt(gate.name, record)
+        return _from_receipt(gate.name, record, self.upstreams.tools.get(gate.name))
