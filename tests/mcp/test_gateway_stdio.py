@@ -3,6 +3,8 @@ through unchanged, a gated call runs once and its repeat answers the first resul
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import anyio
@@ -137,3 +139,46 @@ def test_without_elicitation_a_call_awaiting_a_person_says_where_and_continues_l
     done = anyio.run(call)
     assert done.structured_content["payment_id"] == "pay-pay-big"
     assert len(mcp_setup.effects("pay-big")) == 1
+
+
+def _upstream_pids(journal: Any) -> list[int]:
+    """The test upstream's processes (``harness.mcp_upstream`` on this journal)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    words = cmdline.read().split(b"\0")
+            except OSError:
+                continue
+            if b"harness.mcp_upstream" in words and str(journal).encode() in words:
+                found.append(int(entry))
+    return found
+
+
+def test_an_upstream_process_that_dies_is_started_again(mcp_setup):
+    """SIGKILLed under a running gateway: the next call is told it is gone, the calls
+    after it reach a new process, and a gated call runs once there."""
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        async with gateway(mcp_setup, mcp_setup.config()) as client:
+            before = await client.call_tool("get_balance", {"account": "acct-1"})
+            assert not before.is_error
+            (first,) = _upstream_pids(mcp_setup.journal)
+            os.kill(first, signal.SIGKILL)
+            told = await client.call_tool("get_balance", {"account": "acct-1"})
+            with anyio.fail_after(30):
+                while True:
+                    again = await client.call_tool("get_balance", {"account": "acct-1"})
+                    if not again.is_error:
+                        break
+                    await anyio.sleep(0.2)
+            assert _upstream_pids(mcp_setup.journal) not in ([], [first])
+            paid = await client.call_tool("send_payment", PAYMENT)
+            return told, again, paid
+
+    told, again, paid = anyio.run(scenario)
+    assert told.is_error and "went away" in told.content[0].text
+    assert again.structured_content == {"account": "acct-1", "balance": 1000}
+    assert not paid.is_error and paid.structured_content["payment_id"] == "pay-pay-1"
+    assert [key for key, _ in mcp_setup.effects()] == ["pay-1"]

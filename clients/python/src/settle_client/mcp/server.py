@@ -18,8 +18,8 @@ from mcp.shared.exceptions import MCPError
 
 from settle_client.async_host import AsyncHost
 from settle_client.mcp.config import Config
-from settle_client.mcp.gate import Gate
-from settle_client.mcp.upstreams import Upstreams
+from settle_client.mcp.gate import Gate, tool_error
+from settle_client.mcp.upstreams import UpstreamLost, Upstreams
 
 VERSION = "0.1.0"
 
@@ -63,7 +63,13 @@ def build(config: Config) -> Server[Gateway]:
             await ctx.session.report_progress(progress, total, message)
 
         # Passthrough: the upstream's result, or its error, as it answered.
-        return await gateway.upstreams.call(params.name, arguments, progress=progress)
+        try:
+            return await gateway.upstreams.call(params.name, arguments, progress=progress)
+        except UpstreamLost as exc:
+            return tool_error(
+                f"{params.name}: {exc}. Whether this call ran is not known; call again "
+                "in a moment if that is safe."
+            )
 
     return Server(
         "settle-mcp",
