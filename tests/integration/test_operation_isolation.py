@@ -29,19 +29,16 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from approvals.services.approvers import approver_create
 from audit.chain import audit_append, audit_transaction
 from audit.models import AuditEvent
 from audit.verify_walk import audit_verify
 from common.actors import Actor
-from harness.providers import digest_of, sqlite_provider_commit, sqlite_provider_init
+from harness.providers import digest_of, sqlite_provider_commit
 from recovery.models import Operation
-from recovery.services.credentials import host_create
 from recovery.services.dispatch import operation_dispatch, operation_heartbeat
 from recovery.services.locking import operation_lock
-from recovery.services.providers import provider_configure
 from tests.support.flow import Api
-from tests.support.live import WAIT, LookupWorker, wait_lease_lapsed
+from tests.support.live import WAIT, LookupWorker, fleet_and_orders, wait_lease_lapsed
 
 PARAMS = {"amount": 1250, "currency": "EUR", "to": "acct-7"}
 LOCK_TIMEOUT = "2s"
@@ -193,12 +190,8 @@ def test_an_open_transaction_on_one_operation_holds_up_no_other(
 ) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("row-lock isolation between operations is checked on PostgreSQL only")
-    _, host_token = host_create(name="fleet-a")
-    _, approver_token = approver_create(name="alice-phone", all_providers=True)
-    orders = tmp_path / "orders.sqlite3"
-    sqlite_provider_init(orders)
-    provider_configure(
-        name="orders", adapter="sqlite", path=str(orders), lease_seconds=2, timeout_seconds=5
+    host_token, approver_token, orders = fleet_and_orders(
+        tmp_path, lease_seconds=2, timeout_seconds=5
     )
     steps = Steps(Api(host_token), Api(approver_token), "orders")
 

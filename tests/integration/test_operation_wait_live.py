@@ -15,13 +15,10 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from approvals.services.approvers import approver_create
 from harness.gunicorn import database_url, gunicorn_running
-from harness.providers import digest_of, sqlite_provider_init
-from recovery.services.credentials import host_create
-from recovery.services.providers import provider_configure
+from harness.providers import digest_of
 from tests.support.flow import PARAMS
-from tests.support.live import Http
+from tests.support.live import Http, fleet_and_orders
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -31,11 +28,7 @@ def test_two_reads_are_held_on_four_threads_and_each_answers_at_its_decision(
 ) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("gunicorn's workers share the PostgreSQL test database")
-    _, host_token = host_create(name="fleet-a")
-    _, approver_token = approver_create(name="alice-phone", all_providers=True)
-    orders = tmp_path / "orders.sqlite3"
-    sqlite_provider_init(orders)
-    provider_configure(name="orders", adapter="sqlite", path=str(orders), lease_seconds=60)
+    host_token, approver_token, _ = fleet_and_orders(tmp_path, lease_seconds=60)
     with gunicorn_running(
         database_url=database_url(connection.settings_dict),
         log_path=tmp_path / "gunicorn.log",

@@ -29,13 +29,16 @@ from django.core.servers.basehttp import ThreadedWSGIServer
 
 from approvals.models import Permit
 from approvals.selectors import permit_history
+from approvals.services.approvers import approver_create
 from audit.models import AuditEvent
 from audit.verify_walk import audit_verify
 from dbsql.clock import db_now
 from harness.celery_procs import Proc
-from harness.providers import digest_of, http_provider_history
+from harness.providers import digest_of, http_provider_history, sqlite_provider_init
 from recovery.models import Dispatch, Evidence, LookupAttempt, Operation, Provider, Verdict
+from recovery.services.credentials import host_create
 from recovery.services.lookups import SWEEPER_ACTOR
+from recovery.services.providers import provider_configure
 from tests.support.flow import PARAMS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +46,20 @@ WORKER_SCRIPT = REPO_ROOT / "tests" / "procs" / "worker.py"
 
 WAIT = 30.0  # the bound on any single wait for a worker
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+# -- a fleet's credentials and the orders provider, for a server of the test's own ----
+
+
+def fleet_and_orders(tmp_path: Path, **provider: Any) -> tuple[str, str, Path]:
+    """A host's and an approver's tokens, and the ``orders`` provider (a SQLite database
+    in ``tmp_path``, configured with ``provider``'s options): ``(host, approver, path)``."""
+    _, host_token = host_create(name="fleet-a")
+    _, approver_token = approver_create(name="alice-phone", all_providers=True)
+    orders = tmp_path / "orders.sqlite3"
+    sqlite_provider_init(orders)
+    provider_configure(name="orders", adapter="sqlite", path=str(orders), **provider)
+    return host_token, approver_token, orders
 
 
 # -- the live server ------------------------------------------------------------------
