@@ -17,29 +17,31 @@
       .replace(/\//g, "_")
       .replace(/=+$/, "");
 
+  // Credential descriptors (allowed or excluded passkeys), their ids as bytes.
+  const descriptors = (list) => (list || []).map((c) => ({ ...c, id: bytes(c.id) }));
+  // A ceremony's credential as JSON: what both answers share, and ``response``'s own fields.
+  const answer = (credential, response) => ({
+    id: credential.id,
+    rawId: text(credential.rawId),
+    type: credential.type,
+    authenticatorAttachment: credential.authenticatorAttachment,
+    response: { clientDataJSON: text(credential.response.clientDataJSON), ...response },
+    clientExtensionResults: credential.getClientExtensionResults(),
+  });
+
   async function signed(options) {
     const publicKey = {
       ...options.publicKey,
       challenge: bytes(options.publicKey.challenge),
-      allowCredentials: (options.publicKey.allowCredentials || []).map((c) => ({
-        ...c,
-        id: bytes(c.id),
-      })),
+      allowCredentials: descriptors(options.publicKey.allowCredentials),
     };
     const credential = await navigator.credentials.get({ publicKey });
-    return {
-      id: credential.id,
-      rawId: text(credential.rawId),
-      type: credential.type,
-      authenticatorAttachment: credential.authenticatorAttachment,
-      response: {
-        clientDataJSON: text(credential.response.clientDataJSON),
-        authenticatorData: text(credential.response.authenticatorData),
-        signature: text(credential.response.signature),
-        userHandle: credential.response.userHandle ? text(credential.response.userHandle) : null,
-      },
-      clientExtensionResults: credential.getClientExtensionResults(),
-    };
+    const { response } = credential;
+    return answer(credential, {
+      authenticatorData: text(response.authenticatorData),
+      signature: text(response.signature),
+      userHandle: response.userHandle ? text(response.userHandle) : null,
+    });
   }
 
   async function created(options) {
@@ -47,24 +49,14 @@
       ...options.publicKey,
       challenge: bytes(options.publicKey.challenge),
       user: { ...options.publicKey.user, id: bytes(options.publicKey.user.id) },
-      excludeCredentials: (options.publicKey.excludeCredentials || []).map((c) => ({
-        ...c,
-        id: bytes(c.id),
-      })),
+      excludeCredentials: descriptors(options.publicKey.excludeCredentials),
     };
     const credential = await navigator.credentials.create({ publicKey });
-    return {
-      id: credential.id,
-      rawId: text(credential.rawId),
-      type: credential.type,
-      authenticatorAttachment: credential.authenticatorAttachment,
-      response: {
-        clientDataJSON: text(credential.response.clientDataJSON),
-        attestationObject: text(credential.response.attestationObject),
-        transports: credential.response.getTransports ? credential.response.getTransports() : [],
-      },
-      clientExtensionResults: credential.getClientExtensionResults(),
-    };
+    const { response } = credential;
+    return answer(credential, {
+      attestationObject: text(response.attestationObject),
+      transports: response.getTransports ? response.getTransports() : [],
+    });
   }
 
   window.settleWebAuthn = { signed, created };
