@@ -37,6 +37,7 @@ from typing import Any
 from harness.celery_procs import child_environment
 from harness.processes import process_stop
 from harness.providers import _free_port
+from settle.gunicorn_conf import approval_waits
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # A local server: never through a proxy from the environment.
@@ -117,7 +118,7 @@ def gunicorn_start(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     child_env = {**child_environment(env or {}), "DATABASE_URL": database_url}
     if threads > 1:  # as settle.gunicorn_conf sets it, which this runs without
-        child_env.setdefault("SETTLE_APPROVAL_WAITS", str(threads // 2))
+        child_env.setdefault("SETTLE_APPROVAL_WAITS", str(approval_waits(threads)))
     deadline = time.monotonic() + startup_timeout
     for _attempt in range(3):
         port = _free_port()

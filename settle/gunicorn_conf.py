@@ -25,11 +25,17 @@ def on_starting(server: Any) -> None:
     metrics_dir_tidy()
 
 
+def approval_waits(threads: int) -> int:
+    """The reads a worker of ``threads`` threads holds for an approval's decision: half of
+    them, so that the rest always answer; none for one thread."""
+    return threads // 2
+
+
 def post_worker_init(worker: Any) -> None:
     if "SETTLE_APPROVAL_WAITS" not in os.environ:
         from django.conf import settings
 
-        settings.SETTLE_APPROVAL_WAITS = worker.cfg.threads // 2
+        settings.SETTLE_APPROVAL_WAITS = approval_waits(worker.cfg.threads)
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -127,6 +127,19 @@ def operation_path(key: str, endpoint: str = "") -> str:
     return f"{OPERATIONS}/{quote(key, safe='')}{endpoint}"
 
 
+def decision_read(key: str, wait: int) -> Call:
+    """A read of operation ``key`` that Settle may hold until its approval is decided, at
+    most ``wait`` seconds (none asked below 1)."""
+    return Call("GET", operation_path(key, f"?wait={wait}" if wait >= 1 else ""))
+
+
+def held_whole(sent: float, wait: int) -> bool:
+    """Whether a read sent at ``sent`` (``time.monotonic()``) was held its whole ``wait``:
+    then ask again at once; a server that answered sooner holds no reads (wait on this
+    side before asking again)."""
+    return wait >= 1 and time.monotonic() - sent >= wait
+
+
 # A host's customers (parties): the requests ``Host`` and ``AsyncHost`` send alike.
 
 
@@ -275,12 +288,12 @@ def _decision(run: Run, opened: dict[str, Any] | None = None) -> Generator[Step,
         # it; a server that answers at once is read again after ``poll_interval``.
         wait = min(run.wait, int(waited_until - time.monotonic()))
         sent = time.monotonic()
-        record = yield Call("GET", run.path(f"?wait={wait}" if wait >= 1 else ""))
+        record = yield decision_read(run.key, wait)
         state = str(_field(record, "state", str, "operation"))
         if state != "awaiting_approval":
             return state
-        if time.monotonic() - sent >= wait >= 1:
-            continue  # held the whole wait: ask again at once
+        if held_whole(sent, wait):
+            continue
         remaining = waited_until - time.monotonic()
         if remaining <= 0:
             asked = f" (rule {rule!r}: {needed})" if rule else ""

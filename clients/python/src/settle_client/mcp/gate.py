@@ -25,7 +25,7 @@ from mcp.server.context import ServerRequestContext
 from pydantic import ValidationError
 
 from settle_client import errors
-from settle_client._protocol import Call, operation_path
+from settle_client._protocol import decision_read, held_whole
 from settle_client.async_host import AsyncHost
 from settle_client.canonical import CanonicalError, canonical_params, params_digest
 from settle_client.mcp.config import Config, GatedTool
@@ -252,15 +252,14 @@ class Gate:
         nothing dispatched."""
         started = time.monotonic()
         while True:
-            asked = time.monotonic()
-            path = operation_path(key, f"?wait={WAIT_SECONDS}")
-            record = await self.host.http.call(Call("GET", path))
+            sent = time.monotonic()
+            record = await self.host.http.call(decision_read(key, WAIT_SECONDS))
             state = str(record.get("state"))
             if state != "awaiting_approval":
                 return state
             elapsed = time.monotonic() - started
             await ctx.session.report_progress(elapsed, None, "waiting for approval")
-            if time.monotonic() - asked < WAIT_SECONDS:
+            if not held_whole(sent, WAIT_SECONDS):
                 await anyio.sleep(POLL_SECONDS)
 
     async def _execute(
