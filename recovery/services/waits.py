@@ -17,12 +17,16 @@ once and the host waits on its side.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 
+import psycopg
 from django.conf import settings
 from django.db import connection
+
+logger = logging.getLogger(__name__)
 
 CHANNEL = "settle_decided"
 POLL_SECONDS = 0.25
@@ -66,6 +70,16 @@ def decision_wait(operation_id: int, seconds: float, awaiting: Callable[[], bool
 
 
 def _notified(operation_id: int, deadline: float, awaiting: Callable[[], bool]) -> None:
+    """Held until the NOTIFY; a listener that cannot connect or loses its connection ends
+    the wait early (the read then answers as the operation is, or as the database lets
+    it: never an error of the wait's own)."""
+    try:
+        _listened(operation_id, deadline, awaiting)
+    except psycopg.Error as exc:  # the listener is psycopg's own connection, unwrapped
+        logger.warning("a held read stopped waiting: its listener failed: %s", exc)
+
+
+def _listened(operation_id: int, deadline: float, awaiting: Callable[[], bool]) -> None:
     """LISTEN first, then look: a decision committed in between is read, not missed."""
     listener = connection.get_new_connection(connection.get_connection_params())
     try:

@@ -110,3 +110,38 @@ def test_a_decision_notifies_its_operation_and_a_policy_opening_nobody(flow):
         assert list(listener.notifies(timeout=1, stop_after=1)) == []
     finally:
         listener.close()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN is PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+def test_a_listener_whose_connection_is_killed_answers_the_record_not_an_error(flow, settings):
+    """The held read's own connection terminated by the server: it answers at once with
+    the operation as it is (still awaiting), not a 500, long before its 20 s."""
+    settings.SETTLE_APPROVAL_WAITS = 1
+    _awaiting(flow)
+    answered: list[tuple[float, int, dict]] = []
+
+    def read() -> None:
+        try:
+            response = flow.host_api.get(f"{PATH}?wait=20")
+            answered.append((time.monotonic(), response.status_code, response.json()))
+        finally:
+            connection.close()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    listening = "SELECT pid FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid()"
+    with connection.cursor() as cursor:
+        for _ in range(100):  # until the read listens (at most 10 s)
+            cursor.execute(listening, [f"LISTEN {waits.CHANNEL}"])
+            pids = [row[0] for row in cursor.fetchall()]
+            if pids:
+                break
+            time.sleep(0.1)
+        assert pids, "the held read never listened"
+        killed = time.monotonic()
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pids[0]])
+    reader.join(timeout=20)
+    (at, status, record) = answered[0]
+    assert status == 200 and record["state"] == "awaiting_approval"
+    assert at - killed < 5
