@@ -72,6 +72,13 @@ def _cache_of_its_own(settings: Any, request: pytest.FixtureRequest) -> None:
     }
 
 
+@pytest.fixture(autouse=True)
+def _quick_password_hashes(settings: Any) -> None:
+    """Passwords hashed at one PBKDF2 iteration, which the production settings still check
+    (tests/support/hashers.py)."""
+    settings.PASSWORD_HASHERS = ["tests.support.hashers.QuickPBKDF2PasswordHasher"]
+
+
 def _flush_past_audit_triggers() -> None:
     """Let the test runner's flush TRUNCATE the append-only audit tables (PostgreSQL).
 
