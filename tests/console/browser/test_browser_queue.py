@@ -139,7 +139,6 @@ def test_an_operator_looks_up_now_and_watches_a_background_worker_settle_it(
     page: Page, operator, queue, provider_db, celery_env, celery_procs, settings
 ):
     settings.CELERY_TASK_DEFAULT_QUEUE = celery_env["SETTLE_CELERY_QUEUE"]
-    celery_procs("worker", celery_env).wait_for_log("ready.", timeout=60)
     sqlite_provider_commit(
         provider_db, operation_key="pay-2026-000117", params=PARAMS, reference="r-117"
     )
@@ -149,6 +148,10 @@ def test_an_operator_looks_up_now_and_watches_a_background_worker_settle_it(
     page.fill("#id_reason_lookup", "the provider says it went through")
     page.click("text=Look up now")
     expect(page.locator(".notice.success")).to_contain_text("Queued: a background worker")
+    # The worker starts once the page shows the lookup queued, so that the page is drawn
+    # while it is in flight (a worker already running could finish it first).
+    expect(page.locator("#live .notice.inflight")).to_contain_text("A lookup is queued")
+    celery_procs("worker", celery_env).wait_for_log("ready.", timeout=60)
     # The page polls while the lookup is in flight: no reload.
     expect(page.locator(".page-head .badge").first).to_have_text("released", timeout=30_000)
     # The view reads the lookup in flight before the operation, so the poll that shows
