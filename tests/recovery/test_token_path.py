@@ -20,6 +20,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import DisallowedHost
 from django.http import HttpResponse
 from django.test import Client, RequestFactory
+from django.urls import get_resolver
 from guardian.shortcuts import assign_perm
 
 from harness.providers import digest_of
@@ -155,3 +156,11 @@ def test_a_token_request_to_a_host_not_allowed_is_refused_as_before():
     )
     with pytest.raises(DisallowedHost):
         TokenRequestMiddleware(lambda request: HttpResponse())(request)
+
+
+def test_the_api_is_the_first_pattern_a_request_is_resolved_against() -> None:
+    """The resolver tries the patterns in order: the console's before the API's would be
+    tried on every host-API request."""
+    first = get_resolver().url_patterns[0]
+    for path in ("api/v1/operations", "api/v1/operations/k-1/dispatch", "api/v1/approvals/a"):
+        assert first.resolve(path) is not None, path
