@@ -117,7 +117,9 @@ def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> No
     ) as server:
         sql = fleet(server, tokens, provider, 1, SQL_PASS_SECONDS, "sql", scratch)
     runs: list[Run] = []
-    with gunicorn_running(log_path=scratch / "gunicorn.log", **server_options) as server:
+    with gunicorn_running(
+        log_path=scratch / "gunicorn.log", threads=args.threads, **server_options
+    ) as server:
         fleet(server, tokens, provider, 1, WARM_UP_SECONDS, "warm-up", scratch)
         for count in args.clients:
             analyze()
@@ -139,6 +141,12 @@ def main() -> None:
         action="store_true",
         help="apply a policy of twenty rules whose budget approves every opening: the "
         "lifecycle is then register, open (approved) and dispatch in one request, report",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="gunicorn's --threads for the measured runs (1: sync workers, as deploying.md)",
     )
     parser.add_argument(
         "--clients",

@@ -35,7 +35,9 @@ def print_report(
 ) -> None:
     print()
     print(
-        f"Host API over HTTP, gunicorn settle.wsgi -w 4, PostgreSQL {facts['server_version']} "
+        "Host API over HTTP, gunicorn settle.wsgi -w 4"
+        + (f" --threads {args.threads}" if getattr(args, "threads", 1) > 1 else "")
+        + f", PostgreSQL {facts['server_version']} "
         f"(synchronous_commit={facts['synchronous_commit']}, "
         f"autovacuum={facts['autovacuum']}: ANALYZE before each run), {facts['cpus']} CPUs, "
         f"{time.strftime('%Y-%m-%d')}; {args.seconds:g} s per run, one client process per "
