@@ -402,3 +402,20 @@ def test_the_status_pages_older_beat_threshold_name_is_still_read(tmp_path):
         timeout=60,
     )
     assert done.stdout.strip() == "77", done.stderr
+
+
+def test_the_tests_quick_password_hashes_are_checked_by_the_production_hasher(settings):
+    """tests/support/hashers.py: a hash the tests make at one iteration signs in at a
+    server started with the production settings (which set no PASSWORD_HASHERS of their
+    own), and is upgraded to the production iterations there."""
+    from django.conf import global_settings
+    from django.contrib.auth.hashers import check_password, identify_hasher, make_password
+
+    from tests.support.hashers import QuickPBKDF2PasswordHasher
+
+    quick = make_password("a-password", hasher=QuickPBKDF2PasswordHasher())
+    assert quick.startswith("pbkdf2_sha256$1$")
+    settings.PASSWORD_HASHERS = global_settings.PASSWORD_HASHERS
+    assert check_password("a-password", quick)
+    assert not check_password("another", quick)
+    assert identify_hasher(quick).must_update(quick)
