@@ -20,7 +20,9 @@ def process_stop(process: subprocess.Popen[bytes], timeout: float) -> int | None
     """SIGTERM, then SIGKILL to its whole group if it is not gone in ``timeout``; reaped.
 
     Until it is reaped its group id is still its own, so the kill reaches it and its
-    children (gunicorn's workers) and nothing else. Returns the exit code.
+    children (gunicorn's workers) and nothing else; a process started in its parent's
+    group (no ``start_new_session``) has no group of its own and is killed alone.
+    Returns the exit code.
     """
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -28,8 +30,11 @@ def process_stop(process: subprocess.Popen[bytes], timeout: float) -> int | None
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+            try:
                 os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=10)
     return process.returncode

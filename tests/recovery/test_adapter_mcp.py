@@ -90,7 +90,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     try:
         yield Server(f"http://127.0.0.1:{port}/mcp", answers)
     finally:
-        process_stop(process, timeout=5)
+        # A second's grace: the slow tool's call is still sleeping in a thread, which
+        # would hold the process's exit for the rest of its ten seconds.
+        process_stop(process, timeout=1)
 
 
 def _secret(url: str, **extra: Any) -> str:
