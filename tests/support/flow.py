@@ -54,8 +54,10 @@ def lookups_published() -> list[int]:
     with current_app.connection_for_read() as broker:
         messages = broker.SimpleQueue(settings.CELERY_TASK_DEFAULT_QUEUE)
         while True:
+            # One message at a time (Redis: RPOP), never a blocking read that closing the
+            # queue would wait out; a commit's publish is done before the commit returns.
             try:
-                message = messages.get(timeout=0.2)
+                message = messages.get_nowait()
             except messages.Empty:
                 break
             assert message.headers["task"] == "recovery.tasks.lookup_attempt", message.headers
