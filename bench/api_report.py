@@ -36,7 +36,7 @@ def print_report(
     print()
     print(
         "Host API over HTTP, gunicorn settle.wsgi -w 4"
-        + (f" --threads {args.threads}" if getattr(args, "threads", 1) > 1 else "")
+        + (f" --threads {args.threads}" if args.threads > 1 else "")
         + f", PostgreSQL {facts['server_version']} "
         f"(synchronous_commit={facts['synchronous_commit']}, "
         f"autovacuum={facts['autovacuum']}: ANALYZE before each run), {facts['cpus']} CPUs, "
