@@ -1,6 +1,6 @@
 """What settle-mcp adds to a tool call: a passthrough call and an auto-approved gated call.
 
-    python bench/mcp_gateway.py [--calls 300] [--seconds 10] [--agents 8]
+    python bench/mcp_gateway.py [--calls 300] [--seconds 10] [--agents 8] [--forwarder]
 
 On a scratch PostgreSQL database (``bench/api.py``'s), ``gunicorn settle.wsgi -w 4``, the
 test upstream (``harness/mcp_upstream.py`` over Streamable HTTP) and one gateway
@@ -13,6 +13,10 @@ same load:
   dispatch, the upstream's effect, the report) through the gateway against
   ``send_payment`` made directly.
 
+With ``--forwarder``, ``get_balance`` is also timed through a bare HTTP forwarder in
+front of the same upstream (``bench/mcp_forwarder.py``: uvicorn and httpx, as the gateway,
+with nothing of MCP): what one more HTTP hop adds, whatever the gateway does in it.
+
 Prints the p50 and p90 of each and what the gateway adds at p50 (targets: passthrough
 < 2 ms, gated < 15 ms), then the rate of gated calls with ``--agents`` concurrent agents
 (a session each) against the same agents calling the upstream directly. The last line is
@@ -22,6 +26,7 @@ one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -57,6 +62,7 @@ from recovery.services.providers import provider_configure  # noqa: E402
 TOKEN_ENV = "SETTLE_MCP_BENCH_TOKEN"
 UPSTREAM = ["-m", "harness.mcp_upstream", "--journal"]
 GATEWAY = ["-m", "settle_client.mcp.cli", "serve"]
+FORWARDER = ["-m", "bench.mcp_forwarder", "--port", "{port}"]
 POLICY = """
 [[rules]]
 name = "bench-payments"
@@ -124,13 +130,19 @@ def p(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
 
 
-async def latencies(direct_url: str, gateway_url: str, calls: int) -> dict[str, list[float]]:
-    """Each kind of call, direct and through the gateway, taking turns call by call."""
-    took: dict[str, list[float]] = {kind: [] for kind in ("read", "read_gw", "pay", "pay_gw")}
-    async with (
-        Client(direct_url, mode="legacy") as direct,
-        Client(gateway_url, mode="legacy") as gw,
-    ):
+async def latencies(
+    direct_url: str, gateway_url: str, calls: int, forwarder_url: str | None = None
+) -> dict[str, list[float]]:
+    """Each kind of call, direct and through the gateway (and the bare forwarder, when
+    there is one), taking turns call by call."""
+    kinds = ("read", "read_gw", "pay", "pay_gw") + (("read_fw",) if forwarder_url else ())
+    took: dict[str, list[float]] = {kind: [] for kind in kinds}
+    async with contextlib.AsyncExitStack() as stack:
+        direct = await stack.enter_async_context(Client(direct_url, mode="legacy"))
+        gw = await stack.enter_async_context(Client(gateway_url, mode="legacy"))
+        fw = None
+        if forwarder_url:
+            fw = await stack.enter_async_context(Client(forwarder_url, mode="legacy"))
         balance = {"account": "acct-1"}
         for n in range(-20, calls):  # the first 20: warm-up, not counted
             direct_pay, gw_pay = payment(f"d-{n}"), payment(f"g-{n}")
@@ -140,6 +152,8 @@ async def latencies(direct_url: str, gateway_url: str, calls: int) -> dict[str, 
                 "pay": await timed(lambda: direct.call_tool("send_payment", direct_pay)),  # noqa: B023
                 "pay_gw": await timed(lambda: gw.call_tool("send_payment", gw_pay)),  # noqa: B023
             }
+            if fw is not None:
+                rounds["read_fw"] = await timed(lambda: fw.call_tool("get_balance", balance))
             if n >= 0:
                 for kind, value in rounds.items():
                     took[kind].append(value)
@@ -173,6 +187,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300, help="calls of each kind")
     parser.add_argument("--seconds", type=float, default=10.0, help="per rate measurement")
     parser.add_argument("--agents", type=int, default=8)
+    parser.add_argument(
+        "--forwarder",
+        action="store_true",
+        help="also time get_balance through a bare HTTP forwarder (bench/mcp_forwarder.py)",
+    )
     args = parser.parse_args()
     if db.vendor != "postgresql":
         sys.exit("bench/mcp_gateway.py measures PostgreSQL; set DATABASE_URL=postgres://…")
@@ -182,8 +201,12 @@ def main() -> None:
             [*UPSTREAM, str(scratch / "effects.sqlite3"), "http", "--port", "{port}"],
             scratch / "upstream.log",
         )
-        gateway = None
+        gateway = forwarder = forwarder_url = None
         try:
+            if args.forwarder:
+                forwarder, forwarder_url = started(
+                    [*FORWARDER, "--upstream", upstream_url], scratch / "forwarder.log"
+                )
             secret = json.dumps({"url": upstream_url, "tool": "lookup_effect"})
             provider_configure(name="payments", adapter="mcp", secret=secret)
             (scratch / "policy.toml").write_text(POLICY)
@@ -202,13 +225,14 @@ def main() -> None:
                     scratch / "gateway.log",
                     env={TOKEN_ENV: token},
                 )
-                took = anyio.run(latencies, upstream_url, gateway_url, args.calls)
+                took = anyio.run(latencies, upstream_url, gateway_url, args.calls, forwarder_url)
                 analyze()
                 direct_rate = anyio.run(rate, upstream_url, args.agents, args.seconds, "rd")
                 gated_rate = anyio.run(rate, gateway_url, args.agents, args.seconds, "rg")
         finally:
-            if gateway is not None:
-                process_stop(gateway, timeout=5)
+            for process in (gateway, forwarder):
+                if process is not None:
+                    process_stop(process, timeout=5)
             process_stop(upstream, timeout=5)
 
     p50 = {kind: statistics.median(values) for kind, values in took.items()}
@@ -220,13 +244,18 @@ def main() -> None:
         ("read_gw", "get_balance through the gateway (passthrough)"),
         ("pay", "send_payment direct"),
         ("pay_gw", "send_payment through the gateway (gated, auto-approved)"),
+        ("read_fw", "get_balance through a bare HTTP forwarder"),
     ):
+        if kind not in p50:
+            continue
         print(f"{name:56} p50 {p50[kind]:7.2f} ms  p90 {p90[kind]:7.2f} ms")
     print(
         f"added at p50: passthrough {added_read:.2f} ms (target < 2: "
         f"{'met' if added_read < 2 else 'not met'}), gated {added_pay:.2f} ms (target < 15: "
         f"{'met' if added_pay < 15 else 'not met'}); {args.calls} calls of each"
     )
+    if "read_fw" in p50:
+        print(f"added at p50 by the bare forwarder: {p50['read_fw'] - p50['read']:.2f} ms")
     print(f"{args.agents} agents: gated {gated_rate:.1f} calls/s, direct {direct_rate:.1f} calls/s")
     print(
         json.dumps(
@@ -235,6 +264,11 @@ def main() -> None:
                 "p50_ms": {kind: round(value, 2) for kind, value in p50.items()},
                 "p90_ms": {kind: round(value, 2) for kind, value in p90.items()},
                 "passthrough_added_p50_ms": round(added_read, 2),
+                **(
+                    {"forwarder_added_p50_ms": round(p50["read_fw"] - p50["read"], 2)}
+                    if "read_fw" in p50
+                    else {}
+                ),
                 "gated_added_p50_ms": round(added_pay, 2),
                 "agents": args.agents,
                 "gated_calls_per_s": round(gated_rate, 1),
