@@ -7,7 +7,12 @@ Each checkout runs its own ``bench/api.py`` with its own ``.venv`` (a fresh scra
 database and a fresh gunicorn each time), baseline then new, ``--pairs`` times, so both
 see the same minutes of a shared machine. ``DATABASE_URL`` chooses the server for both.
 It prints, per pair and client count, each side's lifecycles/s, errors and gunicorn CPU
-ms per request, the ratio new / baseline, and the load average; then the medians. The
+ms per request, the ratio new / baseline, and the load average; then the medians, and
+each side's CPU per lifecycle: each process group's CPU per request (gunicorn,
+PostgreSQL, the clients, the rest of the machine) times the requests a lifecycle made,
+their sum, and the machine's CPU time per lifecycle at the rate measured (its cores over
+the rate). Where the machine is CPU-bound the two agree: the rate is then the cores
+divided by what a lifecycle costs all processes together, the clients included. The
 whole output of every run is kept in ``--keep`` (default: a temporary folder, printed).
 ``--auto-approve`` runs the policy-approved lifecycle on both sides (``bench/api.py``'s
 option of that name: a policy approves every opening), each side with its own requests.
@@ -27,10 +32,23 @@ from pathlib import Path
 RUN = re.compile(
     r"^\| API, (?P<clients>\d+) clients? \| (?P<rate>[\d.]+) lifecycles/s \((?P<requests>\d+) "
     r"requests/s\) \| [^|]*\| [^|]*\| (?P<errors>\d+) \| (?P<gunicorn>[\d.]+|n/a) / "
-    r"(?P<postgres>[\d.]+|n/a) /",
+    r"(?P<postgres>[\d.]+|n/a) / (?P<clients_cpu>[\d.]+|n/a) / (?P<rest>[\d.]+|n/a) \|",
     re.MULTILINE,
 )
 LIFECYCLE_SQL = re.compile(r"^\| whole lifecycle \| (?P<sql>[\d.]+) \|", re.MULTILINE)
+
+
+# Where each request's CPU goes, as bench/api.py prints it: its column, and the group here.
+CPU_PARTS = {
+    "gunicorn": "gunicorn",
+    "postgres": "postgres",
+    "clients": "clients_cpu",
+    "rest": "rest",
+}
+
+
+def _ms(text: str) -> float:
+    return float(text) if text != "n/a" else float("nan")
 
 
 def run_once(checkout: Path, args: argparse.Namespace, log: Path) -> dict[int, dict[str, float]]:
@@ -56,13 +74,30 @@ def run_once(checkout: Path, args: argparse.Namespace, log: Path) -> dict[int, d
     for match in RUN.finditer(done.stdout):
         figures[int(match["clients"])] = {
             "rate": float(match["rate"]),
+            "requests": float(match["requests"]),
             "errors": float(match["errors"]),
-            "gunicorn": float(match["gunicorn"]) if match["gunicorn"] != "n/a" else float("nan"),
-            "postgres": float(match["postgres"]) if match["postgres"] != "n/a" else float("nan"),
+            **{part: _ms(match[group]) for part, group in CPU_PARTS.items()},
             "load": load,
             "sql": float(sql["sql"]) if sql else float("nan"),
         }
     return figures
+
+
+def lifecycle_cpu(runs: list[dict[str, float]]) -> str:
+    """One side's CPU per lifecycle, part by part (each part's CPU per request times the
+    requests a lifecycle made in that run; the mean over the runs), their sum, and what
+    the machine's cores allow a lifecycle at the rate measured: where the machine is
+    CPU-bound, the two agree, and the rate is the cores over the sum."""
+    per = {
+        part: statistics.fmean(run[part] * run["requests"] / run["rate"] for run in runs)
+        for part in CPU_PARTS
+    }
+    allowed = statistics.fmean((os.cpu_count() or 1) * 1000 / run["rate"] for run in runs)
+    requests = statistics.fmean(run["requests"] / run["rate"] for run in runs)
+    return (
+        f"{requests:.1f} | {per['gunicorn']:.1f} | {per['postgres']:.1f} | {per['clients']:.1f} "
+        f"| {per['rest']:.1f} | {sum(per.values()):.1f} | {allowed:.1f}"
+    )
 
 
 def main() -> None:
@@ -95,6 +130,9 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
     ratios: dict[int, list[float]] = {n: [] for n in args.clients}
     cpu: dict[str, dict[int, list[float]]] = {s: {n: [] for n in args.clients} for s in sides}
+    runs: dict[str, dict[int, list[dict[str, float]]]] = {
+        s: {n: [] for n in args.clients} for s in sides
+    }
     for pair in range(1, args.pairs + 1):
         found = {
             side: run_once(checkout, args, keep / f"pair{pair}-{side}.txt")
@@ -109,6 +147,8 @@ def main() -> None:
             ratios[clients].append(ratio)
             cpu["baseline"][clients].append(b["gunicorn"])
             cpu["new"][clients].append(n["gunicorn"])
+            runs["baseline"][clients].append(b)
+            runs["new"][clients].append(n)
             print(
                 f"| {pair} | {clients} | {b['rate']:.1f} | {n['rate']:.1f} | {ratio:.2f} "
                 f"| {b['errors']:g} / {n['errors']:g} | {b['gunicorn']:.2f} / {n['gunicorn']:.2f} "
@@ -125,6 +165,15 @@ def main() -> None:
                 f"{statistics.median(cpu['baseline'][clients]):.2f} (baseline) / "
                 f"{statistics.median(cpu['new'][clients]):.2f} (new)"
             )
+    print(
+        f"\n| side | clients | requests a lifecycle | CPU ms a lifecycle: gunicorn | PostgreSQL "
+        f"| clients | rest | sum | {os.cpu_count()} cores' ms at the rate measured |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for clients in args.clients:
+        for side in sides:
+            if runs[side][clients]:
+                print(f"| {side} | {clients} | {lifecycle_cpu(runs[side][clients])} |")
 
 
 if __name__ == "__main__":
