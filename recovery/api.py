@@ -20,20 +20,20 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from approvals.models import Approval, Approver
+from approvals.models import Approver
 from common.actors import Actor
 from common.canonical import CanonicalError, strict_loads
 from common.errors import ErrorCode, SettleError
 from dbsql.errors import database_unavailable
 from recovery import contract, query
 from recovery.contract import ApiError
-from recovery.models import Host, State
+from recovery.models import Host, Operation, State
 from recovery.openapi import openapi_document
 from recovery.ratelimit import rate_limit_wait
 from recovery.selectors.access import approval_for_caller, provider_for_callback
 from recovery.selectors.records import (
-    approval_customer,
     approval_needs,
+    approval_opened_record,
     approval_record,
     newest_permit,
     operation_record,
@@ -224,6 +224,26 @@ def _answer(body: contract.Body, status: int = 200) -> JsonResponse:
 def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
     body = _parse(request, contract.RegisterRequest)
     assert caller.host is not None
+    opening = body.opening()
+    asked = None
+    if body.dispatch is not None:
+        asked = dispatch.DispatchAsked(
+            worker=body.dispatch.worker,
+            presented_digest=body.dispatch.params_digest,
+            actor=caller.actor,
+        )
+    opened: dict[str, Any] = {}
+
+    def open_new(operation: Operation) -> None:
+        # A new operation's approval opens in the registration's transaction; the answer
+        # says the operation as registered, as when the approval opens in one of its own.
+        assert opening is not None and caller.host is not None
+        opened.update(state=operation.state, version=operation.version)
+        found = permits.approval_open_locked(
+            operation, host=caller.host, then=asked, **_opening_args(opening)
+        )
+        opened["approval"] = approval_opened_record(*found)
+
     try:
         operation, created = registration.operation_register(
             host=caller.host,
@@ -231,6 +251,7 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
             action=body.action,
             provider_name=body.provider,
             params=body.params,
+            then=open_new if opening is not None else None,
         )
     except CanonicalError as exc:
         if exc.code == ErrorCode.PARAMS_TOO_LARGE:
@@ -241,16 +262,9 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
         "state": operation.state,
         "params_digest": operation.params_digest,
         "version": operation.version,
+        **opened,
     }
-    opening = body.opening()
-    asked = None
-    if body.dispatch is not None:
-        asked = dispatch.DispatchAsked(
-            worker=body.dispatch.worker,
-            presented_digest=body.dispatch.params_digest,
-            actor=caller.actor,
-        )
-    if opening is not None and operation.state == State.AWAITING_APPROVAL:
+    if opening is not None and not opened and operation.state == State.AWAITING_APPROVAL:
         try:
             summary["approval"], _ = _approval_opened(caller, operation.key, opening, asked)
         except SettleError as exc:
@@ -308,26 +322,17 @@ def _approval_opened(
     """Open the approval of the caller's operation ``key`` (or find the pending one)."""
     operation = _operation(caller, key)
     assert caller.host is not None
+    approval, created = permits.approval_open(
+        operation=operation, host=caller.host, then=then, **_opening_args(body)
+    )
+    return approval_opened_record(approval, created), created
+
+
+def _opening_args(body: contract.OpenApprovalRequest) -> dict[str, Any]:
     party = None
     if body.party is not None:
         party = PartyNamed(id=body.party.id, name=body.party.name, contact=body.party.contact)
-    approval, created = permits.approval_open(
-        operation=operation, host=caller.host, proposer=body.proposer, party=party, then=then
-    )
-    # A policy that approved it issued the permit in this call (the approval holds it).
-    permit = approval.permit if approval.status == Approval.Status.APPROVED else None
-    opened = contract.ApprovalOpened(
-        approval_id=str(approval.id),
-        status=approval.status,
-        permit_id=str(permit.id) if permit else None,
-        **{
-            "expires_at": permit.expires_at.isoformat() if permit else None,
-            **approval_customer(approval=approval, to_host=True),
-        },
-        # One just opened has no votes yet: nothing to count.
-        **approval_needs(approval=approval, approvals=0 if created else None),
-    )
-    return opened, created
+    return {"proposer": body.proposer, "party": party}
 
 
 @api_view(methods=("POST",), auth=("approver", "user"))

@@ -85,6 +85,23 @@ def approval_record(*, approval: Approval, to_host: bool = False) -> contract.Ap
     )
 
 
+def approval_opened_record(approval: Approval, created: bool) -> contract.ApprovalOpened:
+    """An approval as its opening answers it (``created``: opened by that call)."""
+    # A policy that approved it issued the permit in this call (the approval holds it).
+    permit = approval.permit if approval.status == Approval.Status.APPROVED else None
+    return contract.ApprovalOpened(
+        approval_id=str(approval.id),
+        status=approval.status,
+        permit_id=str(permit.id) if permit else None,
+        **{
+            "expires_at": permit.expires_at.isoformat() if permit else None,
+            **approval_customer(approval=approval, to_host=True),
+        },
+        # One just opened has no votes yet: nothing to count.
+        **approval_needs(approval=approval, approvals=0 if created else None),
+    )
+
+
 def _who(actor: Actor | None) -> str:
     """An actor as hosts and approvers read it: kind and name (ids stay inside)."""
     return str(actor) if actor is not None else ""

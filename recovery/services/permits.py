@@ -98,13 +98,24 @@ def approval_open(
     naming the rule. ``proposer``: the username of the person the host acts for
     (case-insensitive), who never decides it; the user it names now is kept by id
     (``approvals.selectors``' ``proposer``). ``party``: the customer the host acts for
-    (``recovery.services.customers``), whom the approval names; where the policy asks
-    the customer and none is named, nothing is written (``party_required``). ``then``:
-    called with the locked operation and the new approval before the transaction ends
-    (``dispatch.DispatchAsked``).
-    """
+    (``recovery.services.customers``); where the policy asks the customer and none is
+    named, nothing is written (``party_required``). ``then``: called with the locked
+    operation and the new approval before the transaction ends (``DispatchAsked``)."""
+    return approval_open_locked(
+        operation_lock(operation), host=host, proposer=proposer, then=then, party=party
+    )
+
+
+def approval_open_locked(
+    operation: Operation,
+    *,
+    host: Host,
+    proposer: str = "",
+    then: Callable[[Operation, Approval], object] | None = None,
+    party: PartyNamed | None = None,
+) -> tuple[Approval, bool]:
+    """``approval_open`` in a transaction holding ``operation`` (``operation_register``'s)."""
     party_contact_check(party)
-    operation = operation_lock(operation)
     if operation.state != State.AWAITING_APPROVAL:
         raise RecoveryError(
             ErrorCode.INVALID_STATE,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import IntegrityError
@@ -23,12 +24,24 @@ from recovery.services.errors import NotFound, RecoveryError
 
 
 def operation_register(
-    *, host: Host, key: str, action: str, provider_name: str, params: Any
+    *,
+    host: Host,
+    key: str,
+    action: str,
+    provider_name: str,
+    params: Any,
+    then: Callable[[Operation], object] | None = None,
 ) -> tuple[Operation, bool]:
     """Persist the intended effect before anything is dispatched; idempotent per key.
 
     The same registration again returns the existing operation; the same key with any
     difference (host, action, provider or params) is a ``key_conflict``.
+
+    ``then``: called with the operation this call made, before its transaction ends,
+    the row locked by that transaction (no other can see it yet) and its chain with it
+    (``permits.approval_open_locked``: the approval opened in the same transaction).
+    What it raises rolls the registration back with it. Not called for an operation
+    found.
     """
     canonical = canonical_params(params)
     digest = params_digest(canonical)
@@ -56,6 +69,8 @@ def operation_register(
             # The chain's head goes into the row with it: one INSERT, event aside.
             audit_head_write(operation)
             insert([operation])
+            if then is not None:
+                then(operation)
             return operation, True
     except IntegrityError:
         existing = Operation.objects.select_related("provider").filter(key=key).first()

@@ -9,7 +9,7 @@ from audit.models import AuditEvent
 from common.links import approval_link_url
 from recovery.models import Operation
 from tests.support.customers import PARTY, customer_open, customer_policy_apply
-from tests.support.flow import PARAMS
+from tests.support.flow import PARAMS, register_body
 
 
 @pytest.fixture
@@ -75,6 +75,24 @@ def test_an_approval_needing_the_customer_without_a_party_is_refused_and_nothing
     assert not Approval.objects.exists() and not Party.objects.exists()
     assert not AuditEvent.objects.filter(kind="approval_requested").exists()
     assert Operation.objects.get(key="op-1").state == "awaiting_approval"
+
+
+def test_registering_and_opening_in_one_request_refused_registers_nothing(flow, policy):
+    """A new operation's approval opens in the registration's transaction: when the
+    opening is refused, the registration is not kept, and the same request with the
+    party registers and opens (201), as if the first had not been sent."""
+    body = register_body(approval={})
+    response = flow.host_api.post("/api/v1/operations", body)
+    assert response.status_code == 422 and response.json()["error"] == "party_required"
+    assert not Operation.objects.exists() and not Approval.objects.exists()
+    assert not AuditEvent.objects.filter(operation_key="op-1").exists()
+    again = flow.host_api.post("/api/v1/operations", {**body, "approval": {"party": PARTY}})
+    assert again.status_code == 201, again.content
+    assert again.json()["approval"]["party"]["id"] == "cust_8812"
+    assert [e.kind for e in AuditEvent.objects.filter(operation_key="op-1").order_by("seq")] == [
+        "registered",
+        "approval_requested",
+    ]
 
 
 @pytest.mark.parametrize(

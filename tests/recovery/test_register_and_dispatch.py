@@ -68,6 +68,8 @@ def test_a_policy_approved_operation_is_dispatched_by_the_same_request(flow, pol
     assert response.status_code == 201, response.content
     answer = response.json()
     assert answer["approval"]["status"] == "approved"
+    # The operation as registered (docs/api.md), though it is dispatched when answered.
+    assert (answer["state"], answer["version"]) == ("awaiting_approval", 1)
     held = answer["dispatch"]
     dispatch = Dispatch.objects.get()
     assert held["fencing_token"] == dispatch.fencing_token

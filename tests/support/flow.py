@@ -89,6 +89,20 @@ class Api:
         return self.client.get(path, HTTP_AUTHORIZATION=f"Bearer {self.token}")
 
 
+def register_body(
+    key: str = "op-1", provider: str = "orders", params: dict[str, Any] | None = None, **asked: Any
+) -> dict[str, Any]:
+    """A registration's body (``POST /api/v1/operations``), with what else is ``asked``
+    in the same request (``approval``, ``dispatch``)."""
+    return {
+        "key": key,
+        "action": "payment.send",
+        "provider": provider,
+        "params": params if params is not None else PARAMS,
+        **asked,
+    }
+
+
 class Flow:
     """Drives one operation through the API: register → approve → dispatch…"""
 
@@ -99,13 +113,7 @@ class Flow:
 
     def register(self, key: str = "op-1", params: dict[str, Any] | None = None) -> dict[str, Any]:
         response = self.host_api.post(
-            "/api/v1/operations",
-            {
-                "key": key,
-                "action": "payment.send",
-                "provider": self.provider.name,
-                "params": params if params is not None else PARAMS,
-            },
+            "/api/v1/operations", register_body(key, self.provider.name, params)
         )
         assert response.status_code in (200, 201), response.content
         return response.json()
