@@ -129,7 +129,6 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
     ratios: dict[int, list[float]] = {n: [] for n in args.clients}
-    cpu: dict[str, dict[int, list[float]]] = {s: {n: [] for n in args.clients} for s in sides}
     runs: dict[str, dict[int, list[dict[str, float]]]] = {
         s: {n: [] for n in args.clients} for s in sides
     }
@@ -145,8 +144,6 @@ def main() -> None:
                 continue
             ratio = n["rate"] / b["rate"] if b["rate"] else float("nan")
             ratios[clients].append(ratio)
-            cpu["baseline"][clients].append(b["gunicorn"])
-            cpu["new"][clients].append(n["gunicorn"])
             runs["baseline"][clients].append(b)
             runs["new"][clients].append(n)
             print(
@@ -159,11 +156,14 @@ def main() -> None:
     print()
     for clients in args.clients:
         if ratios[clients]:
+            gunicorn = {
+                side: statistics.median(run["gunicorn"] for run in runs[side][clients])
+                for side in sides
+            }
             print(
                 f"{clients} clients: median ratio {statistics.median(ratios[clients]):.2f} over "
                 f"{len(ratios[clients])} pairs; gunicorn CPU ms/request median "
-                f"{statistics.median(cpu['baseline'][clients]):.2f} (baseline) / "
-                f"{statistics.median(cpu['new'][clients]):.2f} (new)"
+                f"{gunicorn['baseline']:.2f} (baseline) / {gunicorn['new']:.2f} (new)"
             )
     print(
         f"\n| side | clients | requests a lifecycle | CPU ms a lifecycle: gunicorn | PostgreSQL "

@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from approvals.models import Approver
+from approvals.models import Approval, Approver
 from common.actors import Actor
 from common.canonical import CanonicalError, strict_loads
 from common.errors import ErrorCode, SettleError
@@ -232,17 +232,19 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
             presented_digest=body.dispatch.params_digest,
             actor=caller.actor,
         )
-    opened: dict[str, Any] = {}
+    as_registered: dict[str, Any] = {}
+    opened: list[tuple[Approval, bool]] = []
 
     def open_new(operation: Operation) -> None:
         # A new operation's approval opens in the registration's transaction; the answer
         # says the operation as registered, as when the approval opens in one of its own.
         assert opening is not None and caller.host is not None
-        opened.update(state=operation.state, version=operation.version)
-        found = permits.approval_open_locked(
-            operation, host=caller.host, then=asked, **_opening_args(opening)
+        as_registered.update(state=operation.state, version=operation.version)
+        opened.append(
+            permits.approval_open_locked(
+                operation, host=caller.host, then=asked, **_opening_args(opening)
+            )
         )
-        opened["approval"] = approval_opened_record(*found)
 
     try:
         operation, created = registration.operation_register(
@@ -262,9 +264,11 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
         "state": operation.state,
         "params_digest": operation.params_digest,
         "version": operation.version,
-        **opened,
+        **as_registered,
     }
-    if opening is not None and not opened and operation.state == State.AWAITING_APPROVAL:
+    if opened:  # its answer built once the transaction is over
+        summary["approval"] = approval_opened_record(*opened[0])
+    elif opening is not None and operation.state == State.AWAITING_APPROVAL:
         try:
             summary["approval"], _ = _approval_opened(caller, operation.key, opening, asked)
         except SettleError as exc:
