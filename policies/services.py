@@ -22,6 +22,7 @@ budget
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Collection
@@ -35,6 +36,7 @@ from django.utils import timezone
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.actors import Actor
+from dbsql import columns
 from dbsql.writes import insert_where
 from policies.models import BudgetLock, BudgetUse, Policy
 from policies.policy_file import PolicyError, policy_parse, version_of
@@ -52,11 +54,21 @@ CACHED_VERSIONS = 8
 
 def policy_current() -> ParsedPolicy:
     """The policy in force (``NO_POLICY`` before any was applied)."""
-    newest = Policy.objects.order_by("-id").values_list("id", "version").first()
+    # A kept text, not a queryset: every opening asks it (``dbsql.rows`` says why).
+    with connection.cursor() as cursor:
+        cursor.execute(_newest_sql())
+        newest = cursor.fetchone()
     if newest is None:
         return NO_POLICY
     pk, version = newest
     return _parsed(version, lambda: Policy.objects.values_list("source", flat=True).get(pk=pk))
+
+
+@functools.cache
+def _newest_sql() -> str:
+    pk, version = (columns.quote(columns.column(Policy, name)) for name in ("pk", "version"))
+    table = columns.quote(Policy._meta.db_table)
+    return f"SELECT {pk}, {version} FROM {table} ORDER BY {pk} DESC LIMIT 1"
 
 
 def policy_parsed(applied: Policy | None) -> ParsedPolicy:

@@ -11,11 +11,17 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models.sql.compiler import (
+    SQLCompiler,
+    SQLDeleteCompiler,
+    SQLInsertCompiler,
+    SQLUpdateCompiler,
+)
 from django.test.utils import CaptureQueriesContext
 
 from common.actors import Actor
 from harness.providers import digest_of
-from policies.services import policy_apply
+from policies.services import policy_apply, policy_current
 from recovery.models import Dispatch
 from tests.support.flow import PARAMS, lookup_due, queued_lookups_run, register_body
 
@@ -266,3 +272,53 @@ def test_a_policy_approved_lifecycle_in_two_requests_stays_within_its_budget(
     assert reported.json()["state"] == "released"
     listing = "\n".join(query["sql"] for query in queries.captured_queries)
     assert len(queries.captured_queries) <= POLICY_APPROVED_LIFECYCLE, listing
+
+
+def test_the_lifecycles_build_no_statement_through_the_orm(
+    host_api, approver_api, provider, settings, monkeypatch
+):
+    """Every statement of both lifecycles is a kept text (``dbsql``): a queryset compiled
+    on this path costs the web worker more CPU than PostgreSQL spends running it."""
+    settings.SETTLE_CREDENTIAL_CACHE_SECONDS = 60
+    policy_apply(source=PAID_BY_BUDGET, actor=Actor.system("test"))  # payment.send only
+    policy_current()  # its rules read once per process
+    host_api.get("/api/v1/operations/warm")  # each token found once
+    approver_api.get("/api/v1/approvals/00000000-0000-0000-0000-000000000000")
+    compiled: list[str] = []
+
+    def counted(kind: type[SQLCompiler]) -> Any:
+        original = kind.__dict__["as_sql"]
+
+        def as_sql(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
+            sql, params = original(self, *args, **kwargs)
+            compiled.append(f"{kind.__name__}: {sql}")
+            return sql, params
+
+        return as_sql
+
+    for kind in (SQLCompiler, SQLInsertCompiler, SQLUpdateCompiler, SQLDeleteCompiler):
+        monkeypatch.setattr(kind, "as_sql", counted(kind))
+    # A person approves: register and open, approve, dispatch, report.
+    opened = host_api.post(
+        "/api/v1/operations", {**register_body("op-p", approval={}), "action": "refund.send"}
+    ).json()["approval"]
+    approver_api.post(
+        f"/api/v1/approvals/{opened['approval_id']}/decision",
+        {"decision": "approve", "ttl_seconds": 300, "params_digest": digest_of(PARAMS)},
+    )
+    held = host_api.post(
+        "/api/v1/operations/op-p/dispatch", {"worker": "w1", "params_digest": digest_of(PARAMS)}
+    ).json()
+    results = [("op-p", held["fencing_token"])]
+    # The policy approves: register, open and dispatch; report.
+    dispatch = {"worker": "w1", "params_digest": digest_of(PARAMS)}
+    held = host_api.post(
+        "/api/v1/operations", register_body("op-q", approval={}, dispatch=dispatch)
+    ).json()["dispatch"]
+    results.append(("op-q", held["fencing_token"]))
+    for key, token in results:
+        reported = host_api.post(
+            f"/api/v1/operations/{key}/result", {"fencing_token": token, "outcome": "committed"}
+        )
+        assert reported.json()["state"] == "released"
+    assert compiled == [], "\n".join(compiled)
