@@ -1,12 +1,15 @@
 """What settle-mcp adds to a tool call: a passthrough call and an auto-approved gated call.
 
-    python bench/mcp_gateway.py [--calls 300] [--seconds 10] [--agents 8] [--forwarder]
+    python bench/mcp_gateway.py [--calls 300] [--seconds 10] [--agents 8] [--forwarder | --stdio]
 
 On a scratch PostgreSQL database (``bench/api.py``'s), ``gunicorn settle.wsgi -w 4``, the
 test upstream (``harness/mcp_upstream.py`` over Streamable HTTP) and one gateway
 (``settle-mcp serve --http``) in front of it, all on this machine. One MCP SDK client
 session to the upstream and one to the gateway take turns, call by call, so both meet the
-same load:
+same load. With ``--stdio`` every MCP hop is stdio instead, as a desktop assistant runs its
+servers: the direct session starts its own upstream process, the gateway's session starts
+a gateway (``settle-mcp serve``) that starts one of its own (the gateway still calls
+Settle over HTTP); at ``--agents``, each agent its own processes.
 
 * passthrough: ``get_balance`` through the gateway against the same call made directly;
 * gated: ``send_payment`` (a new key each call: register, auto-approval by the policy,
@@ -49,7 +52,7 @@ django.setup()
 
 import anyio  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from mcp import Client  # noqa: E402
+from mcp import Client, StdioServerParameters  # noqa: E402
 
 from bench.api_postgres import analyze, scratch_database  # noqa: E402
 from bench.api_postgres import connection as db  # noqa: E402
@@ -91,7 +94,23 @@ def started(args: list[str], log: Path, env: dict[str, str] | None = None) -> tu
     return process, f"http://127.0.0.1:{port}/mcp"
 
 
-def gateway_config(directory: Path, settle_url: str, upstream_url: str) -> Path:
+Target = str | StdioServerParameters  # what an MCP session is opened to: a URL or a command
+
+
+def upstream_stdio(journal: Path) -> StdioServerParameters:
+    """The test upstream on stdio, started by the session that opens it."""
+    return StdioServerParameters(
+        command=sys.executable, args=[*UPSTREAM, str(journal), "stdio"], cwd=str(ROOT)
+    )
+
+
+def gateway_config(directory: Path, settle_url: str, upstream: Target) -> Path:
+    if isinstance(upstream, str):
+        where = f'url = "{upstream}"'
+    else:
+        where = f"command = {json.dumps(upstream.command)}\nargs = {json.dumps(upstream.args)}"
+        where += f"\ncwd = {json.dumps(str(upstream.cwd))}"
+    directory.mkdir(exist_ok=True)
     path = directory / "gateway.toml"
     path.write_text(
         f"""\
@@ -100,7 +119,7 @@ url = "{settle_url}"
 token_env = "{TOKEN_ENV}"
 
 [upstreams.bench]
-url = "{upstream_url}"
+{where}
 
 [gated.send_payment]
 upstream = "bench"
@@ -131,7 +150,7 @@ def p(values: list[float], q: int) -> float:
 
 
 async def latencies(
-    direct_url: str, gateway_url: str, calls: int, forwarder_url: str | None = None
+    direct_url: Target, gateway_url: Target, calls: int, forwarder_url: str | None = None
 ) -> dict[str, list[float]]:
     """Each kind of call, direct and through the gateway (and the bare forwarder, when
     there is one), taking turns call by call."""
@@ -160,26 +179,30 @@ async def latencies(
     return took
 
 
-async def rate(url: str, agents: int, seconds: float, tag: str) -> float:
-    """Gated (or direct) payments per second with ``agents`` sessions calling at once."""
+async def rate(targets: list[Target], seconds: float, tag: str) -> float:
+    """Gated (or direct) payments per second with a session to each of ``targets`` calling
+    at once; the clock starts once every session is open (over stdio, its processes
+    started)."""
     done = [0]
-    deadline = time.monotonic() + seconds
 
-    async def agent(index: int) -> None:
-        async with Client(url, mode="legacy") as client:
-            n = 0
-            while time.monotonic() < deadline:
-                result = await client.call_tool("send_payment", payment(f"{tag}-{index}-{n}"))
-                if result.is_error:
-                    raise RuntimeError(f"a call failed: {result.content}")
-                n += 1
-                done[0] += 1
+    async def agent(index: int, client: Client, deadline: float) -> None:
+        n = 0
+        while time.monotonic() < deadline:
+            result = await client.call_tool("send_payment", payment(f"{tag}-{index}-{n}"))
+            if result.is_error:
+                raise RuntimeError(f"a call failed: {result.content}")
+            n += 1
+            done[0] += 1
 
-    began = time.monotonic()
-    async with anyio.create_task_group() as group:
-        for index in range(agents):
-            group.start_soon(agent, index)
-    return done[0] / (time.monotonic() - began)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(Client(target, mode="legacy")) for target in targets
+        ]
+        began = time.monotonic()
+        async with anyio.create_task_group() as group:
+            for index, client in enumerate(clients):
+                group.start_soon(agent, index, client, began + seconds)
+        return done[0] / (time.monotonic() - began)
 
 
 def main() -> None:
@@ -192,7 +215,14 @@ def main() -> None:
         action="store_true",
         help="also time get_balance through a bare HTTP forwarder (bench/mcp_forwarder.py)",
     )
+    parser.add_argument(
+        "--stdio",
+        action="store_true",
+        help="every MCP hop over stdio (a process started per session), not Streamable HTTP",
+    )
     args = parser.parse_args()
+    if args.stdio and args.forwarder:
+        sys.exit("--forwarder measures an HTTP hop: not with --stdio")
     if db.vendor != "postgresql":
         sys.exit("bench/mcp_gateway.py measures PostgreSQL; set DATABASE_URL=postgres://…")
     with scratch_database() as settings, tempfile.TemporaryDirectory() as scratch_dir:
@@ -219,16 +249,39 @@ def main() -> None:
             with gunicorn_running(
                 database_url=database_url(settings), log_path=scratch / "gunicorn.log", env=env
             ) as server:
-                config = gateway_config(scratch, server.url, upstream_url)
-                gateway, gateway_url = started(
-                    [*GATEWAY, str(config), "--http", "127.0.0.1:{port}"],
-                    scratch / "gateway.log",
-                    env={TOKEN_ENV: token},
-                )
-                took = anyio.run(latencies, upstream_url, gateway_url, args.calls, forwarder_url)
+                sessions = args.agents + 1  # one for the latencies, then one per agent
+                direct: list[Target]
+                gated: list[Target]
+                if args.stdio:
+                    direct = [upstream_stdio(scratch / f"d-{n}.sqlite3") for n in range(sessions)]
+                    gated = [
+                        StdioServerParameters(
+                            command=sys.executable,
+                            args=[*GATEWAY, str(config)],
+                            cwd=str(ROOT),
+                            env={**os.environ, TOKEN_ENV: token},
+                        )
+                        for config in (
+                            gateway_config(
+                                scratch / f"gateway-{n}",
+                                server.url,
+                                upstream_stdio(scratch / f"gated-{n}.sqlite3"),
+                            )
+                            for n in range(sessions)
+                        )
+                    ]
+                else:
+                    config = gateway_config(scratch, server.url, upstream_url)
+                    gateway, gateway_url = started(
+                        [*GATEWAY, str(config), "--http", "127.0.0.1:{port}"],
+                        scratch / "gateway.log",
+                        env={TOKEN_ENV: token},
+                    )
+                    direct, gated = [upstream_url] * sessions, [gateway_url] * sessions
+                took = anyio.run(latencies, direct[0], gated[0], args.calls, forwarder_url)
                 analyze()
-                direct_rate = anyio.run(rate, upstream_url, args.agents, args.seconds, "rd")
-                gated_rate = anyio.run(rate, gateway_url, args.agents, args.seconds, "rg")
+                direct_rate = anyio.run(rate, direct[1:], args.seconds, "rd")
+                gated_rate = anyio.run(rate, gated[1:], args.seconds, "rg")
         finally:
             for process in (gateway, forwarder):
                 if process is not None:
