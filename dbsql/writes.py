@@ -180,6 +180,18 @@ def insert_upserting(
     _saved(obj, (), ())
 
 
+@functools.cache
+def _insert_select_sql(model: type[Model], vendor: str) -> str:
+    """``insert_where``'s statement up to its condition, for one model, kept."""
+    written, names, _, _ = _insert_shape(model)
+    # PostgreSQL types a SELECT list's parameters on its own: say each column's type.
+    casts = [
+        f"CAST(%s AS {field.cast_db_type(connection)})" if vendor == "postgresql" else "%s"
+        for field in written
+    ]
+    return f"INSERT INTO {columns.quote(model._meta.db_table)} ({names}) SELECT {', '.join(casts)}"
+
+
 def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:
     """Insert ``obj`` (not saved yet) only if ``condition`` holds, in one statement.
 
@@ -188,19 +200,9 @@ def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:
     separate read. Returns whether the row went in (then ``obj`` is saved).
     """
     model = type(obj)
-    written, names, returned, returning = _insert_shape(model)
+    written, _, returned, returning = _insert_shape(model)
     values = [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written]
-    # PostgreSQL types a SELECT list's parameters on its own: say each column's type.
-    casts = [
-        f"CAST(%s AS {field.cast_db_type(connection)})"
-        if connection.vendor == "postgresql"
-        else "%s"
-        for field in written
-    ]
-    sql = (
-        f"INSERT INTO {columns.quote(model._meta.db_table)} ({names}) "
-        f"SELECT {', '.join(casts)} WHERE {condition}{returning}"
-    )
+    sql = f"{_insert_select_sql(model, connection.vendor)} WHERE {condition}{returning}"
     with connection.cursor() as cursor:
         cursor.execute(sql, [*values, *params])
         rows = cursor.fetchall() if returning else []
@@ -306,9 +308,14 @@ def values_update(
     assert connection.vendor == "postgresql", "one statement per batch needs PostgreSQL"
     if not rows:
         return set()
-    meta = model._meta
-    fields = [columns.field(model, name) for _, name in values]
-    casts = ", ".join(f"%s::{field.db_type(connection)}" for field in fields)
+    fields, sql = _values_update_sql(
+        model,
+        tuple(values),
+        tuple(assign.items()),
+        tuple((expect or {}).items()),
+        match,
+        len(rows),
+    )
     params: list[Any] = []
     for row in rows:
         assert len(row) == len(fields), "one value per column"
@@ -320,24 +327,40 @@ def values_update(
             else field.get_db_prep_save(value, connection)
             for field, value in zip(fields, row, strict=True)
         ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+@functools.lru_cache(maxsize=256)
+def _values_update_sql(
+    model: type[Model],
+    values: tuple[tuple[str, str], ...],
+    assign: tuple[tuple[str, str], ...],
+    expect: tuple[tuple[str, str], ...],
+    match: str,
+    count: int,
+) -> tuple[tuple[Field[Any, Any], ...], str]:
+    """``values_update``'s fields and text for one shape and number of rows, kept."""
+    meta = model._meta
+    fields = tuple(columns.field(model, name) for _, name in values)
+    casts = ", ".join(f"%s::{field.db_type(connection)}" for field in fields)
     key = columns.quote(columns.column(model, meta.pk.name if match == "pk" else match))
     aliases = ", ".join(columns.quote(alias) for alias, _ in values)
     sets = ", ".join(
-        f"{columns.quote(columns.column(model, name))} = {sql}" for name, sql in assign.items()
+        f"{columns.quote(columns.column(model, name))} = {sql}" for name, sql in assign
     )
     where = [f"t.{key} = v.{columns.quote(values[0][0])}"]
     where += [
         f"t.{columns.quote(columns.column(model, name))} = v.{columns.quote(alias)}"
-        for name, alias in (expect or {}).items()
+        for name, alias in expect
     ]
     sql = (
         f"UPDATE {columns.quote(meta.db_table)} AS t SET {sets} "
-        f"FROM (VALUES {', '.join([f'({casts})'] * len(rows))}) AS v({aliases}) "
+        f"FROM (VALUES {', '.join([f'({casts})'] * count)}) AS v({aliases}) "
         f"WHERE {' AND '.join(where)} RETURNING t.{key}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {row[0] for row in cursor.fetchall()}
+    return fields, sql
 
 
 def bulk_save(objects: Sequence[Model], fields: Sequence[str]) -> None:

@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Field
 from django.utils import timezone
 
 from approvals.models import Approval, Approver
@@ -356,6 +357,34 @@ def test_values_update_writes_each_row_its_own_values_in_one_statement():
     stored = dict(Approval.objects.values_list("operation_key", "status"))
     assert stored == {"op-0": "approved", "op-1": "denied", "op-2": "pending"}
     assert values_update(Approval, values=[("pk", "id")], rows=[], assign={}) == set()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="one statement needs PostgreSQL")
+def test_values_update_builds_its_text_once_per_shape(monkeypatch):
+    """Each operation's transition is a ``values_update`` of one row: its text is built
+    (each column's type asked) the first time a shape is met, then kept."""
+    approvals = [_approval(f"op-{n}") for n in range(3)]
+    insert(approvals)
+    asked: list[str] = []
+    db_type = Field.db_type
+    monkeypatch.setattr(Field, "db_type", lambda f, c: asked.append(f.name) or db_type(f, c))
+
+    def approve(approval: Approval, rows: int = 1) -> None:
+        values_update(
+            Approval,
+            values=[("pk", "id"), ("new", "status"), ("old", "status"), ("why", "decision_reason")],
+            rows=[[approval.id, Approval.Status.APPROVED, Approval.Status.PENDING, "a"]] * rows,
+            assign={"status": "v.new", "decision_reason": "v.why"},
+            expect={"status": "old"},
+        )
+
+    approve(approvals[0])
+    first = len(asked)
+    approve(approvals[1])
+    assert len(asked) == first  # the same shape: the text kept
+    approve(approvals[2], rows=2)
+    assert len(asked) > first  # another number of rows: another text
+    assert set(Approval.objects.values_list("status", flat=True)) == {"approved"}
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="one statement needs PostgreSQL")
