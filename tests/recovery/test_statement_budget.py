@@ -178,6 +178,18 @@ def test_registering_and_opening_in_one_request_stays_within_both_budgets(host_a
     assert response.json()["approval"]["status"] == "pending"
 
 
+def _approved_and_dispatched(host_api: Any, approver_api: Any, body: dict[str, Any]) -> str:
+    """Register and open (``body``), a person's approval, the dispatch: its fencing token."""
+    approval = host_api.post("/api/v1/operations", {**body, "approval": {}}).json()["approval"]
+    approver_api.post(
+        f"/api/v1/approvals/{approval['approval_id']}/decision",
+        {"decision": "approve", "ttl_seconds": 300, "params_digest": digest_of(PARAMS)},
+    )
+    dispatch = {"worker": "w1", "params_digest": digest_of(PARAMS)}
+    held = host_api.post(f"/api/v1/operations/{body['key']}/dispatch", dispatch)
+    return str(held.json()["fencing_token"])
+
+
 def test_the_lifecycle_costs_no_statement_for_credentials_already_found(
     host_api, approver_api, provider, settings
 ):
@@ -187,23 +199,7 @@ def test_the_lifecycle_costs_no_statement_for_credentials_already_found(
     host_api.get("/api/v1/operations/warm")  # each token found once
     approver_api.get("/api/v1/approvals/00000000-0000-0000-0000-000000000000")
     with CaptureQueriesContext(connection) as queries:
-        approval = host_api.post(
-            "/api/v1/operations",
-            {
-                "key": "op-1",
-                "action": "payment.send",
-                "provider": "orders",
-                "params": PARAMS,
-                "approval": {},
-            },
-        ).json()["approval"]
-        approver_api.post(
-            f"/api/v1/approvals/{approval['approval_id']}/decision",
-            {"decision": "approve", "ttl_seconds": 300, "params_digest": digest_of(PARAMS)},
-        )
-        token = host_api.post(
-            "/api/v1/operations/op-1/dispatch", {"worker": "w1", "params_digest": digest_of(PARAMS)}
-        ).json()["fencing_token"]
+        token = _approved_and_dispatched(host_api, approver_api, register_body("op-1"))
         reported = host_api.post(
             "/api/v1/operations/op-1/result", {"fencing_token": token, "outcome": "committed"}
         )
@@ -299,17 +295,8 @@ def test_the_lifecycles_build_no_statement_through_the_orm(
     for kind in (SQLCompiler, SQLInsertCompiler, SQLUpdateCompiler, SQLDeleteCompiler):
         monkeypatch.setattr(kind, "as_sql", counted(kind))
     # A person approves: register and open, approve, dispatch, report.
-    opened = host_api.post(
-        "/api/v1/operations", {**register_body("op-p", approval={}), "action": "refund.send"}
-    ).json()["approval"]
-    approver_api.post(
-        f"/api/v1/approvals/{opened['approval_id']}/decision",
-        {"decision": "approve", "ttl_seconds": 300, "params_digest": digest_of(PARAMS)},
-    )
-    held = host_api.post(
-        "/api/v1/operations/op-p/dispatch", {"worker": "w1", "params_digest": digest_of(PARAMS)}
-    ).json()
-    results = [("op-p", held["fencing_token"])]
+    body = {**register_body("op-p"), "action": "refund.send"}
+    results = [("op-p", _approved_and_dispatched(host_api, approver_api, body))]
     # The policy approves: register, open and dispatch; report.
     dispatch = {"worker": "w1", "params_digest": digest_of(PARAMS)}
     held = host_api.post(
