@@ -32,6 +32,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL == "filesystem://":
     for sub in ("out", "processed", "control"):
         (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
+    # kombu's, each message renamed into place once written (``settle.filesystem_broker``).
+    CELERY_BROKER_TRANSPORT = "settle.filesystem_broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
