@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from time import monotonic
-from typing import Any
+from typing import Any, cast
 
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
 from kombu.utils.json import dumps
 
+_dumps = cast(Callable[[Any], str], dumps)  # kombu's JSON, as its own transport writes it
+
 
 class Channel(filesystem.Channel):
-    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+    # kombu's base class names the message ``message``, its filesystem channel ``payload``:
+    # no name satisfies both, and kombu passes it by position.
+    def _put(self, queue: Any, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
         final = os.path.join(self.data_folder_out, name)
         partial = os.path.join(self.data_folder_out, f".{name}.part")
         try:
             with open(partial, "wb") as file:
-                file.write(dumps(payload).encode("utf-8"))
+                file.write(_dumps(payload).encode("utf-8"))
             os.replace(partial, final)
         except OSError as exc:
             raise ChannelError(f"Cannot add file {final!r} to directory") from exc
