@@ -104,6 +104,16 @@ def upstream_stdio(journal: Path) -> StdioServerParameters:
     )
 
 
+def gateway_stdio(config: Path, token: str) -> StdioServerParameters:
+    """``settle-mcp serve`` on stdio with ``config``, started by the session that opens it."""
+    return StdioServerParameters(
+        command=sys.executable,
+        args=[*GATEWAY, str(config)],
+        cwd=str(ROOT),
+        env={**os.environ, TOKEN_ENV: token},
+    )
+
+
 def gateway_config(directory: Path, settle_url: str, upstream: Target) -> Path:
     if isinstance(upstream, str):
         where = f'url = "{upstream}"'
@@ -255,20 +265,15 @@ def main() -> None:
                 if args.stdio:
                     direct = [upstream_stdio(scratch / f"d-{n}.sqlite3") for n in range(sessions)]
                     gated = [
-                        StdioServerParameters(
-                            command=sys.executable,
-                            args=[*GATEWAY, str(config)],
-                            cwd=str(ROOT),
-                            env={**os.environ, TOKEN_ENV: token},
-                        )
-                        for config in (
+                        gateway_stdio(
                             gateway_config(
                                 scratch / f"gateway-{n}",
                                 server.url,
                                 upstream_stdio(scratch / f"gated-{n}.sqlite3"),
-                            )
-                            for n in range(sessions)
+                            ),
+                            token,
                         )
+                        for n in range(sessions)
                     ]
                 else:
                     config = gateway_config(scratch, server.url, upstream_url)
