@@ -50,11 +50,13 @@ class StatementCount:
         return {**fields, "total": self.total}
 
 
-def counting(into: StatementCount | Callable[[], StatementCount | None]) -> None:
+def counting(into: StatementCount | Callable[[], StatementCount | None]) -> Callable[[], None]:
     """Count every statement of this thread's default connection, from now.
 
     ``into``: the count, or a function that says which count is current (None: count
-    nothing now), as a server counting each request on its own does.
+    nothing now), as a server counting each request on its own does. Returns what stops
+    the counting: a connection that is watched runs each statement through Django's
+    own cursor (``dbsql.cursor``), so a test must not leave it watched.
     """
     target: Any = connections[DEFAULT_DB_ALIAS]
     current = into if callable(into) else lambda: into
@@ -81,8 +83,19 @@ def counting(into: StatementCount | Callable[[], StatementCount | None]) -> None
     target.execute_wrappers.append(execute)
     # Django does not send COMMIT/ROLLBACK through execute wrappers; instance attributes
     # shadow the methods it calls (``self._commit()``).
+    shadowed = {name: target.__dict__.get(name) for name in ("_commit", "_rollback")}
     target._commit = ending(target._commit, "commit")
     target._rollback = ending(target._rollback, "rollback")
+
+    def stop() -> None:
+        target.execute_wrappers.remove(execute)
+        for name, before in shadowed.items():
+            if before is None:
+                delattr(target, name)
+            else:
+                setattr(target, name, before)
+
+    return stop
 
 
 def count_file_write(directory: Path, count: StatementCount) -> None:

@@ -17,6 +17,8 @@ from django.db import connection
 from django.db.models import DateTimeField, Expression
 from django.utils import timezone
 
+from dbsql.cursor import kept_cursor
+
 
 @dataclass(frozen=True)
 class Clock:
@@ -44,7 +46,7 @@ def db_now() -> datetime:
     now = clock()
     if now.local is not None:
         return now.local
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(f"SELECT {now.sql}", now.params)
         value: datetime = cursor.fetchone()[0]
     return value

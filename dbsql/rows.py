@@ -38,6 +38,7 @@ from django.db.models import Field, Model
 
 from dbsql import columns
 from dbsql.clock import clock
+from dbsql.cursor import kept_cursor
 
 M = TypeVar("M", bound=Model)
 
@@ -135,7 +136,7 @@ def _select_sql(model: type[Model], shape: columns.Shape) -> str:
 def select_first(model: type[M], **where: Any) -> M | None:
     """``model.objects.filter(**where).first()``, equality on columns only."""
     shape, params = columns.where_shape(model, where)
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(_select_sql(model, shape), params)
         row = cursor.fetchone()
     return None if row is None else model_from_row(model, model._meta.concrete_fields, row)
@@ -151,7 +152,7 @@ def select_first_at(model: type[M], **where: Any) -> tuple[M | None, datetime]:
     if now.local is not None:
         return select_first(model, **where), now.local
     shape, params = columns.where_shape(model, where)
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(_select_at_sql(model, shape, now.sql), [*now.params, *params])
         at, *row = cursor.fetchone()
     fields = model._meta.concrete_fields
@@ -196,7 +197,7 @@ def select_locked_with(
     one, and without its key (``no_key``): inserts that reference it check their foreign
     key freely. The related row is cached on it, as ``select_related`` leaves it.
     """
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(select_locked_with_sql(model, related).format(where=where), params)
         row = cursor.fetchone()
     if row is None:

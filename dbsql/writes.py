@@ -34,6 +34,7 @@ from django.db.models import Field, Model
 
 from dbsql import columns
 from dbsql.clock import clock
+from dbsql.cursor import kept_cursor
 
 NOW = object()  # a parameter of ``update_returning``: the database's clock goes here
 
@@ -85,7 +86,7 @@ def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
         f"VALUES {', '.join([row_marks] * len(objects))}"
         f"{' ON CONFLICT DO NOTHING' if unless_conflict else ''}{returning}"
     )
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall() if returning else []
         inserted = len(rows) if returning else cursor.rowcount
@@ -133,7 +134,7 @@ def upsert(obj: Model, *, conflict: Sequence[str], update: Sequence[str]) -> Non
     unique constraint) it shares with its ``update`` fields; either way ``obj`` is then
     that saved row, its database-made keys read back. One statement."""
     sql, values, returned = _upsert_sql(obj, conflict, update)
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(sql, values)
         row = cursor.fetchone()
     _saved(obj, returned, row)
@@ -172,7 +173,7 @@ def insert_upserting(
         f"VALUES ({', '.join(marks)}) RETURNING {columns.quote(str(key.column))}"
     )
     assert [f.attname for f in named_returned] == ["id"], "the named row's key is its id"
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(sql, [*upsert_values, *values])
         row = cursor.fetchone()
     _saved(named, named_returned, row)
@@ -203,7 +204,7 @@ def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:
     written, _, returned, returning = _insert_shape(model)
     values = [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written]
     sql = f"{_insert_select_sql(model, connection.vendor)} WHERE {condition}{returning}"
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(sql, [*values, *params])
         rows = cursor.fetchall() if returning else []
         inserted = len(rows) if returning else cursor.rowcount
@@ -246,7 +247,7 @@ def update(
     shape, conditions = columns.where_shape(model, where)
     sql = _update_sql(model, tuple(values), tuple((expressions or {}).items()), shape)
     params = [columns.prep(model, name, value) for name, value in values.items()] + conditions
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
 
@@ -276,7 +277,7 @@ def update_returning(
         f"WHERE {where.format(now=now.sql)} "
         f"RETURNING {', '.join(columns.quote(name) for name in returning)}"
     )
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(sql, values)
         row: tuple[Any, ...] | None = cursor.fetchone()
     return row
@@ -327,7 +328,7 @@ def values_update(
             else field.get_db_prep_save(value, connection)
             for field, value in zip(fields, row, strict=True)
         ]
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(sql, params)
         return {row[0] for row in cursor.fetchall()}
 

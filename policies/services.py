@@ -37,6 +37,7 @@ from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
 from common.actors import Actor
 from dbsql import columns
+from dbsql.cursor import kept_cursor
 from dbsql.writes import insert_where
 from policies.models import BudgetLock, BudgetUse, Policy
 from policies.policy_file import PolicyError, policy_parse, version_of
@@ -55,7 +56,7 @@ CACHED_VERSIONS = 8
 def policy_current() -> ParsedPolicy:
     """The policy in force (``NO_POLICY`` before any was applied)."""
     # A kept text, not a queryset: every opening asks it (``dbsql.rows`` says why).
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(_newest_sql())
         newest = cursor.fetchone()
     if newest is None:

@@ -33,6 +33,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from common.links import approval_link_url
+from dbsql.cursor import kept_cursor
 from recovery.changes import APPROVAL_OPENED, RECEIPT_COMPLETE, OperationChange
 from recovery.models import Operation, State
 from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookMessage
@@ -202,7 +203,7 @@ def _outbox_insert(events: list[OutboxEvent]) -> int:
     # As the ORM writes it: SQLite keeps datetimes as text, and a value in another form
     # (with its offset) would compare wrongly with the ORM's "due by now".
     stamp = connection.ops.adapt_datetimefield_value(now)
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(sql, [stamp, PENDING, stamp, PENDING, *params, DISABLED])
         return int(cursor.rowcount)
 

@@ -102,12 +102,11 @@ def test_a_batch_refuses_what_the_table_forbids_and_moves_the_rest(flow: Any) ->
 
 def _statements(work: Callable[[], object]) -> int:
     count = StatementCount()
-    current: list[StatementCount | None] = [count]
-    counting(lambda: current[0])
+    stop = counting(count)
     try:
         work()
     finally:
-        current[0] = None
+        stop()
     return count.total
 
 
