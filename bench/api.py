@@ -1,6 +1,7 @@
 """Host API throughput, latency and SQL per request over real HTTP, under gunicorn.
 
-    python bench/api.py [--seconds 12] [--clients 1,8,32]
+    python bench/api.py [--seconds 12] [--clients 1,8,32] [--auto-approve] \\
+        [--client library|sockets]
 
 Creates a scratch PostgreSQL database (``bench_api_<name>``, destroyed afterwards;
 ``DATABASE_URL`` chooses the server, default ``postgres://postgres@127.0.0.1:5432/settle``;
@@ -12,6 +13,11 @@ looping register and open the approval (one request) → approve → dispatch �
 committed with unique keys for ``--seconds``; any non-2xx answer is an error. With
 ``--auto-approve`` a policy of twenty rules approves each opening from a budget, and the
 registration dispatches too: register, open and dispatch (one request) → report.
+The clients make their requests through ``settle-client`` (``--client library``, the
+default: what a host runs) or on plain sockets (``--client sockets``, fleet role
+``lifecycle-sockets``: as cheap as a hand-written client, which is what
+``bench/api_pairs.py`` gives the new side so that both sides' clients cost alike).
+The SQL pass always goes through the library (it reads the counting server's headers).
 
 It also measures, on the same server and database:
 
@@ -69,6 +75,9 @@ from bench.api_runs import (  # noqa: E402
     request_floor,
 )
 from bench.policies import twenty_rules  # noqa: E402
+
+# The fleet role of each --client: the library's lifecycle, or the same on plain sockets.
+ROLES = {"library": "lifecycle", "sockets": "lifecycle-sockets"}
 from common.actors import COMMAND_LINE  # noqa: E402
 from harness.gunicorn import (  # noqa: E402
     database_url,
@@ -117,6 +126,7 @@ def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> No
     ) as server:
         sql = fleet(server, tokens, provider, 1, SQL_PASS_SECONDS, "sql", scratch)
     runs: list[Run] = []
+    role = ROLES[args.client]
     with gunicorn_running(
         log_path=scratch / "gunicorn.log", threads=args.threads, **server_options
     ) as server:
@@ -124,7 +134,9 @@ def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> No
         for count in args.clients:
             analyze()
             print(f"{count} client(s) for {args.seconds:g} s …", flush=True)
-            runs.append(fleet(server, tokens, provider, count, args.seconds, f"c{count}", scratch))
+            runs.append(
+                fleet(server, tokens, provider, count, args.seconds, f"c{count}", scratch, role)
+            )
         print("request floor …", flush=True)
         facts["floor"] = request_floor(server)
     pg_wait_for_other_sessions(connection)
@@ -141,6 +153,13 @@ def main() -> None:
         action="store_true",
         help="apply a policy of twenty rules whose budget approves every opening: the "
         "lifecycle is then register, open (approved) and dispatch in one request, report",
+    )
+    parser.add_argument(
+        "--client",
+        choices=sorted(ROLES),
+        default="library",
+        help="how the clients make their requests: through settle-client (library) or on "
+        "plain sockets (sockets, as cheap as a hand-written client)",
     )
     parser.add_argument(
         "--threads",

@@ -16,6 +16,10 @@ divided by what a lifecycle costs all processes together, the clients included. 
 whole output of every run is kept in ``--keep`` (default: a temporary folder, printed).
 ``--auto-approve`` runs the policy-approved lifecycle on both sides (``bench/api.py``'s
 option of that name: a policy approves every opening), each side with its own requests.
+The new side's clients make their requests on plain sockets (``--new-client sockets``,
+``bench/api.py --client sockets``), as the baseline's hand-written client does, so that
+the ratio compares the servers and not two clients' costs on the same cores;
+``--new-client library`` runs them through ``settle-client`` instead.
 """
 
 from __future__ import annotations
@@ -51,8 +55,11 @@ def _ms(text: str) -> float:
     return float(text) if text != "n/a" else float("nan")
 
 
-def run_once(checkout: Path, args: argparse.Namespace, log: Path) -> dict[int, dict[str, float]]:
-    """One ``bench/api.py`` run of ``checkout``; its figures by client count."""
+def run_once(
+    checkout: Path, args: argparse.Namespace, log: Path, client: str
+) -> dict[int, dict[str, float]]:
+    """One ``bench/api.py`` run of ``checkout``, its clients ``client`` ("" for that
+    checkout's own); its figures by client count."""
     command = [
         str(checkout / ".venv" / "bin" / "python"),
         "bench/api.py",
@@ -61,6 +68,7 @@ def run_once(checkout: Path, args: argparse.Namespace, log: Path) -> dict[int, d
         "--clients",
         ",".join(str(n) for n in args.clients),
         *(["--auto-approve"] if args.auto_approve else []),
+        *(["--client", client] if client else []),
     ]
     load = os.getloadavg()[0]
     done = subprocess.run(
@@ -116,8 +124,18 @@ def main() -> None:
         action="store_true",
         help="the policy-approved lifecycle on both sides (bench/api.py --auto-approve)",
     )
+    parser.add_argument(
+        "--new-client",
+        choices=("sockets", "library"),
+        default="sockets",
+        help="the new side's clients (bench/api.py --client): plain sockets, as cheap as "
+        "the baseline's hand-written client, or settle-client",
+    )
     parser.add_argument("--keep", type=Path, default=None, help="folder for each run's output")
     args = parser.parse_args()
+    # The baseline's bench/api.py drives its own lifecycle (81c1a7e's: a hand-written
+    # client on sockets); the new side's clients are the same kind unless asked otherwise.
+    clients_of = {"baseline": "", "new": args.new_client}
     keep = args.keep or Path(tempfile.mkdtemp(prefix="api-pairs-"))
     keep.mkdir(parents=True, exist_ok=True)
     sides = {"baseline": args.baseline.resolve(), "new": args.new.resolve()}
@@ -134,7 +152,7 @@ def main() -> None:
     }
     for pair in range(1, args.pairs + 1):
         found = {
-            side: run_once(checkout, args, keep / f"pair{pair}-{side}.txt")
+            side: run_once(checkout, args, keep / f"pair{pair}-{side}.txt", clients_of[side])
             for side, checkout in sides.items()
         }
         for clients in args.clients:

@@ -89,8 +89,9 @@ def fleet(
     seconds: float,
     tag: str,
     scratch: Path,
+    role: str = "lifecycle",
 ) -> Run:
-    specs = [FleetSpec(f"{tag}-{i}", "lifecycle", [provider]) for i in range(count)]
+    specs = [FleetSpec(f"{tag}-{i}", role, [provider]) for i in range(count)]
     meters: list[Any] = []
 
     def start_meters() -> None:  # once the clients have started up, as they are released

@@ -26,6 +26,9 @@ Roles (``--providers`` is a JSON list of ``{kind, name, path, url, secret, lease
     policy approves the opening; else register and open → approve → dispatch → report
     committed. Unique keys, on the first provider, no effect performed: the benchmark's
     loop.
+``lifecycle-sockets``
+    ``lifecycle``'s requests on plain sockets, each recorded as ``lifecycle`` records it:
+    ``bench/api.py --client sockets``, a load generator as cheap as a hand-written one.
 ``httpx``
     The same lifecycle written by hand on ``httpx.Client``, as a host engineer would
     without the library: the baseline ``bench/client.py`` holds the library to.

@@ -48,18 +48,13 @@ def role_httpx(client: Client) -> None:
     _lifecycles(client, "httpx run", post, httpx.HTTPError, digest_checked=True)
 
 
-def role_sockets(client: Client) -> None:
-    """``lifecycle`` written by hand on plain sockets: what any HTTP client costs, shown.
-
-    The floor ``bench/client.py`` reports beside ``httpx`` and the library: the same four
-    requests, each on a fresh connection that the server closes after it (gunicorn's sync
-    workers close every connection anyway), the status line checked and the JSON body
-    read, no HTTP library at all. No heartbeat: the effect does nothing, as in ``library``.
-    """
+def _socket_sender(client: Client) -> Callable[[str, str, dict[str, Any]], tuple[int, Any]]:
+    """A POST on a fresh socket, closed by the server after it (gunicorn's sync workers
+    close every connection anyway): ``(status, JSON body)``, no HTTP library at all."""
     parts = urllib.parse.urlsplit(client.api.url)
     address = (parts.hostname or "127.0.0.1", parts.port or 80)
 
-    def post(caller: str, path: str, body: dict[str, Any], status: int) -> dict[str, Any]:
+    def send(caller: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         client.requests += 1
         raw = json.dumps(body).encode("utf-8")
         head = (
@@ -74,12 +69,88 @@ def role_sockets(client: Client) -> None:
             while chunk := sock.recv(65536):
                 chunks.append(chunk)
         status_line, _, rest = b"".join(chunks).partition(b"\r\n")
-        answer: dict[str, Any] = json.loads(rest.partition(b"\r\n\r\n")[2])
-        if status_line.split(b" ")[1:2] != [str(status).encode()]:
-            raise RuntimeError(f"{path}: {status_line!r} {answer}")
-        return answer
+        return int(status_line.split(b" ")[1]), json.loads(rest.partition(b"\r\n\r\n")[2])
+
+    return send
+
+
+def role_sockets(client: Client) -> None:
+    """``lifecycle`` written by hand on plain sockets: what any HTTP client costs, shown.
+
+    The floor ``bench/client.py`` reports beside ``httpx`` and the library: the same four
+    requests, each on a fresh connection, the status line checked and the JSON body
+    read. No heartbeat: the effect does nothing, as in ``library``.
+    """
+    send = _socket_sender(client)
+
+    def post(caller: str, path: str, body: dict[str, Any], status: int) -> dict[str, Any]:
+        answered, answer = send(caller, path, body)
+        if answered != status:
+            raise RuntimeError(f"{path}: HTTP {answered} {answer}")
+        return dict(answer)
 
     _lifecycles(client, "sockets run", post, OSError, digest_checked=False)
+
+
+def role_lifecycle_sockets(client: Client) -> None:
+    """``lifecycle``'s requests on plain sockets, each recorded as ``lifecycle`` records it.
+
+    The load generator ``bench/api.py --client sockets`` runs: register and open the
+    approval in one request (and dispatch, where a policy approves it as it opens), else
+    approve and dispatch; report committed. The client as cheap as the hand-written one
+    of the checkouts ``bench/api_pairs.py`` compares with, so that a ratio of rates is
+    the servers' and not their clients'. Each request is one ``calls`` entry (endpoint,
+    status, code, ms); any answer but the lifecycle's next is ``unexpected``.
+    """
+    send = _socket_sender(client)
+    digest = providers.digest_of(PARAMS)
+    provider = client.providers[0]
+
+    def call(endpoint: str, caller: str, path: str, body: dict[str, Any], key: str) -> Any:
+        started = time.perf_counter()
+        try:
+            status, answer = send(caller, path, body)
+        except (OSError, ValueError) as exc:
+            status, answer = 0, {"error": f"transport:{type(exc).__name__}"}
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        code = "" if 200 <= status < 300 else str(answer.get("error", "malformed"))
+        client.api.calls.append([endpoint, status, code, elapsed_ms, None, None])
+        if code:
+            client.api.unexpected.append(
+                {"endpoint": endpoint, "key": key, "outcome": f"{status}:{code}", "body": answer}
+            )
+            return None
+        return answer
+
+    for i in iterations(client):
+        key = f"{client.name}-{i}"
+        body = {
+            "key": key,
+            "action": "payment.send",
+            "provider": provider.name,
+            "params": PARAMS,
+            "approval": {},
+            "dispatch": {"worker": client.name, "params_digest": digest},
+        }
+        registered = call("register and open", "host", "/api/v1/operations", body, key)
+        if registered is None:
+            continue
+        held = registered.get("dispatch")
+        if isinstance(held, dict):  # a policy approved it as it opened: dispatched too
+            client.api.calls[-1][0] = "register, open and dispatch"
+        else:  # a person approves: then the host dispatches
+            decision = {"decision": "approve", "ttl_seconds": 300, "params_digest": digest}
+            path = f"/api/v1/approvals/{registered['approval']['approval_id']}/decision"
+            dispatch = {"worker": client.name, "params_digest": digest}
+            if call("approve", "approver", path, decision, key) is None:
+                continue
+            held = call("dispatch", "host", f"/api/v1/operations/{key}/dispatch", dispatch, key)
+            if held is None:
+                continue
+        result = {"fencing_token": held["fencing_token"], "outcome": "committed"}
+        reported = call("report committed", "host", f"/api/v1/operations/{key}/result", result, key)
+        if reported is not None and reported.get("state") == "released":
+            client.lifecycles += 1
 
 
 def _lifecycles(

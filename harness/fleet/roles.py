@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from harness import providers
-from harness.fleet.baselines import role_httpx, role_sockets
+from harness.fleet.baselines import role_httpx, role_lifecycle_sockets, role_sockets
 from harness.fleet.client import OTHER_PARAMS, PARAMS, Client, Provider, iterations
 
 RACE_SLOT_SECONDS = 0.4
@@ -309,6 +309,7 @@ def _published(directory: Path) -> list[tuple[float, str]]:
 
 ROLES = {
     "lifecycle": role_lifecycle,
+    "lifecycle-sockets": role_lifecycle_sockets,
     "httpx": role_httpx,
     "sockets": role_sockets,
     "library": role_library,
