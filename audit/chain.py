@@ -15,6 +15,8 @@ head
 
 Events are buffered for the duration of an ``audit_transaction`` and written in one
 INSERT at its end, inside the same database transaction as the change they describe.
+What must run after them, last before the commit (a budget paid last: ``policies``),
+is given to ``audit_transaction_last``.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class _Buffer:
     # Chains touched, and the head their row holds (or will hold): the operation's own,
     # or the system chain's ``AuditChainHead``.
     saved: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # What runs after the events and heads are written, in order (audit_transaction_last).
+    last: list[Callable[[], None]] = field(default_factory=list)
     parent: _Buffer | None = None
 
     def head(self, chain: str) -> tuple[int, str] | None:
@@ -92,9 +96,16 @@ class _Buffer:
         parent.events.extend(self.events)
         parent.heads.update(self.heads)
         parent.saved.update(self.saved)
+        parent.last.extend(self.last)
 
     def flush(self) -> None:
-        """Write the events in one INSERT, then the heads no row holds yet."""
+        """Write the events in one INSERT, then the heads no row holds yet; then run
+        what was given to run last."""
+        self._write()
+        for run in self.last:
+            run()
+
+    def _write(self) -> None:
         insert(self.events)
         moved = {}
         for chain, saved in self.saved.items():
@@ -168,6 +179,17 @@ class audit_transaction:
                 return function(*args, **kwargs)
 
         return cast(F, inner)
+
+
+def audit_transaction_last(run: Callable[[], None]) -> None:
+    """Run ``run`` at the end of the outermost ``audit_transaction`` open, after its
+    events and heads are written, just before it commits; dropped with the block it was
+    given in if that rolls back. What it raises rolls the whole transaction back.
+
+    For a lock that every writer of a kind takes (a budget's): taken last, it is held
+    for one statement and the commit, not for the rest of the transaction.
+    """
+    _current_buffer().last.append(run)
 
 
 def _current_buffer() -> _Buffer:

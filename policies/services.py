@@ -17,6 +17,17 @@ budget
     first use), then inserts the use only if the uses still in the window leave room,
     in one statement. Concurrent openings against one budget wait for each other, so
     the approved total never passes the limit; unrelated budgets never wait.
+paid last
+    Every opening paid by one budget waits for that row, and a lock is held until the
+    transaction commits: taken as the opening decides, it would be held through the
+    rest of it (the approval, the permit, a dispatch, the events), and the openings of
+    a busy budget would queue for each other. So an opening that owns its transaction
+    (``budgets_paid_last``: the host API's register and open) pays last: the rule is
+    taken to pay, and the lock and the use are the transaction's last statements, after
+    its events (``audit_transaction_last``). Where the budget cannot pay then, the
+    whole transaction rolls back (``BudgetRaced``) and runs once more paying as it
+    decides, so that the next rule decides, as it would have; the same budget is then
+    paid first in this process for ``PAID_FIRST_SECONDS``, while it is likely spent.
 """
 
 from __future__ import annotations
@@ -25,15 +36,16 @@ import difflib
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection
 from django.utils import timezone
 
-from audit.chain import audit_append, audit_transaction
+from audit.chain import audit_append, audit_transaction, audit_transaction_last
 from audit.kinds import AuditKind
 from common.actors import Actor
 from dbsql import columns
@@ -243,6 +255,56 @@ def approval_terms(
     return Terms("people", version=policy.version, passkey=passkey)
 
 
+T = TypeVar("T")
+
+# Where an opening pays last (this thread's, inside ``budgets_paid_last``) and, per
+# budget and scope, until when this process pays it first (monotonic seconds).
+_paying = threading.local()
+_paid_first_until: dict[tuple[str, str], float] = {}
+PAID_FIRST_SECONDS = 5.0
+
+
+class BudgetRaced(Exception):
+    """A budget taken to pay an opening could not pay at the transaction's end."""
+
+    def __init__(self, budget: str, scope: str) -> None:
+        super().__init__(f"budget {budget} ({scope}) could not pay")
+        self.budget, self.scope = budget, scope
+
+
+def budgets_paid_last(attempt: Callable[[], T]) -> T:
+    """Run ``attempt`` (a whole transaction that may open approvals), its budgets paid
+    last; where one cannot pay then, run it once more, paying as it decides.
+
+    ``attempt`` must leave nothing behind when its transaction rolls back: what it
+    hands back from a first run is thrown away, and whatever it calls again is called
+    afresh. Inside a transaction already open (its end is not this one's to retry),
+    it runs once, paying as it decides.
+    """
+    if _in_transaction() or getattr(_paying, "last", False):
+        return attempt()
+    _paying.last = True
+    try:
+        return attempt()
+    except BudgetRaced as raced:
+        _paid_first_until[(raced.budget, raced.scope)] = time.monotonic() + PAID_FIRST_SECONDS
+    finally:
+        _paying.last = False
+    return attempt()
+
+
+def _in_transaction() -> bool:
+    """Whether a transaction is open that ``attempt`` would not own: any but a test
+    case's own (as ``transaction.atomic(durable=True)`` counts them)."""
+    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+
+
+def _pays_last(budget: str, scope: str) -> bool:
+    if not getattr(_paying, "last", False):
+        return False
+    return _paid_first_until.get((budget, scope), 0.0) <= time.monotonic()
+
+
 def budget_scope(budget: Budget, *, provider: str, action: str, host: str) -> str:
     return host if budget.per == "host" else f"{provider}/{action}"
 
@@ -257,7 +319,21 @@ def budget_spend(
     if amount is None:
         return None
     scope = budget_scope(budget, provider=provider, action=action, host=host)
-    _budget_lock(rule.name, scope)
+    paid = {"budget": rule.name, "scope": scope, "amount": str(amount)}
+    if _pays_last(rule.name, scope):
+
+        def last() -> None:
+            if not _budget_pay(budget, rule.name, scope, amount, approval_id):
+                raise BudgetRaced(rule.name, scope)
+
+        audit_transaction_last(last)
+        return paid
+    return paid if _budget_pay(budget, rule.name, scope, amount, approval_id) else None
+
+
+def _budget_pay(budget: Budget, name: str, scope: str, amount: Any, approval_id: Any) -> bool:
+    """Lock the budget and insert the use if the window leaves room: whether it did."""
+    _budget_lock(name, scope)
     # Read the clock only now, with the budget locked: the window is the one this
     # spending sees, however long the lock took.
     now = timezone.now()
@@ -274,16 +350,14 @@ def budget_spend(
         f"COALESCE(SUM(amount), 0) AS total FROM {BudgetUse._meta.db_table} "
         "WHERE budget = %s AND scope = %s AND at > %s) u)"
     )
-    use = BudgetUse(budget=rule.name, scope=scope, approval_id=approval_id, amount=amount, at=now)
-    if not insert_where(use, condition, [*values, rule.name, scope, now - budget.window]):
-        return None
-    return {"budget": rule.name, "scope": scope, "amount": str(amount)}
+    use = BudgetUse(budget=name, scope=scope, approval_id=approval_id, amount=amount, at=now)
+    return insert_where(use, condition, [*values, name, scope, now - budget.window])
 
 
 def _budget_lock(budget: str, scope: str) -> None:
     """Lock the budget's row for this transaction, making it on first use (one statement)."""
     table = BudgetLock._meta.db_table
-    with connection.cursor() as cursor:
+    with kept_cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} (budget, scope) VALUES (%s, %s) "
             "ON CONFLICT (budget, scope) DO UPDATE SET budget = EXCLUDED.budget",

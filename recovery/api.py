@@ -238,13 +238,14 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
     def open_new(operation: Operation) -> None:
         # A new operation's approval opens in the registration's transaction; the answer
         # says the operation as registered, as when the approval opens in one of its own.
+        # Called again where that transaction runs again: the last run's answer stands.
         assert opening is not None and caller.host is not None
         as_registered.update(state=operation.state, version=operation.version)
-        opened.append(
+        opened[:] = [
             permits.approval_open_locked(
                 operation, host=caller.host, then=asked, **_opening_args(opening)
             )
-        )
+        ]
 
     try:
         operation, created = registration.operation_register(

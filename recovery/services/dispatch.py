@@ -63,7 +63,8 @@ class DispatchAsked:
     The operation is locked and its permit just issued: ``dispatch_locked`` consumes it
     as ``operation_dispatch`` would, saving the transaction and the lock of a call of its
     own. ``outcome`` stays None where the opening was not approved (a person decides it,
-    or the policy denied it).
+    or the policy denied it). Called again where the opening's transaction runs again
+    (``policies.budgets_paid_last``), it answers for that run alone.
     """
 
     worker: str
@@ -72,6 +73,7 @@ class DispatchAsked:
     outcome: DispatchOutcome | None = None
 
     def __call__(self, operation: Operation, approval: Approval) -> None:
+        self.outcome = None
         if approval.status == Approval.Status.APPROVED:
             self.outcome = dispatch_locked(
                 operation,

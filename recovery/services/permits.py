@@ -29,13 +29,9 @@ from audit.refusals import refusal_append
 from common import statements
 from common.actors import Actor
 from common.errors import ErrorCode
-from policies.services import Terms, approval_terms
+from policies.services import Terms, approval_terms, budgets_paid_last
 from recovery.changes import APPROVAL_OPENED, OperationChange, changes_record
-from recovery.models import (
-    Host,
-    Operation,
-    State,
-)
+from recovery.models import Host, Operation, State
 from recovery.permissions import ProviderPermission
 from recovery.services.access import provider_permission_require
 from recovery.services.approval_expiry import approval_expire_at_decision
@@ -50,12 +46,7 @@ from recovery.services.customers import (
     party_vote_record,
 )
 from recovery.services.errors import Forbidden, NotFound, RecoveryError
-from recovery.services.locking import (
-    OperationRef,
-    binding,
-    operation_lock,
-    operation_lock_bound,
-)
+from recovery.services.locking import OperationRef, binding, operation_lock, operation_lock_bound
 from recovery.services.refusals import RefusalsCommitted, refusals_recorded
 from recovery.services.voters import customer_voter_check, staff_voter_check
 from recovery.transitions import Event, operation_transition
@@ -82,7 +73,6 @@ def approver_scope(
     return found
 
 
-@audit_transaction()
 def approval_open(
     *,
     operation: Operation | OperationRef,
@@ -100,10 +90,16 @@ def approval_open(
     (``approvals.selectors``' ``proposer``). ``party``: the customer the host acts for
     (``recovery.services.customers``); where the policy asks the customer and none is
     named, nothing is written (``party_required``). ``then``: called with the locked
-    operation and the new approval before the transaction ends (``DispatchAsked``)."""
-    return approval_open_locked(
-        operation_lock(operation), host=host, proposer=proposer, then=then, party=party
-    )
+    operation and the new approval before the transaction ends (``DispatchAsked``),
+    afresh if it runs again (``policies.budgets_paid_last``)."""
+
+    @audit_transaction()
+    def opened() -> tuple[Approval, bool]:
+        return approval_open_locked(
+            operation_lock(operation), host=host, proposer=proposer, then=then, party=party
+        )
+
+    return budgets_paid_last(opened)
 
 
 def approval_open_locked(

@@ -14,6 +14,7 @@ from common.canonical import canonical_params, params_digest
 from common.errors import ErrorCode
 from dbsql.rows import select_first
 from dbsql.writes import insert
+from policies.services import budgets_paid_last
 from recovery.models import (
     Host,
     Operation,
@@ -41,14 +42,16 @@ def operation_register(
     the row locked by that transaction (no other can see it yet) and its chain with it
     (``permits.approval_open_locked``: the approval opened in the same transaction).
     What it raises rolls the registration back with it. Not called for an operation
-    found.
+    found; called again, afresh, where the transaction runs again (a budget that
+    could not pay last, ``policies.budgets_paid_last``).
     """
     canonical = canonical_params(params)
     digest = params_digest(canonical)
     provider = select_first(Provider, name=provider_name)
     if provider is None:
         raise NotFound(ErrorCode.UNKNOWN_PROVIDER, f"no provider named {provider_name!r}")
-    try:
+
+    def made() -> tuple[Operation, bool]:
         with audit_transaction():
             operation = Operation(
                 key=key,
@@ -72,6 +75,10 @@ def operation_register(
             if then is not None:
                 then(operation)
             return operation, True
+
+    try:
+        # An approval opened by ``then`` pays its budget last (``policies``).
+        return budgets_paid_last(made)
     except IntegrityError:
         existing = Operation.objects.select_related("provider").filter(key=key).first()
         if existing is None:

@@ -9,12 +9,16 @@ import time_machine
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalVote
 from audit.models import AuditEvent
 from common.actors import Actor
 from harness.providers import digest_of
+from policies import services
+from policies.models import BudgetUse
 from policies.services import policy_apply
 from recovery.models import Operation
 from recovery.services.errors import RecoveryError
@@ -252,3 +256,68 @@ def test_policy_apply_records_old_and_new_and_check_names_the_line(tmp_path, db,
     with pytest.raises(CommandError, match=r"bad.toml: line 18: outcome must be"):
         call_command("policy", "apply", str(bad), "--yes")
     assert AuditEvent.objects.filter(kind="policy_applied").count() == 2
+
+
+@pytest.fixture
+def paying_last(monkeypatch):
+    """No budget paid first in this process because of an earlier test's."""
+    monkeypatch.setattr(services, "_paid_first_until", {})
+
+
+def _statements(work):
+    with CaptureQueriesContext(connection) as queries:
+        work()
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def _budget_statements(sql):
+    """Where the budget's lock and its use come in the opening's statements, and the
+    statements after them."""
+    lock = next(i for i, s in enumerate(sql) if "policies_budgetlock" in s)
+    assert "policies_budgetuse" in sql[lock + 1]
+    return lock, sql[lock + 2 :]
+
+
+def test_an_opening_pays_its_budget_last_after_its_approval_and_its_events(
+    flow, policy, paying_last
+):
+    flow.register("op-1", {**PARAMS, "amount": 500})
+    sql = _statements(lambda: _open_only(flow, "op-1"))
+    lock, after = _budget_statements(sql)
+    assert any("audit_auditevent" in s for s in sql[:lock])
+    assert any('INSERT INTO "approvals_permit"' in s for s in sql[:lock])
+    assert [s for s in after if "SAVEPOINT" not in s] == []  # then the commit
+    assert BudgetUse.objects.get().amount == 500
+
+
+def test_what_the_budget_cannot_pay_last_runs_again_paying_first_and_the_next_rule_decides(
+    flow, policy, paying_last
+):
+    assert _open(flow, "op-1", {**PARAMS, "amount": 2000})["status"] == "approved"
+    flow.register("op-2", {**PARAMS, "amount": 1500})
+    sql = _statements(lambda: _open_only(flow, "op-2"))
+    # Paid last, it could not pay: everything rolled back and ran again, paying first.
+    locks = [i for i, s in enumerate(sql) if "policies_budgetlock" in s]
+    assert len(locks) == 2
+    rollback = next(i for i, s in enumerate(sql) if "ROLLBACK" in s)
+    assert locks[0] < rollback < locks[1] < _approval_inserted(sql, after=rollback)
+    approval = Approval.objects.get(operation_key="op-2")
+    assert (approval.status, approval.rule) == ("pending", "two")
+    assert AuditEvent.objects.filter(kind="approval_requested", operation_key="op-2").count() == 1
+    assert [use.amount for use in BudgetUse.objects.all()] == [2000]
+    # Spent, it is paid first for a while: the next opening runs once.
+    flow.register("op-3", {**PARAMS, "amount": 1000})
+    sql = _statements(lambda: _open_only(flow, "op-3"))
+    lock, _ = _budget_statements(sql)
+    assert [i for i, s in enumerate(sql) if "policies_budgetlock" in s] == [lock]
+    assert lock < _approval_inserted(sql, after=0)
+    assert Approval.objects.get(operation_key="op-3").status == "approved"  # exactly 3000
+
+
+def _approval_inserted(sql, *, after):
+    return next(i for i, s in enumerate(sql) if i > after and 'INTO "approvals_approval"' in s)
+
+
+def _open_only(flow, key):
+    response = flow.host_api.post(f"/api/v1/operations/{key}/approvals", None)
+    assert response.status_code == 201, response.content
