@@ -321,3 +321,28 @@ def _approval_inserted(sql, *, after):
 def _open_only(flow, key):
     response = flow.host_api.post(f"/api/v1/operations/{key}/approvals", None)
     assert response.status_code == 201, response.content
+
+
+def test_register_open_and_dispatch_run_again_answer_for_the_run_that_committed(
+    flow, policy, paying_last
+):
+    assert _open(flow, "op-1", {**PARAMS, "amount": 2000})["status"] == "approved"
+    params = {**PARAMS, "amount": 1500}
+    response = flow.host_api.post(
+        "/api/v1/operations",
+        {
+            "key": "op-2",
+            "action": "payment.send",
+            "provider": "orders",
+            "params": params,
+            "approval": {},
+            "dispatch": {"worker": "w", "params_digest": digest_of(params)},
+        },
+    )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    # Paid last, the budget could not pay: the answer is the second run's, a person's.
+    assert (body["approval"]["status"], body["approval"]["rule"]) == ("pending", "two")
+    assert "dispatch" not in body and "dispatch_refused" not in body
+    assert body["approval"]["approval_id"] == str(Approval.objects.get(operation_key="op-2").pk)
+    assert Operation.objects.get(key="op-2").state == "awaiting_approval"
