@@ -16,7 +16,7 @@ from typing import Any
 
 from harness import providers
 from harness.fleet.api import REQUEST_TIMEOUT
-from harness.fleet.client import PARAMS, Client, iterations
+from harness.fleet.client import PARAMS, Client, iterations, opening_body
 
 Post = Callable[[str, str, dict[str, Any], int], dict[str, Any]]
 
@@ -124,14 +124,7 @@ def role_lifecycle_sockets(client: Client) -> None:
 
     for i in iterations(client):
         key = f"{client.name}-{i}"
-        body = {
-            "key": key,
-            "action": "payment.send",
-            "provider": provider.name,
-            "params": PARAMS,
-            "approval": {},
-            "dispatch": {"worker": client.name, "params_digest": digest},
-        }
+        body = opening_body(key, provider, client.name)
         registered = call("register and open", "host", "/api/v1/operations", body, key)
         if registered is None:
             continue

@@ -228,15 +228,7 @@ class Client:
         """Register, open the approval and dispatch in one request; where a person must
         approve, ``approve`` and ``dispatch`` after it. The fencing token, or ""."""
         self.keys.setdefault(key, {"provider": provider.name, "intent": "aborted"})
-        body = {
-            "key": key,
-            "action": "payment.send",
-            "provider": provider.name,
-            "params": PARAMS,
-            "approval": {},
-            "dispatch": {"worker": self.name, "params_digest": providers.digest_of(PARAMS)},
-        }
-        send = self.api.post("/api/v1/operations", body)
+        send = self.api.post("/api/v1/operations", opening_body(key, provider, self.name))
         registered = self.api.call("register and open", send, expect=("201",), key=key)
         opened = registered.body.get("approval") if registered.ok else None
         if not isinstance(opened, dict):
@@ -293,6 +285,19 @@ class Client:
                 step()
             if not all_of_them:
                 return
+
+
+def opening_body(key: str, provider: Provider, worker: str) -> dict[str, Any]:
+    """The lifecycle's first request: register ``key``, open its approval and, where a
+    policy approves it as it opens, dispatch it to ``worker``."""
+    return {
+        "key": key,
+        "action": "payment.send",
+        "provider": provider.name,
+        "params": PARAMS,
+        "approval": {},
+        "dispatch": {"worker": worker, "params_digest": providers.digest_of(PARAMS)},
+    }
 
 
 def iterations(client: Client) -> Iterable[int]:
