@@ -243,7 +243,11 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
         as_registered.update(state=operation.state, version=operation.version)
         opened[:] = [
             permits.approval_open_locked(
-                operation, host=caller.host, then=asked, **_opening_args(opening)
+                operation,
+                host=caller.host,
+                then=asked,
+                registered=True,
+                **_opening_args(opening),
             )
         ]
 

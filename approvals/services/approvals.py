@@ -56,18 +56,22 @@ def approval_request(
     requested_by: Actor,
     host: str = "",
     terms: Callable[[uuid.UUID], dict[str, Any]] | None = None,
+    registered: bool = False,
 ) -> tuple[Approval, bool]:
     """Open an approval for ``binding``, or return the pending one (``created`` False).
 
     ``terms``: called with the new approval's id, only when one is made, for what its
     policy asks of it (the values of ``Approval``'s policy fields; an unsaved ``party``
-    is upserted by (host, party) with the approval).
+    is upserted by (host, party) with the approval). ``registered``: the operation was
+    registered by this very transaction, so no approval of it exists and none is looked
+    for (operations are never deleted: a key names one operation, ever).
     """
-    pending = select_first(
-        Approval, operation_key=binding.operation_key, status=Approval.Status.PENDING
-    )
-    if pending is not None:
-        return pending, False
+    if not registered:
+        pending = select_first(
+            Approval, operation_key=binding.operation_key, status=Approval.Status.PENDING
+        )
+        if pending is not None:
+            return pending, False
     approval = Approval(
         operation_key=binding.operation_key,
         action=binding.action,

@@ -109,8 +109,9 @@ def approval_open_locked(
     proposer: str = "",
     then: Callable[[Operation, Approval], object] | None = None,
     party: PartyNamed | None = None,
+    registered: bool = False,
 ) -> tuple[Approval, bool]:
-    """``approval_open`` in a transaction holding ``operation`` (``operation_register``'s)."""
+    """``approval_open`` in a transaction holding ``operation`` (``registered``: by it)."""
     party_contact_check(party)
     if operation.state != State.AWAITING_APPROVAL:
         raise RecoveryError(
@@ -141,8 +142,9 @@ def approval_open_locked(
             fields["party"] = party_row(host=host.name, named=party)
         return fields
 
+    requested_by = Actor.of("host", host)
     approval, created = approval_request(
-        binding=bound, requested_by=Actor.of("host", host), host=host.name, terms=terms
+        binding=bound, requested_by=requested_by, host=host.name, terms=terms, registered=registered
     )
     if not created:
         return approval, False

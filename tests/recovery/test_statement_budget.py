@@ -160,11 +160,11 @@ def test_every_resume_stays_within_the_budget(flow, host_api, provider):
 
 # Registering with ``approval`` asked opens a new operation's approval in the
 # registration's transaction: the token's lookup and the provider's; BEGIN, the
-# operation's INSERT, the search for an approval already open, the policy in force,
-# the approval's INSERT, one INSERT of both events, the chain's head moved in the
+# operation's INSERT (no approval of it can be open: none is looked for), the policy in
+# force, the approval's INSERT, one INSERT of both events, the chain's head moved in the
 # operation's row, COMMIT. No lock and no transaction of the opening's own: the row is
 # the transaction's, unseen by any other until it ends.
-REGISTER_AND_OPEN = 10
+REGISTER_AND_OPEN = 9
 
 
 def test_registering_and_opening_in_one_request_stays_within_both_budgets(host_api, provider):
@@ -207,17 +207,18 @@ def test_the_lifecycle_costs_no_statement_for_credentials_already_found(
     listing = "\n".join(query["sql"] for query in queries.captured_queries)
     assert "token_hash" not in listing
     # The lifecycle's 41 statements at 81c1a7e (bench/api.py) less its five credential
-    # lookups, and less the opening's transaction, lock and audit INSERT of its own.
-    assert len(queries.captured_queries) <= 32, f"{len(queries.captured_queries)}\n{listing}"
+    # lookups, and less the opening's transaction, lock, audit INSERT and search for an
+    # approval already open of its own.
+    assert len(queries.captured_queries) <= 31, f"{len(queries.captured_queries)}\n{listing}"
 
 
 # Where a policy approves the opening, registering with ``dispatch`` asked is one
 # transaction: the provider's lookup (the token found before); BEGIN, the operation's
-# INSERT, the search for an approval already open, the policy in force, the policy's
-# budget (its lock and its use), the approval made and decided, the permit issued, then
+# INSERT, the policy in force, the approval made and decided, the permit issued, then
 # consumed, the dispatch row and the operation moved twice (one UPDATE each, the chain's
-# head with it), the webhook outbox, one INSERT of every event, COMMIT.
-REGISTER_OPEN_AND_DISPATCH = 17
+# head with it), the webhook outbox, one INSERT of every event, the policy's budget (its
+# lock and its use, paid last), COMMIT.
+REGISTER_OPEN_AND_DISPATCH = 16
 PAID_BY_BUDGET = b"""
 [[rules]]
 name = "agents"
