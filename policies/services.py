@@ -262,6 +262,7 @@ T = TypeVar("T")
 _paying = threading.local()
 _paid_first_until: dict[tuple[str, str], float] = {}
 PAID_FIRST_SECONDS = 5.0
+PAID_FIRST_MAX = 1024  # budgets and scopes remembered; past this many, none
 
 
 class BudgetRaced(Exception):
@@ -287,6 +288,8 @@ def budgets_paid_last(attempt: Callable[[], T]) -> T:
     try:
         return attempt()
     except BudgetRaced as raced:
+        if len(_paid_first_until) >= PAID_FIRST_MAX:
+            _paid_first_until.clear()
         _paid_first_until[(raced.budget, raced.scope)] = time.monotonic() + PAID_FIRST_SECONDS
     finally:
         _paying.last = False

@@ -346,3 +346,11 @@ def test_register_open_and_dispatch_run_again_answer_for_the_run_that_committed(
     assert "dispatch" not in body and "dispatch_refused" not in body
     assert body["approval"]["approval_id"] == str(Approval.objects.get(operation_key="op-2").pk)
     assert Operation.objects.get(key="op-2").state == "awaiting_approval"
+
+
+def test_the_budgets_paid_first_are_remembered_up_to_a_bound(flow, policy, monkeypatch):
+    monkeypatch.setattr(services, "PAID_FIRST_MAX", 2)
+    monkeypatch.setattr(services, "_paid_first_until", {("a", "x"): 0.0, ("b", "x"): 0.0})
+    assert _open(flow, "op-1", {**PARAMS, "amount": 2000})["status"] == "approved"
+    assert _open(flow, "op-2", {**PARAMS, "amount": 1500})["status"] == "pending"
+    assert list(services._paid_first_until) == [("small", "fleet-a")]
