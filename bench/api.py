@@ -75,9 +75,6 @@ from bench.api_runs import (  # noqa: E402
     request_floor,
 )
 from bench.policies import twenty_rules  # noqa: E402
-
-# The fleet role of each --client: the library's lifecycle, or the same on plain sockets.
-ROLES = {"library": "lifecycle", "sockets": "lifecycle-sockets"}
 from common.actors import COMMAND_LINE  # noqa: E402
 from harness.gunicorn import (  # noqa: E402
     database_url,
@@ -89,6 +86,9 @@ from harness.providers import sqlite_provider_init  # noqa: E402
 from policies.services import policy_apply  # noqa: E402
 from recovery.services.credentials import host_create  # noqa: E402
 from recovery.services.providers import provider_configure  # noqa: E402
+
+# The fleet role of each --client: the library's lifecycle, or the same on plain sockets.
+ROLES = {"library": "lifecycle", "sockets": "lifecycle-sockets"}
 
 
 def run(args: argparse.Namespace, settings: dict[str, Any], scratch: Path) -> None:

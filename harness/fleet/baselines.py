@@ -110,7 +110,7 @@ def role_lifecycle_sockets(client: Client) -> None:
         started = time.perf_counter()
         try:
             status, answer = send(caller, path, body)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, IndexError) as exc:  # no answer, or not HTTP and JSON
             status, answer = 0, {"error": f"transport:{type(exc).__name__}"}
         elapsed_ms = (time.perf_counter() - started) * 1000
         code = "" if 200 <= status < 300 else str(answer.get("error", "malformed"))

@@ -152,7 +152,7 @@ def approval_open_locked(
     audit_append(
         kind=AuditKind.APPROVAL_REQUESTED,
         operation=operation,
-        actor=Actor.of("host", host),
+        actor=requested_by,
         data={
             "approval_id": str(approval.id),
             **({"party": str(approval.party)} if approval.party is not None else {}),
