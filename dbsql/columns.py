@@ -4,13 +4,41 @@ columns by field name, quoted, and the shape of equality conditions."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models import Field, Model
 
 PLAIN = (int, str, bool)
+
+# Fields whose conversion for saving (``get_db_prep_save``) hands PostgreSQL a value of
+# these exact types as it is: ``to_python`` and the backend's ``adapt_*`` are the
+# identity for them there (an aware datetime: a naive one is warned of and made aware;
+# tests/dbsql/test_columns.py holds the two ways equal).
+# A value of any other type, a subclass included, and every other field, a subclass of
+# these included, take the ORM's own conversion.
+_AS_IS: dict[type[Field[Any, Any]], tuple[type, ...]] = {
+    **dict.fromkeys(
+        (
+            models.CharField,
+            models.TextField,
+            models.SlugField,
+            models.EmailField,
+            models.URLField,
+        ),
+        (str, type(None)),
+    ),
+    # Keys only: an integer field's value is sized for psycopg (``Int4``) by the backend.
+    **dict.fromkeys(
+        (models.AutoField, models.BigAutoField, models.SmallAutoField), (int, type(None))
+    ),
+    models.BooleanField: (bool,),
+    models.UUIDField: (uuid.UUID, type(None)),
+    models.DateTimeField: (datetime, type(None)),
+}
 
 
 @functools.cache
@@ -37,6 +65,41 @@ def attname(model: type[Model], name: str) -> str:
 
 def prep(model: type[Model], name: str, value: Any) -> Any:
     return field(model, name).get_db_prep_save(value, connection)
+
+
+@functools.cache
+def _save_plan(
+    vendor: str, fields: tuple[Field[Any, Any], ...]
+) -> tuple[tuple[Field[Any, Any], str, tuple[type, ...] | None], ...]:
+    """Each field, its attribute, and the value types it saves as they are (``_AS_IS``,
+    on PostgreSQL; None: the ORM's ``pre_save`` and conversion every time)."""
+    plan = []
+    for each in fields:
+        target = each.target_field if isinstance(each, models.ForeignKey) else each
+        as_is = _AS_IS.get(type(target)) if vendor == "postgresql" else None
+        if getattr(each, "auto_now", False) or getattr(each, "auto_now_add", False):
+            as_is = None  # pre_save sets the clock's value
+        plan.append((each, each.attname, as_is))
+    return tuple(plan)
+
+
+def saved_values(fields: Sequence[Field[Any, Any]], obj: Model) -> list[Any]:
+    """``obj``'s values for ``fields`` as an INSERT writes them: what each field's
+    ``pre_save`` (for a new row) and ``get_db_prep_save`` give, the common types taken
+    as they are where that is what those give (``_AS_IS``)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    values = []
+    for each, name, as_is in _save_plan(db.vendor, tuple(fields)):
+        if as_is is not None:
+            value = getattr(obj, name)
+            kind = type(value)
+            if kind in as_is and (kind is not datetime or value.tzinfo is not None):
+                values.append(value)
+                continue
+            values.append(each.get_db_prep_save(value, db))
+            continue
+        values.append(each.get_db_prep_save(each.pre_save(obj, True), db))
+    return values
 
 
 Shape = tuple[tuple[str, bool], ...]  # conditions: (field name, whether it IS NULL)

@@ -77,9 +77,7 @@ def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
     assert not any(getattr(obj, f.attname) for obj in objects for f in returned), "made by it"
     params: list[Any] = []
     for obj in objects:
-        params += [
-            field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written
-        ]
+        params += columns.saved_values(written, obj)
     row_marks = "(" + ", ".join(["%s"] * len(written)) + ")"
     sql = (
         f"INSERT INTO {columns.quote(model._meta.db_table)} ({names}) "
@@ -107,7 +105,7 @@ def _upsert_sql(
     model = type(obj)
     written, names, returned, returning = _insert_shape(model)
     assert returning, "the row's key is read back"
-    values = [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written]
+    values = columns.saved_values(written, obj)
     target = ", ".join(columns.quote(columns.column(model, name)) for name in conflict)
     sets = ", ".join(
         f"{columns.quote(columns.column(model, name))} = EXCLUDED."
@@ -161,13 +159,8 @@ def insert_upserting(
     written, names, returned, _ = _insert_shape(model)
     assert not returned, "only the named row's key is read back"
     key = columns.field(model, field)
-    marks, values = [], []
-    for each in written:
-        if each is key:
-            marks.append("(SELECT u.id FROM u)")
-        else:
-            marks.append("%s")
-            values.append(each.get_db_prep_save(each.pre_save(obj, True), connection))
+    marks = ["(SELECT u.id FROM u)" if each is key else "%s" for each in written]
+    values = columns.saved_values([each for each in written if each is not key], obj)
     sql = (
         f"WITH u AS ({upserted}) INSERT INTO {columns.quote(model._meta.db_table)} ({names}) "
         f"VALUES ({', '.join(marks)}) RETURNING {columns.quote(str(key.column))}"
@@ -202,7 +195,7 @@ def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:
     """
     model = type(obj)
     written, _, returned, returning = _insert_shape(model)
-    values = [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in written]
+    values = columns.saved_values(written, obj)
     sql = f"{_insert_select_sql(model, connection.vendor)} WHERE {condition}{returning}"
     with kept_cursor() as cursor:
         cursor.execute(sql, [*values, *params])
