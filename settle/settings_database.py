@@ -77,7 +77,9 @@ def _database() -> dict[str, object]:
             options.setdefault("server_side_binding", True)
             options.setdefault("prepare_threshold", 5)
         # A connection held across requests (CONN_MAX_AGE) is checked before a request
-        # reuses it, so that a database restart costs no request a dead connection.
+        # reuses it, so that a database restart costs no request a dead connection; by
+        # asking its socket, not the database (settle.postgresql).
+        config["ENGINE"] = "settle.postgresql"
         config["CONN_HEALTH_CHECKS"] = True
         # A database that does not answer fails the request in seconds, never hangs it.
         options.setdefault("connect_timeout", _DB_CONNECT_TIMEOUT_SECONDS)

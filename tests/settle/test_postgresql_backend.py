@@ -1,0 +1,65 @@
+"""A held connection is checked before a request reuses it by asking its socket, not
+the database (settle.postgresql): no statement when nothing arrived, and a session the
+server ended is found dead and opened again."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+pytestmark = pytest.mark.django_db
+
+# The embedded default (SQLite) keeps no connection across requests: Django's own
+# backend, nothing to check. Each test says so there rather than being skipped.
+POSTGRES = connection.vendor == "postgresql"
+
+
+@pytest.fixture
+def held() -> Iterator[BaseDatabaseWrapper]:
+    """A second connection to the test database, idle between statements as a web
+    worker's is between requests (the test's own runs inside a transaction)."""
+    other = connections.create_connection("default")
+    other.ensure_connection()
+    yield other
+    other.close()
+
+
+def _last_statement(pid: int) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [pid])
+        return str(cursor.fetchone()[0])
+
+
+def test_a_live_held_connection_passes_the_check_without_a_statement(held):
+    if not POSTGRES:
+        assert type(held).__module__ == "django.db.backends.sqlite3.base"
+        return
+    assert type(held).__module__ == "settle.postgresql.base"
+    assert held.settings_dict["CONN_HEALTH_CHECKS"] is True
+    with held.cursor() as cursor:
+        cursor.execute("SELECT 'the last statement'")
+    assert held.is_usable()
+    assert _last_statement(held.connection.info.backend_pid) == "SELECT 'the last statement'"
+
+
+def test_a_session_the_server_ended_fails_the_check_and_the_next_request_reconnects(held):
+    if not POSTGRES:
+        return
+    pid = held.connection.info.backend_pid
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    deadline = time.monotonic() + 10
+    while held.is_usable():  # until the server's goodbye reaches the socket
+        assert time.monotonic() < deadline, "a terminated session still passed the check"
+        time.sleep(0.01)
+    # What a request's start does with it: closed, then opened again by its first statement.
+    held.health_check_done = False
+    held.close_if_health_check_failed()
+    assert held.connection is None
+    with held.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        assert cursor.fetchone()[0] != pid
