@@ -21,7 +21,7 @@ is given to ``audit_transaction_last``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -38,7 +38,7 @@ from django.utils import timezone
 from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, event_digest
 from audit.models import AuditChainHead, AuditEvent, ChainHolder
 from common.actors import Actor
-from dbsql.writes import insert, update, values_update
+from dbsql.writes import Rider, insert, update, values_update
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,6 +67,15 @@ def audit_head_new(operation: ChainHolder) -> None:
     setattr(operation, "_audit_locked", "new")  # noqa: B010
 
 
+@dataclass(frozen=True)
+class _Ride:
+    """A write run by the events' statement; what it names, and who hears its row count."""
+
+    write: Rider
+    keys: frozenset[Hashable]
+    counted: Callable[[int], object] | None
+
+
 @dataclass
 class _Buffer:
     """Events of one ``audit_transaction`` level, and where each chain's head stands."""
@@ -78,6 +87,8 @@ class _Buffer:
     saved: dict[str, tuple[int, str]] = field(default_factory=dict)
     # What runs after the events and heads are written, in order (audit_transaction_last).
     last: list[Callable[[], None]] = field(default_factory=list)
+    # Writes run by the events' own statement (audit_transaction_rider).
+    riders: list[_Ride] = field(default_factory=list)
     parent: _Buffer | None = None
 
     def head(self, chain: str) -> tuple[int, str] | None:
@@ -97,6 +108,7 @@ class _Buffer:
         parent.heads.update(self.heads)
         parent.saved.update(self.saved)
         parent.last.extend(self.last)
+        parent.riders.extend(self.riders)
 
     def flush(self) -> None:
         """Write the events in one INSERT, then the heads no row holds yet; then run
@@ -105,8 +117,20 @@ class _Buffer:
         for run in self.last:
             run()
 
+    def rides(self, key: Hashable) -> bool:
+        buffer: _Buffer | None = self
+        while buffer is not None:
+            if any(key in ride.keys for ride in buffer.riders):
+                return True
+            buffer = buffer.parent
+        return False
+
     def _write(self) -> None:
-        insert(self.events)
+        counts: list[int] = []
+        insert(self.events, riders=[ride.write for ride in self.riders], rider_counts=counts)
+        for ride, count in zip(self.riders, counts, strict=True):
+            if ride.counted is not None:
+                ride.counted(count)
         moved = {}
         for chain, saved in self.saved.items():
             head = self.heads.get(chain, saved)
@@ -190,6 +214,38 @@ def audit_transaction_last(run: Callable[[], None]) -> None:
     for one statement and the commit, not for the rest of the transaction.
     """
     _current_buffer().last.append(run)
+
+
+def audit_transaction_rider(
+    write: Rider,
+    *,
+    keys: Iterable[Hashable] = (),
+    counted: Callable[[int], object] | None = None,
+) -> None:
+    """Run ``write`` (``dbsql.writes.update_sql``'s, say) with the events of the outermost
+    ``audit_transaction`` open, in their statement on PostgreSQL (no round trip of its
+    own); dropped with the block it was given in if that rolls back. ``counted`` hears
+    its row count then; ``keys`` name what it writes (``audit_transaction_rides``).
+
+    Only a write of rows that no statement of the transaction reads or writes again,
+    and that reads no row another write of the transaction changes: until the events
+    are written it is not, and the writes of one statement do not see each other's rows
+    (the webhook outbox's rows, of operations no other rider names; not a report's
+    receipt: the operation's transition reads it, for ``receipt_running``).
+    """
+    _current_buffer().riders.append(_Ride(write, frozenset(keys), counted))
+
+
+def audit_transaction_rides(key: Hashable) -> bool:
+    """Whether a rider of the transaction open, not written yet, names ``key``: then a
+    write that must see its rows runs after the events (``audit_transaction_last``)."""
+    buffer: _Buffer | None = getattr(connection, "settle_audit", None)
+    return buffer is not None and buffer.rides(key)
+
+
+def audit_transaction_open() -> bool:
+    """Whether an ``audit_transaction`` is open here (its riders and last steps run)."""
+    return getattr(connection, "settle_audit", None) is not None and connection.in_atomic_block
 
 
 def _current_buffer() -> _Buffer:

@@ -56,7 +56,16 @@ def _insert_shape(
     return written, names, returned, f" RETURNING {returning}" if returning else ""
 
 
-def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
+Rider = tuple[str, Sequence[Any]]  # a write and its parameters, run with another (insert)
+
+
+def insert(
+    objects: Sequence[Model],
+    *,
+    unless_conflict: bool = False,
+    riders: Sequence[Rider] = (),
+    rider_counts: list[int] | None = None,
+) -> int:
     """Insert ``objects`` (all of one model, not saved yet) in one statement.
 
     What ``save(force_insert=True)`` and ``bulk_create`` do for them: each field's
@@ -67,7 +76,18 @@ def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
     ``unless_conflict`` (one object): ``ON CONFLICT DO NOTHING`` — when a unique
     constraint, a partial one included, already holds a row like it, nothing is
     inserted and the object stays unsaved. Returns the number of rows inserted.
+
+    ``riders``: other writes (``update_sql``'s) of other rows, run by the same statement
+    on PostgreSQL (each in a ``WITH``: one round trip for all), each before it elsewhere
+    (SQLite has no writing ``WITH``); ``rider_counts`` is given their row counts.
     """
+    counts = rider_counts if rider_counts is not None else []
+    if riders and (not objects or connection.vendor != "postgresql"):
+        with kept_cursor() as cursor:
+            for write, values in riders:
+                cursor.execute(write, values)
+                counts.append(int(cursor.rowcount))
+        riders = ()
     if not objects:
         return 0
     assert not unless_conflict or len(objects) == 1, "which rows went in is read back for one"
@@ -79,20 +99,31 @@ def insert(objects: Sequence[Model], *, unless_conflict: bool = False) -> int:
     for obj in objects:
         params += columns.saved_values(written, obj)
     row_marks = "(" + ", ".join(["%s"] * len(written)) + ")"
+    ridden = ""
+    if riders:
+        # Each rider's rows counted by the statement's RETURNING, after the keys it reads.
+        assert returning and not unless_conflict, "the rows read back carry the counts"
+        ridden = "WITH " + ", ".join(
+            f"r{n} AS ({write} RETURNING 1)" for n, (write, _) in enumerate(riders)
+        )
+        returning += "".join(f", (SELECT count(*) FROM r{n})" for n in range(len(riders)))
+        params = [value for _, values in riders for value in values] + params
     sql = (
-        f"INSERT INTO {columns.quote(model._meta.db_table)} ({names}) "
-        f"VALUES {', '.join([row_marks] * len(objects))}"
+        f"{ridden}{' ' if ridden else ''}INSERT INTO {columns.quote(model._meta.db_table)} "
+        f"({names}) VALUES {', '.join([row_marks] * len(objects))}"
         f"{' ON CONFLICT DO NOTHING' if unless_conflict else ''}{returning}"
     )
     with kept_cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall() if returning else []
         inserted = len(rows) if returning else cursor.rowcount
+    if riders:
+        counts += [int(count) for count in rows[0][len(returned) :]]
     if unless_conflict and not inserted:
         return 0
     for index, obj in enumerate(objects):
         if rows:
-            for field, value in zip(returned, rows[index], strict=True):
+            for field, value in zip(returned, rows[index][: len(returned)], strict=True):
                 setattr(obj, field.attname, value)
         obj._state.adding = False
         obj._state.db = connection.alias
@@ -237,12 +268,23 @@ def update(
     ``expressions``: field → SQL over the row's own columns (``"version" + 1``), for
     what ``F()`` would say.
     """
-    shape, conditions = columns.where_shape(model, where)
-    sql = _update_sql(model, tuple(values), tuple((expressions or {}).items()), shape)
-    params = [columns.prep(model, name, value) for name, value in values.items()] + conditions
+    sql, params = update_sql(model, where=where, values=values, expressions=expressions)
     with kept_cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+def update_sql(
+    model: type[Model],
+    *,
+    where: Mapping[str, Any],
+    values: Mapping[str, Any],
+    expressions: Mapping[str, str] | None = None,
+) -> Rider:
+    """``update``'s statement and parameters, not run (to ride with another)."""
+    shape, conditions = columns.where_shape(model, where)
+    sql = _update_sql(model, tuple(values), tuple((expressions or {}).items()), shape)
+    return sql, [columns.prep(model, name, value) for name, value in values.items()] + conditions
 
 
 def save_fields(obj: Model, fields: Sequence[str]) -> None:

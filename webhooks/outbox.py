@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from celery import current_app
@@ -32,6 +33,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from audit.chain import (
+    audit_transaction_last,
+    audit_transaction_open,
+    audit_transaction_rider,
+    audit_transaction_rides,
+)
 from common.links import approval_link_url
 from dbsql.cursor import kept_cursor
 from recovery.changes import APPROVAL_OPENED, RECEIPT_COMPLETE, OperationChange
@@ -144,16 +151,19 @@ def payload_sent(payload: str) -> str:
     return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
-def webhook_events_record(events: Sequence[OutboxEvent]) -> int:
-    """Write the outbox rows for ``events`` in the caller's transaction; how many.
+def webhook_events_record(events: Sequence[OutboxEvent]) -> None:
+    """Write the outbox rows for ``events`` in the caller's transaction.
 
     One INSERT … SELECT for the batch: a row for each enabled (or failing) endpoint of
     the operation's host subscribed to the event, none when there is none. A row behind
     a pending one of its (endpoint, operation) waits (``next_attempt_at`` null) until
     that one is done. Each row's ``msg_id`` is the event's own id and its endpoint's. A
     commit that wrote any nudges a delivery at once; beat delivers anyway.
+
+    Inside an ``audit_transaction`` on PostgreSQL the INSERT rides with the transaction's
+    events (``audit_transaction_rider``: no round trip of its own), unless a row of the
+    same operation already rides, which it must see: then it runs after the events.
     """
-    written = 0
     # An operation changes once per statement (each row must see the ones before it);
     # the services never report one twice in a batch, so this is one statement.
     rounds: list[list[OutboxEvent]] = []
@@ -164,14 +174,34 @@ def webhook_events_record(events: Sequence[OutboxEvent]) -> int:
         if n == len(rounds):
             rounds.append([])
         rounds[n].append(item)
+    riding = connection.vendor == "postgresql" and audit_transaction_open()
     for batch in rounds:
-        written += _outbox_insert(batch)
-    if written > 0:
+        keys = {("webhooks.outbox", item.operation.pk) for item in batch}
+        if not riding:
+            _written(_outbox_insert(batch))
+        elif not any(audit_transaction_rides(key) for key in keys):
+            audit_transaction_rider(_outbox_sql(batch), keys=keys, counted=_written)
+        else:
+            audit_transaction_last(partial(_outbox_last, batch))
+
+
+def _outbox_last(batch: list[OutboxEvent]) -> None:
+    _written(_outbox_insert(batch))
+
+
+def _written(count: int) -> None:
+    if count > 0:
         transaction.on_commit(webhooks_nudge)
-    return written
 
 
 def _outbox_insert(events: list[OutboxEvent]) -> int:
+    sql, params = _outbox_sql(events)
+    with kept_cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def _outbox_sql(events: list[OutboxEvent]) -> tuple[str, list[Any]]:
     now = timezone.now()
     table = WebhookMessage._meta.db_table
     endpoints = WebhookEndpoint._meta.db_table
@@ -203,9 +233,7 @@ def _outbox_insert(events: list[OutboxEvent]) -> int:
     # As the ORM writes it: SQLite keeps datetimes as text, and a value in another form
     # (with its offset) would compare wrongly with the ORM's "due by now".
     stamp = connection.ops.adapt_datetimefield_value(now)
-    with kept_cursor() as cursor:
-        cursor.execute(sql, [stamp, PENDING, stamp, PENDING, *params, DISABLED])
-        return int(cursor.rowcount)
+    return sql, [stamp, PENDING, stamp, PENDING, *params, DISABLED]
 
 
 _last_nudge = 0.0

@@ -283,6 +283,8 @@ def _report_apply(
     dispatch.receipt_reference = reference
     dispatch.receipt_reported_at = timezone.now()
     dispatch.receipt_result = result
+    # Not a rider of the events (audit_transaction_rider): the operation's transition
+    # reads it (``receipt_running``).
     save_fields(
         dispatch, ["receipt_status", "receipt_reference", "receipt_reported_at", "receipt_result"]
     )

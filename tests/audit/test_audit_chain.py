@@ -9,15 +9,17 @@ from __future__ import annotations
 import json
 import threading
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 import time_machine
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from audit import checkpoints
 from audit.alarms import alarm_signed
-from audit.chain import audit_append, audit_transaction
+from audit.chain import audit_append, audit_transaction, audit_transaction_rider
 from audit.checkpoints import audit_checkpoint
 from audit.hashing import (
     GENESIS_HASH,
@@ -31,6 +33,7 @@ from audit.models import AuditAlarm, AuditChainHead, AuditCheckpoint, AuditEvent
 from audit.seal import checkpoint_digest, sign, vouched_digest
 from audit.verify_walk import audit_verify
 from common.actors import Actor
+from dbsql.writes import update_sql
 from recovery.models import Operation
 from recovery.services.locking import operation_lock
 from recovery.services.registration import operation_register
@@ -109,6 +112,34 @@ def test_a_failed_inner_block_drops_its_events_but_keeps_the_outer_ones(operatio
         audit_append(kind="kept-too", operation=locked)
     kinds = list(AuditEvent.objects.filter(operation_key="op-0").values_list("kind", flat=True))
     assert kinds == ["registered", "kept", "kept-too"]
+    assert list(audit_verify()) == []
+
+
+def test_a_rider_is_written_by_the_events_statement_and_dropped_with_its_block(operations):
+    def noted(operation: Operation, count: int) -> Any:
+        return update_sql(
+            Operation, where={"pk": operation.pk}, values={"lookups_inconclusive": count}
+        )
+
+    with CaptureQueriesContext(connection) as queries, audit_transaction():
+        locked = operation_lock(operations[0])
+        audit_append(kind="kept", operation=locked)
+        audit_transaction_rider(noted(operations[1], 7))
+        with pytest.raises(ZeroDivisionError), audit_transaction():
+            audit_transaction_rider(noted(operations[2], 9))
+            1 / 0  # noqa: B018
+        assert Operation.objects.get(pk=operations[1].pk).lookups_inconclusive == 0  # not yet
+        before = len(queries.captured_queries)
+    written = [query["sql"] for query in queries.captured_queries[before:]]
+    assert Operation.objects.get(pk=operations[1].pk).lookups_inconclusive == 7
+    assert Operation.objects.get(pk=operations[2].pk).lookups_inconclusive == 0
+    ridden = [sql for sql in written if "lookups_inconclusive" in sql]
+    if connection.vendor == "postgresql":  # the events' statement, the rider in it
+        assert len(ridden) == 1 and ridden[0].startswith("WITH r0 AS (UPDATE"), written
+        assert 'INSERT INTO "audit_auditevent"' in ridden[0]
+    else:  # SQLite has no writing WITH: the rider a statement of its own, just before
+        assert len(ridden) == 1 and ridden[0].startswith("UPDATE"), written
+        assert written[written.index(ridden[0]) + 1].startswith('INSERT INTO "audit_')
     assert list(audit_verify()) == []
 
 
