@@ -11,7 +11,7 @@ import time_machine
 from django.db import transaction
 from django.utils import timezone
 
-from audit.chain import audit_transaction
+from audit.chain import audit_append, audit_transaction
 from common.actors import COMMAND_LINE
 from recovery import changes
 from recovery.models import Operation
@@ -108,6 +108,23 @@ def test_a_message_is_due_at_the_instant_it_was_written(flow, endpoint):
     # The operation's first message; the others wait behind it, in order.
     first = WebhookMessage.objects.order_by("id").values_list("msg_id", flat=True)[0]
     assert [item.msg_id for item in claimed] == [first]
+
+
+def test_two_changes_of_one_operation_in_one_transaction_are_written_in_order(flow, endpoint):
+    """The first batch rides with the events (PostgreSQL); the second, which must see the
+    first's row to wait behind it, is written after them."""
+    flow.approved()
+    WebhookMessage.objects.all().delete()
+    with audit_transaction():
+        operation = operation_lock(Operation.objects.get(key="op-1"))
+        audit_append(kind="test", operation=operation)  # the events' INSERT they ride with
+        for n in (1, 2):
+            outbox.webhook_events_record(
+                [outbox.OutboxEvent(operation, "operation.released", {"n": n})]
+            )
+    first, second = WebhookMessage.objects.order_by("id")
+    assert [json.loads(m.payload)["data"]["n"] for m in (first, second)] == [1, 2]
+    assert first.next_attempt_at is not None and second.next_attempt_at is None
 
 
 def test_a_message_written_behind_one_waits_and_beat_finds_a_missed_promotion(
