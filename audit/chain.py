@@ -95,13 +95,18 @@ class _Buffer:
         return self._find("heads", chain)
 
     def _find(self, name: str, chain: str) -> tuple[int, str] | None:
-        buffer: _Buffer | None = self
-        while buffer is not None:
+        for buffer in self._levels():
             found = getattr(buffer, name).get(chain)
             if found is not None:
                 return cast(tuple[int, str], found)
-            buffer = buffer.parent
         return None
+
+    def _levels(self) -> Iterator[_Buffer]:
+        """This level, then each enclosing one, out to the transaction's."""
+        buffer: _Buffer | None = self
+        while buffer is not None:
+            yield buffer
+            buffer = buffer.parent
 
     def merge_into(self, parent: _Buffer) -> None:
         parent.events.extend(self.events)
@@ -118,12 +123,7 @@ class _Buffer:
             run()
 
     def rides(self, key: Hashable) -> bool:
-        buffer: _Buffer | None = self
-        while buffer is not None:
-            if any(key in ride.keys for ride in buffer.riders):
-                return True
-            buffer = buffer.parent
-        return False
+        return any(key in ride.keys for buffer in self._levels() for ride in buffer.riders)
 
     def _write(self) -> None:
         counts: list[int] = []
@@ -239,20 +239,26 @@ def audit_transaction_rider(
 def audit_transaction_rides(key: Hashable) -> bool:
     """Whether a rider of the transaction open, not written yet, names ``key``: then a
     write that must see its rows runs after the events (``audit_transaction_last``)."""
-    buffer: _Buffer | None = getattr(connection, "settle_audit", None)
+    buffer = _open_buffer()
     return buffer is not None and buffer.rides(key)
 
 
 def audit_transaction_open() -> bool:
     """Whether an ``audit_transaction`` is open here (its riders and last steps run)."""
-    return getattr(connection, "settle_audit", None) is not None and connection.in_atomic_block
+    return _open_buffer() is not None
 
 
 def _current_buffer() -> _Buffer:
-    buffer: _Buffer | None = getattr(connection, "settle_audit", None)
-    if buffer is None or not connection.in_atomic_block:
+    buffer = _open_buffer()
+    if buffer is None:
         raise RuntimeError("audit_append must run inside the audit_transaction it describes")
     return buffer
+
+
+def _open_buffer() -> _Buffer | None:
+    """The innermost ``audit_transaction``'s buffer, if one is open in a transaction."""
+    buffer: _Buffer | None = getattr(connection, "settle_audit", None)
+    return buffer if buffer is not None and connection.in_atomic_block else None
 
 
 def _chain_head(buffer: _Buffer, chain: str, operation: ChainHolder | None) -> tuple[int, str]:

@@ -90,15 +90,15 @@ def saved_values(fields: Sequence[Field[Any, Any]], obj: Model) -> list[Any]:
     db = connections[DEFAULT_DB_ALIAS]
     values = []
     for each, name, as_is in _save_plan(db.vendor, tuple(fields)):
-        if as_is is not None:
-            value = getattr(obj, name)
+        if as_is is None:
+            value = each.pre_save(obj, True)
+        else:
+            value = getattr(obj, name)  # what pre_save gives a field with no clock
             kind = type(value)
             if kind in as_is and (kind is not datetime or value.tzinfo is not None):
                 values.append(value)
                 continue
-            values.append(each.get_db_prep_save(value, db))
-            continue
-        values.append(each.get_db_prep_save(each.pre_save(obj, True), db))
+        values.append(each.get_db_prep_save(value, db))
     return values
 
 

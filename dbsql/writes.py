@@ -103,13 +103,15 @@ def insert(
     if riders:
         # Each rider's rows counted by the statement's RETURNING, after the keys it reads.
         assert returning and not unless_conflict, "the rows read back carry the counts"
-        ridden = "WITH " + ", ".join(
-            f"r{n} AS ({write} RETURNING 1)" for n, (write, _) in enumerate(riders)
+        ridden = (
+            "WITH "
+            + ", ".join(f"r{n} AS ({write} RETURNING 1)" for n, (write, _) in enumerate(riders))
+            + " "
         )
         returning += "".join(f", (SELECT count(*) FROM r{n})" for n in range(len(riders)))
         params = [value for _, values in riders for value in values] + params
     sql = (
-        f"{ridden}{' ' if ridden else ''}INSERT INTO {columns.quote(model._meta.db_table)} "
+        f"{ridden}INSERT INTO {columns.quote(model._meta.db_table)} "
         f"({names}) VALUES {', '.join([row_marks] * len(objects))}"
         f"{' ON CONFLICT DO NOTHING' if unless_conflict else ''}{returning}"
     )

@@ -160,9 +160,10 @@ def webhook_events_record(events: Sequence[OutboxEvent]) -> None:
     that one is done. Each row's ``msg_id`` is the event's own id and its endpoint's. A
     commit that wrote any nudges a delivery at once; beat delivers anyway.
 
-    Inside an ``audit_transaction`` on PostgreSQL the INSERT rides with the transaction's
-    events (``audit_transaction_rider``: no round trip of its own), unless a row of the
-    same operation already rides, which it must see: then it runs after the events.
+    Inside an ``audit_transaction`` the INSERT rides with the transaction's events
+    (``audit_transaction_rider``: in their statement on PostgreSQL, no round trip of its
+    own), unless a row of the same operation already rides, which it must see: then it
+    runs after the events.
     """
     # An operation changes once per statement (each row must see the ones before it);
     # the services never report one twice in a batch, so this is one statement.
@@ -174,18 +175,18 @@ def webhook_events_record(events: Sequence[OutboxEvent]) -> None:
         if n == len(rounds):
             rounds.append([])
         rounds[n].append(item)
-    riding = connection.vendor == "postgresql" and audit_transaction_open()
+    riding = audit_transaction_open()
     for batch in rounds:
         keys = {("webhooks.outbox", item.operation.pk) for item in batch}
         if not riding:
-            _written(_outbox_insert(batch))
+            _outbox_write(batch)
         elif not any(audit_transaction_rides(key) for key in keys):
             audit_transaction_rider(_outbox_sql(batch), keys=keys, counted=_written)
         else:
-            audit_transaction_last(partial(_outbox_last, batch))
+            audit_transaction_last(partial(_outbox_write, batch))
 
 
-def _outbox_last(batch: list[OutboxEvent]) -> None:
+def _outbox_write(batch: list[OutboxEvent]) -> None:
     _written(_outbox_insert(batch))
 
 
