@@ -38,7 +38,7 @@ from django.utils import timezone
 from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, event_digest
 from audit.models import AuditChainHead, AuditEvent, ChainHolder
 from common.actors import Actor
-from dbsql.writes import Rider, insert, update, values_update
+from dbsql.writes import Rider, insert, update_sql, values_update
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -116,7 +116,7 @@ class _Buffer:
         parent.riders.extend(self.riders)
 
     def flush(self) -> None:
-        """Write the events in one INSERT, then the heads no row holds yet; then run
+        """Write the events in one INSERT with the heads no row holds yet; then run
         what was given to run last."""
         self._write()
         for run in self.last:
@@ -126,27 +126,30 @@ class _Buffer:
         return any(key in ride.keys for buffer in self._levels() for ride in buffer.riders)
 
     def _write(self) -> None:
-        counts: list[int] = []
-        insert(self.events, riders=[ride.write for ride in self.riders], rider_counts=counts)
-        for ride, count in zip(self.riders, counts, strict=True):
-            if ride.counted is not None:
-                ride.counted(count)
+        """The events in one INSERT, with the riders and the heads that moved: on
+        PostgreSQL one chain's head and the system chain's ride in the events' statement
+        (none of its other writes reads them), a batch's heads after it."""
         moved = {}
         for chain, saved in self.saved.items():
             head = self.heads.get(chain, saved)
             if head != saved:
                 moved[chain] = head
+        heads: list[Rider] = []
         system = moved.pop(SYSTEM_CHAIN, None)
         if system is not None:
-            AuditChainHead.objects.filter(chain=SYSTEM_CHAIN).update(seq=system[0], hash=system[1])
+            values = {"seq": system[0], "hash": system[1]}
+            heads.append(update_sql(AuditChainHead, where={"chain": SYSTEM_CHAIN}, values=values))
         if len(moved) == 1:
             [(chain, (seq, digest))] = moved.items()
-            update(
-                holder_model(),
-                where={"key": chain},
-                values={"audit_seq": seq, "audit_hash": digest},
-            )
-        elif moved and connection.vendor == "postgresql":  # a batch: every head in one UPDATE
+            values = {"audit_seq": seq, "audit_hash": digest}
+            heads.append(update_sql(holder_model(), where={"key": chain}, values=values))
+        counts: list[int] = []
+        riders = [ride.write for ride in self.riders]
+        insert(self.events, riders=riders + heads, rider_counts=counts)
+        for ride, count in zip(self.riders, counts[: len(self.riders)], strict=True):
+            if ride.counted is not None:
+                ride.counted(count)
+        if len(moved) > 1 and connection.vendor == "postgresql":  # every head in one UPDATE
             values_update(
                 holder_model(),
                 values=[("key", "key"), ("seq", "audit_seq"), ("hash", "audit_hash")],
@@ -154,7 +157,7 @@ class _Buffer:
                 assign={"audit_seq": "v.seq", "audit_hash": "v.hash"},
                 match="key",
             )
-        elif moved:
+        elif len(moved) > 1:
             holder_model()._default_manager.filter(Q(key__in=list(moved))).update(
                 audit_seq=Case(*(When(key=c, then=Value(h[0])) for c, h in moved.items())),
                 audit_hash=Case(*(When(key=c, then=Value(h[1])) for c, h in moved.items())),

@@ -23,8 +23,9 @@ paid last
     rest of it (the approval, the permit, a dispatch, the events), and the openings of
     a busy budget would queue for each other. So an opening that owns its transaction
     (``budgets_paid_last``: the host API's register and open) pays last: the rule is
-    taken to pay, and the lock and the use are the transaction's last statements, after
-    its events (``audit_transaction_last``). Where the budget cannot pay then, the
+    taken to pay, the lock is taken by the statement that writes the transaction's
+    events (``audit_transaction_rider``) and the use is its last statement, after them
+    (``audit_transaction_last``). Where the budget cannot pay then, the
     whole transaction rolls back (``BudgetRaced``) and runs once more paying as it
     decides, so that the next rule decides, as it would have; the same budget is then
     paid first in this process for ``PAID_FIRST_SECONDS``, while it is likely spent.
@@ -45,12 +46,18 @@ from typing import Any, TypeVar
 from django.db import connection
 from django.utils import timezone
 
-from audit.chain import audit_append, audit_transaction, audit_transaction_last
+from audit.chain import (
+    audit_append,
+    audit_transaction,
+    audit_transaction_last,
+    audit_transaction_rider,
+    audit_transaction_rides,
+)
 from audit.kinds import AuditKind
 from common.actors import Actor
 from dbsql import columns
 from dbsql.cursor import kept_cursor
-from dbsql.writes import insert_where
+from dbsql.writes import Rider, insert_where
 from policies.models import BudgetLock, BudgetUse, Policy
 from policies.policy_file import PolicyError, policy_parse, version_of
 from policies.rules import CUSTOMER_OUTCOMES, NO_POLICY, ONE_PERSON, Budget, Rule
@@ -324,9 +331,12 @@ def budget_spend(
     scope = budget_scope(budget, provider=provider, action=action, host=host)
     paid = {"budget": rule.name, "scope": scope, "amount": str(amount)}
     if _pays_last(rule.name, scope):
+        lock = ("budget lock", rule.name, scope)
+        if not audit_transaction_rides(lock):  # one lock a budget, however many openings
+            audit_transaction_rider(_budget_lock_sql(rule.name, scope), keys=[lock])
 
         def last() -> None:
-            if not _budget_pay(budget, rule.name, scope, amount, approval_id):
+            if not _budget_use(budget, rule.name, scope, amount, approval_id):
                 raise BudgetRaced(rule.name, scope)
 
         audit_transaction_last(last)
@@ -336,7 +346,13 @@ def budget_spend(
 
 def _budget_pay(budget: Budget, name: str, scope: str, amount: Any, approval_id: Any) -> bool:
     """Lock the budget and insert the use if the window leaves room: whether it did."""
-    _budget_lock(name, scope)
+    with kept_cursor() as cursor:
+        cursor.execute(*_budget_lock_sql(name, scope))
+    return _budget_use(budget, name, scope, amount, approval_id)
+
+
+def _budget_use(budget: Budget, name: str, scope: str, amount: Any, approval_id: Any) -> bool:
+    """Insert the use if the window leaves room, the budget locked: whether it did."""
     # Read the clock only now, with the budget locked: the window is the one this
     # spending sees, however long the lock took.
     now = timezone.now()
@@ -357,12 +373,11 @@ def _budget_pay(budget: Budget, name: str, scope: str, amount: Any, approval_id:
     return insert_where(use, condition, [*values, name, scope, now - budget.window])
 
 
-def _budget_lock(budget: str, scope: str) -> None:
-    """Lock the budget's row for this transaction, making it on first use (one statement)."""
+def _budget_lock_sql(budget: str, scope: str) -> Rider:
+    """The statement that locks the budget's row for its transaction, made on first use."""
     table = BudgetLock._meta.db_table
-    with kept_cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (budget, scope) VALUES (%s, %s) "
-            "ON CONFLICT (budget, scope) DO UPDATE SET budget = EXCLUDED.budget",
-            [budget, scope],
-        )
+    return (
+        f"INSERT INTO {table} (budget, scope) VALUES (%s, %s) "
+        "ON CONFLICT (budget, scope) DO UPDATE SET budget = EXCLUDED.budget",
+        [budget, scope],
+    )
