@@ -120,14 +120,15 @@ def values_from_rows(
 
 
 @functools.cache
-def _columns(model: type[Model]) -> str:
+def selected_columns(model: type[Model]) -> str:
+    """The model's columns, as ``model_from_row`` reads them back."""
     return ", ".join(columns.quote(str(field.column)) for field in model._meta.concrete_fields)
 
 
 @functools.cache
 def _select_sql(model: type[Model], shape: columns.Shape) -> str:
     return (
-        f"SELECT {_columns(model)} FROM {columns.quote(model._meta.db_table)} "
+        f"SELECT {selected_columns(model)} FROM {columns.quote(model._meta.db_table)} "
         f"WHERE {columns.conditions(model, shape)} "
         f"ORDER BY {columns.quote(str(model._meta.pk.column))} LIMIT 1"
     )

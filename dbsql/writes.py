@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
-from django.db.models import Field, Model
+from django.db.models import Field, ForeignKey, Model
 
 from dbsql import columns
 from dbsql.clock import clock
 from dbsql.cursor import kept_cursor
+from dbsql.rows import model_from_row, select_first, selected_columns
 
 NOW = object()  # a parameter of ``update_returning``: the database's clock goes here
 
@@ -205,6 +206,65 @@ def insert_upserting(
     _saved(named, named_returned, row)
     setattr(obj, field, named)
     _saved(obj, (), ())
+
+
+def insert_naming(obj: Model, field: str, **where: Any) -> Model | None:
+    """Insert ``obj`` (not saved yet) with its foreign key ``field`` pointing at the row
+    that ``where`` finds (``select_first``'s equality on the model ``field`` names), and
+    return that row, set on ``obj``; None, and nothing inserted, where there is none.
+
+    ``select_first`` then ``insert``, in one statement on PostgreSQL: ``WITH f AS (SELECT
+    … LIMIT 1), i AS (INSERT … SELECT …, f.id FROM f RETURNING …) SELECT f.*, i.* FROM f
+    LEFT JOIN i``. What the INSERT raises (a unique key taken) it raises.
+    """
+    model = type(obj)
+    relation = columns.field(model, field)
+    named: type[Model] = relation.related_model  # type: ignore[assignment]
+    if connection.vendor != "postgresql":
+        found = select_first(named, **where)
+        if found is not None:
+            setattr(obj, field, found)
+            insert([obj])
+        return found
+    written, _, returned, _ = _insert_shape(model)
+    shape, conditions = columns.where_shape(named, where)
+    sql = _insert_naming_sql(model, field, shape)
+    values = columns.saved_values([each for each in written if each is not relation], obj)
+    with kept_cursor() as cursor:
+        cursor.execute(sql, [*conditions, *values])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    fields = named._meta.concrete_fields
+    found = model_from_row(named, fields, row[: len(fields)])
+    setattr(obj, field, found)
+    for each, value in zip(returned, row[len(fields) :], strict=True):
+        setattr(obj, each.attname, value)
+    obj._state.adding = False
+    obj._state.db = connection.alias
+    return found
+
+
+@functools.cache
+def _insert_naming_sql(model: type[Model], field: str, shape: columns.Shape) -> str:
+    """``insert_naming``'s statement for one model, foreign key and shape, kept."""
+    relation = columns.field(model, field)
+    named: type[Model] = relation.related_model  # type: ignore[assignment]
+    written, names, _, returning = _insert_shape(model)
+    assert returning, "the row's keys are read back with the row it names"
+    target = columns.quote(str(cast(ForeignKey[Any, Any], relation).target_field.column))
+    selected = [
+        f"f.{target}" if each is relation else f"CAST(%s AS {each.cast_db_type(connection)})"
+        for each in written
+    ]
+    table = columns.quote(named._meta.db_table)
+    return (
+        f"WITH f AS (SELECT {selected_columns(named)} FROM {table} "
+        f"WHERE {columns.conditions(named, shape)} LIMIT 1), "
+        f"i AS (INSERT INTO {columns.quote(model._meta.db_table)} ({names}) "
+        f"SELECT {', '.join(selected)} FROM f{returning}) "
+        "SELECT f.*, i.* FROM f LEFT JOIN i ON TRUE"
+    )
 
 
 @functools.cache

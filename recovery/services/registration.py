@@ -12,15 +12,9 @@ from audit.kinds import AuditKind
 from common.actors import Actor
 from common.canonical import canonical_params, params_digest
 from common.errors import ErrorCode
-from dbsql.rows import select_first
-from dbsql.writes import insert
+from dbsql.writes import insert_naming
 from policies.services import budgets_paid_last
-from recovery.models import (
-    Host,
-    Operation,
-    Provider,
-    State,
-)
+from recovery.models import Host, Operation, State
 from recovery.services.errors import NotFound, RecoveryError
 
 
@@ -47,9 +41,6 @@ def operation_register(
     """
     canonical = canonical_params(params)
     digest = params_digest(canonical)
-    provider = select_first(Provider, name=provider_name)
-    if provider is None:
-        raise NotFound(ErrorCode.UNKNOWN_PROVIDER, f"no provider named {provider_name!r}")
 
     def made() -> tuple[Operation, bool]:
         with audit_transaction():
@@ -57,7 +48,6 @@ def operation_register(
                 key=key,
                 host=host,
                 action=action,
-                provider=provider,
                 params_canonical=canonical,
                 params_digest=digest,
                 state=State.AWAITING_APPROVAL,
@@ -69,9 +59,11 @@ def operation_register(
                 actor=Actor.of("host", host),
                 data={"action": action, "provider": provider_name, "params_digest": digest},
             )
-            # The chain's head goes into the row with it: one INSERT, event aside.
+            # The chain's head goes into the row with it, the provider found by the same
+            # statement: one INSERT, event aside.
             audit_head_write(operation)
-            insert([operation])
+            if insert_naming(operation, "provider", name=provider_name) is None:
+                raise NotFound(ErrorCode.UNKNOWN_PROVIDER, f"no provider named {provider_name!r}")
             if then is not None:
                 then(operation)
             return operation, True
@@ -86,7 +78,7 @@ def operation_register(
     same = (
         existing.host_id == host.pk
         and existing.action == action
-        and existing.provider_id == provider.pk
+        and existing.provider.name == provider_name
         and existing.params_digest == digest
     )
     if not same:

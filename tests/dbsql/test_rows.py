@@ -7,6 +7,7 @@ import uuid
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Field
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals.models import Approval, Approver
@@ -22,12 +23,13 @@ from dbsql.writes import (
     NOW,
     bulk_save,
     insert,
+    insert_naming,
     save_fields,
     update,
     update_returning,
     values_update,
 )
-from recovery.models import Operation, OperationClaim, Provider
+from recovery.models import Host, Operation, OperationClaim, Provider, State
 from tests.support.flow import PARAMS
 
 pytestmark = pytest.mark.django_db
@@ -76,6 +78,45 @@ def test_insert_refused_by_a_constraint_raises_integrity_error_and_writes_nothin
     with pytest.raises(IntegrityError), transaction.atomic():
         insert([again])
     assert not Approval.objects.filter(operation_key="op-2").exists()
+
+
+def _operation(host: Host, key: str) -> Operation:
+    return Operation(
+        key=key,
+        host=host,
+        action="payment.send",
+        params_canonical="{}",
+        params_digest="sha256:" + "b" * 64,
+        state=State.AWAITING_APPROVAL,
+    )
+
+
+def test_insert_naming_finds_the_row_named_and_inserts_pointing_at_it(host, provider):
+    operation = _operation(host, "op-1")
+    with CaptureQueriesContext(connection) as queries:
+        found = insert_naming(operation, "provider", name="orders")
+    assert found is not None and found.pk == provider.pk
+    assert (found.lease_seconds, found.adapter) == (60, "sqlite")  # the row as stored
+    assert operation.provider is found and operation.pk and not operation._state.adding
+    stored = Operation.objects.select_related("provider").get(key="op-1")
+    assert (stored.pk, stored.provider.name) == (operation.pk, "orders")
+    assert stored.created_at == operation.created_at
+    # One round trip on PostgreSQL; a SELECT, then the INSERT, on SQLite.
+    assert len(queries.captured_queries) == (1 if connection.vendor == "postgresql" else 2)
+
+
+def test_insert_naming_a_row_that_is_not_there_inserts_nothing(host, provider):
+    operation = _operation(host, "op-1")
+    assert insert_naming(operation, "provider", name="nobody") is None
+    assert operation.pk is None and operation._state.adding
+    assert not Operation.objects.exists()
+
+
+def test_insert_naming_raises_what_the_insert_raises(host, provider):
+    insert_naming(_operation(host, "op-1"), "provider", name="orders")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        insert_naming(_operation(host, "op-1"), "provider", name="orders")
+    assert Operation.objects.count() == 1
 
 
 def test_select_first_converts_like_the_orm():

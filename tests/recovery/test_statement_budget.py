@@ -46,6 +46,9 @@ HEAD_APART = 0 if RIDES else 1
 # policy version in force (exact, never a cached guess: one short statement), the
 # approval's INSERT, its event (the chain's head riding), COMMIT.
 OPEN_APPROVAL = 7 + HEAD_APART
+# A registration finds its provider by name in its operation's INSERT on PostgreSQL
+# (``dbsql.writes.insert_naming``), with a SELECT of its own before it on SQLite.
+PROVIDER_APART = 0 if RIDES else 1
 
 
 def _cost(call: Any) -> tuple[Any, list[str]]:
@@ -170,12 +173,12 @@ def test_every_resume_stays_within_the_budget(flow, host_api, provider):
 
 
 # Registering with ``approval`` asked opens a new operation's approval in the
-# registration's transaction: the token's lookup and the provider's; BEGIN, the
-# operation's INSERT (no approval of it can be open: none is looked for), the policy in
+# registration's transaction: the token's lookup; BEGIN, the operation's INSERT (the
+# provider found by it; no approval of it can be open: none is looked for), the policy in
 # force, the approval's INSERT, one INSERT of both events (the chain's head moved in the
 # operation's row riding with it on PostgreSQL), COMMIT. No lock and no transaction of
 # the opening's own: the row is the transaction's, unseen by any other until it ends.
-REGISTER_AND_OPEN = 8 + HEAD_APART
+REGISTER_AND_OPEN = 7 + PROVIDER_APART + HEAD_APART
 
 
 def test_registering_and_opening_in_one_request_stays_within_both_budgets(host_api, provider):
@@ -220,19 +223,19 @@ def test_the_lifecycle_costs_no_statement_for_credentials_already_found(
     # The lifecycle's 41 statements at 81c1a7e (bench/api.py) less its five credential
     # lookups, less the opening's transaction, lock, audit INSERT and search for an
     # approval already open of its own; on PostgreSQL less two outbox INSERTs and the
-    # opening's head UPDATE (riding).
-    assert len(queries.captured_queries) <= (28 if RIDES else 31), (
+    # opening's head UPDATE (riding) and the provider's lookup (in the INSERT).
+    assert len(queries.captured_queries) <= (27 if RIDES else 31), (
         f"{len(queries.captured_queries)}\n{listing}"
     )
 
 
 # Where a policy approves the opening, registering with ``dispatch`` asked is one
-# transaction: the provider's lookup (the token found before); BEGIN, the operation's
-# INSERT, the policy in force, the approval made and decided, the permit issued, then
+# transaction (the token found before): BEGIN, the operation's INSERT (the provider found
+# by it), the policy in force, the approval made and decided, the permit issued, then
 # consumed, the dispatch row and the operation moved twice (one UPDATE each, the chain's
 # head with it), one INSERT of every event (the webhook outbox and the lock of the
 # policy's budget riding with it), the budget's use (paid last), COMMIT.
-REGISTER_OPEN_AND_DISPATCH = 14 + WEBHOOK_OUTBOX + (0 if RIDES else 1)
+REGISTER_OPEN_AND_DISPATCH = 13 + PROVIDER_APART + WEBHOOK_OUTBOX + (0 if RIDES else 1)
 PAID_BY_BUDGET = b"""
 [[rules]]
 name = "agents"
