@@ -233,8 +233,8 @@ def audit_transaction_rider(
     Only a write of rows that no statement of the transaction reads or writes again,
     and that reads no row another write of the transaction changes: until the events
     are written it is not, and the writes of one statement do not see each other's rows
-    (the webhook outbox's rows, of operations no other rider names; not a report's
-    receipt: the operation's transition reads it, for ``receipt_running``).
+    (the webhook outbox's rows, of operations no other rider names; a report's receipt,
+    its transition told that the receipt is complete rather than reading it).
     """
     _current_buffer().riders.append(_Ride(write, frozenset(keys), counted))
 

@@ -351,8 +351,14 @@ def update_sql(
 
 def save_fields(obj: Model, fields: Sequence[str]) -> None:
     """``obj.save(update_fields=fields)`` for a saved row, written out (``auto_now`` too)."""
+    with kept_cursor() as cursor:
+        cursor.execute(*save_fields_sql(obj, fields))
+
+
+def save_fields_sql(obj: Model, fields: Sequence[str]) -> Rider:
+    """``save_fields``' statement and parameters, not run (to ride with another)."""
     model = type(obj)
-    update(
+    return update_sql(
         model,
         where={"pk": obj.pk},
         values={name: columns.field(model, name).pre_save(obj, False) for name in fields},

@@ -14,14 +14,14 @@ from django.utils import timezone
 from approvals.models import Approval
 from approvals.services.errors import Refusal
 from approvals.services.permits import ConsumeResult, Recorded, permit_consume, permit_refusal
-from audit.chain import audit_append, audit_transaction
+from audit.chain import audit_append, audit_transaction, audit_transaction_rider
 from audit.kinds import AuditKind
 from audit.refusals import refusal_append
 from common.actors import Actor
 from common.canonical import canonical_params, params_digest
 from common.errors import ErrorCode
 from dbsql.rows import select_first_at
-from dbsql.writes import insert, save_fields
+from dbsql.writes import insert, save_fields, save_fields_sql
 from recovery.models import (
     Dispatch,
     Operation,
@@ -283,17 +283,20 @@ def _report_apply(
     dispatch.receipt_reference = reference
     dispatch.receipt_reported_at = timezone.now()
     dispatch.receipt_result = result
-    # Not a rider of the events (audit_transaction_rider): the operation's transition
-    # reads it (``receipt_running``).
-    save_fields(
-        dispatch, ["receipt_status", "receipt_reference", "receipt_reported_at", "receipt_result"]
-    )
+    # Written by the events' statement (``audit_transaction_rider``): nothing reads the
+    # receipt again before the commit; the operation's transition is told that this
+    # change completes it (an operation has one dispatch) instead of reading it.
+    receipt = ["receipt_status", "receipt_reference", "receipt_reported_at", "receipt_result"]
+    audit_transaction_rider(save_fields_sql(dispatch, receipt))
     if result is not None:
         report["result_digest"] = params_digest(canonical_params(result))
     audit_append(kind=AuditKind.HOST_REPORT, operation=operation, actor=actor, data=report)
     if operation.state == State.DISPATCHED:
         operation_transition(
-            operation=operation, event=Event.COMMIT if committed else Event.FAIL, actor=actor
+            operation=operation,
+            event=Event.COMMIT if committed else Event.FAIL,
+            actor=actor,
+            receipt_running=False,
         )
     else:
         # The lease lapsed first: only provider evidence may settle it now.
