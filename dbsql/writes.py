@@ -92,14 +92,9 @@ def insert(
     if not objects:
         return 0
     assert not unless_conflict or len(objects) == 1, "which rows went in is read back for one"
-    model = type(objects[0])
-    assert all(type(obj) is model for obj in objects), "one model per statement"
-    written, names, returned, returning = _insert_shape(model)
+    _, _, returned, returning = _insert_shape(type(objects[0]))
     assert not any(getattr(obj, f.attname) for obj in objects for f in returned), "made by it"
-    params: list[Any] = []
-    for obj in objects:
-        params += columns.saved_values(written, obj)
-    row_marks = "(" + ", ".join(["%s"] * len(written)) + ")"
+    text, params = insert_sql(objects)
     ridden = ""
     if riders:
         # Each rider's rows counted by the statement's RETURNING, after the keys it reads.
@@ -110,12 +105,8 @@ def insert(
             + " "
         )
         returning += "".join(f", (SELECT count(*) FROM r{n})" for n in range(len(riders)))
-        params = [value for _, values in riders for value in values] + params
-    sql = (
-        f"{ridden}INSERT INTO {columns.quote(model._meta.db_table)} "
-        f"({names}) VALUES {', '.join([row_marks] * len(objects))}"
-        f"{' ON CONFLICT DO NOTHING' if unless_conflict else ''}{returning}"
-    )
+        params = [value for _, values in riders for value in values] + list(params)
+    sql = f"{ridden}{text}{' ON CONFLICT DO NOTHING' if unless_conflict else ''}{returning}"
     with kept_cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall() if returning else []
@@ -131,6 +122,21 @@ def insert(
         obj._state.adding = False
         obj._state.db = connection.alias
     return inserted
+
+
+def insert_sql(objects: Sequence[Model]) -> Rider:
+    """``insert``'s statement for ``objects`` (one model), not run, reading nothing back:
+    to ride with another (``audit_transaction_rider``); the keys the database makes stay
+    unknown to the objects, which stay unsaved."""
+    model = type(objects[0])
+    assert all(type(obj) is model for obj in objects), "one model per statement"
+    written, names, _, _ = _insert_shape(model)
+    params: list[Any] = []
+    for obj in objects:
+        params += columns.saved_values(written, obj)
+    row_marks = "(" + ", ".join(["%s"] * len(written)) + ")"
+    table = columns.quote(model._meta.db_table)
+    return f"INSERT INTO {table} ({names}) VALUES {', '.join([row_marks] * len(objects))}", params
 
 
 def _upsert_sql(

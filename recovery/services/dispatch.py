@@ -21,7 +21,7 @@ from common.actors import Actor
 from common.canonical import canonical_params, params_digest
 from common.errors import ErrorCode
 from dbsql.rows import select_first_at
-from dbsql.writes import insert, save_fields, save_fields_sql
+from dbsql.writes import insert_sql, save_fields, save_fields_sql
 from recovery.models import (
     Dispatch,
     Operation,
@@ -39,6 +39,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class DispatchOutcome:
+    """A dispatch made (``dispatch``: written with the transaction's events, so its
+    database key is not known here) or refused (``refusal``), and the state it left."""
+
     refusal: str = ""
     dispatch: Dispatch | None = None
     state: str = ""
@@ -108,7 +111,11 @@ def dispatch_locked(
         created_at=now,
         lease_expires_at=now + timedelta(seconds=operation.provider.lease_seconds),
     )
-    insert([dispatch])
+    # Written by the events' statement (``audit_transaction_rider``): nothing reads the
+    # row before the commit (the transition is told that its receipt runs), and nothing
+    # here needs the key the database gives it. Its unique operation and permit still
+    # refuse a second dispatch, rolling back the whole transaction with it.
+    audit_transaction_rider(insert_sql([dispatch]))
     audit_append(
         kind=AuditKind.PERMIT_CONSUMED,
         operation=operation,
@@ -116,7 +123,11 @@ def dispatch_locked(
         data={"permit_id": permit_id, "worker": worker},
     )
     operation_transition(
-        operation=operation, event=Event.DISPATCH, actor=actor, data={"worker": worker}
+        operation=operation,
+        event=Event.DISPATCH,
+        actor=actor,
+        data={"worker": worker},
+        receipt_running=True,
     )
     return DispatchOutcome(dispatch=dispatch, state=operation.state)
 

@@ -32,24 +32,28 @@ BUDGET = 8
 # statement (``audit_transaction_rider``). SQLite has no writing WITH: it is a statement
 # of its own there.
 RIDES = connection.vendor == "postgresql"
+APART = 0 if RIDES else 1  # a write that rides there: a statement of its own on SQLite
 # A call whose change a host may subscribe to (an approval decided, a release, a failure)
 # also writes the webhook outbox in its transaction: one INSERT … SELECT, whether or not
 # the host has endpoints (knowing that would cost the same); riding, no statement.
-WEBHOOK_OUTBOX = 0 if RIDES else 1
+WEBHOOK_OUTBOX = APART
 # A host's report: BEGIN, the operation locked, its dispatch with the clock, the operation
 # moved (told the receipt is complete), the events (the outbox and the receipt riding),
 # COMMIT.
-REPORT = 6 + WEBHOOK_OUTBOX + (0 if RIDES else 1)
+REPORT = 6 + WEBHOOK_OUTBOX + APART  # the receipt
 # An opening moves the operation's chain head without a transition to write it with: on
 # PostgreSQL it rides in the events' statement, a statement of its own on SQLite.
-HEAD_APART = 0 if RIDES else 1
+HEAD_APART = APART
 # Opening an approval: BEGIN, the operation locked, an approval open of it looked for, the
 # policy version in force (exact, never a cached guess: one short statement), the
 # approval's INSERT, its event (the chain's head riding), COMMIT.
 OPEN_APPROVAL = 7 + HEAD_APART
+# A dispatch: BEGIN, the operation locked, the permit consumed, the operation moved, the
+# events (the dispatch's row and the webhook outbox riding), COMMIT.
+DISPATCH = 6 + WEBHOOK_OUTBOX + APART  # the dispatch's row
 # A registration finds its provider by name in its operation's INSERT on PostgreSQL
 # (``dbsql.writes.insert_naming``), with a SELECT of its own before it on SQLite.
-PROVIDER_APART = 0 if RIDES else 1
+PROVIDER_APART = APART
 
 
 def _cost(call: Any) -> tuple[Any, list[str]]:
@@ -102,6 +106,7 @@ def test_the_lifecycle_calls_stay_within_the_budget(host_api, approver_api, prov
             "/api/v1/operations/op-1/dispatch",
             {"worker": "w1", "params_digest": digest_of(PARAMS)},
         ),
+        DISPATCH,
     )
     token = dispatched.json()["fencing_token"]
     _within_budget(
@@ -224,9 +229,9 @@ def test_the_lifecycle_costs_no_statement_for_credentials_already_found(
     # The lifecycle's 41 statements at 81c1a7e (bench/api.py) less its five credential
     # lookups, less the opening's transaction, lock, audit INSERT and search for an
     # approval already open of its own; on PostgreSQL less two outbox INSERTs and the
-    # opening's head UPDATE and the report's receipt (riding) and the provider's lookup
-    # (in the INSERT).
-    assert len(queries.captured_queries) <= (26 if RIDES else 31), (
+    # opening's head UPDATE, the dispatch's row and the report's receipt (riding) and the
+    # provider's lookup (in the INSERT).
+    assert len(queries.captured_queries) <= (25 if RIDES else 31), (
         f"{len(queries.captured_queries)}\n{listing}"
     )
 
@@ -234,10 +239,11 @@ def test_the_lifecycle_costs_no_statement_for_credentials_already_found(
 # Where a policy approves the opening, registering with ``dispatch`` asked is one
 # transaction (the token found before): BEGIN, the operation's INSERT (the provider found
 # by it), the policy in force, the approval made and decided, the permit issued, then
-# consumed, the dispatch row and the operation moved twice (one UPDATE each, the chain's
-# head with it), one INSERT of every event (the webhook outbox and the lock of the
+# consumed, the operation moved twice (one UPDATE each, the chain's head with it), one
+# INSERT of every event (the dispatch's row, the webhook outbox and the lock of the
 # policy's budget riding with it), the budget's use (paid last), COMMIT.
-REGISTER_OPEN_AND_DISPATCH = 13 + PROVIDER_APART + WEBHOOK_OUTBOX + (0 if RIDES else 1)
+# (the budget's lock and the dispatch's row apart on SQLite)
+REGISTER_OPEN_AND_DISPATCH = 12 + PROVIDER_APART + WEBHOOK_OUTBOX + 2 * APART
 PAID_BY_BUDGET = b"""
 [[rules]]
 name = "agents"
