@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import mcp_types as types
-from settle_client.mcp.gate import _from_receipt
+from settle_client.canonical import params_digest
+from settle_client.mcp.gate import MAX_RESULT_BYTES, _from_receipt, _kept
 
 SCHEMA = {"type": "object", "properties": {"payment_id": {"type": "string"}}}
 TOOL = types.Tool(name="send_payment", input_schema={"type": "object"}, output_schema=SCHEMA)
@@ -46,3 +47,31 @@ def test_without_a_result_a_typed_tool_is_told_in_an_error_result_never_to_run_i
     assert "Reference: ref-1" in typed.content[0].text
     untyped = _from_receipt("send_note", _recovered({"found": True}), UNTYPED)
     assert not untyped.is_error and "already completed" in untyped.content[0].text
+
+
+def _answer(structured: object) -> types.CallToolResult:
+    text = types.TextContent(type="text", text="ok")
+    return types.CallToolResult(content=[text], structured_content=structured)
+
+
+def test_a_result_is_kept_whole_with_its_canonical_digest_as_the_reference():
+    answer = _answer({"payment_id": "p", "note": "é ✓"})
+    kept, reference = _kept(answer)
+    whole = answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert kept == {"tool_result": whole}
+    assert reference == params_digest(whole)
+
+
+def test_a_result_settle_would_not_keep_is_kept_by_its_digest():
+    wide = _answer({"blob": "x" * MAX_RESULT_BYTES})
+    kept, reference = _kept(wide)
+    whole = wide.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert kept == {"tool_result_digest": reference, "truncated": True}
+    assert reference == params_digest(whole)
+    # Deeper than any params may nest: no canonical form, yet a digest, never an error.
+    deep: dict = {}
+    for _ in range(12):
+        deep = {"d": deep}
+    kept, reference = _kept(_answer(deep))
+    assert kept == {"tool_result_digest": reference, "truncated": True}
+    assert reference.startswith("sha256:") and len(reference) == 71

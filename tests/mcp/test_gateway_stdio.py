@@ -76,6 +76,34 @@ def test_a_gated_call_runs_once_and_its_repeat_answers_the_first_result(mcp_setu
     assert receipt.receipt_result["tool_result"]["structuredContent"] == first.structured_content
 
 
+def test_a_committed_call_whose_answer_settle_cannot_keep_is_still_committed(mcp_setup):
+    """The upstream answers a payee of 34,000 characters twice (structured and as text):
+    past what Settle keeps of a result (16 KiB) and past what any params may be (64 KiB).
+    The effect ran: the call answers it, the receipt keeps its digest, never a failure."""
+    big = {**PAYMENT, "idempotency_key": "pay-wide", "payee": "b" * 34_000}
+
+    async def scenario() -> tuple[Any, Any]:
+        async with gateway(mcp_setup, mcp_setup.config()) as client:
+            return (
+                await client.call_tool("send_payment", big),
+                await client.call_tool("send_payment", big),
+            )
+
+    first, again = anyio.run(scenario)
+    assert not first.is_error, first.content[0].text[:300]
+    assert first.structured_content["payee"] == big["payee"]
+    assert again.is_error and "already completed" in again.content[0].text
+    assert "too large to keep" in again.content[0].text
+    assert len(mcp_setup.effects("pay-wide")) == 1
+    receipt = Dispatch.objects.get(operation__key="pay-wide")
+    assert (receipt.operation.state, receipt.receipt_status) == ("released", "succeeded")
+    assert receipt.receipt_result == {
+        "tool_result_digest": receipt.receipt_reference,
+        "truncated": True,
+    }
+    assert receipt.receipt_reference.startswith("sha256:")
+
+
 def test_a_gateway_restarted_between_calls_answers_from_settle_not_its_memory(mcp_setup):
     config = mcp_setup.config()
 

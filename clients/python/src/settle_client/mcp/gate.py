@@ -13,6 +13,7 @@ comes back from the receipt (``receipt.result``) Settle kept with the first repo
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import time
 import uuid
@@ -27,7 +28,7 @@ from pydantic import ValidationError
 from settle_client import errors
 from settle_client._protocol import decision_read, held_whole
 from settle_client.async_host import AsyncHost
-from settle_client.canonical import CanonicalError, canonical_params, params_digest
+from settle_client.canonical import CanonicalError, canonical_params
 from settle_client.mcp.config import Config, GatedTool
 from settle_client.mcp.upstreams import Upstreams
 
@@ -42,13 +43,30 @@ def tool_error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
-def _stored(result: types.CallToolResult) -> dict[str, Any]:
-    """The result as the receipt keeps it: whole when it fits, else its digest only."""
+KEPT_PREFIX = b'{"tool_result":'
+
+
+def _kept(result: types.CallToolResult) -> tuple[dict[str, Any], str]:
+    """The result as the receipt keeps it (whole where Settle takes it, else its digest
+    only) and the digest of the whole: the report's reference.
+
+    The effect ran whatever the answer is like: an answer no params could be (over
+    64 KiB, nested deeper than 10) is digested as its sorted JSON text instead, never an
+    error that would report a committed effect as failed."""
     whole = result.model_dump(mode="json", by_alias=True, exclude_none=True)
     kept: dict[str, Any] = {"tool_result": whole}
-    if len(canonical_params(kept)) > MAX_RESULT_BYTES:
-        kept = {"tool_result_digest": params_digest(whole), "truncated": True}
-    return kept
+    try:
+        text = canonical_params(kept)
+    except CanonicalError:
+        plain = json.dumps(whole, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        digest = "sha256:" + hashlib.sha256(plain.encode("utf-8", "surrogatepass")).hexdigest()
+        return {"tool_result_digest": digest, "truncated": True}, digest
+    # The canonical text of a one-key object is the key, then its value's canonical text:
+    # the whole's digest is params_digest(whole) without writing it out a second time.
+    digest = "sha256:" + hashlib.sha256(text[len(KEPT_PREFIX) : -1]).hexdigest()
+    if len(text) > MAX_RESULT_BYTES:
+        return {"tool_result_digest": digest, "truncated": True}, digest
+    return kept, digest
 
 
 def _told_by_evidence(record: dict[str, Any]) -> types.CallToolResult | None:
@@ -289,10 +307,7 @@ class Gate:
                     raise errors.NeedsOperator(
                         "upstream call lost", key=key, state="dispatched", reason="unknown"
                     ) from None
-                attempt.result = _stored(answer)
-                attempt.reference = params_digest(
-                    answer.model_dump(mode="json", by_alias=True, exclude_none=True)
-                )
+                attempt.result, attempt.reference = _kept(answer)
                 if answer.is_error:
                     attempt.error = RuntimeError(json.dumps(attempt.result)[:500])
         if answer is not None:
