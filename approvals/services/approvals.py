@@ -20,13 +20,17 @@ from approvals.models import (
     ReconciliationRequest,
 )
 from approvals.services.errors import ApprovalError
+from audit.chain import audit_transaction_rider
 from common.actors import Actor
 from common.errors import ErrorCode
 from dbsql.clock import db_now
 from dbsql.rows import model_from_row, select_first
-from dbsql.writes import NOW, insert, insert_upserting, update_returning
+from dbsql.writes import NOW, insert, insert_sql, insert_upserting, update_returning
 
 MAX_TTL_SECONDS = 7 * 24 * 3600
+# What a permit whose INSERT rides with the events names (``audit_transaction_rides``),
+# with its operation's key: until they are written, nothing may consume it.
+PERMIT_RIDES = "permit issued"
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,7 @@ def approval_resolve(
     ttl_seconds: int,
     reason: str = "",
     counted: bool = False,
+    permit_rides: bool = False,
 ) -> tuple[Approval, Permit | None]:
     """Decide a pending approval of exactly ``binding``; approving issues the permit.
 
@@ -117,6 +122,11 @@ def approval_resolve(
     its ``expires_at`` by that clock is ``approval_expired``, whether or not the sweep
     has come by. An approval decided by votes is decided here only once they are
     ``counted``; before, ``NeedsVotes``.
+
+    ``permit_rides``: the permit's INSERT rides with the transaction's events
+    (``audit_transaction_rider``), for a caller whose transaction reads no permit after
+    the decision (a decision on its own; not one its dispatch follows in the same
+    transaction, which consumes the permit).
     """
     if not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise ApprovalError(ErrorCode.INVALID_TTL, f"ttl_seconds must be 1..{MAX_TTL_SECONDS}")
@@ -165,7 +175,10 @@ def approval_resolve(
         issued_at=approval.decided_at,
         expires_at=approval.decided_at + timedelta(seconds=ttl_seconds),
     )
-    insert([permit])
+    if permit_rides:
+        audit_transaction_rider(insert_sql([permit]), keys=[(PERMIT_RIDES, permit.operation_key)])
+    else:
+        insert([permit])
     return approval, permit
 
 

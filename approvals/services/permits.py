@@ -16,8 +16,9 @@ from approvals.models import (
     Permit,
     PermitEvent,
 )
-from approvals.services.approvals import Binding
+from approvals.services.approvals import PERMIT_RIDES, Binding
 from approvals.services.errors import Refusal
+from audit.chain import audit_transaction_rides
 from common.actors import Actor
 from common.windows import Window
 from dbsql.clock import DatabaseNow, db_now
@@ -150,6 +151,8 @@ def permit_consume(*, binding: Binding, presented_digest: str, actor: Actor) -> 
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("permit_consume must run inside the caller's transaction")
+    if audit_transaction_rides((PERMIT_RIDES, binding.operation_key)):
+        raise RuntimeError("the permit rides with this transaction's events: not written yet")
     if presented_digest == binding.params_digest:
         fields = Permit._meta.concrete_fields
         row = update_returning(

@@ -296,16 +296,14 @@ def approval_decision(
                 {"reviewed_digest": reviewed_digest},
                 params_digest=operation.params_digest,
             )
+        # Decided here, nothing after in this transaction reads the permit: it rides.
+        decision = (operation, approval_id, approve, ttl_seconds, decided_by)
         if decided_by.kind == "system":
-            return _decide(
-                operation, approval_id, approve, ttl_seconds, decided_by, reason, True, refuse
-            )
+            return _decide(*decision, reason, True, refuse, permit_rides=True)
         # A customer approval is decided by votes alone (a party's is recorded as one).
         if not signature and decided_by.kind != "party":
             try:
-                return _decide(
-                    operation, approval_id, approve, ttl_seconds, decided_by, reason, refuse=refuse
-                )
+                return _decide(*decision, reason, refuse=refuse, permit_rides=True)
             except NeedsVotes:
                 pass
         approval = Approval.objects.get(pk=approval_id)
@@ -370,9 +368,7 @@ def approval_decision(
         )
         if approve and approvals_so_far < approval.required:
             return approval, None
-        return _decide(
-            operation, approval_id, approve, ttl_seconds, decided_by, reason, True, refuse
-        )
+        return _decide(*decision, reason, True, refuse, permit_rides=True)
 
 
 class _DecisionRefusal:
@@ -423,9 +419,11 @@ def _decide(
     reason: str = "",
     counted: bool = False,
     refuse: _DecisionRefusal | None = None,
+    permit_rides: bool = False,
 ) -> tuple[Approval, Permit | None]:
     """Decide the approval and move the operation; ``refuse``: how a person's decision
-    that came after the approval's ``expires_at`` is refused and recorded."""
+    that came after the approval's ``expires_at`` is refused and recorded;
+    ``permit_rides``: as ``approval_resolve``'s (nothing after reads the permit)."""
     try:
         approval, permit = approval_resolve(
             approval_id=approval_id,
@@ -435,6 +433,7 @@ def _decide(
             ttl_seconds=ttl_seconds,
             reason=reason,
             counted=counted,
+            permit_rides=permit_rides,
         )
     except ApprovalError as exc:
         if exc.code == ErrorCode.APPROVAL_EXPIRED and refuse is not None:

@@ -12,9 +12,11 @@ from django.utils import timezone
 
 from approvals.models import Approval, Permit, PermitEvent
 from approvals.selectors import permit_history
-from approvals.services.approvals import Binding, approval_request
+from approvals.services.approvals import Binding, approval_request, approval_resolve
 from approvals.services.errors import ApprovalError, Refusal
 from approvals.services.permits import permit_consume, permit_mark_revoked
+from audit.chain import audit_append, audit_transaction
+from audit.kinds import AuditKind
 from common.actors import Actor
 from dbsql.clock import Clock
 from tests.support.approvals import BINDING, HOST, approval_decided
@@ -49,6 +51,28 @@ def test_permit_is_consumed_once_and_then_refused_as_already_consumed():
     history = [(line["kind"], line["reason"]) for line in permit_history(permit)]
     assert history == [("issued", ""), ("consumed", ""), ("refused", "already_consumed")]
     assert permit.consumed_by == HOST
+
+
+def test_a_permit_riding_with_the_events_is_written_with_them_and_never_consumed_before():
+    """A decision on its own lets its permit's INSERT ride with the transaction's events
+    (``permit_rides``): consuming it before they are written is a mistake said loudly,
+    never a refusal of a permit that exists; once they are, it is there, and consumed."""
+    approval, _ = approval_request(binding=BINDING, requested_by=HOST)
+    with audit_transaction():
+        audit_append(kind=AuditKind.PERMIT_ISSUED, actor=ALICE, data={})
+        _, permit = approval_resolve(
+            approval_id=approval.pk,
+            binding=BINDING,
+            approve=True,
+            decided_by=ALICE,
+            ttl_seconds=300,
+            permit_rides=True,
+        )
+        assert permit is not None
+        with pytest.raises(RuntimeError, match="rides with this transaction's events"):
+            permit_consume(binding=BINDING, presented_digest=BINDING.params_digest, actor=HOST)
+    assert Permit.objects.get().pk == permit.pk
+    assert _consume().consumed
 
 
 @pytest.mark.parametrize("field", ["action", "provider", "params_digest"])

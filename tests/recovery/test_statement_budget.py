@@ -51,6 +51,11 @@ OPEN_APPROVAL = 7 + HEAD_APART
 # A dispatch: BEGIN, the operation locked, the permit consumed, the operation moved, the
 # events (the dispatch's row and the webhook outbox riding), COMMIT.
 DISPATCH = 6 + WEBHOOK_OUTBOX + APART  # the dispatch's row
+# A decision, the approver's first call: its credential found, BEGIN, the operation
+# locked (bound to the approval), the approval decided (compare-and-set), the operation
+# moved, the events (the permit's INSERT, which nothing after the decision reads, and the
+# webhook outbox riding), COMMIT.
+APPROVE = 7 + WEBHOOK_OUTBOX + APART  # the permit
 # A registration finds its provider by name in its operation's INSERT on PostgreSQL
 # (``dbsql.writes.insert_naming``), with a SELECT of its own before it on SQLite.
 PROVIDER_APART = APART
@@ -97,7 +102,7 @@ def test_the_lifecycle_calls_stay_within_the_budget(host_api, approver_api, prov
             f"/api/v1/approvals/{approval.json()['approval_id']}/decision",
             {"decision": "approve", "ttl_seconds": 300, "params_digest": digest_of(PARAMS)},
         ),
-        BUDGET + WEBHOOK_OUTBOX,
+        APPROVE,
     )
     dispatched = _within_budget(
         "dispatch",
@@ -229,9 +234,9 @@ def test_the_lifecycle_costs_no_statement_for_credentials_already_found(
     # The lifecycle's 41 statements at 81c1a7e (bench/api.py) less its five credential
     # lookups, less the opening's transaction, lock, audit INSERT and search for an
     # approval already open of its own; on PostgreSQL less two outbox INSERTs and the
-    # opening's head UPDATE, the dispatch's row and the report's receipt (riding) and the
-    # provider's lookup (in the INSERT).
-    assert len(queries.captured_queries) <= (25 if RIDES else 31), (
+    # opening's head UPDATE, the permit, the dispatch's row and the report's receipt
+    # (riding) and the provider's lookup (in the INSERT).
+    assert len(queries.captured_queries) <= (24 if RIDES else 31), (
         f"{len(queries.captured_queries)}\n{listing}"
     )
 
