@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -20,7 +20,7 @@ from approvals.models import (
     ReconciliationRequest,
 )
 from approvals.services.errors import ApprovalError
-from audit.chain import audit_transaction_rider
+from audit.chain import audit_transaction_rider, audit_transaction_rides
 from common.actors import Actor
 from common.errors import ErrorCode
 from dbsql.clock import db_now
@@ -31,6 +31,7 @@ MAX_TTL_SECONDS = 7 * 24 * 3600
 # What a permit whose INSERT rides with the events names (``audit_transaction_rides``),
 # with its operation's key: until they are written, nothing may consume it.
 PERMIT_RIDES = "permit issued"
+PermitWrite = Literal["now", "riding", "held"]
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def approval_resolve(
     ttl_seconds: int,
     reason: str = "",
     counted: bool = False,
-    permit_rides: bool = False,
+    permit_write: PermitWrite = "now",
 ) -> tuple[Approval, Permit | None]:
     """Decide a pending approval of exactly ``binding``; approving issues the permit.
 
@@ -123,10 +124,11 @@ def approval_resolve(
     has come by. An approval decided by votes is decided here only once they are
     ``counted``; before, ``NeedsVotes``.
 
-    ``permit_rides``: the permit's INSERT rides with the transaction's events
-    (``audit_transaction_rider``), for a caller whose transaction reads no permit after
-    the decision (a decision on its own; not one its dispatch follows in the same
-    transaction, which consumes the permit).
+    ``permit_write``: the permit's INSERT a statement of its own (``now``); riding with
+    the transaction's events (``riding``, ``permit_ride``), for a caller whose
+    transaction reads no permit after the decision; or left to the caller (``held``):
+    a dispatch that follows in the same transaction consumes it as it is written
+    (``permit_consume``'s ``issued``), or the caller lets it ride.
     """
     if not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise ApprovalError(ErrorCode.INVALID_TTL, f"ttl_seconds must be 1..{MAX_TTL_SECONDS}")
@@ -175,11 +177,19 @@ def approval_resolve(
         issued_at=approval.decided_at,
         expires_at=approval.decided_at + timedelta(seconds=ttl_seconds),
     )
-    if permit_rides:
-        audit_transaction_rider(insert_sql([permit]), keys=[(PERMIT_RIDES, permit.operation_key)])
-    else:
+    if permit_write == "riding":
+        permit_ride(permit)
+    elif permit_write == "now":
         insert([permit])
     return approval, permit
+
+
+def permit_ride(permit: Permit) -> None:
+    """Write ``permit`` with the transaction's events, unless it is written or riding
+    already; until they are written, nothing may consume it (``PERMIT_RIDES``)."""
+    key = (PERMIT_RIDES, permit.operation_key)
+    if permit._state.adding and not audit_transaction_rides(key):
+        audit_transaction_rider(insert_sql([permit]), keys=[key])
 
 
 def approval_expired(*, approval: Approval) -> bool:

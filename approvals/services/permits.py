@@ -16,14 +16,14 @@ from approvals.models import (
     Permit,
     PermitEvent,
 )
-from approvals.services.approvals import PERMIT_RIDES, Binding
+from approvals.services.approvals import PERMIT_RIDES, Binding, permit_ride
 from approvals.services.errors import Refusal
 from audit.chain import audit_transaction_rides
 from common.actors import Actor
 from common.windows import Window
 from dbsql.clock import DatabaseNow, db_now
 from dbsql.rows import model_from_row
-from dbsql.writes import NOW, insert_where, update_returning
+from dbsql.writes import NOW, insert, insert_where, update_returning
 
 
 class Recorded:
@@ -141,16 +141,33 @@ def _summary_close(pk: int, summary: dict[str, Any]) -> dict[str, Any] | None:
     return {**closed, "permit_event_id": pk}
 
 
-def permit_consume(*, binding: Binding, presented_digest: str, actor: Actor) -> ConsumeResult:
+def permit_consume(
+    *, binding: Binding, presented_digest: str, actor: Actor, issued: Permit | None = None
+) -> ConsumeResult:
     """Consume the operation's permit for exactly ``binding``, or say why not.
 
     One compare-and-set: the permit must be active, bound to exactly this action and
     digest, and unexpired by the database's clock read by that very statement — so a
     permit that expires while this call waits on a lock is refused as ``expired``
     rather than consumed late. Every refusal is written to the permit's history.
+
+    ``issued``: the permit this transaction's decision issued and left to it, not
+    written yet (``approval_resolve``'s ``held``). Bound to exactly ``binding`` and the
+    digest presented, it is written already consumed, with the transaction's events:
+    one INSERT for an INSERT and an UPDATE, its issue the moment of its consumption
+    (one transaction; its time to live at least a second). Else it is written as
+    issued, and refused as any permit.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("permit_consume must run inside the caller's transaction")
+    if issued is not None:
+        if presented_digest == binding.params_digest and _binds(issued, binding):
+            issued.status = Permit.Status.CONSUMED
+            issued.consumed_at = issued.issued_at
+            issued.consumed_by = actor
+            permit_ride(issued)
+            return ConsumeResult(permit=issued)
+        insert([issued])  # before its refusal's history names it
     if audit_transaction_rides((PERMIT_RIDES, binding.operation_key)):
         raise RuntimeError("the permit rides with this transaction's events: not written yet")
     if presented_digest == binding.params_digest:
@@ -176,6 +193,16 @@ def permit_consume(*, binding: Binding, presented_digest: str, actor: Actor) -> 
         if row is not None:
             return ConsumeResult(permit=model_from_row(Permit, fields, row))
     return permit_refusal(binding=binding, presented_digest=presented_digest, actor=actor)
+
+
+def _binds(permit: Permit, binding: Binding) -> bool:
+    return (
+        permit.status == Permit.Status.ACTIVE
+        and permit.operation_key == binding.operation_key
+        and permit.action == binding.action
+        and permit.provider == binding.provider
+        and permit.params_digest == binding.params_digest
+    )
 
 
 def permit_refusal(*, binding: Binding, presented_digest: str, actor: Actor) -> ConsumeResult:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from django.utils import timezone
 
-from approvals.models import Approval
+from approvals.models import Approval, Permit
 from approvals.services.errors import Refusal
 from approvals.services.permits import ConsumeResult, Recorded, permit_consume, permit_refusal
 from audit.chain import audit_append, audit_transaction, audit_transaction_rider
@@ -75,7 +75,7 @@ class DispatchAsked:
     actor: Actor
     outcome: DispatchOutcome | None = None
 
-    def __call__(self, operation: Operation, approval: Approval) -> None:
+    def __call__(self, operation: Operation, approval: Approval, issued: Permit | None) -> None:
         self.outcome = None
         if approval.status == Approval.Status.APPROVED:
             self.outcome = dispatch_locked(
@@ -83,17 +83,29 @@ class DispatchAsked:
                 worker=self.worker,
                 presented_digest=self.presented_digest,
                 actor=self.actor,
+                issued=issued,
             )
 
 
 def dispatch_locked(
-    operation: Operation, *, worker: str, presented_digest: str, actor: Actor
+    operation: Operation,
+    *,
+    worker: str,
+    presented_digest: str,
+    actor: Actor,
+    issued: Permit | None = None,
 ) -> DispatchOutcome:
-    """``operation_dispatch`` for a caller that holds the operation's lock (resume)."""
-    # Only an approved operation's permit can still be consumed; for any other, skip
-    # the attempt and go straight to recording why not.
-    consume = permit_consume if operation.state == State.APPROVED else permit_refusal
-    result = consume(binding=binding(operation), presented_digest=presented_digest, actor=actor)
+    """``operation_dispatch`` for a caller that holds the operation's lock (resume);
+    ``issued``: the permit its transaction issued, not written yet (``permit_consume``)."""
+    bound = binding(operation)
+    if operation.state == State.APPROVED:
+        result = permit_consume(
+            binding=bound, presented_digest=presented_digest, actor=actor, issued=issued
+        )
+    else:
+        # Only an approved operation's permit can still be consumed; for any other, skip
+        # the attempt and go straight to recording why not.
+        result = permit_refusal(binding=bound, presented_digest=presented_digest, actor=actor)
     permit = result.permit
     permit_id = str(permit.id) if permit else ""
     if not result.consumed:

@@ -15,17 +15,18 @@ from approvals.models import Approval, Approver, Permit
 from approvals.selectors import proposer_user_for
 from approvals.services.approvals import (
     NeedsVotes,
+    PermitWrite,
     approval_expired,
     approval_request,
     approval_resolve,
     approval_vote,
+    permit_ride,
 )
 from approvals.services.approvers import approver_for
 from approvals.services.errors import ApprovalError
 from approvals.services.permits import permit_mark_revoked
 from audit.chain import audit_append, audit_transaction
 from audit.kinds import AuditKind
-from audit.refusals import refusal_append
 from common import statements
 from common.actors import Actor
 from common.errors import ErrorCode
@@ -47,7 +48,7 @@ from recovery.services.customers import (
 )
 from recovery.services.errors import Forbidden, NotFound, RecoveryError
 from recovery.services.locking import OperationRef, binding, operation_lock, operation_lock_bound
-from recovery.services.refusals import RefusalsCommitted, refusals_recorded
+from recovery.services.refusals import DecisionRefusal, RefusalsCommitted, refusals_recorded
 from recovery.services.voters import customer_voter_check, staff_voter_check
 from recovery.transitions import Event, operation_transition
 
@@ -73,12 +74,16 @@ def approver_scope(
     return found
 
 
+# What an opening runs before its transaction ends (``approval_open``'s ``then``).
+Then = Callable[[Operation, Approval, Permit | None], object]
+
+
 def approval_open(
     *,
     operation: Operation | OperationRef,
     host: Host,
     proposer: str = "",
-    then: Callable[[Operation, Approval], object] | None = None,
+    then: Then | None = None,
     party: PartyNamed | None = None,
 ) -> tuple[Approval, bool]:
     """Ask for a decision on the operation's exact action (or return the pending one).
@@ -90,8 +95,10 @@ def approval_open(
     (``approvals.selectors``' ``proposer``). ``party``: the customer the host acts for
     (``recovery.services.customers``); where the policy asks the customer and none is
     named, nothing is written (``party_required``). ``then``: called with the locked
-    operation and the new approval before the transaction ends (``DispatchAsked``),
-    afresh if it runs again (``policies.budgets_paid_last``)."""
+    operation, the new approval and the permit its policy issued, not written yet (None
+    if none), before the transaction ends (``DispatchAsked``, which consumes it as it is
+    written), afresh if it runs again (``policies.budgets_paid_last``); a permit it left
+    rides with the events."""
 
     @audit_transaction()
     def opened() -> tuple[Approval, bool]:
@@ -107,7 +114,7 @@ def approval_open_locked(
     *,
     host: Host,
     proposer: str = "",
-    then: Callable[[Operation, Approval], object] | None = None,
+    then: Then | None = None,
     party: PartyNamed | None = None,
     registered: bool = False,
 ) -> tuple[Approval, bool]:
@@ -169,8 +176,9 @@ def approval_open_locked(
         )
         if approval.party.contact:
             transaction.on_commit(partial(party_link_publish, approval.id))
+    permit = None
     if found.outcome in ("approve", "deny"):
-        approval, _ = _decide(
+        approval, permit = _decide(
             operation,
             approval.id,
             found.outcome == "approve",
@@ -178,9 +186,12 @@ def approval_open_locked(
             POLICY,
             f"policy rule {found.rule.name}",
             True,
+            permit_write="held",
         )
     if then is not None:
-        then(operation, approval)  # in this transaction, the operation still locked
+        then(operation, approval, permit)  # in this transaction, the operation still locked
+    if permit is not None:
+        permit_ride(permit)  # unless ``then`` consumed it (``DispatchAsked``)
     return approval, True
 
 
@@ -288,7 +299,7 @@ def approval_decision(
             )
         if decided_by.kind == "party":
             party_decision_require(approval_id=approval_id, party=decided_by)
-        refuse = _DecisionRefusal(operation, approval_id, decided_by)
+        refuse = DecisionRefusal(operation, approval_id, decided_by)
         if reviewed_digest != operation.params_digest:
             refuse(
                 ErrorCode.DIGEST_MISMATCH,
@@ -299,11 +310,11 @@ def approval_decision(
         # Decided here, nothing after in this transaction reads the permit: it rides.
         decision = (operation, approval_id, approve, ttl_seconds, decided_by)
         if decided_by.kind == "system":
-            return _decide(*decision, reason, True, refuse, permit_rides=True)
+            return _decide(*decision, reason, True, refuse, permit_write="riding")
         # A customer approval is decided by votes alone (a party's is recorded as one).
         if not signature and decided_by.kind != "party":
             try:
-                return _decide(*decision, reason, refuse=refuse, permit_rides=True)
+                return _decide(*decision, reason, refuse=refuse, permit_write="riding")
             except NeedsVotes:
                 pass
         approval = Approval.objects.get(pk=approval_id)
@@ -368,31 +379,11 @@ def approval_decision(
         )
         if approve and approvals_so_far < approval.required:
             return approval, None
-        return _decide(*decision, reason, True, refuse, permit_rides=True)
-
-
-class _DecisionRefusal:
-    """Record a refused decision on the operation's chain, then raise it (committed by
-    ``RefusalsCommitted``)."""
-
-    def __init__(self, operation: Operation, approval_id: uuid.UUID, actor: Actor) -> None:
-        self.operation, self.approval_id, self.actor = operation, approval_id, actor
-
-    def __call__(
-        self, code: ErrorCode, message: str, data: dict[str, Any], **detail: Any
-    ) -> NoReturn:
-        refusal_append(
-            kind=AuditKind.DECISION_REFUSED,
-            code=code,
-            operation=self.operation,
-            actor=self.actor,
-            data={"approval_id": str(self.approval_id), **data},
-        )
-        raise RecoveryError(code, message, **detail)
+        return _decide(*decision, reason, True, refuse, permit_write="riding")
 
 
 def _expired_refuse(
-    operation: Operation, approval_id: uuid.UUID, refuse: _DecisionRefusal
+    operation: Operation, approval_id: uuid.UUID, refuse: DecisionRefusal
 ) -> NoReturn:
     """Refuse a decision that came after the approval's ``expires_at``, and expire it now,
     as the sweep would (``approval_expiry``): the refusal and the expiry commit together
@@ -418,12 +409,12 @@ def _decide(
     actor: Actor,
     reason: str = "",
     counted: bool = False,
-    refuse: _DecisionRefusal | None = None,
-    permit_rides: bool = False,
+    refuse: DecisionRefusal | None = None,
+    permit_write: PermitWrite = "now",
 ) -> tuple[Approval, Permit | None]:
     """Decide the approval and move the operation; ``refuse``: how a person's decision
     that came after the approval's ``expires_at`` is refused and recorded;
-    ``permit_rides``: as ``approval_resolve``'s (nothing after reads the permit)."""
+    ``permit_write``: as ``approval_resolve``'s."""
     try:
         approval, permit = approval_resolve(
             approval_id=approval_id,
@@ -433,7 +424,7 @@ def _decide(
             ttl_seconds=ttl_seconds,
             reason=reason,
             counted=counted,
-            permit_rides=permit_rides,
+            permit_write=permit_write,
         )
     except ApprovalError as exc:
         if exc.code == ErrorCode.APPROVAL_EXPIRED and refuse is not None:

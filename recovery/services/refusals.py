@@ -7,15 +7,18 @@ recorded before the refusal goes on to the caller.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from functools import wraps
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 from audit.chain import audit_append, audit_chain_locked, audit_transaction
 from audit.kinds import AuditKind
+from audit.refusals import refusal_append
 from common.actors import Actor
 from common.errors import ErrorCode
+from recovery.models import Operation
 from recovery.services.errors import RecoveryError
 from recovery.services.locking import operations_locked
 from recovery.transitions import TransitionRefused
@@ -101,3 +104,23 @@ def _transition_refused_record(exc: TransitionRefused, actor: Actor | None) -> N
                 "version": exc.version,
             },
         )
+
+
+class DecisionRefusal:
+    """Record a refused decision on the operation's chain, then raise it (committed by
+    ``RefusalsCommitted``)."""
+
+    def __init__(self, operation: Operation, approval_id: uuid.UUID, actor: Actor) -> None:
+        self.operation, self.approval_id, self.actor = operation, approval_id, actor
+
+    def __call__(
+        self, code: ErrorCode, message: str, data: dict[str, Any], **detail: Any
+    ) -> NoReturn:
+        refusal_append(
+            kind=AuditKind.DECISION_REFUSED,
+            code=code,
+            operation=self.operation,
+            actor=self.actor,
+            data={"approval_id": str(self.approval_id), **data},
+        )
+        raise RecoveryError(code, message, **detail)

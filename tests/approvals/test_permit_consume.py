@@ -55,7 +55,7 @@ def test_permit_is_consumed_once_and_then_refused_as_already_consumed():
 
 def test_a_permit_riding_with_the_events_is_written_with_them_and_never_consumed_before():
     """A decision on its own lets its permit's INSERT ride with the transaction's events
-    (``permit_rides``): consuming it before they are written is a mistake said loudly,
+    (``permit_write`` riding): consuming it before they are written is a mistake said loudly,
     never a refusal of a permit that exists; once they are, it is there, and consumed."""
     approval, _ = approval_request(binding=BINDING, requested_by=HOST)
     with audit_transaction():
@@ -66,7 +66,7 @@ def test_a_permit_riding_with_the_events_is_written_with_them_and_never_consumed
             approve=True,
             decided_by=ALICE,
             ttl_seconds=300,
-            permit_rides=True,
+            permit_write="riding",
         )
         assert permit is not None
         with pytest.raises(RuntimeError, match="rides with this transaction's events"):

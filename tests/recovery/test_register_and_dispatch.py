@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from approvals.models import Permit, PermitEvent
+from approvals.selectors import permit_history
 from audit.models import AuditEvent
 from common.actors import Actor
 from harness.providers import digest_of
@@ -76,7 +77,12 @@ def test_a_policy_approved_operation_is_dispatched_by_the_same_request(flow, pol
     assert held["permit_id"] == str(dispatch.permit_id) == answer["approval"]["permit_id"]
     assert held["lease_expires_at"] == dispatch.lease_expires_at.isoformat()
     assert dispatch.worker == "w1"
-    assert Permit.objects.get().status == Permit.Status.CONSUMED
+    permit = Permit.objects.get()
+    assert permit.status == Permit.Status.CONSUMED
+    # Written once, already consumed: its issue is the moment of its consumption.
+    assert permit.consumed_at == permit.issued_at == dispatch.created_at
+    assert permit.consumed_by.kind == "host" and permit.expires_at > permit.consumed_at
+    assert [line["kind"] for line in permit_history(permit)] == ["issued", "consumed"]
     assert Operation.objects.get().state == "dispatched"
     assert "permit_consumed" in _kinds() and "dispatch_refused" not in answer
     # The worker goes on with the fencing token it was handed.

@@ -243,12 +243,12 @@ def test_the_lifecycle_costs_no_statement_for_credentials_already_found(
 
 # Where a policy approves the opening, registering with ``dispatch`` asked is one
 # transaction (the token found before): BEGIN, the operation's INSERT (the provider found
-# by it), the policy in force, the approval made and decided, the permit issued, then
-# consumed, the operation moved twice (one UPDATE each, the chain's head with it), one
-# INSERT of every event (the dispatch's row, the webhook outbox and the lock of the
+# by it), the policy in force, the approval made and decided, the operation moved twice
+# (one UPDATE each, the chain's head with it), one INSERT of every event (the permit,
+# written already consumed, the dispatch's row, the webhook outbox and the lock of the
 # policy's budget riding with it), the budget's use (paid last), COMMIT.
-# (the budget's lock and the dispatch's row apart on SQLite)
-REGISTER_OPEN_AND_DISPATCH = 12 + PROVIDER_APART + WEBHOOK_OUTBOX + 2 * APART
+# (the permit, the budget's lock and the dispatch's row apart on SQLite)
+REGISTER_OPEN_AND_DISPATCH = 10 + PROVIDER_APART + WEBHOOK_OUTBOX + 3 * APART
 PAID_BY_BUDGET = b"""
 [[rules]]
 name = "agents"
