@@ -76,6 +76,19 @@ class _Ride:
     counted: Callable[[int], object] | None
 
 
+@dataclass(frozen=True)
+class HeadRide:
+    """A write of the row that keeps a chain's head, run by the events' statement and
+    built only then, with the head as it stands at the end (``audit_transaction_head_ride``).
+
+    ``state``: what its owner needs to build it, and to join a later change of the same
+    row to it (``audit_transaction_head_ridden``)."""
+
+    state: Any
+    build: Callable[[Any, tuple[int, str]], Rider]
+    counted: Callable[[Any, int], object]
+
+
 @dataclass
 class _Buffer:
     """Events of one ``audit_transaction`` level, and where each chain's head stands."""
@@ -89,6 +102,8 @@ class _Buffer:
     last: list[Callable[[], None]] = field(default_factory=list)
     # Writes run by the events' own statement (audit_transaction_rider).
     riders: list[_Ride] = field(default_factory=list)
+    # Writes of a chain's holder row that also write its head (audit_transaction_head_ride).
+    head_rides: dict[str, HeadRide] = field(default_factory=dict)
     parent: _Buffer | None = None
 
     def head(self, chain: str) -> tuple[int, str] | None:
@@ -114,6 +129,7 @@ class _Buffer:
         parent.saved.update(self.saved)
         parent.last.extend(self.last)
         parent.riders.extend(self.riders)
+        parent.head_rides.update(self.head_rides)
 
     def flush(self) -> None:
         """Write the events in one INSERT with the heads no row holds yet; then run
@@ -121,6 +137,13 @@ class _Buffer:
         self._write()
         for run in self.last:
             run()
+
+    def head_ride(self, chain: str) -> HeadRide | None:
+        for buffer in self._levels():
+            found = buffer.head_rides.get(chain)
+            if found is not None:
+                return found
+        return None
 
     def rides(self, key: Hashable) -> bool:
         return any(key in ride.keys for buffer in self._levels() for ride in buffer.riders)
@@ -139,16 +162,24 @@ class _Buffer:
         if system is not None:
             values = {"seq": system[0], "hash": system[1]}
             heads.append(update_sql(AuditChainHead, where={"chain": SYSTEM_CHAIN}, values=values))
+        # A holder row written by its head ride takes the head with it: never two writes
+        # of one row in one statement.
+        head_rides: list[tuple[HeadRide, Rider]] = []
+        for chain, head_ride in self.head_rides.items():
+            moved.pop(chain, None)
+            head_rides.append((head_ride, head_ride.build(head_ride.state, self.heads[chain])))
         if len(moved) == 1:
             [(chain, (seq, digest))] = moved.items()
             values = {"audit_seq": seq, "audit_hash": digest}
             heads.append(update_sql(holder_model(), where={"key": chain}, values=values))
         counts: list[int] = []
-        riders = [ride.write for ride in self.riders]
+        riders = [ride.write for ride in self.riders] + [write for _, write in head_rides]
         insert(self.events, riders=riders + heads, rider_counts=counts)
         for ride, count in zip(self.riders, counts[: len(self.riders)], strict=True):
             if ride.counted is not None:
                 ride.counted(count)
+        for (head_ride, _), count in zip(head_rides, counts[len(self.riders) :], strict=False):
+            head_ride.counted(head_ride.state, count)
         if len(moved) > 1 and connection.vendor == "postgresql":  # every head in one UPDATE
             values_update(
                 holder_model(),
@@ -237,6 +268,23 @@ def audit_transaction_rider(
     its transition told that the receipt is complete rather than reading it).
     """
     _current_buffer().riders.append(_Ride(write, frozenset(keys), counted))
+
+
+def audit_transaction_head_ride(chain: str, ride: HeadRide) -> None:
+    """Have the events' statement write the row that keeps ``chain``'s head with ``ride``
+    (in place of a ride of that chain given before), which writes the head too.
+
+    As ``audit_transaction_rider``'s writes: only where no statement of the transaction
+    reads or writes that row again (on PostgreSQL, where the events' statement carries
+    other writes). Its row count goes to ``ride.counted``, which may raise.
+    """
+    _current_buffer().head_rides[chain] = ride
+
+
+def audit_transaction_head_ridden(chain: str) -> HeadRide | None:
+    """The head ride given for ``chain`` in the transaction open, not written yet."""
+    buffer = _open_buffer()
+    return buffer.head_ride(chain) if buffer is not None else None
 
 
 def audit_transaction_rides(key: Hashable) -> bool:

@@ -2,27 +2,37 @@
 
 No other code writes ``Operation.state``. A change that the table does not allow, or
 whose (state, version) no longer holds, raises ``TransitionRefused`` and changes nothing.
+
+A transition ``riding`` (PostgreSQL) is written by the statement of its transaction's
+events, still a compare-and-set on the (state, version) its caller locked: for a
+caller whose transaction neither reads nor writes the operation's row again (further
+transitions of it join the same write).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
 
 from audit.chain import (
+    HeadRide,
     audit_append,
     audit_head_fields,
     audit_head_saved,
     audit_retract,
     audit_retract_many,
+    audit_transaction_head_ridden,
+    audit_transaction_head_ride,
+    audit_transaction_open,
 )
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from common.actors import Actor
-from dbsql.writes import update, values_update
+from dbsql.writes import Rider, update, update_sql, values_update
 from recovery.changes import OperationChange, changes_record
 from recovery.models import Operation, State, receipt_running_sql
 
@@ -99,6 +109,7 @@ def operation_transition(
     event: str,
     actor: Actor,
     data: dict[str, Any] | None = None,
+    riding: bool = False,
     **fields: Any,
 ) -> Operation:
     """Compare-and-set ``operation`` along ``event`` and audit it in the same transaction.
@@ -106,8 +117,13 @@ def operation_transition(
     ``fields`` are other columns written by the same UPDATE (``recovered`` and so on).
     The in-memory ``operation`` is updated to match the row, and the change handed to
     its recorders (``recovery.changes``) in the same transaction. A batch of one
-    (``operation_transition_many``) whose refusal is raised.
+    (``operation_transition_many``) whose refusal is raised. ``riding``: written by the
+    events' statement (the module's docstring says for whom).
     """
+    joins = audit_transaction_head_ridden(operation.key) is not None
+    if (riding or joins) and connection.vendor == "postgresql" and audit_transaction_open():
+        _ride(Change(operation, event, data, fields), actor)
+        return operation
     refused = operation_transition_many(
         changes=[Change(operation, event, data, fields)], actor=actor
     )
@@ -146,6 +162,12 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
         return refused
     by_fields: dict[tuple[str, ...], list[tuple[Change, str, AuditEvent]]] = {}
     for change in changes:
+        if audit_transaction_head_ridden(change.operation.key) is not None:
+            try:
+                _ride(change, actor)  # joins the transitions that ride already
+            except TransitionRefused as exc:
+                refused.append(exc)
+            continue
         try:
             target = _target(change)
         except TransitionRefused as exc:
@@ -278,3 +300,70 @@ def _moved(change: Change, target: str, head: dict[str, Any]) -> None:
     operation.version += 1
     for name, value in change.fields.items():
         setattr(operation, name, value)
+
+
+@dataclass(frozen=True)
+class _Riding:
+    """One operation's transitions written by the events' statement: from the (state,
+    version) its caller locked to ``target``, ``steps`` versions on."""
+
+    pk: int
+    key: str
+    state: str
+    version: int
+    target: str = ""
+    steps: int = 0
+    fields: dict[str, Any] = field(default_factory=dict)
+    updated_at: datetime | None = None
+
+
+def _ride(change: Change, actor: Actor) -> None:
+    """``_transition_row``, its UPDATE written by the events' statement, with the chain's
+    head as it stands then; a second transition of the row joins the first's write."""
+    operation = change.operation
+    target = _target(change)
+    _audited(change, target, actor)
+    ridden = audit_transaction_head_ridden(operation.key)
+    before = (
+        ridden.state
+        if ridden is not None
+        else _Riding(operation.pk, operation.key, operation.state, operation.version)
+    )
+    riding = replace(
+        before,
+        target=target,
+        steps=before.steps + 1,
+        fields={**before.fields, **change.fields},
+        updated_at=timezone.now(),
+    )
+    audit_transaction_head_ride(operation.key, HeadRide(riding, _ride_sql, _ride_counted))
+    _moved(change, target, {})
+    changes_record([_recorded(change, target)])
+
+
+def _ride_sql(riding: _Riding, head: tuple[int, str]) -> Rider:
+    return update_sql(
+        Operation,
+        where={"pk": riding.pk, "state": riding.state, "version": riding.version},
+        values={
+            "state": riding.target,
+            "updated_at": riding.updated_at,
+            "audit_seq": head[0],
+            "audit_hash": head[1],
+            **riding.fields,
+        },
+        expressions={
+            "version": f'"version" + {riding.steps}',
+            # As ``operation_transition_many`` writes it.
+            **(
+                {}
+                if "receipt_running" in riding.fields
+                else {"receipt_running": receipt_running_sql(Operation._meta.db_table, value=True)}
+            ),
+        },
+    )
+
+
+def _ride_counted(riding: _Riding, count: int) -> None:
+    if count != 1:  # its caller holds the row's lock: the row moved under it
+        raise RuntimeError(f"{riding.key} was not at {riding.state} v{riding.version} any more")

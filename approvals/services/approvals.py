@@ -32,6 +32,9 @@ MAX_TTL_SECONDS = 7 * 24 * 3600
 # with its operation's key: until they are written, nothing may consume it.
 PERMIT_RIDES = "permit issued"
 PermitWrite = Literal["now", "riding", "held"]
+# The same of an approval requested whose INSERT rides (``approval_ride``).
+APPROVAL_RIDES = "approval requested"
+ApprovalWrite = Literal["now", "held"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ def approval_request(
     host: str = "",
     terms: Callable[[uuid.UUID], dict[str, Any]] | None = None,
     registered: bool = False,
+    write: ApprovalWrite = "now",
 ) -> tuple[Approval, bool]:
     """Open an approval for ``binding``, or return the pending one (``created`` False).
 
@@ -70,6 +74,11 @@ def approval_request(
     is upserted by (host, party) with the approval). ``registered``: the operation was
     registered by this very transaction, so no approval of it exists and none is looked
     for (operations are never deleted: a key names one operation, ever).
+
+    ``write``: the approval's INSERT a statement of its own (``now``), or left to the
+    caller (``held``), who writes it before anything reads it (``approval_write``) or
+    lets it ride with the transaction's events (``approval_ride``). One whose party is
+    upserted with it is written here all the same.
     """
     if not registered:
         pending = select_first(
@@ -96,9 +105,28 @@ def approval_request(
             conflict=("host", "party"),
             update=("display_name", "contact", "updated_at"),
         )
-    else:
+    elif write == "now":
         insert([approval])
     return approval, True
+
+
+def approval_write(approval: Approval) -> None:
+    """Write a held approval (``approval_request``'s ``write``) now, unless it is written
+    or riding already."""
+    if approval._state.adding and not audit_transaction_rides(_approval_rides(approval)):
+        insert([approval])
+
+
+def approval_ride(approval: Approval) -> None:
+    """Write a held approval with the transaction's events, unless it is written or
+    riding already: for a caller whose transaction reads it no more."""
+    key = _approval_rides(approval)
+    if approval._state.adding and not audit_transaction_rides(key):
+        audit_transaction_rider(insert_sql([approval]), keys=[key])
+
+
+def _approval_rides(approval: Approval) -> tuple[str, str]:
+    return (APPROVAL_RIDES, approval.operation_key)
 
 
 class NeedsVotes(Exception):

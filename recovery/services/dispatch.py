@@ -139,6 +139,7 @@ def dispatch_locked(
         event=Event.DISPATCH,
         actor=actor,
         data={"worker": worker},
+        riding=True,  # as the dispatch's row: nothing reads the operation's after
         receipt_running=True,
     )
     return DispatchOutcome(dispatch=dispatch, state=operation.state)
@@ -319,6 +320,7 @@ def _report_apply(
             operation=operation,
             event=Event.COMMIT if committed else Event.FAIL,
             actor=actor,
+            riding=True,  # as the receipt: nothing reads the operation's row after
             receipt_running=False,
         )
     else:

@@ -19,7 +19,9 @@ from approvals.services.approvals import (
     approval_expired,
     approval_request,
     approval_resolve,
+    approval_ride,
     approval_vote,
+    approval_write,
     permit_ride,
 )
 from approvals.services.approvers import approver_for
@@ -151,7 +153,13 @@ def approval_open_locked(
 
     requested_by = Actor.of("host", host)
     approval, created = approval_request(
-        binding=bound, requested_by=requested_by, host=host.name, terms=terms, registered=registered
+        binding=bound,
+        requested_by=requested_by,
+        host=host.name,
+        terms=terms,
+        registered=registered,
+        # A new operation's approval: nothing else can read it before the transaction ends.
+        write="held" if registered else "now",
     )
     if not created:
         return approval, False
@@ -178,6 +186,7 @@ def approval_open_locked(
             transaction.on_commit(partial(party_link_publish, approval.id))
     permit = None
     if found.outcome in ("approve", "deny"):
+        approval_write(approval)  # the decision's compare-and-set reads it
         approval, permit = _decide(
             operation,
             approval.id,
@@ -192,6 +201,7 @@ def approval_open_locked(
         then(operation, approval, permit)  # in this transaction, the operation still locked
     if permit is not None:
         permit_ride(permit)  # unless ``then`` consumed it (``DispatchAsked``)
+    approval_ride(approval)  # a held approval nothing decided: nothing here reads it again
     return approval, True
 
 
@@ -442,10 +452,12 @@ def _decide(
                 "expires_at": permit.expires_at.isoformat(),
             },
         )
+    # Nothing after a decision reads the operation's row: its move rides with the events.
     operation_transition(
         operation=operation,
         event=Event.APPROVE if approve else Event.DENY,
         actor=actor,
+        riding=True,
         data={
             "approval_id": str(approval.id),
             **({"reason": reason} if reason else {}),

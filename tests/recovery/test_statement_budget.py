@@ -37,10 +37,14 @@ APART = 0 if RIDES else 1  # a write that rides there: a statement of its own on
 # also writes the webhook outbox in its transaction: one INSERT … SELECT, whether or not
 # the host has endpoints (knowing that would cost the same); riding, no statement.
 WEBHOOK_OUTBOX = APART
-# A host's report: BEGIN, the operation locked, its dispatch with the clock, the operation
-# moved (told the receipt is complete), the events (the outbox and the receipt riding),
-# COMMIT.
-REPORT = 6 + WEBHOOK_OUTBOX + APART  # the receipt
+# A transition that nothing after it in its transaction reads rides with the events too
+# (``recovery.transitions``: a decision's, a dispatch's, a report's), the chain's head
+# with it; a statement of its own on SQLite.
+TRANSITION_APART = APART
+# A host's report: BEGIN, the operation locked, its dispatch with the clock, the events
+# (the outbox, the receipt and the operation's move, told the receipt is complete,
+# riding), COMMIT.
+REPORT = 5 + WEBHOOK_OUTBOX + APART + TRANSITION_APART  # the receipt
 # An opening moves the operation's chain head without a transition to write it with: on
 # PostgreSQL it rides in the events' statement, a statement of its own on SQLite.
 HEAD_APART = APART
@@ -48,14 +52,14 @@ HEAD_APART = APART
 # policy version in force (exact, never a cached guess: one short statement), the
 # approval's INSERT, its event (the chain's head riding), COMMIT.
 OPEN_APPROVAL = 7 + HEAD_APART
-# A dispatch: BEGIN, the operation locked, the permit consumed, the operation moved, the
-# events (the dispatch's row and the webhook outbox riding), COMMIT.
-DISPATCH = 6 + WEBHOOK_OUTBOX + APART  # the dispatch's row
+# A dispatch: BEGIN, the operation locked, the permit consumed, the events (the
+# dispatch's row, the operation's move and the webhook outbox riding), COMMIT.
+DISPATCH = 5 + WEBHOOK_OUTBOX + APART + TRANSITION_APART  # the dispatch's row
 # A decision, the approver's first call: its credential found, BEGIN, the operation
-# locked (bound to the approval), the approval decided (compare-and-set), the operation
-# moved, the events (the permit's INSERT, which nothing after the decision reads, and the
-# webhook outbox riding), COMMIT.
-APPROVE = 7 + WEBHOOK_OUTBOX + APART  # the permit
+# locked (bound to the approval), the approval decided (compare-and-set), the events
+# (the permit's INSERT and the operation's move, which nothing after the decision reads,
+# and the webhook outbox riding), COMMIT.
+APPROVE = 6 + WEBHOOK_OUTBOX + APART + TRANSITION_APART  # the permit
 # A registration finds its provider by name in its operation's INSERT on PostgreSQL
 # (``dbsql.writes.insert_naming``), with a SELECT of its own before it on SQLite.
 PROVIDER_APART = APART
@@ -186,10 +190,11 @@ def test_every_resume_stays_within_the_budget(flow, host_api, provider):
 # Registering with ``approval`` asked opens a new operation's approval in the
 # registration's transaction: the token's lookup; BEGIN, the operation's INSERT (the
 # provider found by it; no approval of it can be open: none is looked for), the policy in
-# force, the approval's INSERT, one INSERT of both events (the chain's head moved in the
-# operation's row riding with it on PostgreSQL), COMMIT. No lock and no transaction of
-# the opening's own: the row is the transaction's, unseen by any other until it ends.
-REGISTER_AND_OPEN = 7 + PROVIDER_APART + HEAD_APART
+# force, one INSERT of both events (the approval's INSERT, which nothing else reads before
+# the commit, and the chain's head moved in the operation's row riding with it on
+# PostgreSQL), COMMIT. No lock and no transaction of the opening's own: the row is the
+# transaction's, unseen by any other until it ends.
+REGISTER_AND_OPEN = 6 + PROVIDER_APART + HEAD_APART + APART  # the approval
 
 
 def test_registering_and_opening_in_one_request_stays_within_both_budgets(host_api, provider):
@@ -234,21 +239,21 @@ def test_the_lifecycle_costs_no_statement_for_credentials_already_found(
     # The lifecycle's 41 statements at 81c1a7e (bench/api.py) less its five credential
     # lookups, less the opening's transaction, lock, audit INSERT and search for an
     # approval already open of its own; on PostgreSQL less two outbox INSERTs and the
-    # opening's head UPDATE, the permit, the dispatch's row and the report's receipt
-    # (riding) and the provider's lookup (in the INSERT).
-    assert len(queries.captured_queries) <= (24 if RIDES else 31), (
+    # opening's head UPDATE, the approval, the permit, the dispatch's row, the report's
+    # receipt and the three transitions (riding) and the provider's lookup (in the INSERT).
+    assert len(queries.captured_queries) <= (20 if RIDES else 31), (
         f"{len(queries.captured_queries)}\n{listing}"
     )
 
 
 # Where a policy approves the opening, registering with ``dispatch`` asked is one
 # transaction (the token found before): BEGIN, the operation's INSERT (the provider found
-# by it), the policy in force, the approval made and decided, the operation moved twice
-# (one UPDATE each, the chain's head with it), one INSERT of every event (the permit,
-# written already consumed, the dispatch's row, the webhook outbox and the lock of the
-# policy's budget riding with it), the budget's use (paid last), COMMIT.
-# (the permit, the budget's lock and the dispatch's row apart on SQLite)
-REGISTER_OPEN_AND_DISPATCH = 10 + PROVIDER_APART + WEBHOOK_OUTBOX + 3 * APART
+# by it), the policy in force, the approval made and decided, one INSERT of every event
+# (the permit, written already consumed, the dispatch's row, the operation's two moves in
+# one UPDATE with the chain's head, the webhook outbox and the lock of the policy's
+# budget riding with it), the budget's use (paid last), COMMIT.
+# (the permit, the budget's lock, the dispatch's row and each move apart on SQLite)
+REGISTER_OPEN_AND_DISPATCH = 8 + PROVIDER_APART + WEBHOOK_OUTBOX + 3 * APART + 2 * TRANSITION_APART
 PAID_BY_BUDGET = b"""
 [[rules]]
 name = "agents"

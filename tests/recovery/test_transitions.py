@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 
 from audit.chain import audit_transaction
 from audit.models import AuditEvent
+from audit.verify_walk import audit_verify
 from common.actors import Actor
 from recovery.models import Operation, State
 from recovery.services.locking import operation_lock
@@ -110,3 +114,65 @@ def test_a_service_whose_transition_is_refused_records_it_and_raises_stale_state
         "transition_refused",
     )
     assert Approval.objects.get(pk=approval_id).status == "pending"
+
+
+postgres_only = pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="a transition rides with the events' statement on PostgreSQL alone",
+)
+
+
+def _ride(operation: Operation, *events: str) -> list[str]:
+    """``events`` riding, in one audited transaction; the statements it ran."""
+    with CaptureQueriesContext(connection) as queries, audit_transaction():
+        locked = operation_lock(operation)
+        for event in events:
+            operation_transition(
+                operation=locked, event=event, actor=Actor.system("test"), riding=True
+            )
+    return [query["sql"] for query in queries.captured_queries]
+
+
+@postgres_only
+def test_transitions_riding_are_one_compare_and_set_in_the_events_statement(operation):
+    statements = _ride(operation, Event.APPROVE, Event.REVOKE)
+    moves = [sql for sql in statements if 'UPDATE "recovery_operation"' in sql]
+    assert len(moves) == 1 and "INSERT INTO" in moves[0], "\n".join(statements)
+    row = Operation.objects.get(pk=operation.pk)
+    assert (row.state, row.version) == (State.REVOKED, 3)
+    last = AuditEvent.objects.filter(operation_key=row.key).latest("seq")
+    assert (row.audit_seq, row.audit_hash) == (last.seq, last.hash)
+    assert [e.data["to"] for e in AuditEvent.objects.filter(kind="transition")] == [
+        "approved",
+        "revoked",
+    ]
+    assert list(audit_verify()) == []
+
+
+@postgres_only
+def test_a_riding_transition_whose_row_moved_under_it_rolls_everything_back(operation):
+    moved = pytest.raises(RuntimeError, match="was not at awaiting_approval v1")
+    with moved, audit_transaction():
+        locked = operation_lock(operation)
+        operation_transition(
+            operation=locked, event=Event.APPROVE, actor=Actor.system("test"), riding=True
+        )
+        # A writer that broke the rule (wrote the row after a transition that rides).
+        Operation.objects.filter(pk=operation.pk).update(version=F("version") + 1)
+    row = Operation.objects.get(pk=operation.pk)
+    assert (row.state, row.version) == (State.AWAITING_APPROVAL, 1)
+    assert not AuditEvent.objects.filter(kind="transition").exists()
+
+
+@postgres_only
+def test_a_riding_transition_of_a_block_rolled_back_goes_with_it(operation):
+    with audit_transaction():
+        locked = operation_lock(operation)
+        with pytest.raises(ZeroDivisionError), audit_transaction():
+            operation_transition(
+                operation=locked, event=Event.APPROVE, actor=Actor.system("test"), riding=True
+            )
+            1 / 0  # noqa: B018
+    row = Operation.objects.get(pk=operation.pk)
+    assert (row.state, row.version) == (State.AWAITING_APPROVAL, 1)
+    assert not AuditEvent.objects.filter(kind="transition").exists()
