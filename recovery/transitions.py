@@ -11,6 +11,7 @@ transitions of it join the same write).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -120,9 +121,9 @@ def operation_transition(
     (``operation_transition_many``) whose refusal is raised. ``riding``: written by the
     events' statement (the module's docstring says for whom).
     """
-    joins = audit_transaction_head_ridden(operation.key) is not None
-    if (riding or joins) and connection.vendor == "postgresql" and audit_transaction_open():
-        _ride(Change(operation, event, data, fields), actor)
+    ridden = audit_transaction_head_ridden(operation.key)
+    if (riding or ridden) and connection.vendor == "postgresql" and audit_transaction_open():
+        _ride(Change(operation, event, data, fields), actor, ridden)
         return operation
     refused = operation_transition_many(
         changes=[Change(operation, event, data, fields)], actor=actor
@@ -162,9 +163,10 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
         return refused
     by_fields: dict[tuple[str, ...], list[tuple[Change, str, AuditEvent]]] = {}
     for change in changes:
-        if audit_transaction_head_ridden(change.operation.key) is not None:
+        ridden = audit_transaction_head_ridden(change.operation.key)
+        if ridden is not None:
             try:
-                _ride(change, actor)  # joins the transitions that ride already
+                _ride(change, actor, ridden)  # joins the transitions that ride already
             except TransitionRefused as exc:
                 refused.append(exc)
             continue
@@ -210,13 +212,7 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
                 "updated_at": "v.updated_at",
                 "audit_seq": "v.audit_seq",
                 "audit_hash": "v.audit_hash",
-                # ``Operation.receipt_running`` as the row's own UPDATE finds it, unless the
-                # change sets it (a write to the receipt earlier in this transaction included).
-                **(
-                    {}
-                    if "receipt_running" in names
-                    else {"receipt_running": receipt_running_sql("t", value=True)}
-                ),
+                **_receipt_running_found(names, "t"),
                 **{name: f"v.{name}" for name in names},
             },
             expect={"state": "state", "version": "version"},
@@ -248,12 +244,7 @@ def _transition_row(change: Change, actor: Actor) -> None:
         values={"state": target, "updated_at": timezone.now(), **head, **change.fields},
         expressions={
             "version": '"version" + 1',
-            # As ``operation_transition_many`` writes it.
-            **(
-                {}
-                if "receipt_running" in change.fields
-                else {"receipt_running": receipt_running_sql(Operation._meta.db_table, value=True)}
-            ),
+            **_receipt_running_found(change.fields, Operation._meta.db_table),
         },
     )
     if changed != 1:
@@ -261,6 +252,15 @@ def _transition_row(change: Change, actor: Actor) -> None:
         raise TransitionRefused(operation, change.event, "stale (state, version)")
     _moved(change, target, head)
     changes_record([_recorded(change, target)])
+
+
+def _receipt_running_found(fields: Iterable[str], row: str) -> dict[str, str]:
+    """``Operation.receipt_running`` as the UPDATE of ``row`` (an alias) finds it, unless
+    the change sets it among ``fields`` (a write to the receipt earlier in this
+    transaction, or one riding with it, included)."""
+    if "receipt_running" in fields:
+        return {}
+    return {"receipt_running": receipt_running_sql(row, value=True)}
 
 
 def _recorded(change: Change, target: str) -> OperationChange:
@@ -317,13 +317,13 @@ class _Riding:
     updated_at: datetime | None = None
 
 
-def _ride(change: Change, actor: Actor) -> None:
+def _ride(change: Change, actor: Actor, ridden: HeadRide | None) -> None:
     """``_transition_row``, its UPDATE written by the events' statement, with the chain's
-    head as it stands then; a second transition of the row joins the first's write."""
+    head as it stands then; a second transition of the row joins the first's write
+    (``ridden``)."""
     operation = change.operation
     target = _target(change)
     _audited(change, target, actor)
-    ridden = audit_transaction_head_ridden(operation.key)
     before = (
         ridden.state
         if ridden is not None
@@ -354,12 +354,7 @@ def _ride_sql(riding: _Riding, head: tuple[int, str]) -> Rider:
         },
         expressions={
             "version": f'"version" + {riding.steps}',
-            # As ``operation_transition_many`` writes it.
-            **(
-                {}
-                if "receipt_running" in riding.fields
-                else {"receipt_running": receipt_running_sql(Operation._meta.db_table, value=True)}
-            ),
+            **_receipt_running_found(riding.fields, Operation._meta.db_table),
         },
     )
 

@@ -113,20 +113,24 @@ def approval_request(
 def approval_write(approval: Approval) -> None:
     """Write a held approval (``approval_request``'s ``write``) now, unless it is written
     or riding already."""
-    if approval._state.adding and not audit_transaction_rides(_approval_rides(approval)):
+    if _unwritten(approval, (APPROVAL_RIDES, approval.operation_key)):
         insert([approval])
 
 
 def approval_ride(approval: Approval) -> None:
     """Write a held approval with the transaction's events, unless it is written or
     riding already: for a caller whose transaction reads it no more."""
-    key = _approval_rides(approval)
-    if approval._state.adding and not audit_transaction_rides(key):
-        audit_transaction_rider(insert_sql([approval]), keys=[key])
+    _ride_unless_written(approval, (APPROVAL_RIDES, approval.operation_key))
 
 
-def _approval_rides(approval: Approval) -> tuple[str, str]:
-    return (APPROVAL_RIDES, approval.operation_key)
+def _unwritten(row: Approval | Permit, key: tuple[str, str]) -> bool:
+    """Whether ``row`` is neither saved nor riding (under ``key``) with the events."""
+    return row._state.adding and not audit_transaction_rides(key)
+
+
+def _ride_unless_written(row: Approval | Permit, key: tuple[str, str]) -> None:
+    if _unwritten(row, key):
+        audit_transaction_rider(insert_sql([row]), keys=[key])
 
 
 class NeedsVotes(Exception):
@@ -215,9 +219,7 @@ def approval_resolve(
 def permit_ride(permit: Permit) -> None:
     """Write ``permit`` with the transaction's events, unless it is written or riding
     already; until they are written, nothing may consume it (``PERMIT_RIDES``)."""
-    key = (PERMIT_RIDES, permit.operation_key)
-    if permit._state.adding and not audit_transaction_rides(key):
-        audit_transaction_rider(insert_sql([permit]), keys=[key])
+    _ride_unless_written(permit, (PERMIT_RIDES, permit.operation_key))
 
 
 def approval_expired(*, approval: Approval) -> bool:
