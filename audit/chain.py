@@ -31,7 +31,7 @@ from typing import Any, TypeVar, cast
 
 from django.apps import apps
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 
@@ -207,8 +207,9 @@ class audit_transaction:
 
     def __enter__(self) -> None:
         self._atomic.__enter__()
-        current: _Buffer | None = getattr(connection, "settle_audit", None)
-        connection.settle_audit = _Buffer(parent=current)  # type: ignore[attr-defined]
+        db = connections[DEFAULT_DB_ALIAS]
+        current: _Buffer | None = getattr(db, "settle_audit", None)
+        db.settle_audit = _Buffer(parent=current)  # type: ignore[attr-defined]
 
     def __exit__(
         self,
@@ -216,8 +217,9 @@ class audit_transaction:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        buffer: _Buffer = connection.settle_audit  # type: ignore[attr-defined]
-        connection.settle_audit = buffer.parent  # type: ignore[attr-defined]
+        db = connections[DEFAULT_DB_ALIAS]
+        buffer: _Buffer = db.settle_audit  # type: ignore[attr-defined]
+        db.settle_audit = buffer.parent  # type: ignore[attr-defined]
         try:
             if exc_type is None:
                 if buffer.parent is not None:
@@ -308,8 +310,9 @@ def _current_buffer() -> _Buffer:
 
 def _open_buffer() -> _Buffer | None:
     """The innermost ``audit_transaction``'s buffer, if one is open in a transaction."""
-    buffer: _Buffer | None = getattr(connection, "settle_audit", None)
-    return buffer if buffer is not None and connection.in_atomic_block else None
+    db = connections[DEFAULT_DB_ALIAS]  # once: each lookup through `connection` costs one
+    buffer: _Buffer | None = getattr(db, "settle_audit", None)
+    return buffer if buffer is not None and db.in_atomic_block else None
 
 
 def _chain_head(buffer: _Buffer, chain: str, operation: ChainHolder | None) -> tuple[int, str]:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Field, Model
 
 from dbsql import columns
@@ -65,14 +65,15 @@ def _converters(
 
 def model_from_row(model: type[M], fields: Sequence[Any], row: Sequence[Any]) -> M:
     """A model instance from a raw row, converted the way Django's own queries convert."""
+    db = connections[DEFAULT_DB_ALIAS]  # once: each lookup through `connection` costs one
     values = []
     for (column, *converters), value in zip(
-        _converters(connection.vendor, model, tuple(fields)), row, strict=True
+        _converters(db.vendor, model, tuple(fields)), row, strict=True
     ):
         for converter in converters:
-            value = converter(value, column, connection)
+            value = converter(value, column, db)
         values.append(value)
-    return model.from_db(connection.alias, [field.attname for field in fields], values)
+    return model.from_db(DEFAULT_DB_ALIAS, [field.attname for field in fields], values)
 
 
 @functools.cache

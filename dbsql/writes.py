@@ -29,7 +29,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import Field, ForeignKey, Model
 
 from dbsql import columns
@@ -120,7 +120,7 @@ def insert(
             for field, value in zip(returned, rows[index][: len(returned)], strict=True):
                 setattr(obj, field.attname, value)
         obj._state.adding = False
-        obj._state.db = connection.alias
+        obj._state.db = DEFAULT_DB_ALIAS  # what `connection.alias` reads, without the lookup
     return inserted
 
 

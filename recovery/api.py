@@ -78,13 +78,13 @@ class Caller:
 def carries_token(request: HttpRequest) -> bool:
     """Whether the request is the ``Authorization`` header's to answer for: then its
     token alone authenticates it, never the session's cookie (``_authenticate``)."""
-    return bool(request.headers.get("Authorization", ""))
+    return bool(request.META.get("HTTP_AUTHORIZATION", ""))  # not .headers: built whole
 
 
 def _bearer(request: HttpRequest) -> str | None:
     if not carries_token(request):
         return None
-    header = request.headers["Authorization"]
+    header = str(request.META["HTTP_AUTHORIZATION"])
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(ErrorCode.UNAUTHORIZED, "use 'Authorization: Bearer <token>'")

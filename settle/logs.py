@@ -27,7 +27,8 @@ class RequestIdMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        given = request.headers.get("X-Request-ID", "")
+        # X-Request-ID; read from META: ``request.headers`` builds all of them, every request.
+        given = request.META.get("HTTP_X_REQUEST_ID", "")
         request_id = given if _SANE.fullmatch(given) else uuid.uuid4().hex
         token = _request_id.set(request_id)
         try:

@@ -345,3 +345,44 @@ def test_the_lifecycles_build_no_statement_through_the_orm(
         )
         assert reported.json()["state"] == "released"
     assert compiled == [], "\n".join(compiled)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="psycopg's conversion, PostgreSQL")
+def test_no_statement_of_the_lifecycles_is_converted_anew_on_each_call(
+    host_api, approver_api, provider, settings, monkeypatch
+):
+    """psycopg converts a text (``%s`` to ``$1``…) once and keeps it, up to the bounds
+    ``settle.postgresql.base`` raises: the events' INSERT carrying an approval's row has
+    51 parameters, one more than psycopg keeps by itself."""
+    from psycopg import _queries
+
+    settings.SETTLE_CREDENTIAL_CACHE_SECONDS = 60
+    policy_apply(source=PAID_BY_BUDGET, actor=Actor.system("test"))  # payment.send only
+    dispatch = {"worker": "w1", "params_digest": digest_of(PARAMS)}
+
+    def both_lifecycles(suffix: str) -> None:
+        body = {**register_body(f"op-p{suffix}"), "action": "refund.send"}
+        tokens = [(f"op-p{suffix}", _approved_and_dispatched(host_api, approver_api, body))]
+        opened = host_api.post(
+            "/api/v1/operations",
+            register_body(f"op-q{suffix}", approval={}, dispatch=dispatch),
+        )
+        tokens.append((f"op-q{suffix}", opened.json()["dispatch"]["fencing_token"]))
+        for key, token in tokens:
+            reported = host_api.post(
+                f"/api/v1/operations/{key}/result",
+                {"fencing_token": token, "outcome": "committed"},
+            )
+            assert reported.json()["state"] == "released"
+
+    both_lifecycles("0")  # each text converted for the first time
+    anew: list[bytes] = []
+    convert = _queries._query2pg_nocache
+
+    def counted(query: bytes, *args: Any) -> Any:
+        anew.append(bytes(query))
+        return convert(query, *args)
+
+    monkeypatch.setattr(_queries, "_query2pg_nocache", counted)
+    both_lifecycles("1")
+    assert anew == [], b"\n".join(anew).decode()
