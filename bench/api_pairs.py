@@ -19,7 +19,9 @@ option of that name: a policy approves every opening), each side with its own re
 The new side's clients make their requests on plain sockets (``--new-client sockets``,
 ``bench/api.py --client sockets``), as the baseline's hand-written client does, so that
 the ratio compares the servers and not two clients' costs on the same cores;
-``--new-client library`` runs them through ``settle-client`` instead.
+``--new-client library`` runs them through ``settle-client`` instead. Against a baseline
+recent enough to have ``--client`` itself, ``--baseline-client sockets`` gives it the
+same clients (its own default is the library).
 """
 
 from __future__ import annotations
@@ -131,11 +133,18 @@ def main() -> None:
         help="the new side's clients (bench/api.py --client): plain sockets, as cheap as "
         "the baseline's hand-written client, or settle-client",
     )
+    parser.add_argument(
+        "--baseline-client",
+        choices=("", "sockets", "library"),
+        default="",
+        help="the baseline's clients: its own bench/api.py's default (81c1a7e's are on "
+        "sockets), or, for a baseline that has the option, --client sockets or library",
+    )
     parser.add_argument("--keep", type=Path, default=None, help="folder for each run's output")
     args = parser.parse_args()
     # The baseline's bench/api.py drives its own lifecycle (81c1a7e's: a hand-written
     # client on sockets); the new side's clients are the same kind unless asked otherwise.
-    clients_of = {"baseline": "", "new": args.new_client}
+    clients_of = {"baseline": args.baseline_client, "new": args.new_client}
     keep = args.keep or Path(tempfile.mkdtemp(prefix="api-pairs-"))
     keep.mkdir(parents=True, exist_ok=True)
     sides = {"baseline": args.baseline.resolve(), "new": args.new.resolve()}
