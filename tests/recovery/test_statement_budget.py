@@ -330,21 +330,26 @@ def test_the_lifecycles_build_no_statement_through_the_orm(
 
     for kind in (SQLCompiler, SQLInsertCompiler, SQLUpdateCompiler, SQLDeleteCompiler):
         monkeypatch.setattr(kind, "as_sql", counted(kind))
-    # A person approves: register and open, approve, dispatch, report.
-    body = {**register_body("op-p"), "action": "refund.send"}
-    results = [("op-p", _approved_and_dispatched(host_api, approver_api, body))]
-    # The policy approves: register, open and dispatch; report.
+    _both_lifecycles(host_api, approver_api, "")
+    assert compiled == [], "\n".join(compiled)
+
+
+def _both_lifecycles(host_api: Any, approver_api: Any, suffix: str) -> None:
+    """A person-approved lifecycle (register and open, approve, dispatch, report) of
+    ``op-p<suffix>`` and a policy-approved one (register, open and dispatch; report) of
+    ``op-q<suffix>``, under ``PAID_BY_BUDGET`` applied: both released."""
+    body = {**register_body(f"op-p{suffix}"), "action": "refund.send"}
+    results = [(f"op-p{suffix}", _approved_and_dispatched(host_api, approver_api, body))]
     dispatch = {"worker": "w1", "params_digest": digest_of(PARAMS)}
     held = host_api.post(
-        "/api/v1/operations", register_body("op-q", approval={}, dispatch=dispatch)
+        "/api/v1/operations", register_body(f"op-q{suffix}", approval={}, dispatch=dispatch)
     ).json()["dispatch"]
-    results.append(("op-q", held["fencing_token"]))
+    results.append((f"op-q{suffix}", held["fencing_token"]))
     for key, token in results:
         reported = host_api.post(
             f"/api/v1/operations/{key}/result", {"fencing_token": token, "outcome": "committed"}
         )
         assert reported.json()["state"] == "released"
-    assert compiled == [], "\n".join(compiled)
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="psycopg's conversion, PostgreSQL")
@@ -358,24 +363,7 @@ def test_no_statement_of_the_lifecycles_is_converted_anew_on_each_call(
 
     settings.SETTLE_CREDENTIAL_CACHE_SECONDS = 60
     policy_apply(source=PAID_BY_BUDGET, actor=Actor.system("test"))  # payment.send only
-    dispatch = {"worker": "w1", "params_digest": digest_of(PARAMS)}
-
-    def both_lifecycles(suffix: str) -> None:
-        body = {**register_body(f"op-p{suffix}"), "action": "refund.send"}
-        tokens = [(f"op-p{suffix}", _approved_and_dispatched(host_api, approver_api, body))]
-        opened = host_api.post(
-            "/api/v1/operations",
-            register_body(f"op-q{suffix}", approval={}, dispatch=dispatch),
-        )
-        tokens.append((f"op-q{suffix}", opened.json()["dispatch"]["fencing_token"]))
-        for key, token in tokens:
-            reported = host_api.post(
-                f"/api/v1/operations/{key}/result",
-                {"fencing_token": token, "outcome": "committed"},
-            )
-            assert reported.json()["state"] == "released"
-
-    both_lifecycles("0")  # each text converted for the first time
+    _both_lifecycles(host_api, approver_api, "0")  # each text converted for the first time
     anew: list[bytes] = []
     convert = _queries._query2pg_nocache
 
@@ -384,5 +372,5 @@ def test_no_statement_of_the_lifecycles_is_converted_anew_on_each_call(
         return convert(query, *args)
 
     monkeypatch.setattr(_queries, "_query2pg_nocache", counted)
-    both_lifecycles("1")
+    _both_lifecycles(host_api, approver_api, "1")
     assert anew == [], b"\n".join(anew).decode()
