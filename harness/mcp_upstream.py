@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
@@ -213,6 +214,25 @@ def _bearer_required(app: Any, token: str) -> Any:
     return guarded
 
 
+def _ending_late(app: Any, seconds: float) -> Any:
+    """``app``, ending each response body ``seconds`` after its last part, as a server or
+    proxy that sends a stream's end on its own does (the result event before it)."""
+    if not seconds:
+        return app
+
+    async def late(scope: Any, receive: Any, send: Any) -> None:
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                await send({**message, "more_body": True})
+                await anyio.sleep(seconds)
+                message = {"type": "http.response.body", "body": b""}
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return late
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--journal", type=Path, required=True)
@@ -228,18 +248,19 @@ def main(argv: list[str] | None = None) -> None:
     http = sub.add_parser("http")
     http.add_argument("--port", type=int, required=True)
     http.add_argument("--bearer", default="")
+    http.add_argument("--end-late", type=float, default=0.0, help="seconds")
     args = parser.parse_args(argv)
     slow = (args.sleep_before_commit, args.sleep_after_commit, args.sleep_seconds)
     server = build(Journal(args.journal), args.die_after_commit, args.answers, slow)
     if args.transport == "stdio":
         server.run("stdio")
         return
-    import anyio
     import uvicorn
 
     app = _bearer_required(
         server.streamable_http_app(json_response=False, stateless_http=False), args.bearer
     )
+    app = _ending_late(app, args.end_late)
 
     async def serve() -> None:
         config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 from anyio.abc import TaskStatus
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
@@ -32,8 +34,63 @@ def _client(upstream: Upstream) -> Client:
             cwd=upstream.cwd,
         )
         return Client(params, mode="legacy")
-    http = create_mcp_http_client(headers=upstream.headers or None)
+    http = httpx2.AsyncClient(
+        headers=upstream.headers or None,
+        timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        transport=_KeptConnections(),
+    )
     return Client(streamable_http_client(upstream.url, http_client=http), mode="legacy")
+
+
+# An HTTP upstream's connection serves the calls after it. The SDK's client closes each
+# call's event stream as soon as the result arrived, a moment before the server ends it,
+# which would cost a new connection (a TCP handshake, the server's setup) every call.
+DRAIN_SECONDS = 0.05  # a closed stream's rest read for at most so long, else dropped
+DRAIN_BYTES = 64 * 1024
+# Kept idle under the servers' own bound (uvicorn's 5 s, gunicorn's 2 s), so that a call
+# is not sent on a connection its server is closing.
+KEEP_ALIVE_SECONDS = 1.0
+
+
+class _Drained(httpx2.AsyncByteStream):
+    """A response body that, closed before its end, first reads what is left of it (for
+    ``DRAIN_SECONDS`` and ``DRAIN_BYTES`` at most) so its connection can be used again."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream) -> None:
+        self._stream = stream
+        self._parts: AsyncIterator[bytes] | None = None
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        self._parts = self._stream.__aiter__()
+        async for part in self._parts:
+            yield part
+
+    async def aclose(self) -> None:
+        try:
+            if self._parts is not None:
+                left = DRAIN_BYTES
+                with anyio.move_on_after(DRAIN_SECONDS):
+                    async for part in self._parts:
+                        left -= len(part)
+                        if left < 0:
+                            break
+        finally:
+            await self._stream.aclose()
+
+
+class _KeptConnections(httpx2.AsyncHTTPTransport):
+    def __init__(self) -> None:
+        super().__init__(limits=httpx2.Limits(keepalive_expiry=KEEP_ALIVE_SECONDS))
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        return httpx2.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=_Drained(response.stream),
+            extensions=response.extensions,
+        )
 
 
 def gated_schema(tool: types.Tool, gate: GatedTool) -> types.Tool:
