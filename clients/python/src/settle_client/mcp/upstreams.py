@@ -43,8 +43,10 @@ def _client(upstream: Upstream) -> Client:
 
 
 # An HTTP upstream's connection serves the calls after it. The SDK's client closes each
-# call's event stream as soon as the result arrived, a moment before the server ends it,
-# which would cost a new connection (a TCP handshake, the server's setup) every call.
+# call's event stream as soon as the result arrived, often a moment before the server
+# ends it, which costs a new connection (a TCP handshake, the server's setup) for the
+# next call (modelcontextprotocol/python-sdk#2707; its pull request #2712 drains the
+# stream in the SDK itself: once released, this transport is no longer needed).
 DRAIN_SECONDS = 0.05  # a closed stream's rest read for at most so long, else dropped
 DRAIN_BYTES = 64 * 1024
 # Kept idle under the servers' own bound (uvicorn's 5 s, gunicorn's 2 s), so that a call
