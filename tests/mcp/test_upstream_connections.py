@@ -4,13 +4,13 @@ instead of a new TCP connection (a handshake, the server's setup) for each."""
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import anyio
 import psutil
 import pytest
-from settle_client.mcp import upstreams as upstreams_module
 from settle_client.mcp.config import load
-from settle_client.mcp.upstreams import Upstreams
+from settle_client.mcp.upstreams import KEEP_ALIVE_SECONDS, Upstreams
 
 pytestmark = pytest.mark.processes
 
@@ -31,7 +31,7 @@ def test_calls_to_an_http_upstream_share_its_connection(http_process, tmp_path: 
     # reads and closes the stream on: the end is still on its way.
     upstream = ["-m", "harness.mcp_upstream", "--journal", str(tmp_path / "journal"), "http"]
     url = http_process([*upstream, "--port", "{port}", "--end-late", "0.003"])
-    port = int(url.split(":")[2].split("/")[0])
+    port = urlsplit(url).port
     config = tmp_path / "gateway.toml"
     config.write_text(
         f'[settle]\nurl = "http://127.0.0.1:9"\ntoken_env = "UNUSED"\n\n'
@@ -48,7 +48,7 @@ def test_calls_to_an_http_upstream_share_its_connection(http_process, tmp_path: 
             ]
             used = _connections_to(port) - before
             # Idle past the bound it is kept, the next call opens a new one and succeeds.
-            await anyio.sleep(upstreams_module.KEEP_ALIVE_SECONDS + 0.2)
+            await anyio.sleep(KEEP_ALIVE_SECONDS + 0.2)
             after = await upstreams.call("get_balance", {"account": "acct-1"})
             return used, [b["balance"] for b in [*balances, after.structured_content]]
 
