@@ -52,6 +52,10 @@ DRAIN_BYTES = 64 * 1024
 # Kept idle under the servers' own bound (uvicorn's 5 s, gunicorn's 2 s), so that a call
 # is not sent on a connection its server is closing.
 KEEP_ALIVE_SECONDS = 1.0
+# The pool's bounds otherwise httpx's own defaults, as the SDK's client has them.
+LIMITS = httpx2.Limits(
+    max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEP_ALIVE_SECONDS
+)
 
 
 class _Drained(httpx2.AsyncByteStream):
@@ -82,7 +86,7 @@ class _Drained(httpx2.AsyncByteStream):
 
 class _KeptConnections(httpx2.AsyncHTTPTransport):
     def __init__(self) -> None:
-        super().__init__(limits=httpx2.Limits(keepalive_expiry=KEEP_ALIVE_SECONDS))
+        super().__init__(limits=LIMITS)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await super().handle_async_request(request)
