@@ -75,7 +75,20 @@ def _generated_secret(name: str, filename: str, *, minimum: int = 32) -> str:
         return value
     path = VAR_DIR / filename
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        # Written whole under a name of this process's own, then linked into place: the
+        # processes of a first start (web workers, Celery, beat) race here, and none may
+        # read the file before its secret is in it. The first link wins; the rest read it.
+        draft = path.with_name(f".{filename}.{os.getpid()}")
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(secrets.token_urlsafe(50))
-    return path.read_text().strip()
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    value = path.read_text().strip()
+    if not value:
+        raise ImproperlyConfigured(f"{path} is empty: delete it, or set {name}")
+    return value

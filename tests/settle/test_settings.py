@@ -105,6 +105,43 @@ def test_secret_key_is_generated_once_into_var(tmp_path):
     assert oct(key_file.stat().st_mode & 0o777) == "0o600"
 
 
+def test_processes_starting_at_once_all_read_the_one_secret_generated(tmp_path):
+    # A first start: web workers, Celery and beat generate the secret at the same moment.
+    environment = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG")}
+    environment["SETTLE_VAR_DIR"] = str(tmp_path / "var")
+    show = "from django.conf import settings as s; print(s.SECRET_KEY)"
+    starts = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "shell", "-c", show],
+            cwd=ROOT,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(8)
+    ]
+    keys = []
+    for start in starts:
+        out, err = start.communicate(timeout=120)
+        assert start.returncode == 0, err
+        keys.append(out.strip().splitlines()[-1])
+    written = (tmp_path / "var" / "secret_key").read_text()
+    assert len(written) >= 50
+    assert keys == [written] * 8
+    assert sorted(p.name for p in (tmp_path / "var").iterdir() if "secret_key" in p.name) == [
+        "secret_key"
+    ]
+
+
+def test_an_empty_secret_file_fails_at_start_up_with_a_clear_message(tmp_path):
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "secret_key").write_text("")
+    result = _start({}, tmp_path)
+    assert result.returncode != 0
+    assert "secret_key is empty" in result.stderr
+
+
 def test_the_sign_in_throttle_comes_from_the_environment(tmp_path):
     environment = {k: v for k, v in os.environ.items() if k != "DEBUG"}
     environment |= {
