@@ -54,6 +54,7 @@ from django.test.utils import override_settings  # noqa: E402
 
 from approvals.services.approvers import approver_create  # noqa: E402
 from bench.api_postgres import analyze, scratch_database  # noqa: E402
+from bench.instructions import Marks, run_counted, under_callgrind  # noqa: E402
 from bench.policies import twenty_rules  # noqa: E402
 from bench.sqlcount import StatementCount, counting, statements_noted  # noqa: E402
 from common.actors import COMMAND_LINE  # noqa: E402
@@ -80,6 +81,8 @@ class Driver:
         self.cpu: dict[str, list[float]] = defaultdict(list)
         self.sql: dict[str, list[int]] = defaultdict(list)
         self.serial = 0
+        # Set when the instructions are counted (``--instructions``): each request counted.
+        self.marks: Marks | None = None
 
     def call(self, name: str, path: str, body: Any, auth: str = "host") -> dict[str, Any]:
         raw = json.dumps(body).encode() if body is not None else b""
@@ -93,12 +96,16 @@ class Driver:
         )
         status: list[str] = []
         self.count.__init__()  # type: ignore[misc]
+        if self.marks is not None:
+            self.marks.mark("(the driver)")
         started = time.process_time()
         chunks = self.handler(environ, lambda s, h, *e: status.append(s))
         content = b"".join(chunks)
         if hasattr(chunks, "close"):
             chunks.close()
         self.cpu[name].append(time.process_time() - started)
+        if self.marks is not None:
+            self.marks.mark(name)
         self.sql[name].append(self.count.total)
         if not status[0].startswith("2"):
             raise RuntimeError(f"{name}: {status[0]} {content[:300]!r}")
@@ -151,6 +158,23 @@ def per_endpoint(driver: Driver) -> list[tuple[str, float, float]]:
         (name, statistics.median(cpu) * 1000, statistics.median(driver.sql[name]))
         for name, cpu in driver.cpu.items()
     ]
+
+
+def print_instructions(counts: dict[str, list[int]]) -> None:
+    """The instructions of each request, by endpoint: median, and the spread."""
+    lifecycles = min(len(values) for name, values in counts.items() if name != "(the driver)")
+    print(f"{lifecycles} lifecycles in-process under valgrind (callgrind)")
+    print("| endpoint | instructions per request (median) | lowest - highest |")
+    print("| --- | --- | --- |")
+    total = 0.0
+    for name, values in counts.items():
+        if name == "(the driver)":
+            continue
+        median = statistics.median(values)
+        total += median
+        spread = f"{min(values) / 1e6:.3f}-{max(values) / 1e6:.3f}"
+        print(f"| {name} | {median / 1e6:.3f} M | {spread} |")
+    print(f"| lifecycle | {total / 1e6:.3f} M | |")
 
 
 # -- the split -----------------------------------------------------------------------
@@ -277,7 +301,15 @@ def main() -> None:
         action="store_true",
         help="a policy approves every opening; register, open and dispatch in one request",
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count each request's instructions under valgrind instead (bench/instructions.py)",
+    )
     args = parser.parse_args()
+    if args.instructions and not under_callgrind():
+        print_instructions(run_counted([__file__, *sys.argv[1:]]))
+        return
     if connection.vendor != "postgresql":
         sys.exit("bench/api_profile.py measures PostgreSQL: set DATABASE_URL=postgres://…")
     if args.rate_limit:
@@ -295,8 +327,13 @@ def main() -> None:
             driver.lifecycle()  # warm: prepared statements, imports, caches
         analyze()
         driver = _fresh(tokens, args.combined, args.auto_approve)
+        if under_callgrind():
+            driver.marks = Marks()
+            driver.marks.start()
         for _ in range(args.lifecycles):
             driver.lifecycle()
+        if under_callgrind():
+            return  # the parent prints the counts
         print(f"load {os.getloadavg()[0]:.2f}; {args.lifecycles} lifecycles in-process")
         print("| endpoint | CPU ms per request (median) | statements |")
         print("| --- | --- | --- |")

@@ -10,15 +10,21 @@ whether anything arrived. Nothing did: the connection is as the last request lef
 Something did (or the socket cannot be asked): Django's own check decides.
 
 It also lets psycopg keep the conversion of longer statements (``%s`` to ``$1``…, see
-``CONVERSIONS_KEPT_UP_TO``).
+``CONVERSIONS_KEPT_UP_TO``), and read timestamps with psycopg's own loader
+(``PsycopgTimestamps``).
 """
 
 from __future__ import annotations
 
+import datetime
 import select
+from typing import Any, cast
 
+import psycopg
 from django.db.backends.postgresql import base
 from psycopg import _queries, pq
+from psycopg.adapt import Loader
+from psycopg.pq import Format
 
 # psycopg converts a statement's text once and keeps it (the last 128 texts), but only a
 # text of at most 50 parameters and 4,096 bytes; anything longer it converts again on
@@ -33,7 +39,39 @@ for _name, _bound in CONVERSIONS_KEPT_UP_TO.items():
     setattr(_queries, _name, max(getattr(_queries, _name), _bound))
 
 
+# psycopg's own loader of a timestamptz's text: compiled, with psycopg[binary].
+_TIMESTAMPTZ = psycopg.adapters.types["timestamptz"].oid
+_PSYCOPG_LOADER = cast("type[Loader]", psycopg.adapters.get_loader(_TIMESTAMPTZ, Format.TEXT))
+
+
+class PsycopgTimestamps:
+    """psycopg's own timestamptz loader, in the shape Django's backend looks for.
+
+    Django registers a loader of its own on every connection: a Python subclass of
+    psycopg's pure-Python loader that sets each value's zone to the connection's. The
+    compiled loader is then never used, and reading timestamps from their text in Python
+    cost a host API lifecycle 5 % of its instructions (``bench/api_profile.py
+    --instructions``: 16.9 M against 16.05 M). Where Django's zone is UTC (``USE_TZ``
+    without a database ``TIME_ZONE``) the session's is UTC too (Django sets it), and
+    psycopg's loader gives the same values, zone ``datetime.UTC`` included. Django reads
+    ``timezone`` from the class to decide whether a cursor needs a loader of its own;
+    psycopg makes the loader by calling the class.
+    """
+
+    format = _PSYCOPG_LOADER.format
+    timezone = datetime.UTC
+
+    def __new__(cls, oid: int, context: Any = None) -> Any:
+        return _PSYCOPG_LOADER(oid, context)
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
+        connection = super().get_new_connection(conn_params)
+        if self.timezone == datetime.UTC:
+            connection.adapters.register_loader(_TIMESTAMPTZ, PsycopgTimestamps)
+        return connection
+
     def is_usable(self) -> bool:
         held = self.connection
         if held is None or held.closed or held.broken:

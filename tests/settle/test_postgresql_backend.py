@@ -1,9 +1,13 @@
-"""A held connection is checked before a request reuses it by asking its socket, not
-the database (settle.postgresql): no statement when nothing arrived, and a session the
-server ended is found dead and opened again."""
+"""Django's PostgreSQL backend as Settle runs it (settle.postgresql).
+
+A held connection is checked before a request reuses it by asking its socket, not the
+database: no statement when nothing arrived, and a session the server ended is found
+dead and opened again. Timestamps are read by psycopg's own loader, to the same values
+Django's gives."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Iterator
 
@@ -63,3 +67,39 @@ def test_a_session_the_server_ended_fails_the_check_and_the_next_request_reconne
     with held.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         assert cursor.fetchone()[0] != pid
+
+
+# Timestamps as the server writes them in a UTC session: fractions, before 1970, far on.
+TIMESTAMPS = """
+    SELECT '2026-12-07 15:36:29.962988+00'::timestamptz,
+           '2026-12-07 16:36:29+01'::timestamptz,
+           '1969-07-20 20:17:40.5+00'::timestamptz,
+           '9999-12-31 23:59:59.999999+00'::timestamptz,
+           '0001-01-01 00:00:00+00'::timestamptz,
+           now()
+"""
+
+
+def test_timestamps_are_read_by_psycopgs_own_loader_to_the_values_djangos_gives(held):
+    if not POSTGRES:
+        return
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from psycopg import adapters
+    from psycopg.pq import Format
+
+    with held.cursor() as cursor:
+        cursor.execute(TIMESTAMPS)
+        read = cursor.fetchone()
+        loader = cursor.cursor._tx.get_loader(1184, Format.TEXT)
+    assert type(loader) is adapters.get_loader(1184, Format.TEXT)  # compiled, not Django's
+    with held.cursor() as cursor:
+        register_tzloader(datetime.UTC, cursor.cursor)  # Django's own, as before
+        cursor.execute(TIMESTAMPS)
+        djangos = cursor.fetchone()
+        assert type(cursor.cursor._tx.get_loader(1184, Format.TEXT)).__name__ == (
+            "SpecificTzLoader"
+        )
+    assert read[:5] == djangos[:5]
+    assert all(value.tzinfo is datetime.UTC for value in read + djangos)
+    assert read[0] == datetime.datetime(2026, 12, 7, 15, 36, 29, 962988, datetime.UTC)
+    assert read[1] == read[0].replace(microsecond=0)
