@@ -1,14 +1,22 @@
 """The host API's CPU per request, endpoint by endpoint, in-process: where it goes.
 
     python bench/api_profile.py [--lifecycles 300] [--split] [--middleware] [--rate-limit]
-        [--combined] [--auto-approve]
+        [--combined] [--auto-approve] [--instructions]
 
 No HTTP and no gunicorn: the lifecycle (register → open approval → approve → dispatch →
 report committed) is driven through Django's WSGI handler in this process, on a scratch
 PostgreSQL database (as ``bench/api.py``'s). What it prints, per endpoint: this process's
 CPU (``time.process_time``) per request and the statements per request, ``BEGIN`` and
 ``COMMIT`` included (``bench/sqlcount.py``). PostgreSQL's own CPU is not in it; the
-database round trips' client side is.
+database round trips' client side is. Counting the statements runs each through Django's
+own cursor (``dbsql.cursor``), which costs a lifecycle about 8 % more than the web
+server's way.
+
+``--instructions`` counts instead each request's instructions under valgrind
+(``bench/instructions.py``): the same figure on every run, whatever else the machine
+runs, so two commits compare in one run each; no statements are counted, so the
+statements take the web server's way. ``--lifecycles 12`` is plenty (about a minute).
+With ``--split`` too, the instructions are split by part (``INSTRUCTION_PARTS``).
 
 ``--split`` runs the lifecycles again under cProfile with a CPU clock and splits each
 request's CPU into middleware, authentication, rate limit, body parsing, serialisation,
@@ -54,7 +62,13 @@ from django.test.utils import override_settings  # noqa: E402
 
 from approvals.services.approvers import approver_create  # noqa: E402
 from bench.api_postgres import analyze, scratch_database  # noqa: E402
-from bench.instructions import Marks, run_counted, under_callgrind  # noqa: E402
+from bench.instructions import (  # noqa: E402
+    Marks,
+    Split,
+    run_counted,
+    split_figures,
+    under_callgrind,
+)
 from bench.policies import twenty_rules  # noqa: E402
 from bench.sqlcount import StatementCount, counting, statements_noted  # noqa: E402
 from common.actors import COMMAND_LINE  # noqa: E402
@@ -65,6 +79,12 @@ from recovery.services.credentials import host_create  # noqa: E402
 from recovery.services.providers import provider_configure  # noqa: E402
 
 ENDPOINTS = ("register", "open approval", "approve", "dispatch", "report")
+# Every name ``Driver.lifecycle`` gives a request.
+ENDPOINT_NAMES = (
+    *ENDPOINTS,
+    "register and open",
+    "register, open and dispatch",
+)
 
 
 class Driver:
@@ -148,7 +168,10 @@ class Driver:
 
 def _fresh(tokens: tuple[str, str], combined: bool, auto: bool = False) -> Driver:
     driver = Driver(*tokens, combined=combined, auto=auto)
-    counting(driver.count)
+    if not under_callgrind():
+        # Not when instructions are counted: a connection whose statements are watched
+        # runs each through Django's own cursor (``dbsql.cursor``), not the web server's.
+        counting(driver.count)
     return driver
 
 
@@ -175,6 +198,67 @@ def print_instructions(counts: dict[str, list[int]]) -> None:
         spread = f"{min(values) / 1e6:.3f}-{max(values) / 1e6:.3f}"
         print(f"| {name} | {median / 1e6:.3f} M | {spread} |")
     print(f"| lifecycle | {total / 1e6:.3f} M | |")
+
+
+# What ``--instructions --split`` counts apart: each part's functions' own instructions,
+# less those of the other parts' functions they call. The API's views are a part too
+# (``_instruction_split``): what is left of the services' code once the rest is apart.
+INSTRUCTION_PARTS: dict[str, tuple[str, ...]] = {
+    "Django's handler (request, response, signals)": (
+        "django.core.handlers.wsgi:WSGIHandler.__call__",
+    ),
+    "middleware (request id, metrics, the token's shortcut)": (
+        "settle.logs:RequestIdMiddleware.__call__",
+        "settle.metrics:HostApiMetricsMiddleware.__call__",
+        "recovery.middleware:TokenRequestMiddleware.__call__",
+    ),
+    "URL resolver": ("django.urls:resolve",),
+    "authentication and rate limit": ("recovery.api:_authenticate", "recovery.api:_rate_limit"),
+    "body parsing": ("recovery.api:_json_body", "recovery.api:_parse"),
+    "answer (serialisation)": ("recovery.api:_answer", "django.http:JsonResponse.__init__"),
+    "audit hashing": ("audit.hashing:event_hash",),
+    "statements written out (dbsql)": (
+        "dbsql.rows:model_from_row",
+        "dbsql.rows:select_locked_with",
+        "dbsql.rows:select_first_at",
+        "dbsql.columns:saved_values",
+        "dbsql.writes:insert",
+        "dbsql.writes:insert_sql",
+        "dbsql.writes:update_sql",
+        "dbsql.writes:update_returning",
+    ),
+    "model instances (Model.__init__)": ("django.db.models:Model.__init__",),
+    "psycopg (each statement's client side)": (
+        "psycopg:Cursor.execute",
+        "psycopg:Cursor.fetchone",
+        "psycopg:Cursor.fetchall",
+    ),
+    "transactions (atomic: BEGIN, COMMIT)": (
+        "django.db.transaction:Atomic.__enter__",
+        "django.db.transaction:Atomic.__exit__",
+    ),
+}
+VIEWS = "the views and services (the rest of Settle's code)"
+
+
+def _instruction_split(marks: Marks) -> Split:
+    from recovery import urls
+
+    split = Split(marks, INSTRUCTION_PARTS, rest="(outside the requests)")
+    for pattern in urls.urlpatterns:
+        pattern.callback = split._wrapper(VIEWS, pattern.callback)
+    return split
+
+
+def print_instruction_split(figures: dict[str, int], counts: dict[str, list[int]]) -> None:
+    requests = sum(len(values) for name, values in counts.items() if name in ENDPOINT_NAMES)
+    figures = {part: count for part, count in figures.items() if part not in ENDPOINT_NAMES}
+    total = sum(figures.values())
+    print(f"\n| part (instructions per request, {requests} requests) | instructions | share |")
+    print("| --- | --- | --- |")
+    for part, count in sorted(figures.items(), key=lambda item: -item[1]):
+        print(f"| {part} | {count / requests / 1e6:.3f} M | {100 * count / total:.0f} % |")
+    print(f"| whole request | {total / requests / 1e6:.3f} M | |")
 
 
 # -- the split -----------------------------------------------------------------------
@@ -308,7 +392,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.instructions and not under_callgrind():
-        print_instructions(run_counted([__file__, *sys.argv[1:]]))
+        counts, calls = run_counted([__file__, *sys.argv[1:]])
+        if calls:  # --split: the requests' own marks count only what no part holds
+            print_instruction_split(split_figures(counts, calls), counts)
+        else:
+            print_instructions(counts)
         return
     if connection.vendor != "postgresql":
         sys.exit("bench/api_profile.py measures PostgreSQL: set DATABASE_URL=postgres://…")
@@ -327,12 +415,20 @@ def main() -> None:
             driver.lifecycle()  # warm: prepared statements, imports, caches
         analyze()
         driver = _fresh(tokens, args.combined, args.auto_approve)
+        split = None
         if under_callgrind():
             driver.marks = Marks()
+            if args.split:
+                split = _instruction_split(driver.marks)
             driver.marks.start()
+            if split is not None:
+                split.on = True
+                split.calibrate()
         for _ in range(args.lifecycles):
             driver.lifecycle()
         if under_callgrind():
+            if split is not None:
+                split.save()
             return  # the parent prints the counts
         print(f"load {os.getloadavg()[0]:.2f}; {args.lifecycles} lifecycles in-process")
         print("| endpoint | CPU ms per request (median) | statements |")

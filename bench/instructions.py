@@ -20,6 +20,9 @@ psycopg and libpq included; not the database server's work, nor the kernel's.
 from __future__ import annotations
 
 import ctypes
+import functools
+import importlib
+import json
 import os
 import re
 import shutil
@@ -28,6 +31,7 @@ import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 # Set in the command's environment by ``run_counted``: the folder of callgrind's dumps.
 ENVIRONMENT = "SETTLE_BENCH_CALLGRIND_DIR"
@@ -65,9 +69,9 @@ class Marks:
         self._library.marks_mark(name.encode())
 
 
-def run_counted(command: list[str]) -> dict[str, list[int]]:
-    """Run ``command`` (a Python script and its arguments) under callgrind; the instructions
-    between its marks, by mark name, in order."""
+def run_counted(command: list[str]) -> tuple[dict[str, list[int]], dict[str, Any]]:
+    """Run ``command`` (a Python script and its arguments) under callgrind: the instructions
+    between its marks, by mark name, in order; and what a ``Split`` saved, if any."""
     if shutil.which("valgrind") is None or shutil.which("gcc") is None:
         sys.exit("counting instructions needs valgrind and gcc (apt-get install valgrind gcc)")
     with tempfile.TemporaryDirectory(prefix="callgrind-") as folder:
@@ -95,4 +99,92 @@ def run_counted(command: list[str]) -> dict[str, list[int]]:
             trigger, totals = _TRIGGER.search(text), _TOTALS.search(text)
             if trigger and totals:
                 counts[trigger.group(1)].append(int(totals.group(1)))
-        return dict(counts)
+        saved = Path(folder) / "calls.json"
+        return dict(counts), json.loads(saved.read_text()) if saved.exists() else {}
+
+
+class Split:
+    """Instructions by part: each part's listed functions' own, less the listed ones they call.
+
+    ``parts`` maps a part's name to functions given as ``module:qualified.name``; each is
+    wrapped (wherever a module holds it, imported by name included) so that entering and
+    leaving it marks the instructions since the last mark to the part then running. A
+    wrapped call costs instructions of its own: ``calibrate`` measures them on a wrapped
+    call that does nothing, and ``run_counted``'s reader (``split_figures``) takes them
+    off each part (``OVERHEAD`` in the counts).
+    """
+
+    def __init__(self, marks: Marks, parts: dict[str, tuple[str, ...]], rest: str) -> None:
+        self.marks, self.running, self.on = marks, [rest], False
+        self.calls: dict[str, int] = defaultdict(int)  # the part's wrapped calls
+        self.made: dict[str, int] = defaultdict(int)  # the wrapped calls made from the part
+        for part, functions in parts.items():
+            for function in functions:
+                self._wrap(part, function)
+
+    def _wrapper(self, part: str, function: Any) -> Any:
+        @functools.wraps(function)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if not self.on:
+                return function(*args, **kwargs)
+            self.calls[part] += 1
+            self.made[self.running[-1]] += 1
+            self.marks.mark(self.running[-1])
+            self.running.append(part)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.marks.mark(self.running.pop())
+
+        return counted
+
+    def _wrap(self, part: str, target: str) -> None:
+        module_name, _, name = target.partition(":")
+        module = importlib.import_module(module_name)
+        owner_name, _, attribute = name.rpartition(".")
+        if owner_name:  # a method: wrapped on its class
+            owner = getattr(module, owner_name)
+            setattr(owner, attribute, self._wrapper(part, owner.__dict__[attribute]))
+            return
+        original = getattr(module, name)
+        counted = self._wrapper(part, original)
+        for each in list(sys.modules.values()):  # wherever it was imported by name
+            namespace = getattr(each, "__dict__", None) or {}
+            for key, value in list(namespace.items()):
+                if value is original:
+                    namespace[key] = counted
+
+    def calibrate(self, calls: int = 200) -> None:
+        """A wrapped call that does nothing, ``calls`` times: what a wrapped call costs."""
+
+        def nothing() -> None:
+            return None
+
+        counted = self._wrapper(OVERHEAD, nothing)
+        self.running.append(CALLER)
+        self.marks.mark("(before calibrating)")
+        for _ in range(calls):
+            counted()
+        self.marks.mark(self.running.pop())
+
+    def save(self) -> None:
+        """The calls, for the reader (``split_figures``): beside the dumps."""
+        path = Path(os.environ[ENVIRONMENT]) / "calls.json"
+        path.write_text(json.dumps({"calls": self.calls, "made": self.made}))
+
+
+OVERHEAD, CALLER = "(a wrapped call)", "(its caller)"
+
+
+def split_figures(counts: dict[str, list[int]], calls: dict[str, dict[str, int]]) -> dict[str, int]:
+    """Each part's instructions less what wrapping cost it: inside each of its calls, and
+    around each wrapped call it made (the calibration's figures, ``Split.calibrate``)."""
+    inside = sum(counts[OVERHEAD]) / calls["calls"][OVERHEAD]
+    around = sum(counts[CALLER]) / calls["made"][CALLER]  # its loop's few included
+    figures = {}
+    for part, values in counts.items():
+        if part in (OVERHEAD, CALLER) or part.startswith("("):
+            continue
+        made, own = calls["made"].get(part, 0), calls["calls"].get(part, 0)
+        figures[part] = round(sum(values) - own * inside - made * around)
+    return figures
