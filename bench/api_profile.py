@@ -246,7 +246,7 @@ def _instruction_split(marks: Marks) -> Split:
 
     split = Split(marks, INSTRUCTION_PARTS, rest="(outside the requests)")
     for pattern in urls.urlpatterns:
-        pattern.callback = split._wrapper(VIEWS, pattern.callback)
+        pattern.callback = split.wrapped(VIEWS, pattern.callback)
     return split
 
 

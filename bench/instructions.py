@@ -6,7 +6,7 @@ machine runs). ``run_counted`` runs a command under ``valgrind --tool=callgrind`
 counting off until the command says when: the command calls ``Marks.start()`` after its
 warm-up, then ``Marks.mark(name)`` after each piece it wants counted, and each mark
 writes the instructions since the previous one to a dump of callgrind's, which
-``run_counted`` reads back, sums by name and deletes.
+``run_counted`` reads back, by name, and deletes.
 
 The marks are valgrind's client requests (``valgrind/callgrind.h``), machine code that
 Python cannot emit: ``Marks`` compiles a five-line C library with the machine's ``gcc``
@@ -122,7 +122,10 @@ class Split:
             for function in functions:
                 self._wrap(part, function)
 
-    def _wrapper(self, part: str, function: Any) -> Any:
+    def wrapped(self, part: str, function: Any) -> Any:
+        """``function``, counted as ``part`` (for a function no module holds by name: a
+        URL pattern's view)."""
+
         @functools.wraps(function)
         def counted(*args: Any, **kwargs: Any) -> Any:
             if not self.on:
@@ -144,10 +147,10 @@ class Split:
         owner_name, _, attribute = name.rpartition(".")
         if owner_name:  # a method: wrapped on its class
             owner = getattr(module, owner_name)
-            setattr(owner, attribute, self._wrapper(part, owner.__dict__[attribute]))
+            setattr(owner, attribute, self.wrapped(part, owner.__dict__[attribute]))
             return
         original = getattr(module, name)
-        counted = self._wrapper(part, original)
+        counted = self.wrapped(part, original)
         for each in list(sys.modules.values()):  # wherever it was imported by name
             namespace = getattr(each, "__dict__", None) or {}
             for key, value in list(namespace.items()):
@@ -160,7 +163,7 @@ class Split:
         def nothing() -> None:
             return None
 
-        counted = self._wrapper(OVERHEAD, nothing)
+        counted = self.wrapped(OVERHEAD, nothing)
         self.running.append(CALLER)
         self.marks.mark("(before calibrating)")
         for _ in range(calls):
