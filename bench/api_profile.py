@@ -79,6 +79,8 @@ from recovery.services.credentials import host_create  # noqa: E402
 from recovery.services.providers import provider_configure  # noqa: E402
 
 ENDPOINTS = ("register", "open approval", "approve", "dispatch", "report")
+# What the driver's own code between two requests is counted as (``--instructions``).
+DRIVER = "(the driver)"
 # Every name ``Driver.lifecycle`` gives a request.
 ENDPOINT_NAMES = (
     *ENDPOINTS,
@@ -117,7 +119,7 @@ class Driver:
         status: list[str] = []
         self.count.__init__()  # type: ignore[misc]
         if self.marks is not None:
-            self.marks.mark("(the driver)")
+            self.marks.mark(DRIVER)
         started = time.process_time()
         chunks = self.handler(environ, lambda s, h, *e: status.append(s))
         content = b"".join(chunks)
@@ -185,13 +187,13 @@ def per_endpoint(driver: Driver) -> list[tuple[str, float, float]]:
 
 def print_instructions(counts: dict[str, list[int]]) -> None:
     """The instructions of each request, by endpoint: median, and the spread."""
-    lifecycles = min(len(values) for name, values in counts.items() if name != "(the driver)")
+    lifecycles = min(len(values) for name, values in counts.items() if name != DRIVER)
     print(f"{lifecycles} lifecycles in-process under valgrind (callgrind)")
     print("| endpoint | instructions per request (median) | lowest - highest |")
     print("| --- | --- | --- |")
     total = 0.0
     for name, values in counts.items():
-        if name == "(the driver)":
+        if name == DRIVER:
             continue
         median = statistics.median(values)
         total += median

@@ -186,7 +186,7 @@ def split_figures(counts: dict[str, list[int]], calls: dict[str, dict[str, int]]
     around = sum(counts[CALLER]) / calls["made"][CALLER]  # its loop's few included
     figures = {}
     for part, values in counts.items():
-        if part in (OVERHEAD, CALLER) or part.startswith("("):
+        if part.startswith("("):  # the calibration's and the caller's own, not parts
             continue
         made, own = calls["made"].get(part, 0), calls["calls"].get(part, 0)
         figures[part] = round(sum(values) - own * inside - made * around)
