@@ -230,8 +230,11 @@ INSTRUCTION_PARTS: dict[str, tuple[str, ...]] = {
         "dbsql.writes:update_returning",
     ),
     "model instances (Model.__init__)": ("django.db.models:Model.__init__",),
-    "psycopg (each statement's client side)": (
+    "psycopg and libpq (each statement's client side)": (
         "psycopg:Cursor.execute",
+        "dbsql.cursor:_run",
+        "dbsql.cursor:KeptCursor.fetchone",
+        "dbsql.cursor:KeptCursor.fetchall",
         "psycopg:Cursor.fetchone",
         "psycopg:Cursor.fetchall",
     ),

@@ -103,3 +103,50 @@ def test_timestamps_are_read_by_psycopgs_own_loader_to_the_values_djangos_gives(
     assert all(value.tzinfo is datetime.UTC for value in read + djangos)
     assert read[0] == datetime.datetime(2026, 12, 7, 15, 36, 29, 962988, datetime.UTC)
     assert read[1] == read[0].replace(microsecond=0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_is_one_libpq_call_and_its_error_djangos(held, monkeypatch):
+    """COMMIT through libpq where nothing watches (psycopg's ``commit()`` never called),
+    through psycopg's where Django logs statements; an error at COMMIT (a deferred
+    constraint) is Django's ``IntegrityError`` either way, the transaction gone."""
+    from django.db import IntegrityError, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    if not POSTGRES:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE commit_probe (id integer, CONSTRAINT commit_probe_once "
+            "UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+    try:
+        committed: list[str] = []
+        commit = type(connection.connection).commit
+
+        def psycopgs(self: object) -> None:
+            committed.append("psycopg")
+            commit(self)
+
+        monkeypatch.setattr(type(connection.connection), "commit", psycopgs)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("INSERT INTO commit_probe (id) VALUES (1)")
+        assert committed == []
+        with held.cursor() as cursor:  # another session sees it: committed
+            cursor.execute("SELECT count(*) FROM commit_probe")
+            assert cursor.fetchone() == (1,)
+        refused = pytest.raises(IntegrityError, match="commit_probe_once")
+        with refused, transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("INSERT INTO commit_probe (id) VALUES (1)")
+        assert committed == []
+        assert connection.connection.info.transaction_status == 0  # IDLE: nothing left open
+        logged = CaptureQueriesContext(connection)
+        with logged, transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("INSERT INTO commit_probe (id) VALUES (2)")
+        assert committed == ["psycopg"]
+        with held.cursor() as cursor:
+            cursor.execute("SELECT array_agg(id ORDER BY id) FROM commit_probe")
+            assert cursor.fetchone() == ([1, 2],)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE commit_probe")
