@@ -26,18 +26,20 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache, wraps
+from threading import get_ident
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from django.apps import apps
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import connection, transaction
 from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 
 from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, event_digest
 from audit.models import AuditChainHead, AuditEvent, ChainHolder
 from common.actors import Actor
+from dbsql.cursor import connection_pin, connection_unpin, default_connection
 from dbsql.writes import Rider, insert, update_sql, values_update
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -195,6 +197,14 @@ class _Buffer:
             )
 
 
+# The innermost ``audit_transaction`` open in this thread (or task), with the thread: a
+# context variable, not an attribute of the connection, which a request's appends ask for
+# at every turn (a lookup of the connection costs about 10 thousand instructions,
+# ``dbsql.cursor.default_connection``); a context copied to another thread does not see it,
+# as that thread has a connection, and so transactions, of its own.
+_OPEN: ContextVar[tuple[int, _Buffer] | None] = ContextVar("settle_audit_open", default=None)
+
+
 class audit_transaction:
     """``transaction.atomic`` that also writes the events appended inside it, at its end.
 
@@ -207,9 +217,8 @@ class audit_transaction:
 
     def __enter__(self) -> None:
         self._atomic.__enter__()
-        db = connections[DEFAULT_DB_ALIAS]
-        current: _Buffer | None = getattr(db, "settle_audit", None)
-        db.settle_audit = _Buffer(parent=current)  # type: ignore[attr-defined]
+        _, self._pinned = connection_pin()  # its statements all run on it
+        _OPEN.set((get_ident(), _Buffer(parent=_open_buffer())))
 
     def __exit__(
         self,
@@ -217,19 +226,23 @@ class audit_transaction:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        db = connections[DEFAULT_DB_ALIAS]
-        buffer: _Buffer = db.settle_audit  # type: ignore[attr-defined]
-        db.settle_audit = buffer.parent  # type: ignore[attr-defined]
+        open_ = _OPEN.get()
+        assert open_ is not None and open_[0] == get_ident(), "entered here"
+        buffer = open_[1]
+        _OPEN.set((get_ident(), buffer.parent) if buffer.parent is not None else None)
         try:
-            if exc_type is None:
-                if buffer.parent is not None:
-                    buffer.merge_into(buffer.parent)
-                else:
-                    buffer.flush()
-        except BaseException as error:
-            self._atomic.__exit__(type(error), error, error.__traceback__)
-            raise
-        self._atomic.__exit__(exc_type, exc, tb)
+            try:
+                if exc_type is None:
+                    if buffer.parent is not None:
+                        buffer.merge_into(buffer.parent)
+                    else:
+                        buffer.flush()
+            except BaseException as error:
+                self._atomic.__exit__(type(error), error, error.__traceback__)
+                raise
+            self._atomic.__exit__(exc_type, exc, tb)
+        finally:
+            connection_unpin(self._pinned)
         return None
 
     def __call__(self, function: F) -> F:
@@ -310,9 +323,10 @@ def _current_buffer() -> _Buffer:
 
 def _open_buffer() -> _Buffer | None:
     """The innermost ``audit_transaction``'s buffer, if one is open in a transaction."""
-    db = connections[DEFAULT_DB_ALIAS]  # once: each lookup through `connection` costs one
-    buffer: _Buffer | None = getattr(db, "settle_audit", None)
-    return buffer if buffer is not None and db.in_atomic_block else None
+    open_ = _OPEN.get()
+    if open_ is None or open_[0] != get_ident():
+        return None
+    return open_[1] if default_connection().in_atomic_block else None
 
 
 def _chain_head(buffer: _Buffer, chain: str, operation: ChainHolder | None) -> tuple[int, str]:

@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import DateTimeField, Expression
 from django.utils import timezone
 
-from dbsql.cursor import kept_cursor
+from dbsql.cursor import kept_cursor, vendor
 
 
 @dataclass(frozen=True)
@@ -33,10 +33,13 @@ class Clock:
     local: datetime | None
 
 
+_STATEMENT_TIMESTAMP = Clock("statement_timestamp()", (), None)
+
+
 def clock() -> Clock:
     """The database's clock, for a statement to read (the one vendor branch)."""
-    if connection.vendor == "postgresql":
-        return Clock("statement_timestamp()", (), None)
+    if vendor() == "postgresql":
+        return _STATEMENT_TIMESTAMP
     now = timezone.now()
     return Clock("%s", (DateTimeField().get_db_prep_value(now, connection),), now)
 

@@ -9,8 +9,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db import connection, models
 from django.db.models import Field, Model
+
+from dbsql.cursor import default_connection, vendor
 
 PLAIN = (int, str, bool)
 
@@ -64,7 +66,21 @@ def attname(model: type[Model], name: str) -> str:
 
 
 def prep(model: type[Model], name: str, value: Any) -> Any:
-    return field(model, name).get_db_prep_save(value, connection)
+    """``value`` as a condition on column ``name`` sends it: ``get_db_prep_save``'s, the
+    common types taken as they are where that is what it gives (``_AS_IS``)."""
+    each = field(model, name)
+    ((_, _, as_is),) = _save_plan(vendor(), (each,))
+    if _as_is(value, as_is):
+        return value
+    return each.get_db_prep_save(value, default_connection())
+
+
+def _as_is(value: Any, types: tuple[type, ...] | None) -> bool:
+    """Whether ``value`` is saved as it is (``_save_plan``'s types for its field)."""
+    if types is None:
+        return False
+    kind = type(value)
+    return kind in types and (kind is not datetime or value.tzinfo is not None)
 
 
 @functools.cache
@@ -87,17 +103,18 @@ def saved_values(fields: Sequence[Field[Any, Any]], obj: Model) -> list[Any]:
     """``obj``'s values for ``fields`` as an INSERT writes them: what each field's
     ``pre_save`` (for a new row) and ``get_db_prep_save`` give, the common types taken
     as they are where that is what those give (``_AS_IS``)."""
-    db = connections[DEFAULT_DB_ALIAS]
+    db = None  # looked up once, and only for a value the ORM converts
     values = []
-    for each, name, as_is in _save_plan(db.vendor, tuple(fields)):
+    for each, name, as_is in _save_plan(vendor(), tuple(fields)):
         if as_is is None:
             value = each.pre_save(obj, True)
         else:
             value = getattr(obj, name)  # what pre_save gives a field with no clock
-            kind = type(value)
-            if kind in as_is and (kind is not datetime or value.tzinfo is not None):
+            if _as_is(value, as_is):
                 values.append(value)
                 continue
+        if db is None:
+            db = default_connection()
         values.append(each.get_db_prep_save(value, db))
     return values
 

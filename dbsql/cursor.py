@@ -31,7 +31,10 @@ cursor, so that every statement is seen and sent as before.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from contextvars import ContextVar, Token
+from threading import get_ident
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -161,10 +164,49 @@ class KeptCursor:
         return -1 if count is None else int(count)
 
 
+# The default database's connection pinned for a block (``connection_pin``), and the
+# thread that pinned it: a context copied to another thread (asgiref's ``sync_to_async``)
+# does not see it there, as asgiref's ``Local`` shows each thread its own connection.
+_PINNED: ContextVar[tuple[int, BaseDatabaseWrapper] | None] = ContextVar(
+    "dbsql_pinned", default=None
+)
+
+
+def default_connection() -> BaseDatabaseWrapper:
+    """``connections[DEFAULT_DB_ALIAS]``: the one pinned for the block this runs in, else
+    looked up (asgiref's ``Local``: about 10 thousand instructions, as much as libpq's
+    work on a short statement; a pinned one costs a context variable's read)."""
+    pinned = _PINNED.get()
+    if pinned is not None and pinned[0] == get_ident():
+        return pinned[1]
+    return connections[DEFAULT_DB_ALIAS]
+
+
+def connection_pin() -> tuple[BaseDatabaseWrapper, Token[Any]]:
+    """Pin the default connection until ``connection_unpin``: for a block whose statements
+    all run on it (a transaction's), so that each finds it without the lookup."""
+    db = default_connection()
+    return db, _PINNED.set((get_ident(), db))
+
+
+def connection_unpin(token: Token[Any]) -> None:
+    _PINNED.reset(token)
+
+
+@functools.cache
+def vendor() -> str:
+    """The default database's vendor: one a process (as ``columns.quote``'s names), kept.
+
+    ``connection.vendor`` looks the connection up on every call (asgiref's ``Local``:
+    about 10 thousand instructions, as much as libpq's work on a short statement), and
+    the written-out statements ask it at every turn."""
+    return str(connections[DEFAULT_DB_ALIAS].vendor)
+
+
 def kept_cursor(db: BaseDatabaseWrapper | None = None) -> KeptCursor | CursorWrapper:
     """A cursor on ``db`` (the default database) for ``with``: kept, or Django's (see above)."""
     if db is None:
-        db = connections[DEFAULT_DB_ALIAS]
+        db = default_connection()
     if db.vendor != "postgresql" or db.queries_logged or db.execute_wrappers:
         return db.cursor()
     db.close_if_health_check_failed()

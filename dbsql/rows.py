@@ -33,66 +33,59 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import Field, Model
 
 from dbsql import columns
 from dbsql.clock import clock
-from dbsql.cursor import kept_cursor
+from dbsql.cursor import default_connection, kept_cursor, vendor
 
 M = TypeVar("M", bound=Model)
 
 # -- reading -----------------------------------------------------------------------------
 
 
+Conversions = tuple[tuple[int, Any, tuple[Callable[..., Any], ...]], ...]
+
+
 @functools.cache
-def _converters(
-    vendor: str, model: type[Model], fields: tuple[Field[Any, Any], ...]
-) -> tuple[tuple[Callable[..., Any], ...], ...]:
+def _conversions(
+    vendor: str, fields: tuple[Field[Any, Any], ...], model: type[Model] | None
+) -> tuple[list[str], Conversions]:
+    """The attributes a row of ``fields`` fills, and its columns that have converters:
+    their index, the column (of ``model``'s table, else each field's model's), and the
+    backend's and the field's converters (on PostgreSQL, few columns have any)."""
     del vendor  # part of the key only: the backend decides the converters
-    converters = []
-    for field in fields:
-        column = field.get_col(model._meta.db_table)
-        converters.append(
-            (
-                column,
-                *connection.ops.get_db_converters(column),
-                *column.get_db_converters(connection),
-            )
+    converted = []
+    for index, field in enumerate(fields):
+        column = field.get_col((model or field.model)._meta.db_table)
+        converters = (
+            *connection.ops.get_db_converters(column),
+            *column.get_db_converters(connection),
         )
-    return tuple(converters)
+        if converters:
+            converted.append((index, column, converters))
+    return [field.attname for field in fields], tuple(converted)
+
+
+def _convert(converted: Conversions, values: list[Any]) -> None:
+    db = default_connection()
+    for index, column, converters in converted:
+        value = values[index]
+        for converter in converters:
+            value = converter(value, column, db)
+        values[index] = value
 
 
 def model_from_row(model: type[M], fields: Sequence[Any], row: Sequence[Any]) -> M:
     """A model instance from a raw row, converted the way Django's own queries convert."""
-    db = connections[DEFAULT_DB_ALIAS]  # once: each lookup through `connection` costs one
-    values = []
-    for (column, *converters), value in zip(
-        _converters(db.vendor, model, tuple(fields)), row, strict=True
-    ):
-        for converter in converters:
-            value = converter(value, column, db)
-        values.append(value)
-    return model.from_db(DEFAULT_DB_ALIAS, [field.attname for field in fields], values)
-
-
-@functools.cache
-def _field_converters(
-    vendor: str, fields: tuple[Field[Any, Any], ...]
-) -> tuple[tuple[Callable[..., Any], ...], ...]:
-    """``_converters`` for fields of any models, each converted as its own column."""
-    del vendor  # part of the key only: the backend decides the converters
-    converters = []
-    for field in fields:
-        column = field.get_col(field.model._meta.db_table)
-        converters.append(
-            (
-                column,
-                *connection.ops.get_db_converters(column),
-                *column.get_db_converters(connection),
-            )
-        )
-    return tuple(converters)
+    attnames, converted = _conversions(vendor(), tuple(fields), model)
+    if len(row) != len(attnames):
+        raise ValueError(f"a row of {len(row)} values for {len(attnames)} fields")
+    values = list(row)
+    if converted:
+        _convert(converted, values)
+    return model.from_db(DEFAULT_DB_ALIAS, attnames, values)
 
 
 def values_from_rows(
@@ -101,22 +94,14 @@ def values_from_rows(
     """``rows``' values, each converted as the ORM converts a column of ``fields``' one.
 
     For a statement whose columns come from several tables (or from subqueries that
-    read one column each): what ``model_from_row`` does for one model's row. The
-    converters are looked up once for all the rows, and only the columns that have
-    any are touched (on PostgreSQL, few do).
+    read one column each): what ``model_from_row`` does for one model's row, the
+    converters looked up once for all the rows.
     """
-    converted = [
-        (index, column, converters)
-        for index, (column, *converters) in enumerate(_field_converters(connection.vendor, fields))
-        if converters
-    ]
+    _, converted = _conversions(vendor(), fields, None)
     values = [list(row) for row in rows]
-    for row in values:
-        for index, column, converters in converted:
-            value = row[index]
-            for converter in converters:
-                value = converter(value, column, connection)
-            row[index] = value
+    if converted:
+        for row in values:
+            _convert(converted, row)
     return values
 
 

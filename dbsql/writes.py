@@ -34,7 +34,7 @@ from django.db.models import Field, ForeignKey, Model
 
 from dbsql import columns
 from dbsql.clock import clock
-from dbsql.cursor import kept_cursor
+from dbsql.cursor import kept_cursor, vendor
 from dbsql.rows import model_from_row, select_first, selected_columns
 
 NOW = object()  # a parameter of ``update_returning``: the database's clock goes here
@@ -83,7 +83,7 @@ def insert(
     (SQLite has no writing ``WITH``); ``rider_counts`` is given their row counts.
     """
     counts = rider_counts if rider_counts is not None else []
-    if riders and (not objects or connection.vendor != "postgresql"):
+    if riders and (not objects or vendor() != "postgresql"):
         with kept_cursor() as cursor:
             for write, values in riders:
                 cursor.execute(write, values)
@@ -164,7 +164,7 @@ def _saved(obj: Model, returned: Sequence[Field[Any, Any]], row: Sequence[Any]) 
     for field, value in zip(returned, row, strict=True):
         setattr(obj, field.attname, value)
     obj._state.adding = False
-    obj._state.db = connection.alias
+    obj._state.db = DEFAULT_DB_ALIAS
 
 
 def upsert(obj: Model, *, conflict: Sequence[str], update: Sequence[str]) -> None:
@@ -189,7 +189,7 @@ def insert_upserting(
     """
     named = getattr(obj, field)
     assert named is not None and named.pk is None, "the named row is upserted here"
-    if connection.vendor != "postgresql":
+    if vendor() != "postgresql":
         upsert(named, conflict=conflict, update=update)
         setattr(obj, field, named)
         insert([obj])
@@ -226,7 +226,7 @@ def insert_naming(obj: Model, field: str, **where: Any) -> Model | None:
     model = type(obj)
     relation = columns.field(model, field)
     named: type[Model] = relation.related_model  # type: ignore[assignment]
-    if connection.vendor != "postgresql":
+    if vendor() != "postgresql":
         found = select_first(named, **where)
         if found is not None:
             setattr(obj, field, found)
@@ -247,7 +247,7 @@ def insert_naming(obj: Model, field: str, **where: Any) -> Model | None:
     for each, value in zip(returned, row[len(fields) :], strict=True):
         setattr(obj, each.attname, value)
     obj._state.adding = False
-    obj._state.db = connection.alias
+    obj._state.db = DEFAULT_DB_ALIAS
     return found
 
 
@@ -295,7 +295,7 @@ def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:
     model = type(obj)
     written, _, returned, returning = _insert_shape(model)
     values = columns.saved_values(written, obj)
-    sql = f"{_insert_select_sql(model, connection.vendor)} WHERE {condition}{returning}"
+    sql = f"{_insert_select_sql(model, vendor())} WHERE {condition}{returning}"
     with kept_cursor() as cursor:
         cursor.execute(sql, [*values, *params])
         rows = cursor.fetchall() if returning else []
@@ -305,7 +305,7 @@ def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:
     for field, value in zip(returned, rows[0] if rows else (), strict=False):
         setattr(obj, field.attname, value)
     obj._state.adding = False
-    obj._state.db = connection.alias
+    obj._state.db = DEFAULT_DB_ALIAS
     return True
 
 
@@ -415,7 +415,7 @@ def values_update(
     ``CASE WHEN`` per column and row, which costs more to build in Python than the rest
     of a batch's work.
     """
-    assert connection.vendor == "postgresql", "one statement per batch needs PostgreSQL"
+    assert vendor() == "postgresql", "one statement per batch needs PostgreSQL"
     if not rows:
         return set()
     fields, sql = _values_update_sql(
@@ -482,7 +482,7 @@ def bulk_save(objects: Sequence[Model], fields: Sequence[str]) -> None:
     if not objects:
         return
     model = type(objects[0])
-    if connection.vendor != "postgresql":
+    if vendor() != "postgresql":
         model._default_manager.bulk_update(objects, fields)
         return
     names = [columns.attname(model, name) for name in fields]

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
 from django.utils import timezone
 
 from audit.chain import (
@@ -33,6 +32,7 @@ from audit.chain import (
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from common.actors import Actor
+from dbsql.cursor import vendor
 from dbsql.writes import Rider, update, update_sql, values_update
 from recovery.changes import OperationChange, changes_record
 from recovery.models import Operation, State, receipt_running_sql
@@ -122,7 +122,7 @@ def operation_transition(
     events' statement (the module's docstring says for whom).
     """
     ridden = audit_transaction_head_ridden(operation.key)
-    if (riding or ridden) and connection.vendor == "postgresql" and audit_transaction_open():
+    if (riding or ridden) and vendor() == "postgresql" and audit_transaction_open():
         _ride(Change(operation, event, data, fields), actor, ridden)
         return operation
     refused = operation_transition_many(
@@ -154,7 +154,7 @@ def operation_transition_many(*, changes: list[Change], actor: Actor) -> list[Tr
     """
     assert len({change.operation.pk for change in changes}) == len(changes), "once each"
     refused: list[TransitionRefused] = []
-    if connection.vendor != "postgresql":
+    if vendor() != "postgresql":
         for change in changes:
             try:
                 _transition_row(change, actor)

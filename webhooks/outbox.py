@@ -30,7 +30,7 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from audit.chain import (
@@ -40,6 +40,7 @@ from audit.chain import (
     audit_transaction_rides,
 )
 from common.links import approval_link_url
+from dbsql import columns
 from dbsql.cursor import kept_cursor
 from recovery.changes import APPROVAL_OPENED, RECEIPT_COMPLETE, OperationChange
 from recovery.models import Operation, State
@@ -233,7 +234,7 @@ def _outbox_sql(events: list[OutboxEvent]) -> tuple[str, list[Any]]:
     )
     # As the ORM writes it: SQLite keeps datetimes as text, and a value in another form
     # (with its offset) would compare wrongly with the ORM's "due by now".
-    stamp = connection.ops.adapt_datetimefield_value(now)
+    stamp = columns.prep(WebhookMessage, "created_at", now)
     return sql, [stamp, PENDING, stamp, PENDING, *params, DISABLED]
 
 

@@ -10,7 +10,6 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from django.contrib.auth import get_user_model
-from django.db import connection
 
 from approvals.models import (
     Approval,
@@ -23,6 +22,7 @@ from approvals.services.errors import ApprovalError
 from audit.chain import audit_transaction_rider, audit_transaction_rides
 from common.actors import Actor
 from common.errors import ErrorCode
+from dbsql import columns
 from dbsql.clock import db_now
 from dbsql.rows import model_from_row, select_first
 from dbsql.writes import NOW, insert, insert_sql, insert_upserting, update_returning
@@ -177,7 +177,7 @@ def approval_resolve(
             decided_by.stored,
             NOW,
             reason,
-            Approval._meta.pk.get_db_prep_value(approval_id, connection),
+            columns.prep(Approval, "pk", approval_id),
             Approval.Status.PENDING,
             binding.operation_key,
             binding.action,

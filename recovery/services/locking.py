@@ -28,13 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from django.db.models import Q, QuerySet, Subquery
 
 from approvals.models import Approval, Approver, Permit
 from approvals.services.approvals import Binding
 from audit.chain import audit_chain_locked
 from common.errors import ErrorCode
+from dbsql import columns
 from dbsql.rows import select_locked_with
 from recovery.models import (
     Host,
@@ -96,7 +96,7 @@ def operation_lock_bound(
     if host is not None or not scope:
         table, column = record._meta.db_table, record._meta.pk.column
         bound = f't."key" = (SELECT b."operation_key" FROM {table} b WHERE b."{column}" = %s)'
-        operation = _row_locked(bound, [record._meta.pk.get_db_prep_value(pk, connection)], host)
+        operation = _row_locked(bound, [columns.prep(record, "pk", pk)], host)
     else:
         bound_key = record.objects.filter(pk=pk).values("operation_key")[:1]
         assert approver is not None

@@ -6,6 +6,7 @@ triggers off, as a table owner can) but without the audit key.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import threading
 from datetime import UTC, datetime
@@ -19,7 +20,12 @@ from django.test.utils import CaptureQueriesContext
 
 from audit import checkpoints
 from audit.alarms import alarm_signed
-from audit.chain import audit_append, audit_transaction, audit_transaction_rider
+from audit.chain import (
+    audit_append,
+    audit_transaction,
+    audit_transaction_open,
+    audit_transaction_rider,
+)
 from audit.checkpoints import audit_checkpoint
 from audit.hashing import (
     GENESIS_HASH,
@@ -83,6 +89,26 @@ def test_intact_log_verifies_and_the_command_checkpoints_it(operations, capsys):
 def test_append_outside_an_audit_transaction_is_refused(operations):
     with pytest.raises(RuntimeError), transaction.atomic():
         audit_append(kind="test", operation=operation_lock(operations[0]))
+
+
+def test_an_audit_transaction_is_open_in_its_own_thread_only_and_closes_with_its_block(
+    operations,
+):
+    """Another thread has its own connection, so its own transactions: a context copied
+    to it (as asgiref's ``sync_to_async`` copies one) does not carry the block."""
+    assert not audit_transaction_open()
+    with audit_transaction():
+        assert audit_transaction_open()
+        copied = contextvars.copy_context()
+        seen: list[bool] = []
+        thread = threading.Thread(target=lambda: seen.append(copied.run(audit_transaction_open)))
+        thread.start()
+        thread.join()
+        assert seen == [False]
+        with audit_transaction():
+            assert audit_transaction_open()
+        assert audit_transaction_open()  # the outer block still
+    assert not audit_transaction_open()
 
 
 def test_append_to_an_operation_that_was_not_locked_is_refused(operations):

@@ -3,7 +3,9 @@ where nothing watches; Django's own cursor wherever something does."""
 
 from __future__ import annotations
 
+import contextvars
 import datetime
+import threading
 from typing import Any
 
 import psycopg
@@ -12,7 +14,13 @@ from django.db import IntegrityError, OperationalError, connection, connections,
 from django.db.backends.utils import CursorWrapper
 from django.test.utils import CaptureQueriesContext
 
-from dbsql.cursor import KeptCursor, kept_cursor
+from dbsql.cursor import (
+    KeptCursor,
+    connection_pin,
+    connection_unpin,
+    default_connection,
+    kept_cursor,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -178,3 +186,19 @@ def test_a_closed_connection_is_opened_again_with_a_cursor_of_its_own():
         assert after.kept is not before.kept
         assert after.kept.raw is connection.connection
         assert not after.kept.raw.closed
+
+
+def test_a_pinned_connection_is_the_threads_own_and_unpinned_at_the_end():
+    db, token = connection_pin()
+    try:
+        assert db is connections["default"]
+        assert default_connection() is db
+        seen: list[Any] = []
+        copied = contextvars.copy_context()  # as asgiref's sync_to_async carries it
+        thread = threading.Thread(target=lambda: seen.append(copied.run(default_connection) is db))
+        thread.start()
+        thread.join()
+        assert seen == [False]  # that thread's own connection, as Django's lookup gives it
+    finally:
+        connection_unpin(token)
+    assert default_connection() is connections["default"]
