@@ -40,6 +40,7 @@ from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, event_digest
 from audit.models import AuditChainHead, AuditEvent, ChainHolder
 from common.actors import Actor
 from dbsql.cursor import connection_pin, connection_unpin, default_connection
+from dbsql.rows import model_unsaved
 from dbsql.writes import Rider, insert, update_sql, values_update
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -443,7 +444,9 @@ def audit_append(
     seq, prev_hash = _chain_head(buffer, chain, operation)
     tags = _TAGS.get()
     data = {**(data or {}), **tags} if tags else (data or {})
-    event = AuditEvent(
+    event = model_unsaved(
+        AuditEvent,
+        id=None,
         seq=seq + 1,
         at=timezone.now(),
         kind=kind,
@@ -451,6 +454,7 @@ def audit_append(
         actor=actor,
         data=data,
         prev_hash=prev_hash,
+        hash="",
     )
     event.hash = event_digest(event)
     buffer.events.append(event)

@@ -29,12 +29,14 @@ values_from_rows
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import Field, Model
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 
 from dbsql import columns
 from dbsql.clock import clock
@@ -85,7 +87,47 @@ def model_from_row(model: type[M], fields: Sequence[Any], row: Sequence[Any]) ->
     values = list(row)
     if converted:
         _convert(converted, values)
-    return model.from_db(DEFAULT_DB_ALIAS, attnames, values)
+    if not _plain(model):
+        return model.from_db(DEFAULT_DB_ALIAS, attnames, values)
+    found = _instance(model, zip(attnames, values, strict=True))
+    found._state.adding, found._state.db = False, DEFAULT_DB_ALIAS
+    return found
+
+
+def model_unsaved(model: type[M], **values: Any) -> M:
+    """``model(**values)``, every concrete field given by its attribute (``id=None``
+    included): an instance to insert, made as ``model_from_row`` makes one."""
+    if not _plain(model) or values.keys() != _attnames(model):
+        return model(**values)
+    return _instance(model, values.items())
+
+
+def _instance(model: type[M], values: Iterable[tuple[str, Any]]) -> M:
+    """What ``Model.__init__`` makes of every field's value, without its work a field:
+    each value in the instance's ``__dict__`` (where its descriptor reads it), and a
+    new ``_state``; only for a model nothing hooks (``_plain``)."""
+    found = model.__new__(model)
+    found.__dict__.update(values)
+    found._state = ModelState()
+    return found
+
+
+@functools.cache
+def _plain(model: type[Model]) -> bool:
+    """Whether ``model``'s instances are made by Django's own ``__init__`` and
+    ``from_db``, with no receiver of ``pre_init`` or ``post_init``: then ``_instance``
+    makes the same instance. Decided once a model, its receivers connected at start."""
+    return (
+        model.from_db.__func__ is Model.from_db.__func__  # type: ignore[attr-defined]
+        and model.__init__ is Model.__init__
+        and not pre_init.has_listeners(model)
+        and not post_init.has_listeners(model)
+    )
+
+
+@functools.cache
+def _attnames(model: type[Model]) -> frozenset[str]:
+    return frozenset(field.attname for field in model._meta.concrete_fields)
 
 
 def values_from_rows(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 import pytest
@@ -326,6 +327,65 @@ def test_model_from_row_converts_a_raw_row_as_the_orm_does():
     assert {f.attname: getattr(made, f.attname) for f in fields} == {
         f.attname: getattr(orm, f.attname) for f in fields
     }
+
+
+def test_model_from_row_makes_the_instance_from_db_makes_and_hooks_see_it(monkeypatch):
+    """Without ``Model.__init__``'s work where nothing hooks it: the same ``__dict__``,
+    the fields left out deferred; a model with a ``post_init`` receiver, by ``from_db``."""
+    from django.db.models.signals import post_init
+
+    from dbsql import rows
+
+    approval = _approval("op-1")
+    insert([approval])
+    fields = Approval._meta.concrete_fields
+    columns = ", ".join(f'"{field.column}"' for field in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {columns} FROM approvals_approval")
+        row = cursor.fetchone()
+    made = model_from_row(Approval, fields, row)
+    orm = Approval.objects.get()
+    assert made.__dict__.keys() == orm.__dict__.keys()
+    assert made._state.__dict__ == orm._state.__dict__ == {"adding": False, "db": "default"}
+    assert made == orm and made.pk == orm.pk
+    some = [field for field in fields if field.name in {"id", "operation_key", "status"}]
+    partial = model_from_row(Approval, some, [row[fields.index(field)] for field in some])
+    assert (
+        partial.get_deferred_fields()
+        == orm.__class__.objects.only("id", "operation_key", "status").get().get_deferred_fields()
+    )
+    assert partial.requested_by == ALICE  # loaded when read, as a deferred field is
+    with pytest.raises(ValueError, match="values for"):
+        model_from_row(Approval, fields, row[:-1])
+
+    seen: list[object] = []
+
+    def hook(sender: object, instance: object, **kwargs: object) -> None:
+        seen.append(instance)
+
+    post_init.connect(hook, sender=Approval)
+    monkeypatch.setattr(rows, "_plain", functools.cache(rows._plain.__wrapped__))
+    try:
+        hooked = model_from_row(Approval, fields, row)
+    finally:
+        post_init.disconnect(hook, sender=Approval)
+    assert seen == [hooked] and hooked == orm
+
+
+def test_model_unsaved_is_the_instance_the_constructor_makes():
+    from dbsql.rows import model_unsaved
+
+    values = {
+        f.attname: getattr(_approval("op-2"), f.attname) for f in Approval._meta.concrete_fields
+    }
+    made, constructed = model_unsaved(Approval, **values), Approval(**values)
+    assert made.__dict__.keys() == constructed.__dict__.keys()
+    assert {k: v for k, v in made.__dict__.items() if k != "_state"} == {
+        k: v for k, v in constructed.__dict__.items() if k != "_state"
+    }
+    assert made._state.adding is True and made._state.db is None
+    del values["decision_reason"]  # a field left out: the constructor's default
+    assert model_unsaved(Approval, **values).decision_reason == ""
 
 
 # -- update_returning --------------------------------------------------------------------
