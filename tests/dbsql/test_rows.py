@@ -312,14 +312,18 @@ def test_select_locked_with_conditions_may_name_the_related_row(flow):
     assert found is not None and found.key == "op-1"
 
 
-def test_model_from_row_converts_a_raw_row_as_the_orm_does():
-    approval = _approval("op-1")
-    insert([approval])
+def _approval_row() -> tuple[list[Field], tuple[object, ...]]:
+    """An approval inserted, and its row as the database holds it, every column."""
+    insert([_approval("op-1")])
     fields = Approval._meta.concrete_fields
     columns = ", ".join(f'"{field.column}"' for field in fields)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {columns} FROM approvals_approval")
-        row = cursor.fetchone()
+        return fields, cursor.fetchone()
+
+
+def test_model_from_row_converts_a_raw_row_as_the_orm_does():
+    fields, row = _approval_row()
     made = model_from_row(Approval, fields, row)
     assert made._state.adding is False and made._state.db == connection.alias
     assert made.requested_by == ALICE and isinstance(made.id, uuid.UUID)
@@ -336,13 +340,7 @@ def test_model_from_row_makes_the_instance_from_db_makes_and_hooks_see_it(monkey
 
     from dbsql import rows
 
-    approval = _approval("op-1")
-    insert([approval])
-    fields = Approval._meta.concrete_fields
-    columns = ", ".join(f'"{field.column}"' for field in fields)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {columns} FROM approvals_approval")
-        row = cursor.fetchone()
+    fields, row = _approval_row()
     made = model_from_row(Approval, fields, row)
     orm = Approval.objects.get()
     assert made.__dict__.keys() == orm.__dict__.keys()
