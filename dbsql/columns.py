@@ -7,7 +7,7 @@ import functools
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 from django.db import connection, models
 from django.db.models import Field, Model
@@ -19,9 +19,13 @@ PLAIN = (int, str, bool)
 # Fields whose conversion for saving (``get_db_prep_save``) hands PostgreSQL a value of
 # these exact types as it is: ``to_python`` and the backend's ``adapt_*`` are the
 # identity for them there (an aware datetime: a naive one is warned of and made aware;
-# tests/dbsql/test_columns.py holds the two ways equal).
+# tests/dbsql/test_columns.py holds the two ways equal). A text field's value is any
+# ``str``, a subclass included (a ``TextChoices`` member): its ``to_python`` gives it back.
 # A value of any other type, a subclass included, and every other field, a subclass of
-# these included, take the ORM's own conversion.
+# these included, take the ORM's own conversion; but an integer field's ``int``, which
+# the backend wraps in the class its ``integerfield_type_map`` names (psycopg's ``Int4``,
+# ``Int8``...), is wrapped here the same (``_save_plan``).
+_TEXT = (str, type(None))
 _AS_IS: dict[type[Field[Any, Any]], tuple[type, ...]] = {
     **dict.fromkeys(
         (
@@ -31,7 +35,7 @@ _AS_IS: dict[type[Field[Any, Any]], tuple[type, ...]] = {
             models.EmailField,
             models.URLField,
         ),
-        (str, type(None)),
+        _TEXT,
     ),
     # Keys only: an integer field's value is sized for psycopg (``Int4``) by the backend.
     **dict.fromkeys(
@@ -69,9 +73,11 @@ def prep(model: type[Model], name: str, value: Any) -> Any:
     """``value`` as a condition on column ``name`` sends it: ``get_db_prep_save``'s, the
     common types taken as they are where that is what it gives (``_AS_IS``)."""
     each = field(model, name)
-    ((_, _, as_is),) = _save_plan(vendor(), (each,))
+    ((_, _, as_is, wrap),) = _save_plan(vendor(), (each,))
     if _as_is(value, as_is):
         return value
+    if wrap is not None and type(value) is int:
+        return wrap(value)
     return each.get_db_prep_save(value, default_connection())
 
 
@@ -80,22 +86,41 @@ def _as_is(value: Any, types: tuple[type, ...] | None) -> bool:
     if types is None:
         return False
     kind = type(value)
-    return kind in types and (kind is not datetime or value.tzinfo is not None)
+    if kind in types:
+        return kind is not datetime or value.tzinfo is not None
+    return types is _TEXT and isinstance(value, str)
+
+
+Plan: TypeAlias = "tuple[tuple[Field[Any, Any], str, tuple[type, ...] | None, Any], ...]"
+
+# Integer fields whose ``int`` the backend wraps (``adapt_integerfield_value``).
+_WRAPPED = (
+    models.SmallIntegerField,
+    models.IntegerField,
+    models.BigIntegerField,
+    models.PositiveSmallIntegerField,
+    models.PositiveIntegerField,
+    models.PositiveBigIntegerField,
+)
 
 
 @functools.cache
-def _save_plan(
-    vendor: str, fields: tuple[Field[Any, Any], ...]
-) -> tuple[tuple[Field[Any, Any], str, tuple[type, ...] | None], ...]:
-    """Each field, its attribute, and the value types it saves as they are (``_AS_IS``,
-    on PostgreSQL; None: the ORM's ``pre_save`` and conversion every time)."""
+def _save_plan(vendor: str, fields: tuple[Field[Any, Any], ...]) -> Plan:
+    """Each field, its attribute, the value types it saves as they are (``_AS_IS``, on
+    PostgreSQL; None: the ORM's ``pre_save`` and conversion every time), and the class
+    that wraps its ``int`` as the backend does (None: not an integer field's)."""
+    types = getattr(connection.ops, "integerfield_type_map", {})  # psycopg 3's, on PostgreSQL
     plan = []
     for each in fields:
         target = each.target_field if isinstance(each, models.ForeignKey) else each
         as_is = _AS_IS.get(type(target)) if vendor == "postgresql" else None
+        wrap = None
+        if vendor == "postgresql" and type(target) in _WRAPPED:
+            wrap = types.get(target.get_internal_type())
+            as_is = (type(None),) if wrap is not None else None
         if getattr(each, "auto_now", False) or getattr(each, "auto_now_add", False):
             as_is = None  # pre_save sets the clock's value
-        plan.append((each, each.attname, as_is))
+        plan.append((each, each.attname, as_is, wrap))
     return tuple(plan)
 
 
@@ -105,13 +130,16 @@ def saved_values(fields: Sequence[Field[Any, Any]], obj: Model) -> list[Any]:
     as they are where that is what those give (``_AS_IS``)."""
     db = None  # looked up once, and only for a value the ORM converts
     values = []
-    for each, name, as_is in _save_plan(vendor(), tuple(fields)):
+    for each, name, as_is, wrap in _save_plan(vendor(), tuple(fields)):
         if as_is is None:
             value = each.pre_save(obj, True)
         else:
             value = getattr(obj, name)  # what pre_save gives a field with no clock
             if _as_is(value, as_is):
                 values.append(value)
+                continue
+            if wrap is not None and type(value) is int:
+                values.append(wrap(value))
                 continue
         if db is None:
             db = default_connection()
