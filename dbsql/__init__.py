@@ -9,6 +9,9 @@ is what several share.
     Reads written out instead of built by the ORM (the host API's path, batches).
 ``writes``
     Inserts, updates and batches written out the same way.
+``cursor``
+    The cursor they run on (libpq's own calls on PostgreSQL), the default connection
+    pinned for a transaction, the database's vendor.
 ``clock``
     The database's clock: the one place that knows how each database reads it.
 ``errors``
