@@ -25,6 +25,8 @@ from settle.settings_monitoring import *  # noqa: F403
 from settle.settings_security import *  # noqa: F403
 
 INSTALLED_APPS = [
+    # First: its ready() puts settle.locals in front of Django's per-thread state.
+    "settle",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
