@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
@@ -33,9 +34,22 @@ class HostApiMetricsMiddleware:
         response = self.get_response(request)
         match = request.resolver_match
         endpoint = "/" + match.route if match is not None else "unmatched"
-        HOST_API_SECONDS.labels(endpoint=endpoint).observe(time.perf_counter() - started)
+        timed = _timed.get(endpoint)
+        if timed is None:
+            timed = _timed[endpoint] = HOST_API_SECONDS.labels(endpoint=endpoint)
+        timed.observe(time.perf_counter() - started)
         method = request.method if request.method in KNOWN_METHODS else "other"
-        HOST_API_REQUESTS.labels(
-            endpoint=endpoint, method=method, status=str(response.status_code)
-        ).inc()
+        labels = (endpoint, method, response.status_code)
+        counted = _counted.get(labels)
+        if counted is None:
+            counted = _counted[labels] = HOST_API_REQUESTS.labels(
+                endpoint=endpoint, method=method, status=str(response.status_code)
+            )
+        counted.inc()
         return response
+
+
+# Each label set's series, looked up once a process: the labels come from fixed sets
+# (the class's docstring), so these stay as small as /metrics.
+_timed: dict[str, Any] = {}
+_counted: dict[tuple[str, str, int], Any] = {}
