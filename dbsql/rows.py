@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connection
-from django.db.models import Field, Model
+from django.db.models import DEFERRED, Field, Model
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
@@ -95,11 +95,41 @@ def model_from_row(model: type[M], fields: Sequence[Any], row: Sequence[Any]) ->
 
 
 def model_unsaved(model: type[M], **values: Any) -> M:
-    """``model(**values)``, every concrete field given by its attribute (``id=None``
-    included): an instance to insert, made as ``model_from_row`` makes one."""
-    if not _plain(model) or values.keys() != _attnames(model):
+    """``model(**values)``: an instance to insert, made as ``Model.__init__`` makes it.
+
+    Where nothing hooks the constructor (``_plain``) and every value names a concrete
+    field, by its attribute (``host_id``) or, for a relation, by its name (``host``):
+    each given value as it is, a relation's set through its descriptor (which keeps the
+    object, as the constructor's setting it does), every other field its default, without
+    the constructor's work on each field. Anything else: the constructor itself."""
+    if not _plain(model):
         return model(**values)
-    return _instance(model, values.items())
+    defaults, relations = _unsaved_plan(model)
+    related = []
+    for name, value in values.items():
+        if value is DEFERRED:
+            return model(**values)
+        if name not in defaults:
+            if name not in relations:
+                return model(**values)  # a property, a field not concrete: the constructor's
+            related.append(name)
+    found = model.__new__(model)
+    found._state = ModelState()
+    fields = found.__dict__
+    for attname, field in defaults.items():
+        fields[attname] = values[attname] if attname in values else field.get_default()
+    for name in related:
+        setattr(found, name, values[name])
+    return found
+
+
+@functools.cache
+def _unsaved_plan(model: type[Model]) -> tuple[dict[str, Field[Any, Any]], frozenset[str]]:
+    """``model``'s concrete fields by attribute, in the constructor's order, and the names
+    of those that are relations (set by name through their descriptors)."""
+    concrete = [field for field in model._meta.concrete_fields if not field.generated]
+    relations = frozenset(field.name for field in concrete if field.is_relation)
+    return {field.attname: field for field in concrete}, relations
 
 
 def _instance(model: type[M], values: Iterable[tuple[str, Any]]) -> M:
@@ -123,11 +153,6 @@ def _plain(model: type[Model]) -> bool:
         and not pre_init.has_listeners(model)
         and not post_init.has_listeners(model)
     )
-
-
-@functools.cache
-def _attnames(model: type[Model]) -> frozenset[str]:
-    return frozenset(field.attname for field in model._meta.concrete_fields)
 
 
 def values_from_rows(

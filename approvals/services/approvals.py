@@ -24,7 +24,7 @@ from common.actors import Actor
 from common.errors import ErrorCode
 from dbsql import columns
 from dbsql.clock import db_now
-from dbsql.rows import model_from_row, select_first
+from dbsql.rows import model_from_row, model_unsaved, select_first
 from dbsql.writes import NOW, insert, insert_sql, insert_upserting, update_returning
 
 MAX_TTL_SECONDS = 7 * 24 * 3600
@@ -86,7 +86,8 @@ def approval_request(
         )
         if pending is not None:
             return pending, False
-    approval = Approval(
+    approval = model_unsaved(
+        Approval,
         operation_key=binding.operation_key,
         action=binding.action,
         provider=binding.provider,
@@ -200,7 +201,8 @@ def approval_resolve(
     if not approve:
         return approval, None
     assert approval.decided_at is not None
-    permit = Permit(
+    permit = model_unsaved(
+        Permit,
         approval=approval,
         operation_key=binding.operation_key,
         action=binding.action,

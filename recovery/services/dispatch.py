@@ -20,7 +20,7 @@ from audit.refusals import refusal_append
 from common.actors import Actor
 from common.canonical import canonical_params, params_digest
 from common.errors import ErrorCode
-from dbsql.rows import select_first_at
+from dbsql.rows import model_unsaved, select_first_at
 from dbsql.writes import insert_sql, save_fields, save_fields_sql
 from recovery.models import (
     Dispatch,
@@ -115,7 +115,8 @@ def dispatch_locked(
         return DispatchOutcome(refusal=result.refusal, state=operation.state)
     assert permit is not None and permit.consumed_at is not None
     now = permit.consumed_at  # the database's clock, read by the consumption itself
-    dispatch = Dispatch(
+    dispatch = model_unsaved(
+        Dispatch,
         operation=operation,
         permit_id=permit.id,
         fencing_token=secrets.token_urlsafe(24),

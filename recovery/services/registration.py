@@ -12,6 +12,7 @@ from audit.kinds import AuditKind
 from common.actors import Actor
 from common.canonical import canonical_params, params_digest
 from common.errors import ErrorCode
+from dbsql.rows import model_unsaved
 from dbsql.writes import insert_naming
 from policies.services import budgets_paid_last
 from recovery.models import Host, Operation, State
@@ -44,7 +45,8 @@ def operation_register(
 
     def made() -> tuple[Operation, bool]:
         with audit_transaction():
-            operation = Operation(
+            operation = model_unsaved(
+                Operation,
                 key=key,
                 host=host,
                 action=action,

@@ -386,6 +386,38 @@ def test_model_unsaved_is_the_instance_the_constructor_makes():
     assert model_unsaved(Approval, **values).decision_reason == ""
 
 
+def _fields(instance: object) -> dict[str, object]:
+    return {k: v for k, v in vars(instance).items() if k != "_state"}
+
+
+def test_model_unsaved_sets_a_relation_by_name_and_defaults_the_rest_as_the_constructor():
+    from approvals.models import Permit
+    from dbsql.rows import model_unsaved
+
+    approval = _approval("op-3")
+    given = {"approval": approval, "operation_key": "op-3", "action": "payment.send"}
+    constructed = Permit(**given)
+    made = model_unsaved(Permit, **given)  # the later: the approval's side points to it
+    # Every field, defaults included; the permit's id a fresh default on each.
+    assert made.id != constructed.id
+    made.id = constructed.id
+    assert _fields(made) == _fields(constructed)
+    assert made.approval_id == approval.pk
+    # The related object kept as the constructor keeps it (no query to read it), and
+    # the one-to-one's other side pointing back.
+    with CaptureQueriesContext(connection) as queries:
+        assert made.approval is approval and approval.permit is made
+    assert len(queries) == 0
+    assert made._state.adding is True and made._state.db == constructed._state.db
+
+
+def test_model_unsaved_leaves_what_is_not_a_concrete_field_to_the_constructor():
+    from dbsql.rows import model_unsaved
+
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        model_unsaved(Approval, operation_key="op-4", no_such_field=1)
+
+
 # -- update_returning --------------------------------------------------------------------
 
 
