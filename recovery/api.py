@@ -131,10 +131,10 @@ def _rate_limit(caller: Caller | None) -> None:
 
 def api_view(
     *, methods: tuple[str, ...], auth: tuple[str, ...]
-) -> Callable[[Callable[..., JsonResponse]], Callable[..., HttpResponse]]:
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
     """Method check, authentication and error mapping shared by every endpoint."""
 
-    def decorate(view: Callable[..., JsonResponse]) -> Callable[..., HttpResponse]:
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @csrf_exempt
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -216,12 +216,12 @@ def _uuid(value: str, code: ErrorCode) -> uuid.UUID:
 # -- endpoints ----------------------------------------------------------------------
 
 
-def _answer(body: contract.Body, status: int = 200) -> JsonResponse:
-    return JsonResponse(contract.dump(body), status=status)
+def _answer(body: contract.Body, status: int = 200) -> HttpResponse:
+    return HttpResponse(contract.dump_json(body), content_type="application/json", status=status)
 
 
 @api_view(methods=("POST",), auth=("host",))
-def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
+def operations(request: HttpRequest, caller: Caller) -> HttpResponse:
     body = _parse(request, contract.RegisterRequest)
     assert caller.host is not None
     opening = body.opening()
@@ -288,7 +288,7 @@ def operations(request: HttpRequest, caller: Caller) -> JsonResponse:
 
 
 @api_view(methods=("GET",), auth=("host",))
-def operation_detail(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+def operation_detail(request: HttpRequest, caller: Caller, key: str) -> HttpResponse:
     """The record; with ``?wait=N``, held while it awaits approval (at most N seconds)."""
     seconds = query.wait(request)
     operation = locking.operation_read(_operation(caller, key))
@@ -303,7 +303,7 @@ def operation_detail(request: HttpRequest, caller: Caller, key: str) -> JsonResp
 
 
 @api_view(methods=("GET",), auth=("host",))
-def operation_history(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+def operation_history(request: HttpRequest, caller: Caller, key: str) -> HttpResponse:
     """A page of the history of the operation's newest permit, by cursor."""
     after, limit = query.page(request)
     operation = locking.operation_read(_operation(caller, key))
@@ -314,7 +314,7 @@ def operation_history(request: HttpRequest, caller: Caller, key: str) -> JsonRes
 
 
 @api_view(methods=("POST",), auth=("host",))
-def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+def operation_approvals(request: HttpRequest, caller: Caller, key: str) -> HttpResponse:
     body = contract.OpenApprovalRequest()
     if _raw_body(request):
         body = _parse(request, contract.OpenApprovalRequest)
@@ -345,7 +345,7 @@ def _opening_args(body: contract.OpenApprovalRequest) -> dict[str, Any]:
 
 
 @api_view(methods=("POST",), auth=("approver", "user"))
-def approval_decision_view(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
+def approval_decision_view(request: HttpRequest, caller: Caller, approval_id: str) -> HttpResponse:
     pk = _uuid(approval_id, ErrorCode.UNKNOWN_APPROVAL)
     body = _parse(request, contract.DecisionRequest)
     # The service decides who may: an approver within its scope, a user with the right.
@@ -369,7 +369,7 @@ def approval_decision_view(request: HttpRequest, caller: Caller, approval_id: st
 
 
 @api_view(methods=("GET",), auth=("approver", "user", "host"))
-def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> JsonResponse:
+def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> HttpResponse:
     """Exactly what the approver would approve: the action, its parameters, its digest.
 
     To a host, only an approval it opened (with its customer's link while pending)."""
@@ -381,7 +381,7 @@ def approval_detail(request: HttpRequest, caller: Caller, approval_id: str) -> J
 
 
 @api_view(methods=("POST",), auth=("host", "approver"))
-def permit_revoke_view(request: HttpRequest, caller: Caller, permit_id: str) -> JsonResponse:
+def permit_revoke_view(request: HttpRequest, caller: Caller, permit_id: str) -> HttpResponse:
     pk = _uuid(permit_id, ErrorCode.UNKNOWN_PERMIT)
     body = _parse(request, contract.RevokeRequest)
     # A host may revoke only its own operations' permits; an approver those in its scope.
@@ -398,7 +398,7 @@ def permit_revoke_view(request: HttpRequest, caller: Caller, permit_id: str) -> 
 
 
 @api_view(methods=("POST",), auth=("host",))
-def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+def operation_dispatch(request: HttpRequest, caller: Caller, key: str) -> HttpResponse:
     operation = _operation(caller, key)
     body = _parse(request, contract.DispatchRequest)
     outcome = dispatch.operation_dispatch(
@@ -427,7 +427,7 @@ def _held(outcome: dispatch.DispatchOutcome) -> contract.Dispatched | None:
 
 
 @api_view(methods=("POST",), auth=("host",))
-def operation_heartbeat(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+def operation_heartbeat(request: HttpRequest, caller: Caller, key: str) -> HttpResponse:
     operation = _operation(caller, key)
     body = _parse(request, contract.HeartbeatRequest)
     held = dispatch.operation_heartbeat(
@@ -437,7 +437,7 @@ def operation_heartbeat(request: HttpRequest, caller: Caller, key: str) -> JsonR
 
 
 @api_view(methods=("POST",), auth=("host",))
-def operation_result(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+def operation_result(request: HttpRequest, caller: Caller, key: str) -> HttpResponse:
     operation = _operation(caller, key)
     body = _parse(request, contract.ResultRequest)
     outcome = dispatch.operation_report(
@@ -455,7 +455,7 @@ def operation_result(request: HttpRequest, caller: Caller, key: str) -> JsonResp
 
 
 @api_view(methods=("POST",), auth=("host",))
-def operation_resume(request: HttpRequest, caller: Caller, key: str) -> JsonResponse:
+def operation_resume(request: HttpRequest, caller: Caller, key: str) -> HttpResponse:
     operation = _operation(caller, key)
     body = _parse(request, contract.ResumeRequest)
     outcome = resume.operation_resume(operation=operation, worker=body.worker, actor=caller.actor)
@@ -473,7 +473,7 @@ def operation_resume(request: HttpRequest, caller: Caller, key: str) -> JsonResp
 
 
 @api_view(methods=("POST",), auth=())
-def provider_callbacks(request: HttpRequest, caller: None, name: str) -> JsonResponse:
+def provider_callbacks(request: HttpRequest, caller: None, name: str) -> HttpResponse:
     provider = provider_for_callback(name=name)
     raw = _raw_body(request)
     signature = request.headers.get("X-Provider-Signature", "")
@@ -496,5 +496,5 @@ def provider_callbacks(request: HttpRequest, caller: None, name: str) -> JsonRes
     return _answer(contract.CallbackApplied(applied=outcome.applied, state=outcome.state, **reason))
 
 
-def openapi(request: HttpRequest) -> JsonResponse:
+def openapi(request: HttpRequest) -> HttpResponse:
     return JsonResponse(openapi_document())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
 from approvals.models import Party, PartyPasskey
@@ -48,7 +48,7 @@ def passkey_record(passkey: PartyPasskey) -> contract_parties.PartyPasskeyRecord
 
 
 @api_view(methods=("POST",), auth=("host",))
-def party_enrolments(request: HttpRequest, caller: Caller, party: str) -> JsonResponse:
+def party_enrolments(request: HttpRequest, caller: Caller, party: str) -> HttpResponse:
     """A one-time passkey enrolment link for the party (made if the host names it first)."""
     assert caller.host is not None
     if not PARTY_PATTERN.fullmatch(party):
@@ -76,7 +76,7 @@ def party_enrolments(request: HttpRequest, caller: Caller, party: str) -> JsonRe
 
 
 @api_view(methods=("GET",), auth=("host",))
-def party_detail(request: HttpRequest, caller: Caller, party: str) -> JsonResponse:
+def party_detail(request: HttpRequest, caller: Caller, party: str) -> HttpResponse:
     """The party and its passkeys, removed ones included (oldest first)."""
     row = _host_party(caller, party)
     passkeys = PartyPasskey.objects.filter(party=row).order_by("created_at", "pk")
@@ -91,7 +91,7 @@ def party_detail(request: HttpRequest, caller: Caller, party: str) -> JsonRespon
 @api_view(methods=("DELETE",), auth=("host",))
 def party_passkey_revoke(
     request: HttpRequest, caller: Caller, party: str, passkey_id: str
-) -> JsonResponse:
+) -> HttpResponse:
     """Revoke one of the party's passkeys: it signs nothing from now on."""
     row = _host_party(caller, party)
     if not (passkey_id.isascii() and passkey_id.isdigit() and len(passkey_id) <= 18):

@@ -436,9 +436,10 @@ class Error(BaseModel):
     message: str
 
 
-def dump(model: BaseModel) -> dict[str, Any]:
-    """A response body: unset optional fields are left out rather than sent as null."""
-    return model.model_dump(mode="json", exclude_unset=True)
+def dump_json(model: BaseModel) -> bytes:
+    """A response body's JSON, written by pydantic's own serializer: unset optional fields
+    are left out rather than sent as null."""
+    return model.__pydantic_serializer__.to_json(model, exclude_unset=True)
 
 
 # -- validation errors as the API's codes ---------------------------------------------
