@@ -72,13 +72,20 @@ def attname(model: type[Model], name: str) -> str:
 def prep(model: type[Model], name: str, value: Any) -> Any:
     """``value`` as a condition on column ``name`` sends it: ``get_db_prep_save``'s, the
     common types taken as they are where that is what it gives (``_AS_IS``)."""
-    each = field(model, name)
-    ((_, _, as_is, wrap),) = _save_plan(vendor(), (each,))
+    each, as_is, wrap = _prep_plan(model, name)
     if _as_is(value, as_is):
         return value
     if wrap is not None and type(value) is int:
         return wrap(value)
     return each.get_db_prep_save(value, default_connection())
+
+
+@functools.cache
+def _prep_plan(model: type[Model], name: str) -> tuple[Field[Any, Any], Any, Any]:
+    """``prep``'s field, and its ``_save_plan``: kept by model and name, whose key costs
+    less to hash than the field's (a method of Python's, on every condition)."""
+    ((each, _, as_is, wrap),) = _save_plan(vendor(), (field(model, name),))
+    return each, as_is, wrap
 
 
 def _as_is(value: Any, types: tuple[type, ...] | None) -> bool:
@@ -124,13 +131,25 @@ def _save_plan(vendor: str, fields: tuple[Field[Any, Any], ...]) -> Plan:
     return tuple(plan)
 
 
+def save_plan(fields: Sequence[Field[Any, Any]]) -> Plan:
+    """``fields``' plan for ``plan_values``: to keep where the same fields are saved
+    again and again (``dbsql.writes`` keeps one a model), so that no field is hashed
+    to find it (``Field.__hash__`` is a method of Python's)."""
+    return _save_plan(vendor(), tuple(fields))
+
+
 def saved_values(fields: Sequence[Field[Any, Any]], obj: Model) -> list[Any]:
     """``obj``'s values for ``fields`` as an INSERT writes them: what each field's
     ``pre_save`` (for a new row) and ``get_db_prep_save`` give, the common types taken
     as they are where that is what those give (``_AS_IS``)."""
+    return plan_values(save_plan(fields), obj)
+
+
+def plan_values(plan: Plan, obj: Model) -> list[Any]:
+    """``saved_values`` for the fields of ``plan`` (``save_plan``'s)."""
     db = None  # looked up once, and only for a value the ORM converts
     values = []
-    for each, name, as_is, wrap in _save_plan(vendor(), tuple(fields)):
+    for each, name, as_is, wrap in plan:
         if as_is is None:
             value = each.pre_save(obj, True)
         else:

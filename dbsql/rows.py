@@ -70,6 +70,13 @@ def _conversions(
     return [field.attname for field in fields], tuple(converted)
 
 
+@functools.cache
+def _model_conversions(model: type[Model]) -> tuple[list[str], Conversions]:
+    """``_conversions`` of a row of the model's own concrete fields, kept by model: a key
+    that hashes no field (``Field.__hash__`` is a method of Python's, once a field)."""
+    return _conversions(vendor(), tuple(model._meta.concrete_fields), model)
+
+
 def _convert(converted: Conversions, values: list[Any]) -> None:
     db = default_connection()
     for index, column, converters in converted:
@@ -81,7 +88,10 @@ def _convert(converted: Conversions, values: list[Any]) -> None:
 
 def model_from_row(model: type[M], fields: Sequence[Any], row: Sequence[Any]) -> M:
     """A model instance from a raw row, converted the way Django's own queries convert."""
-    attnames, converted = _conversions(vendor(), tuple(fields), model)
+    if fields is model._meta.concrete_fields:  # as nearly every caller reads a row
+        attnames, converted = _model_conversions(model)
+    else:
+        attnames, converted = _conversions(vendor(), tuple(fields), model)
     if len(row) != len(attnames):
         raise ValueError(f"a row of {len(row)} values for {len(attnames)} fields")
     values = list(row)

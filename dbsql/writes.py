@@ -57,6 +57,15 @@ def _insert_shape(
     return written, names, returned, f" RETURNING {returning}" if returning else ""
 
 
+@functools.cache
+def _written_plan(model: type[Model], but: str | None = None) -> columns.Plan:
+    """The ``columns.save_plan`` of the fields an INSERT of ``model`` writes (``but`` the
+    field of that name, whose value the statement makes), kept."""
+    written = _insert_shape(model)[0]
+    left = columns.field(model, but) if but is not None else None
+    return columns.save_plan([each for each in written if each is not left])
+
+
 Rider = tuple[str, Sequence[Any]]  # a write and its parameters, run with another (insert)
 
 
@@ -131,9 +140,10 @@ def insert_sql(objects: Sequence[Model]) -> Rider:
     model = type(objects[0])
     assert all(type(obj) is model for obj in objects), "one model per statement"
     written, names, _, _ = _insert_shape(model)
+    plan = _written_plan(model)
     params: list[Any] = []
     for obj in objects:
-        params += columns.saved_values(written, obj)
+        params += columns.plan_values(plan, obj)
     row_marks = "(" + ", ".join(["%s"] * len(written)) + ")"
     table = columns.quote(model._meta.db_table)
     return f"INSERT INTO {table} ({names}) VALUES {', '.join([row_marks] * len(objects))}", params
@@ -145,7 +155,7 @@ def _upsert_sql(
     model = type(obj)
     written, names, returned, returning = _insert_shape(model)
     assert returning, "the row's key is read back"
-    values = columns.saved_values(written, obj)
+    values = columns.plan_values(_written_plan(model), obj)
     target = ", ".join(columns.quote(columns.column(model, name)) for name in conflict)
     sets = ", ".join(
         f"{columns.quote(columns.column(model, name))} = EXCLUDED."
@@ -200,7 +210,7 @@ def insert_upserting(
     assert not returned, "only the named row's key is read back"
     key = columns.field(model, field)
     marks = ["(SELECT u.id FROM u)" if each is key else "%s" for each in written]
-    values = columns.saved_values([each for each in written if each is not key], obj)
+    values = columns.plan_values(_written_plan(model, field), obj)
     sql = (
         f"WITH u AS ({upserted}) INSERT INTO {columns.quote(model._meta.db_table)} ({names}) "
         f"VALUES ({', '.join(marks)}) RETURNING {columns.quote(str(key.column))}"
@@ -232,10 +242,10 @@ def insert_naming(obj: Model, field: str, **where: Any) -> Model | None:
             setattr(obj, field, found)
             insert([obj])
         return found
-    written, _, returned, _ = _insert_shape(model)
+    _, _, returned, _ = _insert_shape(model)
     shape, conditions = columns.where_shape(named, where)
     sql = _insert_naming_sql(model, field, shape)
-    values = columns.saved_values([each for each in written if each is not relation], obj)
+    values = columns.plan_values(_written_plan(model, field), obj)
     with kept_cursor() as cursor:
         cursor.execute(sql, [*conditions, *values])
         row = cursor.fetchone()
@@ -293,8 +303,8 @@ def insert_where(obj: Model, condition: str, params: Sequence[Any]) -> bool:
     separate read. Returns whether the row went in (then ``obj`` is saved).
     """
     model = type(obj)
-    written, _, returned, returning = _insert_shape(model)
-    values = columns.saved_values(written, obj)
+    _, _, returned, returning = _insert_shape(model)
+    values = columns.plan_values(_written_plan(model), obj)
     sql = f"{_insert_select_sql(model, vendor())} WHERE {condition}{returning}"
     with kept_cursor() as cursor:
         cursor.execute(sql, [*values, *params])
