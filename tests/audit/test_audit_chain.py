@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextvars
 import json
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -34,6 +34,7 @@ from audit.hashing import (
     event_row_content,
     event_row_digest,
     event_rows,
+    timestamp,
 )
 from audit.models import AuditAlarm, AuditChainHead, AuditCheckpoint, AuditEvent, AuditVouchedHead
 from audit.seal import checkpoint_digest, sign, vouched_digest
@@ -761,3 +762,18 @@ def test_an_event_read_as_columns_hashes_as_the_model_does(operations):
         assert event_row_digest(edited) != row.hash
         problem, data = event_row_content(edited)
         assert problem is not None and data is None
+
+
+@pytest.mark.parametrize(
+    "at",
+    [
+        datetime(2026, 12, 8, 1, 2, 3, 456789, tzinfo=UTC),
+        datetime(2026, 12, 8, 1, 2, 3, tzinfo=UTC),  # no microseconds: still six digits
+        datetime(1000, 1, 1, tzinfo=UTC),
+        datetime(999, 12, 31, 23, 59, 59, 1, tzinfo=UTC),  # strftime's year, unpadded
+        datetime(2026, 12, 8, 3, 2, 3, 7, tzinfo=timezone(timedelta(hours=2))),
+    ],
+)
+def test_a_moments_text_is_strftimes_in_utc_whichever_way_it_is_written(at: datetime) -> None:
+    assert timestamp(at) == at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert timestamp(at).endswith("Z") and "+" not in timestamp(at)
