@@ -9,6 +9,9 @@ timeout) says so before it closes the socket: so the socket is asked, without wa
 whether anything arrived. Nothing did: the connection is as the last request left it.
 Something did (or the socket cannot be asked): Django's own check decides.
 
+Where no event loop runs, it asks for one without the exception Django's guard raises
+and catches (``_async_unsafe``).
+
 It also lets psycopg keep the conversion of longer statements (``%s`` to ``$1``â€¦, see
 ``CONVERSIONS_KEPT_UP_TO``), and read timestamps with psycopg's own loader
 (``PsycopgTimestamps``).
@@ -16,11 +19,17 @@ It also lets psycopg keep the conversion of longer statements (``%s`` to ``$1``â
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import functools
+import os
 import select
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import psycopg
+from django.core.exceptions import SynchronousOnlyOperation
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.postgresql import base
 from psycopg import _queries, pq
 from psycopg.adapt import Loader
@@ -65,7 +74,36 @@ class PsycopgTimestamps:
         return _PSYCOPG_LOADER(oid, context)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _async_unsafe(guarded: F) -> F:
+    """``guarded`` (a method Django's ``async_unsafe`` wraps) behind the same guard, asked
+    the cheap way.
+
+    Django's asks ``asyncio.get_running_loop()``, which raises where no loop runs, and
+    catches that: on every request of a sync worker, several times (``ensure_connection``
+    before each transaction and its end, ``commit``). ``asyncio._get_running_loop()``
+    answers the same question, None for no loop, as asgiref and ``settle.locals`` ask it.
+    """
+    function = guarded.__wrapped__  # type: ignore[attr-defined]
+    message = "You cannot call this from an async context - use a thread or sync_to_async."
+
+    @functools.wraps(function)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        if asyncio._get_running_loop() is not None and not os.environ.get(
+            "DJANGO_ALLOW_ASYNC_UNSAFE"
+        ):
+            raise SynchronousOnlyOperation(message)
+        return function(*args, **kwargs)
+
+    return cast(F, inner)
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    ensure_connection = _async_unsafe(BaseDatabaseWrapper.ensure_connection)
+    commit = _async_unsafe(BaseDatabaseWrapper.commit)
+
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         connection = super().get_new_connection(conn_params)
         if self.timezone == datetime.UTC:

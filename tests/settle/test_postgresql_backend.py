@@ -7,11 +7,13 @@ Django's gives."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
 from collections.abc import Iterator
 
 import pytest
+from django.core.exceptions import SynchronousOnlyOperation
 from django.db import connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -150,3 +152,35 @@ def test_a_commit_is_one_libpq_call_and_its_error_djangos(held, monkeypatch):
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE commit_probe")
+
+
+def test_a_connection_refuses_an_event_loops_thread_as_djangos_guard_does(
+    held: BaseDatabaseWrapper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ensure_connection`` and ``commit`` (the two a request calls most) keep Django's
+    guard, asked without its exception: refused where a loop runs, unless
+    ``DJANGO_ALLOW_ASYNC_UNSAFE``; allowed where none does."""
+    if not POSTGRES:
+        assert connection.vendor == "sqlite"  # Django's own backend and guard
+        return
+    from settle.postgresql.base import DatabaseWrapper
+
+    assert DatabaseWrapper.ensure_connection is not BaseDatabaseWrapper.ensure_connection
+    assert DatabaseWrapper.commit is not BaseDatabaseWrapper.commit
+    monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE", raising=False)
+
+    async def in_a_loop() -> list[str]:
+        refused = []
+        for call in (held.ensure_connection, held.commit):
+            try:
+                call()
+            except SynchronousOnlyOperation:
+                refused.append(call.__name__)
+        return refused
+
+    assert asyncio.run(in_a_loop()) == ["ensure_connection", "commit"]
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    assert asyncio.run(in_a_loop()) == []
+    monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE")
+    held.ensure_connection()
+    held.commit()  # no loop in this thread: allowed
