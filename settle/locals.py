@@ -106,7 +106,7 @@ def _contextual(local: Any) -> bool:
 
 def reader_of(local: Any) -> Reader | None:
     """The reader for ``local``: itself if it is one; none if it is built otherwise."""
-    if isinstance(type(local), type) and issubclass(type(local), Reader):
+    if issubclass(type(local), Reader):
         return local  # type: ignore[no-any-return]
     if _thread_critical(local):
         return thread_critical_reader(local)
