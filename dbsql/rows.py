@@ -123,13 +123,13 @@ def model_unsaved(model: type[M], **values: Any) -> M:
             if name not in relations:
                 return model(**values)  # a property, a field not concrete: the constructor's
             related.append(name)
-    found = _instance(
-        model,
-        [
-            (attname, values[attname] if attname in values else field.get_default())
-            for attname, field in defaults.items()
-        ],
-    )
+    # What ``_instance`` makes, its ``__dict__`` filled in place: no list of pairs built
+    # (0.08 M instructions a lifecycle, four instances).
+    found = model.__new__(model)
+    found._state = ModelState()
+    fields = found.__dict__
+    for attname, field in defaults.items():
+        fields[attname] = values[attname] if attname in values else field.get_default()
     for name in related:
         setattr(found, name, values[name])
     return found
