@@ -53,6 +53,9 @@ _TIMESTAMPTZ = psycopg.adapters.types["timestamptz"].oid
 _PSYCOPG_LOADER = cast("type[Loader]", psycopg.adapters.get_loader(_TIMESTAMPTZ, Format.TEXT))
 
 
+_IDLE = pq.TransactionStatus.IDLE
+
+
 class PsycopgTimestamps:
     """psycopg's own timestamptz loader, in the shape Django's backend looks for.
 
@@ -129,18 +132,34 @@ class DatabaseWrapper(base.DatabaseWrapper):
             super()._commit()  # type: ignore[misc]  # django-stubs leave it out
             return None
         with self.wrap_database_errors:
-            if held.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+            if held.pgconn.transaction_status == _IDLE:
                 return None
             result = held.pgconn.exec_(b"COMMIT")
             if result.status != pq.ExecStatus.COMMAND_OK:
                 raise psycopg.errors.error_from_result(result, encoding=held.pgconn._encoding)
         return None
 
+    def _set_autocommit(self, autocommit: bool) -> None:
+        """psycopg's ``autocommit`` setter, less its generator and wait loop.
+
+        psycopg's setter drives a generator through its wait loop to check that no
+        transaction is open, then records the mode: no statement is sent. A transaction
+        (``atomic``) sets it twice. Where the session is idle and no pipeline is open,
+        the mode is recorded here under psycopg's lock; anything else (a transaction
+        open: psycopg's error) is psycopg's own way.
+        """
+        held = self.connection
+        if held._pipeline is None and held.pgconn.transaction_status == _IDLE:
+            with held.lock:
+                held._autocommit = bool(autocommit)
+            return
+        super()._set_autocommit(autocommit)  # type: ignore[misc]  # django-stubs leave it out
+
     def is_usable(self) -> bool:
         held = self.connection
         if held is None or held.closed or held.broken:
             return False
-        if held.info.transaction_status != pq.TransactionStatus.IDLE:
+        if held.info.transaction_status != _IDLE:
             return bool(super().is_usable())
         try:
             readable, _, _ = select.select([held.fileno()], [], [], 0)

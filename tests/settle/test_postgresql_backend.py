@@ -12,6 +12,7 @@ import datetime
 import time
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from django.core.exceptions import SynchronousOnlyOperation
 from django.db import connection, connections
@@ -184,3 +185,28 @@ def test_a_connection_refuses_an_event_loops_thread_as_djangos_guard_does(
     monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE")
     held.ensure_connection()
     held.commit()  # no loop in this thread: allowed
+
+
+def test_the_autocommit_mode_is_set_as_psycopgs_setter_sets_it(held: BaseDatabaseWrapper) -> None:
+    """Idle: the mode recorded, and the next statement runs in it; in a transaction:
+    psycopg's refusal, as Django's error, the mode left as it was."""
+    if not POSTGRES:
+        assert connection.vendor == "sqlite"  # Django's own backend
+        return
+    from django.db import ProgrammingError
+
+    held.set_autocommit(False)
+    assert held.connection.autocommit is False and held.get_autocommit() is False
+    with held.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    status = held.connection.pgconn.transaction_status
+    assert status == psycopg.pq.TransactionStatus.INTRANS  # psycopg began one
+    with pytest.raises(ProgrammingError, match="can't change 'autocommit' now"):
+        held._set_autocommit(True)
+    assert held.connection.autocommit is False
+    held.rollback()
+    held.set_autocommit(True)
+    assert held.connection.autocommit is True
+    with held.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    assert held.connection.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
