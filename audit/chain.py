@@ -39,9 +39,10 @@ from django.utils import timezone
 from audit.hashing import GENESIS_HASH, SYSTEM_CHAIN, event_digest
 from audit.models import AuditChainHead, AuditEvent, ChainHolder
 from common.actors import Actor
+from dbsql.batches import values_update
 from dbsql.cursor import connection_pin, connection_unpin, default_connection
 from dbsql.rows import model_unsaved
-from dbsql.writes import Rider, insert, update_sql, values_update
+from dbsql.writes import Rider, insert, update_sql
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from audit.chain import audit_tagged, audit_transaction
 from bulk.models import BulkBatch, BulkItem
 from common.errors import ErrorCode
-from dbsql.writes import values_update
+from dbsql.batches import values_update
 from recovery.models import Operation
 from recovery.permissions import ProviderPermission
 from recovery.services.errors import RecoveryError

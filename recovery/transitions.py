@@ -32,8 +32,9 @@ from audit.chain import (
 from audit.kinds import AuditKind
 from audit.models import AuditEvent
 from common.actors import Actor
+from dbsql.batches import values_update
 from dbsql.cursor import vendor
-from dbsql.writes import Rider, update, update_sql, values_update
+from dbsql.writes import Rider, update, update_sql
 from recovery.changes import OperationChange, changes_record
 from recovery.models import Operation, State, receipt_running_sql
 

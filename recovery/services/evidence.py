@@ -14,7 +14,7 @@ from audit.chain import audit_append
 from audit.kinds import AuditKind
 from common.actors import Actor
 from common.canonical import canonical_dumps, sha256_digest
-from dbsql.writes import bulk_save
+from dbsql.batches import bulk_save
 from recovery.adapters import LookupResult
 from recovery.changes import RECEIPT_COMPLETE, OperationChange, changes_record
 from recovery.models import (

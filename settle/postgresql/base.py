@@ -25,7 +25,7 @@ import functools
 import os
 import select
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import psycopg
 from django.core.exceptions import SynchronousOnlyOperation
@@ -77,35 +77,40 @@ class PsycopgTimestamps:
         return _PSYCOPG_LOADER(oid, context)
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _async_unsafe(guarded: F) -> F:
-    """``guarded`` (a method Django's ``async_unsafe`` wraps) behind the same guard, asked
-    the cheap way.
+def _async_unsafe(name: str) -> Callable[..., Any]:
+    """``BaseDatabaseWrapper``'s method ``name`` (one Django's ``async_unsafe`` wraps)
+    behind the same guard, asked the cheap way.
 
     Django's asks ``asyncio.get_running_loop()``, which raises where no loop runs, and
     catches that: on every request of a sync worker, several times (``ensure_connection``
     before each transaction and its end, ``commit``). ``asyncio._get_running_loop()``
     answers the same question, None for no loop, as asgiref and ``settle.locals`` ask it.
+
+    Where something has put its own method on ``BaseDatabaseWrapper`` since (pytest-django
+    blocks ``ensure_connection`` so outside tests marked for the database), that one is
+    called, as it would be without this class.
     """
-    function = guarded.__wrapped__  # type: ignore[attr-defined]
+    django_own = getattr(BaseDatabaseWrapper, name)
+    function = django_own.__wrapped__
     message = "You cannot call this from an async context - use a thread or sync_to_async."
 
     @functools.wraps(function)
-    def inner(*args: Any, **kwargs: Any) -> Any:
+    def inner(self: BaseDatabaseWrapper, *args: Any, **kwargs: Any) -> Any:
+        current = getattr(BaseDatabaseWrapper, name)
+        if current is not django_own:
+            return current(self, *args, **kwargs)
         if asyncio._get_running_loop() is not None and not os.environ.get(
             "DJANGO_ALLOW_ASYNC_UNSAFE"
         ):
             raise SynchronousOnlyOperation(message)
-        return function(*args, **kwargs)
+        return function(self, *args, **kwargs)
 
-    return cast(F, inner)
+    return inner
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    ensure_connection = _async_unsafe(BaseDatabaseWrapper.ensure_connection)
-    commit = _async_unsafe(BaseDatabaseWrapper.commit)
+    ensure_connection = _async_unsafe("ensure_connection")
+    commit = _async_unsafe("commit")
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         connection = super().get_new_connection(conn_params)

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from approvals.models import Approval, Approver
 from common.actors import Actor
+from dbsql.batches import bulk_save, values_update
 from dbsql.rows import (
     model_from_row,
     select_first,
@@ -22,13 +23,11 @@ from dbsql.rows import (
 )
 from dbsql.writes import (
     NOW,
-    bulk_save,
     insert,
     insert_naming,
     save_fields,
     update,
     update_returning,
-    values_update,
 )
 from recovery.models import Host, Operation, OperationClaim, Provider, State
 from tests.support.flow import PARAMS

@@ -210,3 +210,14 @@ def test_the_autocommit_mode_is_set_as_psycopgs_setter_sets_it(held: BaseDatabas
     with held.cursor() as cursor:
         cursor.execute("SELECT 1")
     assert held.connection.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_method_put_on_djangos_wrapper_since_is_the_one_called(
+    held: BaseDatabaseWrapper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As pytest-django blocks ``ensure_connection`` outside tests marked for the database:
+    the guard's cheaper asking must not step around such a patch."""
+    called = []
+    monkeypatch.setattr(BaseDatabaseWrapper, "ensure_connection", lambda self: called.append(self))
+    held.ensure_connection()
+    assert called == [held]
